@@ -1,0 +1,260 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults of Bot.spec, the same values the CRD defaults to.
+const (
+	DefaultMaxDuration = time.Hour
+	// MaxQueueTimeout is the largest queueTimeout any bot may ask for; a pool may cap it lower.
+	MaxQueueTimeout = 10 * time.Minute
+)
+
+// BotPhase is where a bot is in its lifecycle:
+// Pending → (Scheduled) → Queued → Deploying → JoiningCall → InWaitingRoom → InCall → Leaving
+// → CallEnded → Done, and any non-terminal phase → Fatal. JoiningCall … Done are reported by
+// the bot itself through the bot API.
+// +kubebuilder:validation:Enum=Pending;Scheduled;Queued;Deploying;JoiningCall;InWaitingRoom;InCall;Leaving;CallEnded;Done;Fatal
+type BotPhase string
+
+const (
+	BotPending       BotPhase = "Pending"
+	BotScheduled     BotPhase = "Scheduled"
+	BotQueued        BotPhase = "Queued"
+	BotDeploying     BotPhase = "Deploying"
+	BotJoiningCall   BotPhase = "JoiningCall"
+	BotInWaitingRoom BotPhase = "InWaitingRoom"
+	BotInCall        BotPhase = "InCall"
+	BotLeaving       BotPhase = "Leaving"
+	BotCallEnded     BotPhase = "CallEnded"
+	BotDone          BotPhase = "Done"
+	BotFatal         BotPhase = "Fatal"
+)
+
+// Terminal reports whether no transition leads out of p.
+func (p BotPhase) Terminal() bool { return p == BotDone || p == BotFatal }
+
+// BotSpec is one meeting to join.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.platform) || ((self.platform == 'google-meet') == self.meetingUrl.matches('^(?i)https://meet[.]google[.]com([:/?#]|$)') && (self.platform == 'microsoft-teams') == self.meetingUrl.matches('^(?i)https://teams[.](microsoft|live)[.]com([:/?#]|$)') && (self.platform == 'zoom') == self.meetingUrl.matches('^(?i)https://([a-z0-9-]+[.])*zoom[.]us([:/?#]|$)'))",message="platform does not match the meetingUrl: meet.google.com is google-meet, teams.microsoft.com and teams.live.com are microsoft-teams, zoom.us is zoom"
+type BotSpec struct {
+	// MeetingURL is the https link of the meeting: Google Meet (meet.google.com), Microsoft
+	// Teams (teams.microsoft.com, teams.live.com) or Zoom (zoom.us, *.zoom.us). Immutable.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https'",message="meetingUrl must be an https:// URL"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(?i)https://') || self.matches('^(?i)https://(meet[.]google[.]com|teams[.]microsoft[.]com|teams[.]live[.]com|([a-z0-9-]+[.])*zoom[.]us)([:/?#]|$)')",message="meetingUrl must link to Google Meet (meet.google.com), Microsoft Teams (teams.microsoft.com, teams.live.com) or Zoom (zoom.us, *.zoom.us)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="meetingUrl is immutable; create a new Bot for another meeting"
+	MeetingURL string `json:"meetingUrl"`
+
+	// Platform is derived from meetingUrl when omitted; when given it must agree with it.
+	// +optional
+	Platform Platform `json:"platform,omitempty"`
+
+	// DisplayName is the name the bot shows in the meeting; the bot image's default when empty.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	DisplayName string `json:"displayName,omitempty"`
+
+	// Priority orders the queue: higher first, then first come first served.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=-1000
+	// +kubebuilder:validation:Maximum=1000
+	Priority int32 `json:"priority"`
+
+	// QueueTimeout is how long the bot waits for a slot before it fails with QueueTimeout.
+	// Defaults to the pool's queue.defaultTimeout and is capped by its queue.maxTimeout.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('10m')",message="queueTimeout must be at most 10m"
+	QueueTimeout Duration `json:"queueTimeout,omitempty"`
+
+	// StartTime schedules the bot: it waits in Scheduled and joins the queue shortly before
+	// this time, so its slot is warm when the meeting starts.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// MaxDuration bounds the bot's time in the meeting; past it the bot is asked to leave.
+	// +optional
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('24h')",message="maxDuration must be at most 24h"
+	MaxDuration Duration `json:"maxDuration,omitempty"`
+
+	// Recording says whether the bot records the meeting.
+	// +optional
+	// +kubebuilder:default={}
+	Recording Recording `json:"recording,omitempty"`
+
+	// AutomaticLeave says when the bot leaves a meeting on its own.
+	// +optional
+	// +kubebuilder:default={}
+	AutomaticLeave AutomaticLeave `json:"automaticLeave,omitempty"`
+
+	// CallbackURL receives a POST of {bot, phase, reason} when the bot ends in Done or Fatal.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https']",message="callbackURL must be an http:// or https:// URL"
+	CallbackURL string `json:"callbackURL,omitempty"`
+
+	// PoolRef picks a pool by name; without it the bot goes to a pool of its platform in its
+	// namespace.
+	// +optional
+	PoolRef *PoolReference `json:"poolRef,omitempty"`
+
+	// TTLAfterFinished deletes the Bot this long after it ended in Done or Fatal; finished bots
+	// are kept when it is unset.
+	// +optional
+	TTLAfterFinished Duration `json:"ttlAfterFinished,omitempty"`
+}
+
+// Recording configures the meeting recording.
+type Recording struct {
+	// Enabled turns recording on.
+	// +optional
+	// +kubebuilder:default=false
+	Enabled bool `json:"enabled"`
+}
+
+// AutomaticLeave holds the timeouts after which the bot leaves by itself.
+type AutomaticLeave struct {
+	// WaitingRoomTimeout: leave when not admitted from the waiting room by then.
+	// +optional
+	// +kubebuilder:default="10m"
+	WaitingRoomTimeout Duration `json:"waitingRoomTimeout,omitempty"`
+
+	// NoOneJoinedTimeout: leave when nobody else joined by then.
+	// +optional
+	// +kubebuilder:default="10m"
+	NoOneJoinedTimeout Duration `json:"noOneJoinedTimeout,omitempty"`
+
+	// EveryoneLeftTimeout: leave this long after the last other participant left.
+	// +optional
+	// +kubebuilder:default="30s"
+	EveryoneLeftTimeout Duration `json:"everyoneLeftTimeout,omitempty"`
+
+	// InactivityTimeout: leave after this long without anyone speaking.
+	// +optional
+	// +kubebuilder:default="30m"
+	InactivityTimeout Duration `json:"inactivityTimeout,omitempty"`
+}
+
+// PoolReference names a BotPool in the bot's namespace.
+type PoolReference struct {
+	// Name of the BotPool.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// BotStatus is what the bot controller and the bot itself reported.
+type BotStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is where the bot is in its lifecycle.
+	// +optional
+	Phase BotPhase `json:"phase,omitempty"`
+
+	// Platform is the platform the bot was resolved to (spec.platform or derived from the URL).
+	// +optional
+	Platform Platform `json:"platform,omitempty"`
+
+	// Pool is the BotPool serving the bot.
+	// +optional
+	Pool string `json:"pool,omitempty"`
+
+	// SlotName mirrors the BotPoolSlot whose spec.botRef names this bot; kept after release.
+	// +optional
+	SlotName string `json:"slotName,omitempty"`
+
+	// ApplicationUUID is the Coolify application the bot ran in; kept after release.
+	// +optional
+	ApplicationUUID string `json:"applicationUUID,omitempty"`
+
+	// QueuedAt is when the bot entered the queue; with priority it fixes the queue order.
+	// +optional
+	QueuedAt *metav1.Time `json:"queuedAt,omitempty"`
+
+	// QueuePosition is the 1-based place in the pool's queue while Queued (updated sparingly).
+	// +optional
+	QueuePosition int32 `json:"queuePosition,omitempty"`
+
+	// EstimatedWait is the expected time until a slot is free, from the pool's observed
+	// turnaround (updated sparingly).
+	// +optional
+	EstimatedWait *metav1.Duration `json:"estimatedWait,omitempty"`
+
+	// LastHeartbeat is a coarse copy of the bot's last heartbeat; the exact one lives in the
+	// store.
+	// +optional
+	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
+
+	// StartedAt is when the bot's container started running (its slot turned Busy).
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// FinishedAt is when the bot reached Done or Fatal.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+
+	// Reason is a CamelCase word for why the bot is Fatal (QueueTimeout, HeartbeatTimeout…).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason BotReason `json:"reason,omitempty"`
+
+	// Message says in words what happened.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// Conditions: Ready, Bound, Alive, Reconciling, Stalled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// Bot is one meeting to join: the operator gives it a warm slot, starts it and returns the
+// slot to the pool when the bot is done.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mbot,categories=meetingbots
+// +kubebuilder:printcolumn:name="Platform",type=string,JSONPath=`.status.platform`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Slot",type=string,JSONPath=`.status.slotName`
+// +kubebuilder:printcolumn:name="Queue position",type=integer,JSONPath=`.status.queuePosition`
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Meeting",type=string,JSONPath=`.spec.meetingUrl`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Bot struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BotSpec `json:"spec"`
+	// +optional
+	Status BotStatus `json:"status,omitempty"`
+}
+
+// BotList is a list of Bots.
+//
+// +kubebuilder:object:root=true
+type BotList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Bot `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Bot{}, &BotList{})
+}

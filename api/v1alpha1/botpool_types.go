@@ -1,0 +1,317 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults of BotPool.spec, the same values the CRD defaults to. Controllers fall back to them
+// when a field is unset (an object stored before a default existed).
+const (
+	DefaultMaxSlots                 = 100
+	DefaultMaxConcurrentDeployments = 4
+	DefaultImageTag                 = "latest"
+
+	DefaultQueueTimeout    = 5 * time.Minute
+	DefaultMaxQueueTimeout = 10 * time.Minute
+
+	DefaultDeploymentPollInterval = 15 * time.Second
+	DefaultDeployGracePeriod      = 3 * time.Minute
+	DefaultDeploymentTimeout      = 25 * time.Minute
+	DefaultDeployingTimeout       = 15 * time.Minute
+	DefaultHeartbeatFreshness     = 5 * time.Minute
+	DefaultHeartbeatGracePeriod   = 30 * time.Second
+	DefaultHeartbeatTimeout       = 5 * time.Minute
+	DefaultLeaveGracePeriod       = 15 * time.Second
+	DefaultMaxSkippedRecoveries   = 3
+	DefaultMaxRecoveryAttempts    = 3
+)
+
+// BotPoolSpec is the desired state of a pool: which image runs where, how many slots at most,
+// how many kept warm, and the timings of the slot lifecycle.
+//
+// +kubebuilder:validation:XValidation:rule="self.minIdle <= self.maxSlots",message="minIdle must not exceed maxSlots"
+type BotPoolSpec struct {
+	// Platform is the meeting platform every slot of this pool serves. Bots of another
+	// platform never land here. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="platform is immutable; create a new pool instead"
+	Platform Platform `json:"platform"`
+
+	// Image is the bot container image, optionally with a registry host (no tag: see imageTag).
+	// Private registries need `docker login` on the Coolify server.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	Image string `json:"image"`
+
+	// ImageTag is the tag of Image.
+	// +optional
+	// +kubebuilder:default=latest
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`
+	ImageTag string `json:"imageTag,omitempty"`
+
+	// Coolify says which Coolify instance, project, environment and server hold the slots.
+	// +required
+	Coolify CoolifyPlacement `json:"coolify"`
+
+	// Resources are the container limits of every slot.
+	// +optional
+	Resources SlotResources `json:"resources,omitempty"`
+
+	// MaxSlots is the most slots (Coolify applications) the pool ever holds.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxSlots int32 `json:"maxSlots,omitempty"`
+
+	// MinIdle is how many free, warm slots the pool keeps ready. 0 creates slots only when
+	// bots wait for one.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	MinIdle int32 `json:"minIdle"`
+
+	// MaxConcurrentDeployments caps the deployments in flight at once for this pool, so a
+	// burst of bots does not overrun the Coolify server's build queue.
+	// +optional
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxConcurrentDeployments int32 `json:"maxConcurrentDeployments,omitempty"`
+
+	// SlotEnvFrom names a Secret in the pool's namespace whose keys become environment
+	// variables of every slot's container (set once, when the slot's application is created).
+	// +optional
+	SlotEnvFrom *SecretReference `json:"slotEnvFrom,omitempty"`
+
+	// Queue holds the limits of the pool's wait queue.
+	// +optional
+	// +kubebuilder:default={}
+	Queue QueuePolicy `json:"queue,omitempty"`
+
+	// Timing holds the timers of the slot lifecycle and of bot liveness.
+	// +optional
+	// +kubebuilder:default={}
+	Timing Timing `json:"timing,omitempty"`
+}
+
+// CoolifyPlacement locates the slots' applications in Coolify.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.environmentName) || has(self.environmentUUID)",message="set environmentName or environmentUUID (at least one)"
+type CoolifyPlacement struct {
+	// CredentialsSecretRef names a Secret in the pool's namespace with the keys `url` (the
+	// Coolify base URL, e.g. https://coolify.example.com) and `token` (an API token with the
+	// read, write and deploy abilities).
+	// +required
+	CredentialsSecretRef SecretReference `json:"credentialsSecretRef"`
+
+	// ProjectUUID is the Coolify project that holds the applications.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	ProjectUUID string `json:"projectUUID"`
+
+	// ServerUUID is the Coolify server the containers run on (and whose image cache they share).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	ServerUUID string `json:"serverUUID"`
+
+	// EnvironmentName is the project environment, e.g. "production".
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	EnvironmentName string `json:"environmentName,omitempty"`
+
+	// EnvironmentUUID is the project environment by uuid; either it or environmentName is needed.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	EnvironmentUUID string `json:"environmentUUID,omitempty"`
+
+	// DestinationUUID picks the Docker network when the server has more than one destination.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	DestinationUUID string `json:"destinationUUID,omitempty"`
+}
+
+// SecretReference names a Secret in the referrer's namespace.
+type SecretReference struct {
+	// Name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// SlotResources are container limits in Docker's notation, passed to Coolify as they are.
+type SlotResources struct {
+	// CPUs is the CPU limit, e.g. "1" or "1.5".
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]+([.][0-9]+)?$`
+	CPUs string `json:"cpus,omitempty"`
+
+	// Memory is the memory limit with a unit b, k, m or g, e.g. "2048m" or "2g".
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]+[bkmgBKMG]$`
+	Memory string `json:"memory,omitempty"`
+}
+
+// QueuePolicy bounds how long bots wait for a slot.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultTimeout) || !has(self.maxTimeout) || duration(self.defaultTimeout) <= duration(self.maxTimeout)",message="defaultTimeout must not exceed maxTimeout"
+type QueuePolicy struct {
+	// DefaultTimeout is how long a bot without its own queueTimeout waits before it fails
+	// with QueueTimeout.
+	// +optional
+	// +kubebuilder:default="5m"
+	DefaultTimeout Duration `json:"defaultTimeout,omitempty"`
+
+	// MaxTimeout caps every bot's queueTimeout in this pool.
+	// +optional
+	// +kubebuilder:default="10m"
+	MaxTimeout Duration `json:"maxTimeout,omitempty"`
+}
+
+// Timing holds the timers of the slot lifecycle and of bot liveness. Every value has a
+// default; see the design's timing table for what each one guards against.
+type Timing struct {
+	// DeploymentPollInterval is how often a Deploying slot polls its deployment (±20% jitter).
+	// +optional
+	// +kubebuilder:default="15s"
+	DeploymentPollInterval Duration `json:"deploymentPollInterval,omitempty"`
+
+	// DeployGracePeriod is how long after a deploy an exited or stopped container is not yet
+	// a failure (Coolify's status lags the container).
+	// +optional
+	// +kubebuilder:default="3m"
+	DeployGracePeriod Duration `json:"deployGracePeriod,omitempty"`
+
+	// DeploymentTimeout fails a deployment that has not finished by then.
+	// +optional
+	// +kubebuilder:default="25m"
+	DeploymentTimeout Duration `json:"deploymentTimeout,omitempty"`
+
+	// DeployingTimeout is when a slot stuck in Deploying is looked at again, heartbeat-aware:
+	// a bot that still beats is never failed for a slow deployment.
+	// +optional
+	// +kubebuilder:default="15m"
+	DeployingTimeout Duration `json:"deployingTimeout,omitempty"`
+
+	// HeartbeatFreshness is how recent a heartbeat must be to count as proof of life when a
+	// Deploying slot is stale.
+	// +optional
+	// +kubebuilder:default="5m"
+	HeartbeatFreshness Duration `json:"heartbeatFreshness,omitempty"`
+
+	// HeartbeatGracePeriod is the silence after which a bot's Alive condition turns False
+	// (informational; it turns True again on the next beat).
+	// +optional
+	// +kubebuilder:default="30s"
+	HeartbeatGracePeriod Duration `json:"heartbeatGracePeriod,omitempty"`
+
+	// HeartbeatTimeout is the silence after which an active bot fails with HeartbeatTimeout.
+	// +optional
+	// +kubebuilder:default="5m"
+	HeartbeatTimeout Duration `json:"heartbeatTimeout,omitempty"`
+
+	// LeaveGracePeriod is how long a leaving bot gets before its container is stopped anyway.
+	// +optional
+	// +kubebuilder:default="15s"
+	LeaveGracePeriod Duration `json:"leaveGracePeriod,omitempty"`
+
+	// MaxSkippedRecoveries is how often a stale Deploying slot whose bot still beats is given
+	// more time before it is declared Busy.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MaxSkippedRecoveries int32 `json:"maxSkippedRecoveries"`
+
+	// MaxRecoveryAttempts is how many failed recoveries a slot in Error gets before its
+	// application and the slot are deleted (the pool recreates slots on demand).
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxRecoveryAttempts int32 `json:"maxRecoveryAttempts,omitempty"`
+}
+
+// BotPoolStatus is what the pool controller observed.
+type BotPoolStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Slots counts the pool's slots by phase.
+	// +optional
+	Slots SlotCounts `json:"slots,omitempty"`
+
+	// Queued is the number of bots of this pool waiting for a slot.
+	// +optional
+	Queued int32 `json:"queued,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// SlotCounts counts slots by phase.
+type SlotCounts struct {
+	Total     int32 `json:"total"`
+	Creating  int32 `json:"creating,omitempty"`
+	Idle      int32 `json:"idle"`
+	Deploying int32 `json:"deploying,omitempty"`
+	Busy      int32 `json:"busy"`
+	Releasing int32 `json:"releasing,omitempty"`
+	Error     int32 `json:"error,omitempty"`
+}
+
+// BotPool is a warm pool of identical Coolify applications (slots) for one meeting platform.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=bp;pool,categories=meetingbots
+// +kubebuilder:printcolumn:name="Platform",type=string,JSONPath=`.spec.platform`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.maxSlots`
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.slots.total`
+// +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.slots.idle`
+// +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.slots.busy`
+// +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.queued`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
+// +kubebuilder:printcolumn:name="Deploying",type=integer,JSONPath=`.status.slots.deploying`,priority=1
+// +kubebuilder:printcolumn:name="Error",type=integer,JSONPath=`.status.slots.error`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BotPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BotPoolSpec `json:"spec"`
+	// +optional
+	Status BotPoolStatus `json:"status,omitempty"`
+}
+
+// BotPoolList is a list of BotPools.
+//
+// +kubebuilder:object:root=true
+type BotPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BotPool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&BotPool{}, &BotPoolList{})
+}

@@ -1,0 +1,141 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// SlotPhase is where a slot is in its lifecycle:
+// Creating → Idle ⇄ (Deploying → Busy) → Releasing → Idle; any → Error → Idle or deleted.
+// +kubebuilder:validation:Enum=Creating;Idle;Deploying;Busy;Releasing;Error
+type SlotPhase string
+
+const (
+	// SlotCreating: the Coolify application is being created or adopted and its env set.
+	SlotCreating SlotPhase = "Creating"
+	// SlotIdle: the application exists, its container is stopped, no bot is bound.
+	SlotIdle SlotPhase = "Idle"
+	// SlotDeploying: a bot is bound and its deployment runs.
+	SlotDeploying SlotPhase = "Deploying"
+	// SlotBusy: the bound bot's container runs.
+	SlotBusy SlotPhase = "Busy"
+	// SlotReleasing: the bot let go; the container is being stopped.
+	SlotReleasing SlotPhase = "Releasing"
+	// SlotError: something failed; recovery stops the container and returns the slot to Idle.
+	SlotError SlotPhase = "Error"
+)
+
+// BotPoolSlotSpec is the desired state of one slot. The operator itself writes botRef when it
+// binds a bot; that field is the single source of truth of the bot↔slot relation.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.botRef) || !has(self.botRef) || self.botRef == oldSelf.botRef",message="botRef can only be set on a free slot; clear it before binding another bot"
+type BotPoolSlotSpec struct {
+	// Pool is the name of the BotPool (same namespace) the slot belongs to. Immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="pool is immutable"
+	Pool string `json:"pool"`
+
+	// BotRef is the bot bound to this slot; empty when the slot is free.
+	// +optional
+	BotRef *BotReference `json:"botRef,omitempty"`
+}
+
+// BotReference identifies a Bot by name and uid, so a Bot deleted and re-created under the
+// same name is never mistaken for the one that was bound.
+type BotReference struct {
+	// Name of the Bot in the slot's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// UID of the Bot.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	UID types.UID `json:"uid"`
+}
+
+// BotPoolSlotStatus is what the slot controller observed.
+type BotPoolSlotStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is where the slot is in its lifecycle.
+	// +optional
+	Phase SlotPhase `json:"phase,omitempty"`
+
+	// ApplicationUUID is the Coolify application of this slot.
+	// +optional
+	ApplicationUUID string `json:"applicationUUID,omitempty"`
+
+	// DeploymentUUID is the Coolify deployment in flight or last run.
+	// +optional
+	DeploymentUUID string `json:"deploymentUUID,omitempty"`
+
+	// LastUsedAt is when the slot was last released; binding prefers the least recently used.
+	// +optional
+	LastUsedAt *metav1.Time `json:"lastUsedAt,omitempty"`
+
+	// RecoveryAttempts counts failed recoveries from Error since the slot was last healthy.
+	// +optional
+	RecoveryAttempts int32 `json:"recoveryAttempts,omitempty"`
+
+	// SkippedRecoveries counts stale-deploying recoveries skipped because the bot still beats.
+	// +optional
+	SkippedRecoveries int32 `json:"skippedRecoveries,omitempty"`
+
+	// Message says in words what the slot is doing or what went wrong.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// BotPoolSlot is one Coolify application of a pool, with the bot image cached on its server.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=bps;slot,categories=meetingbots
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Bot",type=string,JSONPath=`.spec.botRef.name`
+// +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.status.applicationUUID`
+// +kubebuilder:printcolumn:name="Last used",type=date,JSONPath=`.status.lastUsedAt`
+// +kubebuilder:printcolumn:name="Deployment",type=string,JSONPath=`.status.deploymentUUID`,priority=1
+// +kubebuilder:printcolumn:name="Recoveries",type=integer,JSONPath=`.status.recoveryAttempts`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BotPoolSlot struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BotPoolSlotSpec `json:"spec"`
+	// +optional
+	Status BotPoolSlotStatus `json:"status,omitempty"`
+}
+
+// BotPoolSlotList is a list of BotPoolSlots.
+//
+// +kubebuilder:object:root=true
+type BotPoolSlotList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BotPoolSlot `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&BotPoolSlot{}, &BotPoolSlotList{})
+}

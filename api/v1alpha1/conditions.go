@@ -1,0 +1,30 @@
+package v1alpha1
+
+// Condition types. Ready, Reconciling and Stalled follow kstatus, so `kubectl wait` and GitOps
+// health checks understand every kind; the others are domain conditions.
+const (
+	// ConditionReady is True when the object is doing what its spec asks.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while the controller works towards the spec.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when progress needs a human (bad credentials, missing Secret…).
+	ConditionStalled = "Stalled"
+	// ConditionBound is True on a Bot that holds a slot.
+	ConditionBound = "Bound"
+	// ConditionAlive is True on a Bot whose container sends heartbeats.
+	ConditionAlive = "Alive"
+)
+
+// BotReason says why a Bot ended in Fatal (status.reason) or why a condition has its status.
+type BotReason string
+
+const (
+	ReasonQueueTimeout     BotReason = "QueueTimeout"
+	ReasonDeploymentFailed BotReason = "DeploymentFailed"
+	ReasonHeartbeatTimeout BotReason = "HeartbeatTimeout"
+	ReasonDeployingTimeout BotReason = "DeployingTimeout"
+	ReasonSlotLost         BotReason = "SlotLost"
+	ReasonMaxDuration      BotReason = "MaxDuration"
+	ReasonPoolNotFound     BotReason = "PoolNotFound"
+	ReasonBotReported      BotReason = "BotReported"
+)

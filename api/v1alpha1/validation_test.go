@@ -1,0 +1,413 @@
+package v1alpha1_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/kubetest"
+)
+
+var env *kubetest.Env
+
+func TestMain(m *testing.M) {
+	kubetest.Main(m, func(e *kubetest.Env) { env = e })
+}
+
+// Builders: each returns a valid object that the cases below break in one place.
+
+func pool(mutate ...func(*v1.BotPool)) *v1.BotPool {
+	p := &v1.BotPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool"},
+		Spec: v1.BotPoolSpec{
+			Platform: v1.PlatformZoom,
+			Image:    "ghcr.io/example/bot",
+			Coolify: v1.CoolifyPlacement{
+				CredentialsSecretRef: v1.SecretReference{Name: "coolify"},
+				ProjectUUID:          "p1",
+				ServerUUID:           "s1",
+				EnvironmentName:      "production",
+			},
+		},
+	}
+	for _, f := range mutate {
+		f(p)
+	}
+	return p
+}
+
+func bot(mutate ...func(*v1.Bot)) *v1.Bot {
+	b := &v1.Bot{
+		ObjectMeta: metav1.ObjectMeta{Name: "bot"},
+		Spec:       v1.BotSpec{MeetingURL: "https://us02web.zoom.us/j/123456789"},
+	}
+	for _, f := range mutate {
+		f(b)
+	}
+	return b
+}
+
+func slot(mutate ...func(*v1.BotPoolSlot)) *v1.BotPoolSlot {
+	s := &v1.BotPoolSlot{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-zoom-001"},
+		Spec:       v1.BotPoolSlotSpec{Pool: "pool"},
+	}
+	for _, f := range mutate {
+		f(s)
+	}
+	return s
+}
+
+func boundTo(name, uid string) func(*v1.BotPoolSlot) {
+	return func(s *v1.BotPoolSlot) { s.Spec.BotRef = &v1.BotReference{Name: name, UID: k8stypes.UID("uid-" + uid)} }
+}
+
+func TestInvalidObjectsAreRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		obj  client.Object
+		// set writes fields by dotted path into the object as sent, for values the typed
+		// client would drop (a zero int with omitempty, as `maxSlots: 0` in a YAML file).
+		set map[string]any
+		// update, when set, is applied to obj after a successful create; the update must be
+		// refused. Without it the create itself must be refused.
+		update func(client.Object)
+		want   string
+	}{
+		// Bot
+		{name: "http meeting URL", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "http://meet.google.com/abc-defg-hij" }),
+			want: "meetingUrl must be an https:// URL"},
+		{name: "meeting URL that is no URL", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "meet.google.com abc" }),
+			want: "meetingUrl must be an https:// URL"},
+		{name: "unsupported host", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "https://webex.com/meet/x" }),
+			want: "meetingUrl must link to Google Meet"},
+		{name: "look-alike host", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "https://zoom.us.evil.example/j/1" }),
+			want: "meetingUrl must link to Google Meet"},
+		{name: "real host as user info", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "https://meet.google.com@evil.example/x" }),
+			want: "meetingUrl must link to Google Meet"},
+		{name: "host that only ends like zoom.us", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "https://notzoom.us/j/1" }),
+			want: "meetingUrl must link to Google Meet"},
+		{name: "missing meeting URL", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "" }),
+			want: "meetingUrl must be an https:// URL"},
+		{name: "wrong platform for the URL's host", obj: bot(func(b *v1.Bot) { b.Spec.Platform = v1.PlatformGoogleMeet }),
+			want: "platform does not match the meetingUrl"},
+		{name: "teams URL declared as zoom", obj: bot(func(b *v1.Bot) {
+			b.Spec.MeetingURL = "https://teams.microsoft.com/l/meetup-join/x"
+			b.Spec.Platform = v1.PlatformZoom
+		}), want: "platform does not match the meetingUrl"},
+		{name: "unknown platform", obj: bot(func(b *v1.Bot) { b.Spec.Platform = "webex" }),
+			want: `Unsupported value: "webex"`},
+		{name: "queueTimeout 11m", obj: bot(func(b *v1.Bot) { b.Spec.QueueTimeout = "11m" }),
+			want: "queueTimeout must be at most 10m"},
+		{name: "negative queueTimeout", obj: bot(func(b *v1.Bot) { b.Spec.QueueTimeout = "-1m" }),
+			want: "must be a positive duration"},
+		{name: "zero maxDuration", obj: bot(func(b *v1.Bot) { b.Spec.MaxDuration = "0s" }),
+			want: "must be a positive duration"},
+		{name: "maxDuration over a day", obj: bot(func(b *v1.Bot) { b.Spec.MaxDuration = "25h" }),
+			want: "maxDuration must be at most 24h"},
+		{name: "duration in words", obj: bot(func(b *v1.Bot) { b.Spec.AutomaticLeave.WaitingRoomTimeout = "5 minutes" }),
+			want: "spec.automaticLeave.waitingRoomTimeout: Invalid value"},
+		{name: "priority above 1000", obj: bot(func(b *v1.Bot) { b.Spec.Priority = 1001 }),
+			want: "spec.priority: Invalid value: 1001: spec.priority in body should be less than or equal to 1000"},
+		{name: "priority below -1000", obj: bot(func(b *v1.Bot) { b.Spec.Priority = -1001 }),
+			want: "should be greater than or equal to -1000"},
+		{name: "display name over 100 characters", obj: bot(func(b *v1.Bot) { b.Spec.DisplayName = strings.Repeat("x", 101) }),
+			want: "spec.displayName: Too long"},
+		{name: "ftp callback", obj: bot(func(b *v1.Bot) { b.Spec.CallbackURL = "ftp://hooks.example.com/x" }),
+			want: "callbackURL must be an http:// or https:// URL"},
+		{name: "negative ttlAfterFinished", obj: bot(func(b *v1.Bot) { b.Spec.TTLAfterFinished = "-1h" }),
+			want: "spec.ttlAfterFinished: Invalid value"},
+		{name: "changed meeting URL", obj: bot(), update: func(o client.Object) {
+			o.(*v1.Bot).Spec.MeetingURL = "https://zoom.us/j/999"
+		}, want: "meetingUrl is immutable"},
+
+		// BotPool
+		{name: "maxSlots 0", obj: pool(), set: map[string]any{"spec.maxSlots": int64(0)},
+			want: "spec.maxSlots: Invalid value: 0: spec.maxSlots in body should be greater than or equal to 1"},
+		{name: "negative minIdle", obj: pool(func(p *v1.BotPool) { p.Spec.MinIdle = -1 }),
+			want: "spec.minIdle: Invalid value: -1: spec.minIdle in body should be greater than or equal to 0"},
+		{name: "maxSlots over 1000", obj: pool(func(p *v1.BotPool) { p.Spec.MaxSlots = 1001 }),
+			want: "should be less than or equal to 1000"},
+		{name: "minIdle above maxSlots", obj: pool(func(p *v1.BotPool) { p.Spec.MaxSlots = 5; p.Spec.MinIdle = 6 }),
+			want: "minIdle must not exceed maxSlots"},
+		{name: "missing platform", obj: pool(func(p *v1.BotPool) { p.Spec.Platform = "" }),
+			want: `spec.platform: Unsupported value: ""`},
+		{name: "missing image", obj: pool(func(p *v1.BotPool) { p.Spec.Image = "" }),
+			want: "spec.image: Invalid value"},
+		{name: "no environment", obj: pool(func(p *v1.BotPool) { p.Spec.Coolify.EnvironmentName = "" }),
+			want: "set environmentName or environmentUUID (at least one)"},
+		{name: "missing credentials Secret name", obj: pool(func(p *v1.BotPool) { p.Spec.Coolify.CredentialsSecretRef.Name = "" }),
+			want: "spec.coolify.credentialsSecretRef.name"},
+		{name: "queue default above max", obj: pool(func(p *v1.BotPool) { p.Spec.Queue = v1.QueuePolicy{DefaultTimeout: "8m", MaxTimeout: "6m"} }),
+			want: "defaultTimeout must not exceed maxTimeout"},
+		{name: "negative poll interval", obj: pool(func(p *v1.BotPool) { p.Spec.Timing.DeploymentPollInterval = "-15s" }),
+			want: `spec.timing.deploymentPollInterval: Invalid value: "-15s": must be a positive duration such as 30s, 5m or 1h30m`},
+		{name: "zero heartbeat timeout", obj: pool(func(p *v1.BotPool) { p.Spec.Timing.HeartbeatTimeout = "0s" }),
+			want: `spec.timing.heartbeatTimeout: Invalid value: "0s": must be a positive duration`},
+		{name: "no concurrent deployments", obj: pool(), set: map[string]any{"spec.maxConcurrentDeployments": int64(0)},
+			want: "spec.maxConcurrentDeployments: Invalid value: 0"},
+		{name: "zero recovery attempts", obj: pool(), set: map[string]any{"spec.timing.maxRecoveryAttempts": int64(0)},
+			want: "spec.timing.maxRecoveryAttempts: Invalid value: 0"},
+		{name: "memory with a unit Docker does not know", obj: pool(func(p *v1.BotPool) { p.Spec.Resources.Memory = "2GB" }),
+			want: "spec.resources.memory: Invalid value: \"2GB\""},
+		{name: "changed platform", obj: pool(), update: func(o client.Object) {
+			o.(*v1.BotPool).Spec.Platform = v1.PlatformGoogleMeet
+		}, want: "platform is immutable"},
+
+		// BotPoolSlot
+		{name: "slot without pool", obj: slot(func(s *v1.BotPoolSlot) { s.Spec.Pool = "" }),
+			want: "spec.pool: Invalid value"},
+		{name: "bot reference without uid", obj: slot(func(s *v1.BotPoolSlot) { s.Spec.BotRef = &v1.BotReference{Name: "b"} }),
+			want: "spec.botRef.uid"},
+		{name: "changed pool", obj: slot(), update: func(o client.Object) {
+			o.(*v1.BotPoolSlot).Spec.Pool = "other"
+		}, want: "pool is immutable"},
+		{name: "binding a slot that is already bound", obj: slot(boundTo("a", "1")), update: func(o client.Object) {
+			boundTo("b", "2")(o.(*v1.BotPoolSlot))
+		}, want: "botRef can only be set on a free slot"},
+	}
+	if len(tests) < 20 {
+		t.Fatalf("the issue asks for at least 20 invalid objects, the table has %d", len(tests))
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			tt.obj.SetNamespace(env.Namespace(t))
+			err := env.Client.Create(ctx, withFields(t, tt.obj, tt.set))
+			if tt.update != nil {
+				if err != nil {
+					t.Fatalf("creating the valid object to update: %v", err)
+				}
+				tt.update(tt.obj)
+				err = env.Client.Update(ctx, tt.obj)
+			}
+			if err == nil {
+				t.Fatalf("accepted; want refused with %q", tt.want)
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("error %v is not an Invalid error", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error\n  %v\ndoes not contain\n  %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidObjectsAreAccepted(t *testing.T) {
+	tests := []struct {
+		name   string
+		obj    client.Object
+		update func(client.Object)
+	}{
+		{name: "zoom subdomain", obj: bot()},
+		{name: "bare zoom.us", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "https://zoom.us/j/1"; b.Spec.Platform = v1.PlatformZoom })},
+		{name: "teams.live.com", obj: bot(func(b *v1.Bot) {
+			b.Spec.MeetingURL = "https://teams.live.com/meet/9876"
+			b.Spec.Platform = v1.PlatformMicrosoftTeams
+		})},
+		{name: "upper-case host", obj: bot(func(b *v1.Bot) { b.Spec.MeetingURL = "https://Meet.Google.com/abc-defg-hij" })},
+		{name: "fractional and compound durations", obj: bot(func(b *v1.Bot) {
+			b.Spec.QueueTimeout = "1m30s"
+			b.Spec.MaxDuration = "1.5h"
+			b.Spec.TTLAfterFinished = "720h"
+		})},
+		{name: "queueTimeout exactly 10m", obj: bot(func(b *v1.Bot) { b.Spec.QueueTimeout = "10m" })},
+		{name: "pool by environment uuid", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Coolify.EnvironmentName = ""
+			p.Spec.Coolify.EnvironmentUUID = "e1"
+		})},
+		{name: "minIdle equal to maxSlots", obj: pool(func(p *v1.BotPool) { p.Spec.MaxSlots = 3; p.Spec.MinIdle = 3 })},
+		{name: "pool settings may change", obj: pool(), update: func(o client.Object) {
+			p := o.(*v1.BotPool)
+			p.Spec.MaxSlots, p.Spec.ImageTag, p.Spec.Timing.DeployingTimeout = 7, "v2", "20m"
+		}},
+		{name: "binding a free slot", obj: slot(), update: func(o client.Object) { boundTo("a", "1")(o.(*v1.BotPoolSlot)) }},
+		{name: "releasing a bound slot", obj: slot(boundTo("a", "1")), update: func(o client.Object) {
+			o.(*v1.BotPoolSlot).Spec.BotRef = nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			tt.obj.SetNamespace(env.Namespace(t))
+			if err := env.Client.Create(ctx, tt.obj); err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if tt.update != nil {
+				tt.update(tt.obj)
+				if err := env.Client.Update(ctx, tt.obj); err != nil {
+					t.Fatalf("update refused: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestSamplesAreAcceptedAndDefaulted applies every object of config/samples and checks the
+// defaults the API server filled in against what the samples' comments and the docs promise.
+func TestSamplesAreAcceptedAndDefaulted(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+
+	wantDefaults := map[string]func(t *testing.T, key client.ObjectKey){
+		"Secret/coolify-credentials": func(*testing.T, client.ObjectKey) {},
+		"BotPool/google-meet": func(t *testing.T, key client.ObjectKey) {
+			var p v1.BotPool
+			get(t, key, &p)
+			s := p.Spec
+			expect(t, "imageTag", s.ImageTag, v1.DefaultImageTag)
+			expect(t, "maxSlots", s.MaxSlots, int32(10))
+			expect(t, "minIdle", s.MinIdle, int32(2))
+			expect(t, "maxConcurrentDeployments", s.MaxConcurrentDeployments, int32(v1.DefaultMaxConcurrentDeployments))
+			expect(t, "queue.defaultTimeout", s.Queue.DefaultTimeout.Duration(), v1.DefaultQueueTimeout)
+			expect(t, "queue.maxTimeout", s.Queue.MaxTimeout.Duration(), v1.DefaultMaxQueueTimeout)
+			tm := s.Timing
+			expect(t, "timing.deploymentPollInterval", tm.DeploymentPollInterval.Duration(), v1.DefaultDeploymentPollInterval)
+			expect(t, "timing.deployGracePeriod", tm.DeployGracePeriod.Duration(), v1.DefaultDeployGracePeriod)
+			expect(t, "timing.deploymentTimeout", tm.DeploymentTimeout.Duration(), v1.DefaultDeploymentTimeout)
+			expect(t, "timing.deployingTimeout", tm.DeployingTimeout.Duration(), v1.DefaultDeployingTimeout)
+			expect(t, "timing.heartbeatFreshness", tm.HeartbeatFreshness.Duration(), v1.DefaultHeartbeatFreshness)
+			expect(t, "timing.heartbeatGracePeriod", tm.HeartbeatGracePeriod.Duration(), v1.DefaultHeartbeatGracePeriod)
+			expect(t, "timing.heartbeatTimeout", tm.HeartbeatTimeout.Duration(), v1.DefaultHeartbeatTimeout)
+			expect(t, "timing.leaveGracePeriod", tm.LeaveGracePeriod.Duration(), v1.DefaultLeaveGracePeriod)
+			expect(t, "timing.maxSkippedRecoveries", tm.MaxSkippedRecoveries, int32(v1.DefaultMaxSkippedRecoveries))
+			expect(t, "timing.maxRecoveryAttempts", tm.MaxRecoveryAttempts, int32(v1.DefaultMaxRecoveryAttempts))
+		},
+		"Bot/standup": func(t *testing.T, key client.ObjectKey) {
+			var b v1.Bot
+			get(t, key, &b)
+			s := b.Spec
+			expect(t, "platform (derived later, not defaulted)", s.Platform, v1.Platform(""))
+			expect(t, "priority", s.Priority, int32(0))
+			expect(t, "queueTimeout (the pool's default applies)", s.QueueTimeout, v1.Duration(""))
+			expect(t, "maxDuration", s.MaxDuration.Duration(), v1.DefaultMaxDuration)
+			expect(t, "recording.enabled", s.Recording.Enabled, false)
+			expect(t, "automaticLeave.waitingRoomTimeout", s.AutomaticLeave.WaitingRoomTimeout.Duration(), 10*time.Minute)
+			expect(t, "automaticLeave.noOneJoinedTimeout", s.AutomaticLeave.NoOneJoinedTimeout.Duration(), 10*time.Minute)
+			expect(t, "automaticLeave.everyoneLeftTimeout", s.AutomaticLeave.EveryoneLeftTimeout.Duration(), 30*time.Second)
+			expect(t, "automaticLeave.inactivityTimeout", s.AutomaticLeave.InactivityTimeout.Duration(), 30*time.Minute)
+			expect(t, "ttlAfterFinished (kept forever)", s.TTLAfterFinished, v1.Duration(""))
+		},
+		"Bot/board-meeting": func(t *testing.T, key client.ObjectKey) {
+			var b v1.Bot
+			get(t, key, &b)
+			s := b.Spec
+			expect(t, "priority", s.Priority, int32(100))
+			expect(t, "queueTimeout", s.QueueTimeout.Duration(), 8*time.Minute)
+			expect(t, "maxDuration", s.MaxDuration.Duration(), 3*time.Hour)
+			expect(t, "recording.enabled", s.Recording.Enabled, true)
+			expect(t, "automaticLeave.waitingRoomTimeout", s.AutomaticLeave.WaitingRoomTimeout.Duration(), 15*time.Minute)
+			expect(t, "automaticLeave.everyoneLeftTimeout (defaulted beside a set sibling)", s.AutomaticLeave.EveryoneLeftTimeout.Duration(), 30*time.Second)
+			expect(t, "startTime", s.StartTime.UTC().Format(time.RFC3339), "2030-01-15T14:00:00Z")
+		},
+	}
+
+	seen := map[string]bool{}
+	for _, obj := range readSamples(t) {
+		id := obj.GetKind() + "/" + obj.GetName()
+		check, ok := wantDefaults[id]
+		if !ok {
+			t.Errorf("sample %s has no expectations in this test: add them", id)
+			continue
+		}
+		obj.SetNamespace(ns)
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Errorf("sample %s refused: %v", id, err)
+			continue
+		}
+		seen[id] = true
+		t.Run(id, func(t *testing.T) { check(t, client.ObjectKey{Namespace: ns, Name: obj.GetName()}) })
+	}
+	for id := range wantDefaults {
+		if !seen[id] {
+			t.Errorf("expected sample %s was not found in config/samples", id)
+		}
+	}
+}
+
+// withFields returns obj itself when fields is empty, else an unstructured copy with the fields
+// set.
+func withFields(t *testing.T, obj client.Object, fields map[string]any) client.Object {
+	t.Helper()
+	if len(fields) == 0 {
+		return obj
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	gvk, err := apiutil.GVKForObject(obj, env.Scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.SetGroupVersionKind(gvk)
+	for path, v := range fields {
+		if err := unstructured.SetNestedField(u.Object, v, strings.Split(path, ".")...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return u
+}
+
+func readSamples(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(kubetest.RepoRoot(), "config", "samples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if len(u.Object) > 0 {
+				objs = append(objs, u)
+			}
+		}
+	}
+	return objs
+}
+
+func get(t *testing.T, key client.ObjectKey, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Get(context.Background(), key, obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func expect[T comparable](t *testing.T, field string, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s = %v, want %v", field, got, want)
+	}
+}

@@ -1,0 +1,165 @@
+// Command botpool runs the botpool manager: the controllers that keep warm pools of
+// meeting-bot containers on Coolify, and (as later parts land) the HTTP API the bot containers
+// call. One binary, leader-elected, so several replicas can run for availability.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// options are the manager's command-line settings.
+type options struct {
+	metricsAddr             string
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionNamespace string
+	// kubeAPIQPS and kubeAPIBurst replace client-go's 20/30, which would throttle an allocator
+	// binding hundreds of bots a second long before the API server is the limit.
+	kubeAPIQPS              float64
+	kubeAPIBurst            int
+	maxConcurrentReconciles int
+	// databaseURL is the Postgres DSN; empty selects the embedded in-memory store.
+	databaseURL string
+	botAPIAddr  string
+	zap         zap.Options
+}
+
+func parseFlags(args []string) (options, error) {
+	o := options{zap: zap.Options{Development: false}}
+	fs := flag.NewFlagSet("botpool", flag.ContinueOnError)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so only one replica reconciles at a time.")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's namespace in a cluster.")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 500, "Sustained requests per second to the Kubernetes API server.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 1000, "Burst of requests to the Kubernetes API server.")
+	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 8, "Reconciles each controller runs at once.")
+	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("BOTPOOL_DATABASE_URL"), "Postgres URL or DSN for liveness, projection and audit (env BOTPOOL_DATABASE_URL); empty uses the embedded in-memory store.")
+	fs.StringVar(&o.botAPIAddr, "bot-api-bind-address", ":8082", "Address of the HTTP API that bot containers call.")
+	o.zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	return o, o.validate()
+}
+
+func (o options) validate() error {
+	var errs []error
+	if o.kubeAPIQPS <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %v", o.kubeAPIQPS))
+	}
+	if o.kubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst must be at least 1, got %d", o.kubeAPIBurst))
+	}
+	if o.maxConcurrentReconciles < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.maxConcurrentReconciles))
+	}
+	if _, _, err := net.SplitHostPort(o.botAPIAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--bot-api-bind-address %q: %w", o.botAPIAddr, err))
+	}
+	if o.databaseURL != "" {
+		// Parse only: a typo should stop the manager at start, not at the first heartbeat.
+		// The error text of pgconn never includes the password.
+		if _, err := pgconn.ParseConfig(o.databaseURL); err != nil {
+			errs = append(errs, fmt.Errorf("--database-url: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(botpoolv1alpha1.AddToScheme(s))
+	return s
+}
+
+// newManager builds the manager with its probes; controllers register on it as they land.
+func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS = float32(o.kubeAPIQPS)
+	cfg.Burst = o.kubeAPIBurst
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        newScheme(),
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "botpool-manager.botpool.dev",
+		LeaderElectionNamespace:       o.leaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding healthz check: %w", err)
+	}
+	// Ready once the informer caches are synced: before that a replica would answer from an
+	// empty cache.
+	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("informer caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding readyz check: %w", err)
+	}
+	return mgr, nil
+}
+
+func run(ctx context.Context, cfg *rest.Config, o options) error {
+	log := ctrl.Log.WithName("setup")
+	mgr, err := newManager(cfg, o)
+	if err != nil {
+		return err
+	}
+	if o.databaseURL == "" {
+		log.Info("No --database-url given: liveness and audit use the embedded in-memory store, lost on restart")
+	}
+	log.Info("Starting manager", "leaderElect", o.leaderElect, "kubeAPIQPS", o.kubeAPIQPS, "kubeAPIBurst", o.kubeAPIBurst)
+	return mgr.Start(ctx)
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	logger := zap.New(zap.UseFlagOptions(&o.zap))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+
+	if err := run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), o); err != nil {
+		ctrl.Log.Error(err, "Manager stopped")
+		os.Exit(1)
+	}
+}
