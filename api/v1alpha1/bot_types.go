@@ -254,7 +254,3 @@ type BotList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Bot `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Bot{}, &BotList{})
-}

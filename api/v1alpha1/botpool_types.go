@@ -311,7 +311,3 @@ type BotPoolList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BotPool `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&BotPool{}, &BotPoolList{})
-}

@@ -135,7 +135,3 @@ type BotPoolSlotList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BotPoolSlot `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&BotPoolSlot{}, &BotPoolSlotList{})
-}

@@ -104,9 +104,8 @@ func (s *Server) exec(ctx context.Context, sql string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, sql)
-	return err
+	return errors.Join(err, conn.Close(ctx))
 }
 
 // Stop shuts the server down cleanly, keeping its data: tests use it (with Resume) to check
@@ -227,10 +226,10 @@ func isExecutable(path string) bool {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
 }

@@ -70,7 +70,14 @@ func TestServerLifecycle(t *testing.T) {
 	if err := s.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-
+	conn, err = pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("reconnecting after restart: %v", err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
 }
 
 func TestFindBinDir(t *testing.T) {

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"botpool.dev/botpool/internal/kubetest"
+)
+
+var env *kubetest.Env
+
+func TestMain(m *testing.M) {
+	kubetest.Main(m, func(e *kubetest.Env) { env = e })
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Setenv("BOTPOOL_DATABASE_URL", "")
+	defaults, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !defaults.leaderElect || defaults.kubeAPIQPS < 100 || defaults.kubeAPIBurst < 200 || defaults.databaseURL != "" {
+		t.Errorf("defaults = %+v: want leader election on, an API client far above client-go's 20/30 QPS, the in-memory store", defaults)
+	}
+
+	t.Setenv("BOTPOOL_DATABASE_URL", "postgres://botpool@db:5432/botpool")
+	fromEnv, err := parseFlags(nil)
+	if err != nil || fromEnv.databaseURL != "postgres://botpool@db:5432/botpool" {
+		t.Errorf("database URL from the environment: %q, %v", fromEnv.databaseURL, err)
+	}
+
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--kube-api-qps=800", "--kube-api-burst=1600", "--max-concurrent-reconciles=16", "--leader-elect=false"}, ""},
+		{[]string{"--kube-api-qps=0"}, "--kube-api-qps must be positive"},
+		{[]string{"--kube-api-burst=0"}, "--kube-api-burst must be at least 1"},
+		{[]string{"--max-concurrent-reconciles=0"}, "--max-concurrent-reconciles must be at least 1"},
+		{[]string{"--bot-api-bind-address=8082"}, "--bot-api-bind-address"},
+		{[]string{"--database-url=postgres://u:secret@db:notaport/x"}, "--database-url"},
+		{[]string{"--no-such-flag"}, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, err := parseFlags(tt.args)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Fatalf("error %q leaks the database password", err)
+			}
+		})
+	}
+}
+
+// TestManagerServesProbes starts the manager against a real API server and checks that it
+// reports healthy and, once its caches sync, ready; and that it stops cleanly.
+func TestManagerServesProbes(t *testing.T) {
+	probeAddr := freeAddr(t)
+	o, err := parseFlags([]string{
+		"--leader-elect=true", "--leader-election-namespace=" + env.Namespace(t),
+		"--health-probe-bind-address=" + probeAddr, "--metrics-bind-address=" + freeAddr(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, env.Config, o) }()
+
+	for _, path := range []string{"/healthz", "/readyz"} {
+		url := fmt.Sprintf("http://%s%s", probeAddr, path)
+		waitFor(t, 30*time.Second, func() error {
+			resp, err := http.Get(url)
+			if err != nil {
+				return err
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s answered %d", url, resp.StatusCode)
+			}
+			return nil
+		})
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("manager stopped with an error: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("manager did not stop within 30s of its context ending")
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+func waitFor(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDeploymentArgsAreKnownFlags keeps config/manager in step with the flags: a renamed flag
+// would otherwise crash-loop the deployed manager.
+func TestDeploymentArgsAreKnownFlags(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("config", "manager", "manager.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind != "Deployment" {
+			continue
+		}
+		found = true
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if _, err := parseFlags(c.Args); err != nil {
+				t.Errorf("container %s: args %v: %v", c.Name, c.Args, err)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no Deployment in config/manager/manager.yaml")
+	}
+}
