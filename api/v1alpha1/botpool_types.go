@@ -154,12 +154,14 @@ type SecretReference struct {
 type SlotResources struct {
 	// CPUs is the CPU limit, e.g. "1" or "1.5".
 	// +optional
-	// +kubebuilder:validation:Pattern=`^[0-9]+([.][0-9]+)?$`
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+([.][0-9]+)?$')",message="cpus must be a number of CPUs such as 1 or 1.5"
 	CPUs string `json:"cpus,omitempty"`
 
 	// Memory is the memory limit with a unit b, k, m or g, e.g. "2048m" or "2g".
 	// +optional
-	// +kubebuilder:validation:Pattern=`^[0-9]+[bkmgBKMG]$`
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+[bkmgBKMG]$')",message="memory must be a number with a unit b, k, m or g, such as 2048m or 2g"
 	Memory string `json:"memory,omitempty"`
 }
 

@@ -165,7 +165,9 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{name: "zero recovery attempts", obj: pool(), set: map[string]any{"spec.timing.maxRecoveryAttempts": int64(0)},
 			want: "spec.timing.maxRecoveryAttempts: Invalid value: 0"},
 		{name: "memory with a unit Docker does not know", obj: pool(func(p *v1.BotPool) { p.Spec.Resources.Memory = "2GB" }),
-			want: "spec.resources.memory: Invalid value: \"2GB\""},
+			want: `spec.resources.memory: Invalid value: "2GB": memory must be a number with a unit b, k, m or g`},
+		{name: "CPUs as a quantity", obj: pool(func(p *v1.BotPool) { p.Spec.Resources.CPUs = "500m" }),
+			want: `spec.resources.cpus: Invalid value: "500m": cpus must be a number of CPUs such as 1 or 1.5`},
 		{name: "changed platform", obj: pool(), update: func(o client.Object) {
 			o.(*v1.BotPool).Spec.Platform = v1.PlatformGoogleMeet
 		}, want: "platform is immutable"},
@@ -203,6 +205,7 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 			if !apierrors.IsInvalid(err) {
 				t.Fatalf("error %v is not an Invalid error", err)
 			}
+			t.Log(err)
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error\n  %v\ndoes not contain\n  %s", err, tt.want)
 			}
