@@ -1,0 +1,144 @@
+// Package store keeps what the operator knows outside the API server: bot liveness
+// (heartbeats), a projection of Bots and BotPoolSlots into SQL tables for dashboards and as a
+// second safety net for the binding (UNIQUE constraints), the audit log of slot transitions,
+// and the events bots report. Two implementations share the Store interface: Postgres
+// (store/postgres) and an in-memory one (store/memory), the embedded default.
+//
+// The operator must keep working while Postgres is down: writes are buffered with a bound and
+// replayed when the server returns, and reads answer ErrUnavailable — "unknown", never
+// "dead" — so no bot is ever failed for lack of data.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var (
+	// ErrUnavailable means the store cannot answer now (Postgres unreachable). Callers treat
+	// the answer as unknown: they never conclude that a bot is dead from it.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrBuffered means a write was accepted into the bounded outage buffer but is not yet
+	// durable; it will be written when the database returns.
+	ErrBuffered = errors.New("write buffered until the store is available again")
+	// ErrConflict means a write broke a uniqueness rule of the projection (a slot name, an
+	// application uuid or a bot assigned twice): a bug upstream, surfaced, never swallowed.
+	ErrConflict = errors.New("projection conflict")
+)
+
+// Store is the operator's view of its database. Every method is safe for concurrent use.
+type Store interface {
+	// RecordHeartbeat upserts the liveness of one bot. Heartbeats of many bots are written
+	// together (one statement per batch); the call returns once the batch holding this beat
+	// is committed (nil), or ErrBuffered during an outage. A beat for a bot whose record was
+	// removed recreates it.
+	RecordHeartbeat(ctx context.Context, hb Heartbeat) error
+
+	// LastHeartbeats returns the latest heartbeat time of each of the given bots that has one,
+	// in one query. Bots never seen are absent from the map. During an outage it returns
+	// ErrUnavailable.
+	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
+
+	// UpsertBot writes the projection of one Bot.
+	UpsertBot(ctx context.Context, bot BotRecord) error
+	// DeleteBot removes a Bot's projection and liveness.
+	DeleteBot(ctx context.Context, uid types.UID) error
+
+	// UpsertSlot writes the projection of one BotPoolSlot; ErrConflict when another slot has
+	// the same application uuid or the same assigned bot.
+	UpsertSlot(ctx context.Context, slot SlotRecord) error
+	// DeleteSlot removes a slot's projection.
+	DeleteSlot(ctx context.Context, namespace, name string) error
+
+	// RecordTransition appends one slot transition to the audit log.
+	RecordTransition(ctx context.Context, t Transition) error
+
+	// AppendBotEvents appends events reported by a bot.
+	AppendBotEvents(ctx context.Context, events []BotEvent) error
+
+	// Status reports whether the database is reachable and how much waits in the buffer,
+	// for a condition and metrics.
+	Status() Status
+
+	// Close flushes what it can and releases connections.
+	Close() error
+}
+
+// Heartbeat is one proof of life from a bot container.
+type Heartbeat struct {
+	BotUID    types.UID
+	Namespace string
+	Name      string
+	At        time.Time
+}
+
+// BotRecord is the projection of a Bot.
+type BotRecord struct {
+	UID             types.UID
+	Namespace       string
+	Name            string
+	Platform        string
+	Phase           string
+	Pool            string
+	SlotName        string
+	ApplicationUUID string
+	CreatedAt       time.Time
+	FinishedAt      *time.Time
+}
+
+// SlotRecord is the projection of a BotPoolSlot.
+type SlotRecord struct {
+	Namespace       string
+	Name            string
+	Pool            string
+	Phase           string
+	ApplicationUUID string    // empty until the application exists
+	BotUID          types.UID // empty when the slot is free
+	BotName         string
+	LastUsedAt      *time.Time
+	UpdatedAt       time.Time
+}
+
+// Transition is one change of a slot's phase, for the audit log.
+type Transition struct {
+	Namespace       string
+	Slot            string
+	Pool            string
+	From            string
+	To              string
+	BotUID          types.UID
+	BotName         string
+	ApplicationUUID string
+	Reason          string
+	CorrelationID   string
+	At              time.Time
+}
+
+// BotEvent is something a bot reported (a participant joined, a log line…).
+type BotEvent struct {
+	BotUID    types.UID
+	Namespace string
+	Name      string
+	Type      string
+	Data      json.RawMessage
+	At        time.Time
+}
+
+// Status is the store's health.
+type Status struct {
+	// Available is false while the database cannot be reached.
+	Available bool
+	// Since is when Available last changed.
+	Since time.Time
+	// Buffered counts writes waiting for the database.
+	Buffered int
+	// Dropped counts buffered writes given up because the buffer was full (append-only rows
+	// only: the latest heartbeat and projection of each object are always kept).
+	Dropped int64
+	// LastError is the last database error, for logs and conditions.
+	LastError string
+}
