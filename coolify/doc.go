@@ -1,0 +1,10 @@
+// Package coolify is the operator's client for the Coolify v4 API: the narrow set of calls a bot
+// pool needs (servers, projects, docker-image applications, envs, deployments), with a shared
+// per-instance rate limiter, retries that honour Retry-After, typed errors, version gating and
+// Prometheus metrics.
+//
+// The behaviour it follows is the server's, as written down in shared/coolify/CONTRACT.md, not
+// the published openapi.yaml where the two disagree. Controllers depend on the API interface so
+// that unit tests can use a hand-written fake; behaviour tests use the simulator in
+// coolify/sim.
+package coolify

@@ -1,0 +1,66 @@
+package coolify
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the client's Prometheus collectors. One Metrics may serve many clients.
+type Metrics struct {
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	retries   *prometheus.CounterVec
+	throttled *prometheus.CounterVec
+	waits     *prometheus.CounterVec
+}
+
+// NewMetrics builds the collectors and registers them with reg; a nil reg registers nothing.
+// Registering twice with one registry reuses the collectors already there, so tests and the
+// operator can build many clients.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_coolify_requests_total",
+			Help: "Coolify API requests by operation and HTTP status code (\"error\" for transport failures).",
+		}, []string{"operation", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "botpool_coolify_request_duration_seconds",
+			Help:    "Latency of one Coolify API request attempt.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"operation"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_coolify_retries_total",
+			Help: "Coolify API request retries by operation and reason.",
+		}, []string{"operation", "reason"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_coolify_throttled_seconds_total",
+			Help: "Time spent waiting for the client-side rate limiter.",
+		}, []string{"operation"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_coolify_throttle_waits_total",
+			Help: "Requests that had to wait for the client-side rate limiter.",
+		}, []string{"operation"}),
+	}
+	if reg != nil {
+		m.requests = register(reg, m.requests)
+		m.duration = register(reg, m.duration)
+		m.retries = register(reg, m.retries)
+		m.throttled = register(reg, m.throttled)
+		m.waits = register(reg, m.waits)
+	}
+	return m
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		// A conflicting collector of another shape: keep ours unregistered rather than panic.
+	}
+	return c
+}

@@ -1,0 +1,125 @@
+package coolify
+
+// Server is a machine Coolify deploys to.
+type Server struct {
+	UUID     string         `json:"uuid"`
+	Name     string         `json:"name"`
+	IP       string         `json:"ip,omitempty"`
+	Settings ServerSettings `json:"settings"`
+}
+
+// ServerSettings are the capacity knobs of a server.
+type ServerSettings struct {
+	// ConcurrentBuilds is how many deployments the server runs at once (default 2).
+	ConcurrentBuilds int `json:"concurrent_builds"`
+	// DeploymentQueueLimit is how many may be queued (default 25).
+	DeploymentQueueLimit int `json:"deployment_queue_limit"`
+}
+
+// Project groups environments.
+type Project struct {
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+// Environment is a project's environment.
+type Environment struct {
+	UUID string `json:"uuid"`
+	Name string `json:"name"`
+}
+
+// Destination is a Docker network on a server.
+type Destination struct {
+	UUID       string `json:"uuid"`
+	Name       string `json:"name"`
+	Network    string `json:"network"`
+	ServerUUID string `json:"server_uuid,omitempty"`
+}
+
+// Application is the part of Coolify's application object a pool reads.
+type Application struct {
+	UUID                    string `json:"uuid"`
+	Name                    string `json:"name"`
+	Description             string `json:"description,omitempty"`
+	Status                  string `json:"status"`
+	DockerRegistryImageName string `json:"docker_registry_image_name,omitempty"`
+	DockerRegistryImageTag  string `json:"docker_registry_image_tag,omitempty"`
+	BuildPack               string `json:"build_pack,omitempty"`
+	CreatedAt               string `json:"created_at,omitempty"`
+	UpdatedAt               string `json:"updated_at,omitempty"`
+}
+
+// State is the container state of the application's status.
+func (a *Application) State() State { s, _ := ParseStatus(a.Status); return s }
+
+// Health is the health part of the application's status.
+func (a *Application) Health() Health { _, h := ParseStatus(a.Status); return h }
+
+// CreateApplicationRequest is what a pool sends to create a slot's docker-image application.
+// The client always adds instant_deploy=false and, where the server accepts it,
+// autogenerate_domain=false.
+type CreateApplicationRequest struct {
+	ProjectUUID string
+	ServerUUID  string
+	// EnvironmentName or EnvironmentUUID: one is enough.
+	EnvironmentName string
+	EnvironmentUUID string
+	// DestinationUUID is needed only when the server has more than one destination.
+	DestinationUUID string
+	// Image may carry a registry host; Tag defaults to "latest" on the server.
+	Image string
+	Tag   string
+	// PortsExposes defaults to "3000": servers before v4.1.2 require it.
+	PortsExposes string
+	Name         string
+	// Description must stay within 255 characters (the server answers 500 otherwise).
+	Description  string
+	LimitsCPUs   string
+	LimitsMemory string
+	// Tags are sent only to servers from v4.2.0 on.
+	Tags []string
+}
+
+// EnvVar is an application environment variable.
+type EnvVar struct {
+	UUID        string `json:"uuid,omitempty"`
+	Key         string `json:"key"`
+	Value       string `json:"value"`
+	IsPreview   bool   `json:"is_preview"`
+	IsLiteral   bool   `json:"is_literal,omitempty"`
+	IsMultiline bool   `json:"is_multiline,omitempty"`
+}
+
+// DeleteOptions are the cleanup flags of DELETE /applications/{uuid}.
+type DeleteOptions struct {
+	DeleteConfigurations    bool
+	DeleteVolumes           bool
+	DockerCleanup           bool
+	DeleteConnectedNetworks bool
+}
+
+// FullCleanup removes everything the application left behind; what a pool wants.
+var FullCleanup = DeleteOptions{true, true, true, true}
+
+// DeployResult is the answer to a start, restart or deploy.
+type DeployResult struct {
+	// DeploymentUUID is empty when the server de-duplicated the request (a deployment of the
+	// app is already queued or running): find it with ListApplicationDeployments(take=1).
+	// After /start it may name a deployment that was never created (full queue): a later
+	// GetDeployment answers ErrNotFound.
+	DeploymentUUID string
+	Message        string
+}
+
+// Deployment is a deployment record.
+type Deployment struct {
+	DeploymentUUID  string           `json:"deployment_uuid"`
+	Status          DeploymentStatus `json:"status"`
+	ApplicationID   string           `json:"application_id,omitempty"`
+	ApplicationName string           `json:"application_name,omitempty"`
+	ServerName      string           `json:"server_name,omitempty"`
+	CreatedAt       string           `json:"created_at,omitempty"`
+	UpdatedAt       string           `json:"updated_at,omitempty"`
+	FinishedAt      string           `json:"finished_at,omitempty"`
+}
