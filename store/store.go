@@ -30,7 +30,18 @@ var (
 	ErrConflict = errors.New("projection conflict")
 )
 
+// Accepted reports whether a write either succeeded or was buffered during an outage: the
+// store owns it from here, so the caller carries on (a Postgres outage never fails a bot).
+func Accepted(err error) bool {
+	return err == nil || errors.Is(err, ErrBuffered)
+}
+
 // Store is the operator's view of its database. Every method is safe for concurrent use.
+//
+// Writes return nil once durable, ErrBuffered when the database is unreachable and the write
+// waits in the outage buffer (see Accepted), ErrConflict for a uniqueness violation, or another
+// error for an invalid record. Reads return ErrUnavailable during an outage. A zero time in a
+// record means "now" by the store's clock. Times are kept to the microsecond.
 type Store interface {
 	// RecordHeartbeat upserts the liveness of one bot. Heartbeats of many bots are written
 	// together (one statement per batch); the call returns once the batch holding this beat
