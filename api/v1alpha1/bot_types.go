@@ -213,6 +213,11 @@ type BotStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
 
+	// RecordingLocation is where the bot stored its recording, as it reported with Done.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	RecordingLocation string `json:"recordingLocation,omitempty"`
+
 	// Conditions: Ready, Bound, Alive, Reconciling, Stalled.
 	// +optional
 	// +listType=map

@@ -1,0 +1,158 @@
+package botclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Errors the operator answers with, for errors.Is.
+var (
+	// ErrSlotFree (404 on config): no bot is bound to this slot yet; ask again shortly.
+	ErrSlotFree = errors.New("slot is free")
+	// ErrGone (410 on config): the bound bot is finished; the container should exit.
+	ErrGone = errors.New("bot is finished")
+	// ErrUnauthorized (401): the token is missing or wrong.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden (403): the token belongs to a slot not bound to this bot.
+	ErrForbidden = errors.New("forbidden")
+	// ErrConflict (409): the reported phase is not a valid next phase.
+	ErrConflict = errors.New("conflict")
+	// ErrRateLimited (429): slow down.
+	ErrRateLimited = errors.New("rate limited")
+)
+
+// Error is an answer other than 2xx.
+type Error struct {
+	StatusCode int
+	Message    string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("bot API answered %d: %s", e.StatusCode, e.Message)
+}
+
+// Is maps status codes to the sentinel errors.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrUnauthorized:
+		return e.StatusCode == http.StatusUnauthorized
+	case ErrForbidden:
+		return e.StatusCode == http.StatusForbidden
+	case ErrSlotFree:
+		return e.StatusCode == http.StatusNotFound
+	case ErrGone:
+		return e.StatusCode == http.StatusGone
+	case ErrConflict:
+		return e.StatusCode == http.StatusConflict
+	case ErrRateLimited:
+		return e.StatusCode == http.StatusTooManyRequests
+	}
+	return false
+}
+
+// Client talks to the operator's bot API for one slot.
+type Client struct {
+	base    string
+	appUUID string
+	token   string
+	http    *http.Client
+}
+
+// New returns a client for the slot whose application is appUUID.
+func New(baseURL, appUUID, token string, httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), appUUID: appUUID, token: token, http: httpClient}
+}
+
+// FromEnv builds a client from POOL_SLOT_UUID, BOTPOOL_API_URL and BOTPOOL_SLOT_TOKEN.
+func FromEnv() (*Client, error) {
+	base, app, token := os.Getenv("BOTPOOL_API_URL"), os.Getenv("POOL_SLOT_UUID"), os.Getenv("BOTPOOL_SLOT_TOKEN")
+	if base == "" || app == "" || token == "" {
+		return nil, errors.New("BOTPOOL_API_URL, POOL_SLOT_UUID and BOTPOOL_SLOT_TOKEN must all be set")
+	}
+	return New(base, app, token, nil), nil
+}
+
+// Config fetches the bound bot's configuration: ErrSlotFree while no bot is bound, ErrGone
+// once the bot is finished.
+func (c *Client) Config(ctx context.Context) (Config, error) {
+	var cfg Config
+	err := c.do(ctx, http.MethodGet, "/v1/slots/"+url.PathEscape(c.appUUID)+"/config", nil, &cfg)
+	return cfg, err
+}
+
+// Heartbeat proves the bot is alive and returns what it should do next.
+func (c *Client) Heartbeat(ctx context.Context, bot string) (HeartbeatResponse, error) {
+	var resp HeartbeatResponse
+	err := c.do(ctx, http.MethodPost, c.botPath(bot, "heartbeat"), struct{}{}, &resp)
+	return resp, err
+}
+
+// ReportStatus reports the bot's phase; repeats are harmless.
+func (c *Client) ReportStatus(ctx context.Context, bot string, report StatusReport) (StatusResponse, error) {
+	var resp StatusResponse
+	err := c.do(ctx, http.MethodPost, c.botPath(bot, "status"), report, &resp)
+	return resp, err
+}
+
+// SendEvents stores events about the meeting.
+func (c *Client) SendEvents(ctx context.Context, bot string, events ...Event) (EventsResponse, error) {
+	var resp EventsResponse
+	err := c.do(ctx, http.MethodPost, c.botPath(bot, "events"), EventsRequest{Events: events}, &resp)
+	return resp, err
+}
+
+func (c *Client) botPath(bot, action string) string {
+	return "/v1/bots/" + url.PathEscape(bot) + "/" + action
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: reading answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e ErrorResponse
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = http.StatusText(resp.StatusCode)
+		}
+		return &Error{StatusCode: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}

@@ -1,0 +1,112 @@
+package botapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"unicode/utf8"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi/botclient"
+)
+
+// Size caps of request bodies: a bot has no reason to send more, and a cap keeps a broken or
+// hostile container from exhausting the manager's memory.
+const (
+	maxHeartbeatBody = 1 << 10
+	maxStatusBody    = 256 << 10
+	maxEventsBody    = 512 << 10
+
+	maxEventsPerRequest = 100
+	maxEventData        = 16 << 10
+	maxTimeframes       = 10000
+)
+
+var (
+	reasonPattern    = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,127}$`)
+	eventTypePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
+)
+
+// decodeStrict decodes exactly one JSON value with no unknown fields and nothing after it.
+// An empty body decodes as the zero value when allowEmpty is set.
+func decodeStrict(r io.Reader, v any, allowEmpty bool) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) && allowEmpty {
+			return nil
+		}
+		if errors.Is(err, io.EOF) {
+			return errors.New("empty body: a JSON object is required")
+		}
+		return fmt.Errorf("invalid JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("invalid JSON: unexpected data after the object")
+	}
+	return nil
+}
+
+// decodeStatusReport reads and validates the body of a status report.
+func decodeStatusReport(r io.Reader) (botclient.StatusReport, error) {
+	var rep botclient.StatusReport
+	if err := decodeStrict(r, &rep, false); err != nil {
+		return rep, err
+	}
+	if _, ok := reportable[v1.BotPhase(rep.Phase)]; !ok {
+		return rep, fmt.Errorf("phase %q is not one a bot reports: JoiningCall, InWaitingRoom, InCall, Leaving, CallEnded, Done or Fatal", rep.Phase)
+	}
+	if rep.Reason != "" && !reasonPattern.MatchString(rep.Reason) {
+		return rep, errors.New("reason must be a CamelCase word of at most 128 letters and digits")
+	}
+	if err := checkText("message", rep.Message, 1024); err != nil {
+		return rep, err
+	}
+	if err := checkText("recordingLocation", rep.RecordingLocation, 2048); err != nil {
+		return rep, err
+	}
+	if len(rep.SpeakerTimeframes) > maxTimeframes {
+		return rep, fmt.Errorf("at most %d speakerTimeframes per report", maxTimeframes)
+	}
+	for i, tf := range rep.SpeakerTimeframes {
+		if err := checkText("speaker", tf.Speaker, 256); err != nil {
+			return rep, fmt.Errorf("speakerTimeframes[%d]: %w", i, err)
+		}
+		if tf.End.Before(tf.Start) {
+			return rep, fmt.Errorf("speakerTimeframes[%d]: end is before start", i)
+		}
+	}
+	return rep, nil
+}
+
+// decodeEvents reads and validates the body of an events request.
+func decodeEvents(r io.Reader) ([]botclient.Event, error) {
+	var req botclient.EventsRequest
+	if err := decodeStrict(r, &req, false); err != nil {
+		return nil, err
+	}
+	if len(req.Events) == 0 || len(req.Events) > maxEventsPerRequest {
+		return nil, fmt.Errorf("send between 1 and %d events per request, got %d", maxEventsPerRequest, len(req.Events))
+	}
+	for i, e := range req.Events {
+		if !eventTypePattern.MatchString(e.Type) {
+			return nil, fmt.Errorf("events[%d].type must be 1 to 64 letters, digits or _.:- (starting with a letter or digit)", i)
+		}
+		if len(e.Data) > maxEventData {
+			return nil, fmt.Errorf("events[%d].data is larger than %d bytes", i, maxEventData)
+		}
+	}
+	return req.Events, nil
+}
+
+func checkText(field, s string, maxLen int) error {
+	if len(s) > maxLen {
+		return fmt.Errorf("%s is longer than %d bytes", field, maxLen)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	}
+	return nil
+}

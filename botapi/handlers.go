@@ -1,0 +1,279 @@
+package botapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/store"
+)
+
+var logLevels = map[string]bool{"debug": true, "info": true, "warn": true, "error": true}
+
+// handleConfig answers GET /v1/slots/{appUUID}/config with the bound bot's configuration.
+func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	slot, err := s.authenticate(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if app := r.PathValue("appUUID"); slot.Status.ApplicationUUID != app {
+		return 0, nil, errorf(http.StatusForbidden, "this slot's token does not belong to application "+app)
+	}
+	ref := slot.Spec.BotRef
+	if ref == nil {
+		return 0, nil, errorf(http.StatusNotFound, "no bot is bound to this slot yet")
+	}
+	bot := &v1.Bot{}
+	if err := s.cfg.Cache.Get(r.Context(), client.ObjectKey{Namespace: slot.Namespace, Name: ref.Name}, bot); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, nil, errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
+		}
+		return 0, nil, err
+	}
+	if bot.UID != ref.UID {
+		return 0, nil, errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
+	}
+	if bot.Status.Phase.Terminal() {
+		return 0, nil, errorf(http.StatusGone, fmt.Sprintf("bot %s is %s: exit", bot.Name, bot.Status.Phase))
+	}
+	return http.StatusOK, s.configOf(bot), nil
+}
+
+func (s *Server) configOf(bot *v1.Bot) botclient.Config {
+	platform := bot.Status.Platform
+	if platform == "" {
+		platform = bot.Spec.Platform
+	}
+	if platform == "" {
+		platform, _ = v1.PlatformForURL(bot.Spec.MeetingURL)
+	}
+	al := bot.Spec.AutomaticLeave
+	return botclient.Config{
+		Bot:         bot.Name,
+		Namespace:   bot.Namespace,
+		MeetingURL:  bot.Spec.MeetingURL,
+		Platform:    string(platform),
+		DisplayName: bot.Spec.DisplayName,
+		Recording:   bot.Spec.Recording.Enabled,
+		MaxDuration: botclient.Duration(bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration)),
+		Leave: botclient.AutomaticLeave{
+			WaitingRoomTimeout:  botclient.Duration(al.WaitingRoomTimeout.Duration()),
+			NoOneJoinedTimeout:  botclient.Duration(al.NoOneJoinedTimeout.Duration()),
+			EveryoneLeftTimeout: botclient.Duration(al.EveryoneLeftTimeout.Duration()),
+			InactivityTimeout:   botclient.Duration(al.InactivityTimeout.Duration()),
+		},
+		HeartbeatInterval: botclient.Duration(s.cfg.HeartbeatInterval),
+	}
+}
+
+// handleHeartbeat records liveness and tells the bot what to do next.
+func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	slot, err := s.authenticate(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := readBody(r, maxHeartbeatBody, &struct{}{}, true); err != nil {
+		return 0, nil, err
+	}
+	name := r.PathValue("name")
+	bot, rel, err := s.botFor(r.Context(), slot, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rel == unrelated {
+		return 0, nil, forbidden(name)
+	}
+	resp := botclient.HeartbeatResponse{Action: botclient.ActionExit, LogLevel: "info"}
+	if bot != nil {
+		// Liveness is upserted on every authorized beat, so a record lost in an outage is
+		// whole again on the next one. A store outage never fails the bot: the beat is
+		// buffered (or, at worst, missing data reads as "unknown", never as "dead").
+		err := s.cfg.Liveness.RecordHeartbeat(r.Context(), store.Heartbeat{
+			BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, At: s.cfg.Clock.Now(),
+		})
+		if err != nil && !errors.Is(err, store.ErrBuffered) {
+			s.cfg.Log.Error(err, "Recording a heartbeat failed", "bot", bot.Name, "namespace", bot.Namespace)
+		}
+		if lvl := bot.Annotations[v1.AnnotationLogLevel]; logLevels[lvl] {
+			resp.LogLevel = lvl
+		}
+	}
+	if rel == bound {
+		resp.Action = s.actionFor(bot)
+	}
+	return http.StatusOK, resp, nil
+}
+
+// actionFor decides the answer to a heartbeat of a bound bot.
+func (s *Server) actionFor(bot *v1.Bot) botclient.Action {
+	switch {
+	case bot.Status.Phase.Terminal():
+		return botclient.ActionExit
+	case bot.DeletionTimestamp != nil:
+		return botclient.ActionLeave
+	case bot.Status.StartedAt != nil &&
+		s.cfg.Clock.Since(bot.Status.StartedAt.Time) > bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration):
+		return botclient.ActionLeave
+	}
+	return botclient.ActionContinue
+}
+
+// handleStatus validates a reported phase against the Bot's and patches it into its status.
+func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	slot, err := s.authenticate(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var rep botclient.StatusReport
+	if err := readBody(r, maxStatusBody, &rep, false); err != nil {
+		return 0, nil, err
+	}
+	name := r.PathValue("name")
+	bot, rel, err := s.botFor(r.Context(), slot, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rel != bound {
+		return 0, nil, forbidden(name)
+	}
+	if len(rep.SpeakerTimeframes) > 0 {
+		data, err := json.Marshal(rep.SpeakerTimeframes)
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := s.appendEvents(r.Context(), bot, []botclient.Event{{Type: "speakerTimeframes", Data: data}}); err != nil {
+			return 0, nil, err
+		}
+	}
+	phase, err := s.applyStatus(r.Context(), bot, rep)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, botclient.StatusResponse{Phase: string(phase)}, nil
+}
+
+// applyStatus patches the reported phase into the Bot with an optimistic lock: a concurrent
+// change by the controller (say, Fatal after a heartbeat timeout) is never overwritten; the
+// report is validated again against the fresh object instead.
+func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, rep botclient.StatusReport) (v1.BotPhase, error) {
+	reported := v1.BotPhase(rep.Phase)
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			if err := s.cfg.APIReader.Get(ctx, client.ObjectKeyFromObject(bot), bot); err != nil {
+				return err
+			}
+		}
+		first = false
+		changed, err := nextPhase(bot.Status.Phase, reported)
+		if err != nil {
+			return errorf(http.StatusConflict, err.Error())
+		}
+		if !changed {
+			return nil
+		}
+		patch := client.MergeFromWithOptions(bot.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		bot.Status.Phase = reported
+		if rep.Message != "" {
+			bot.Status.Message = rep.Message
+		}
+		if rep.RecordingLocation != "" {
+			bot.Status.RecordingLocation = rep.RecordingLocation
+		}
+		if reported.Terminal() {
+			now := metav1.NewTime(s.cfg.Clock.Now())
+			bot.Status.FinishedAt = &now
+			if reported == v1.BotFatal {
+				bot.Status.Reason = v1.ReasonBotReported
+				if rep.Reason != "" {
+					bot.Status.Reason = v1.BotReason(rep.Reason)
+				}
+			}
+		}
+		return s.cfg.Client.Status().Patch(ctx, bot, patch)
+	})
+	if apierrors.IsNotFound(err) {
+		return "", errorf(http.StatusGone, "bot "+bot.Name+" no longer exists: exit")
+	}
+	return bot.Status.Phase, err
+}
+
+// handleEvents appends the bot's events to the store.
+func (s *Server) handleEvents(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	slot, err := s.authenticate(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req botclient.EventsRequest
+	if err := readBody(r, maxEventsBody, &req, false); err != nil {
+		return 0, nil, err
+	}
+	name := r.PathValue("name")
+	bot, rel, err := s.botFor(r.Context(), slot, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rel != bound {
+		return 0, nil, forbidden(name)
+	}
+	if err := s.appendEvents(r.Context(), bot, req.Events); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, botclient.EventsResponse{Accepted: len(req.Events)}, nil
+}
+
+func (s *Server) appendEvents(ctx context.Context, bot *v1.Bot, events []botclient.Event) error {
+	now := s.cfg.Clock.Now()
+	rows := make([]store.BotEvent, len(events))
+	for i, e := range events {
+		at := e.At
+		if at.IsZero() || at.After(now.Add(time.Minute)) {
+			at = now // a container's clock is not trusted beyond small skew
+		}
+		rows[i] = store.BotEvent{BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, Type: e.Type, Data: e.Data, At: at}
+	}
+	err := s.cfg.Liveness.AppendBotEvents(ctx, rows)
+	if errors.Is(err, store.ErrBuffered) {
+		return nil
+	}
+	return err
+}
+
+// readBody enforces the content type and size cap, then decodes strictly (and validates, for
+// the bodies that have validation).
+func readBody(r *http.Request, limit int64, v any, allowEmpty bool) error {
+	if r.ContentLength != 0 {
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			return errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		}
+	}
+	body := http.MaxBytesReader(nil, r.Body, limit)
+	var err error
+	switch v := v.(type) {
+	case *botclient.StatusReport:
+		*v, err = decodeStatusReport(body)
+	case *botclient.EventsRequest:
+		v.Events, err = decodeEvents(body)
+	default:
+		err = decodeStrict(body, v, allowEmpty)
+	}
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return errorf(http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", limit))
+		}
+		return errorf(http.StatusBadRequest, err.Error())
+	}
+	return nil
+}

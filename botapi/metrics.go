@@ -1,0 +1,36 @@
+package botapi
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_botapi_requests_total",
+			Help: "Requests to the bot API by endpoint and status code.",
+		}, []string{"endpoint", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "botpool_botapi_request_duration_seconds",
+			Help:    "Latency of bot API requests by endpoint.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"endpoint"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.latency)
+	}
+	return m
+}
+
+func (m *metrics) observe(endpoint string, code int, d time.Duration) {
+	m.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+	m.latency.WithLabelValues(endpoint).Observe(d.Seconds())
+}

@@ -1,0 +1,211 @@
+// Package botapi is the HTTP API that meeting-bot containers call: they fetch their bot's
+// configuration, send heartbeats and report their phase and events. The operator never calls
+// the containers; every replica of the manager serves this API (it needs no leadership), and
+// heartbeats go to the store, not to the API server.
+//
+// Auth is a per-slot bearer token kept in a Secret owned by the slot: it authorizes only the
+// bot currently bound to that slot.
+package botapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/store"
+)
+
+// Liveness is the part of the store the bot API writes to.
+type Liveness interface {
+	RecordHeartbeat(ctx context.Context, hb store.Heartbeat) error
+	AppendBotEvents(ctx context.Context, events []store.BotEvent) error
+}
+
+// Config holds what a Server needs.
+type Config struct {
+	// Addr is the listen address, e.g. ":8082".
+	Addr string
+	// Cache answers reads; it must have the indexes of IndexFields.
+	Cache client.Reader
+	// Client writes Bot status.
+	Client client.Client
+	// APIReader reads past the cache, to retry a status patch that lost a conflict.
+	APIReader client.Reader
+	Liveness  Liveness
+	Clock     clock.PassiveClock
+	Log       logr.Logger
+	// Registerer receives the API's metrics; nil registers none.
+	Registerer prometheus.Registerer
+
+	// HeartbeatInterval is what bots are told to beat at (default 10s).
+	HeartbeatInterval time.Duration
+	// SlotRate and SlotBurst limit the requests of one slot's container (default 20/s, 40).
+	SlotRate  rate.Limit
+	SlotBurst int
+}
+
+// TokenSecretSelector selects the slot token Secrets: the manager's cache holds only these.
+var TokenSecretSelector = labels.SelectorFromSet(labels.Set{v1.LabelSlotToken: "true"})
+
+// Server is the bot API.
+type Server struct {
+	cfg     Config
+	metrics *metrics
+
+	mu       sync.Mutex
+	limiters map[types.UID]*rate.Limiter
+}
+
+// New returns a server; call Start (or use Handler) to serve.
+func New(cfg Config) *Server {
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 10 * time.Second
+	}
+	if cfg.SlotRate <= 0 {
+		cfg.SlotRate, cfg.SlotBurst = 20, 40
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{}}
+}
+
+// Handler returns the API's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/slots/{appUUID}/config", s.instrument("config", s.handleConfig))
+	mux.Handle("POST /v1/bots/{name}/heartbeat", s.instrument("heartbeat", s.handleHeartbeat))
+	mux.Handle("POST /v1/bots/{name}/status", s.instrument("status", s.handleStatus))
+	mux.Handle("POST /v1/bots/{name}/events", s.instrument("events", s.handleEvents))
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: see the bot API in the README")
+	})
+	return mux
+}
+
+// Start serves until ctx ends, then shuts down gracefully. It implements manager.Runnable.
+func (s *Server) Start(ctx context.Context) error {
+	srv := &http.Server{
+		Addr:              s.cfg.Addr,
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	s.cfg.Log.Info("Serving the bot API", "addr", s.cfg.Addr)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serves the bot API.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// apiError is an answer other than 2xx, with a message for the bot's logs.
+type apiError struct {
+	code       int
+	msg        string
+	retryAfter time.Duration
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(code int, msg string) *apiError { return &apiError{code: code, msg: msg} }
+
+// handlerFunc returns the answer's status code and body, or an error.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) (int, any, error)
+
+func (s *Server) instrument(endpoint string, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := s.cfg.Clock.Now()
+		code, body, err := h(w, r)
+		if err != nil {
+			var ae *apiError
+			if !errors.As(err, &ae) {
+				// Not the bot's fault: say so without internals, log the details.
+				s.cfg.Log.Error(err, "Bot API request failed", "endpoint", endpoint, "path", r.URL.Path)
+				ae = errorf(http.StatusServiceUnavailable, "the operator could not complete the request; retry later")
+				ae.retryAfter = time.Second
+			}
+			if ae.retryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int(ae.retryAfter.Round(time.Second)/time.Second)))
+			}
+			code = ae.code
+			writeError(w, ae.code, ae.msg)
+		} else {
+			writeJSON(w, code, body)
+		}
+		s.metrics.observe(endpoint, code, s.cfg.Clock.Since(start))
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, botclient.ErrorResponse{Error: msg})
+}
+
+// pruneAbove is the number of per-slot limiters past which idle ones are dropped.
+const pruneAbove = 1024
+
+// allow applies the per-slot rate limit.
+func (s *Server) allow(slot types.UID) bool {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.limiters[slot]
+	if !ok {
+		if len(s.limiters) >= pruneAbove {
+			s.pruneLimiters(now)
+		}
+		l = rate.NewLimiter(s.cfg.SlotRate, s.cfg.SlotBurst)
+		s.limiters[slot] = l
+	}
+	return l.AllowN(now, 1)
+}
+
+// pruneLimiters drops the limiters whose bucket is full again: they hold no state a fresh one
+// would not, so the map stays as small as the set of recently active slots.
+func (s *Server) pruneLimiters(now time.Time) {
+	for uid, l := range s.limiters {
+		if l.TokensAt(now) >= float64(s.cfg.SlotBurst) {
+			delete(s.limiters, uid)
+		}
+	}
+}
