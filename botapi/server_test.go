@@ -421,7 +421,7 @@ func TestHeartbeatLeaveAndExit(t *testing.T) {
 	// Gone entirely, still named by the slot: exit.
 	h.eventually(func() error {
 		if resp, err := c.Heartbeat(ctx, "leaver"); err != nil || resp.Action != botclient.ActionExit {
-			return fmt.Errorf("deleted bot: %+v %v, want exit", resp, err)
+			return fmt.Errorf("deleted bot: %+v %w, want exit", resp, err)
 		}
 		return nil
 	})
