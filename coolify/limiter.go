@@ -1,8 +1,8 @@
 package coolify
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"time"
 
 	"golang.org/x/time/rate"

@@ -1,0 +1,206 @@
+package sim
+
+import (
+	"maps"
+	"sort"
+	"time"
+)
+
+// Statuses a single-container image app reports (CONTRACT.md).
+const (
+	statusExited     = "exited:unhealthy"
+	statusRunning    = "running:unknown"
+	statusRestarting = "restarting:unknown"
+)
+
+type app struct {
+	id          int
+	uuid        string
+	name        string
+	description string
+	image, tag  string
+	ports       string
+	cpus, mem   string
+	tags        []string
+	server      *server
+	projectUUID string
+	envUUID     string
+	envID       int
+	destUUID    string
+	created     time.Time
+	updated     time.Time
+	envs        []*envVar
+
+	// history is the container's true status over time; the API shows it StatusLag late.
+	history  []statusChange
+	running  bool
+	gen      int // bumps at each start/stop so stale crash events do nothing
+	deleting bool
+	restarts int
+}
+
+type statusChange struct {
+	at     time.Time
+	status string
+}
+
+type envVar struct {
+	id        int
+	uuid      string
+	key       string
+	value     string
+	preview   bool
+	literal   bool
+	multiline bool
+	created   time.Time
+	updated   time.Time
+}
+
+// visibleStatus is what GET answers: the true status as it was StatusLag ago.
+func (s *Sim) visibleStatus(a *app, now time.Time) string {
+	cut := now.Add(-s.scaled(s.cfg.StatusLag))
+	status := statusExited
+	for _, c := range a.history {
+		if c.at.After(cut) {
+			break
+		}
+		status = c.status
+	}
+	return status
+}
+
+func (a *app) trueStatus() string {
+	if len(a.history) == 0 {
+		return statusExited
+	}
+	return a.history[len(a.history)-1].status
+}
+
+func (a *app) setStatus(at time.Time, status string) {
+	a.history = append(a.history, statusChange{at: at, status: status})
+	// Old changes no one can see any more are dropped, keeping the last visible one.
+	if len(a.history) > 64 {
+		a.history = a.history[len(a.history)-32:]
+	}
+}
+
+func (a *app) envMap() map[string]string {
+	m := map[string]string{}
+	for _, e := range a.envs {
+		if !e.preview {
+			m[e.key] = e.value
+		}
+	}
+	return m
+}
+
+func (s *Sim) container(a *app, reason string) Container {
+	return Container{AppUUID: a.uuid, AppName: a.name, ServerUUID: a.server.UUID,
+		Image: imageRef(a.image, a.tag), Env: a.envMap(), Reason: reason}
+}
+
+// startContainer makes the container run from at, replacing a running one.
+func (s *Sim) startContainer(a *app, at time.Time) {
+	reason := "deployed"
+	if a.running {
+		s.stopContainer(a, at, "redeployed")
+		reason = "redeployed"
+	}
+	a.running = true
+	a.gen++
+	a.setStatus(at, statusRunning)
+	c := s.container(a, reason)
+	if h := s.cfg.Hooks.OnStart; h != nil {
+		s.hooks = append(s.hooks, func() { h(c) })
+	}
+	if cr, ok := s.crashFor(a); ok {
+		gen := a.gen
+		s.after(at, cr.After, func(at time.Time) {
+			if a.gen != gen || !a.running {
+				return
+			}
+			if cr.Loop {
+				a.restarts++
+				a.setStatus(at, statusRestarting)
+				s.stopHook(a, "crash-loop")
+				return
+			}
+			s.stopContainer(a, at, "crashed")
+		})
+	}
+}
+
+// stopContainer removes the container at at.
+func (s *Sim) stopContainer(a *app, at time.Time, reason string) {
+	if !a.running {
+		return
+	}
+	a.running = false
+	a.gen++
+	a.setStatus(at, statusExited)
+	s.stopHook(a, reason)
+}
+
+func (s *Sim) stopHook(a *app, reason string) {
+	c := s.container(a, reason)
+	if h := s.cfg.Hooks.OnStop; h != nil {
+		s.hooks = append(s.hooks, func() { h(c) })
+	}
+}
+
+// AppInfo is the simulator's view of an application, for assertions.
+type AppInfo struct {
+	UUID        string
+	Name        string
+	Description string
+	ServerUUID  string
+	Image       string
+	Tags        []string
+	// Status is what the API shows now; TrueStatus is the container's actual state.
+	Status     string
+	TrueStatus string
+	Running    bool
+	Deleting   bool
+	Restarts   int
+	// Env holds the non-preview variables; EnvRows counts every row, preview twins included.
+	Env     map[string]string
+	EnvRows int
+}
+
+func (s *Sim) appInfo(a *app, now time.Time) AppInfo {
+	return AppInfo{UUID: a.uuid, Name: a.name, Description: a.description, ServerUUID: a.server.UUID,
+		Image: imageRef(a.image, a.tag), Tags: append([]string(nil), a.tags...),
+		Status: s.visibleStatus(a, now), TrueStatus: a.trueStatus(), Running: a.running,
+		Deleting: a.deleting, Restarts: a.restarts, Env: maps.Clone(a.envMap()), EnvRows: len(a.envs)}
+}
+
+// Apps lists the applications that still exist (deleting ones included), sorted by name.
+func (s *Sim) Apps() []AppInfo {
+	s.mu.Lock()
+	s.advance()
+	hooks := s.takeHooks()
+	now := s.clk.Now()
+	out := make([]AppInfo, 0, len(s.apps))
+	for _, a := range s.apps {
+		out = append(out, s.appInfo(a, now))
+	}
+	s.mu.Unlock()
+	runHooks(hooks)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// App returns one application.
+func (s *Sim) App(uuid string) (AppInfo, bool) {
+	s.mu.Lock()
+	s.advance()
+	hooks := s.takeHooks()
+	a, ok := s.apps[uuid]
+	var info AppInfo
+	if ok {
+		info = s.appInfo(a, s.clk.Now())
+	}
+	s.mu.Unlock()
+	runHooks(hooks)
+	return info, ok
+}

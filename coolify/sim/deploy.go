@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"time"
+)
+
+// Deployment statuses; the set is complete.
+const (
+	depQueued     = "queued"
+	depInProgress = "in_progress"
+	depFinished   = "finished"
+	depFailed     = "failed"
+	depCancelled  = "cancelled-by-user"
+)
+
+type deployment struct {
+	id        int
+	uuid      string
+	app       *app
+	server    *server
+	status    string
+	created   time.Time
+	updated   time.Time
+	finished  time.Time
+	hasWorker bool
+	gen       int
+	restart   bool
+}
+
+func (d *deployment) active() bool { return d.status == depQueued || d.status == depInProgress }
+
+// queueResult is what queueing a deployment did.
+type queueResult int
+
+const (
+	queued queueResult = iota
+	deduplicated
+	queueFull
+)
+
+// queueDeployment is Coolify's queue_application_deployment: one live deployment per app,
+// at most deployment_queue_limit queued per server. Callers hold s.mu.
+func (s *Sim) queueDeployment(a *app, restart bool, now time.Time) (*deployment, queueResult) {
+	queuedOnServer := 0
+	for _, d := range s.active {
+		if d.app == a && d.active() {
+			return d, deduplicated
+		}
+		if d.server == a.server && d.status == depQueued {
+			queuedOnServer++
+		}
+	}
+	if queuedOnServer >= a.server.DeploymentQueueLimit {
+		return nil, queueFull
+	}
+	d := &deployment{id: s.id(), uuid: s.uuid(), app: a, server: a.server, status: depQueued,
+		created: now, updated: now, restart: restart}
+	s.deploys[d.uuid] = d
+	s.active = append(s.active, d)
+	s.order = append(s.order, d)
+	s.byApp[a.uuid] = append(s.byApp[a.uuid], d)
+	return d, queued
+}
+
+// schedule promotes queued deployments while their server has build slots, then gives
+// in-progress ones a worker while the instance has one: a deployment can sit in_progress
+// without a worker, as on a busy real instance. Callers hold s.mu.
+func (s *Sim) schedule(at time.Time) {
+	live := s.active[:0]
+	for _, d := range s.active {
+		if d.active() {
+			live = append(live, d)
+		}
+	}
+	clear(s.active[len(live):])
+	s.active = live
+
+	building := map[*server]int{}
+	for _, d := range s.active {
+		if d.status == depInProgress {
+			building[d.server]++
+		}
+	}
+	for _, d := range s.active {
+		if d.status == depQueued && building[d.server] < d.server.ConcurrentBuilds {
+			d.status, d.updated = depInProgress, at
+			building[d.server]++
+		}
+	}
+	for _, d := range s.active {
+		if s.workers >= s.cfg.Workers {
+			break
+		}
+		if d.status == depInProgress && !d.hasWorker {
+			s.run(d, at)
+		}
+	}
+}
+
+// run gives d a worker: pull (cold or cached), then compose up.
+func (s *Sim) run(d *deployment, at time.Time) {
+	d.hasWorker = true
+	s.workers++
+	ref := imageRef(d.app.image, d.app.tag)
+	pull := s.cfg.WarmPull
+	if !d.server.images[ref] {
+		pull = s.cfg.ColdPull
+	}
+	gen := d.gen
+	s.after(at, pull+s.cfg.ComposeUp, func(at time.Time) {
+		if d.gen != gen || d.status != depInProgress {
+			return
+		}
+		s.release(d)
+		d.updated, d.finished = at, at
+		if s.takePullFailure(ref) {
+			d.status = depFailed
+			return
+		}
+		d.server.images[ref] = true
+		d.status = depFinished
+		if _, exists := s.apps[d.app.uuid]; exists {
+			s.startContainer(d.app, at)
+		}
+	})
+}
+
+func (s *Sim) release(d *deployment) {
+	if d.hasWorker {
+		d.hasWorker = false
+		s.workers--
+	}
+}
+
+// cancel stops a live deployment. Callers hold s.mu.
+func (s *Sim) cancel(d *deployment, at time.Time) {
+	s.release(d)
+	d.gen++
+	d.status, d.updated, d.finished = depCancelled, at, at
+}
+
+// DeploymentInfo is the simulator's view of a deployment, for assertions.
+type DeploymentInfo struct {
+	UUID       string
+	AppUUID    string
+	ServerUUID string
+	Status     string
+	HasWorker  bool
+	Created    time.Time
+	Finished   time.Time
+}
+
+// Deployments lists every deployment in creation order.
+func (s *Sim) Deployments() []DeploymentInfo {
+	s.mu.Lock()
+	s.advance()
+	hooks := s.takeHooks()
+	out := make([]DeploymentInfo, 0, len(s.order))
+	for _, d := range s.order {
+		out = append(out, DeploymentInfo{UUID: d.uuid, AppUUID: d.app.uuid, ServerUUID: d.server.UUID,
+			Status: d.status, HasWorker: d.hasWorker, Created: d.created, Finished: d.finished})
+	}
+	s.mu.Unlock()
+	runHooks(hooks)
+	return out
+}

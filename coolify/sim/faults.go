@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"strings"
+	"time"
+)
+
+// Fault injects failures into one operation (the spec's operationId, e.g.
+// "get-application-by-uuid") or, under the key "*", into every operation.
+type Fault struct {
+	// ErrorRate is the fraction of requests answered 500 {"message":"Server Error"}.
+	ErrorRate float64
+	// Latency is real time added before answering (not scaled: keep it small in tests).
+	Latency time.Duration
+	// Burst answers the next Burst requests with BurstCode (default 500), then stops.
+	Burst     int
+	BurstCode int
+	// AfterProcessing makes the injected errors happen after the request took effect, like
+	// a proxy timing out on a create that succeeded.
+	AfterProcessing bool
+}
+
+// Crash makes containers of matching images die after they start.
+type Crash struct {
+	After time.Duration
+	// Loop leaves the container restarting (status restarting:unknown) instead of exited.
+	Loop bool
+}
+
+// SetFault sets the fault of an operation ("*" for all); a zero Fault clears it.
+func (s *Sim) SetFault(op string, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f == (Fault{}) {
+		delete(s.faults, op)
+		return
+	}
+	if f.BurstCode == 0 {
+		f.BurstCode = 500
+	}
+	s.faults[op] = &f
+}
+
+// SetOutage makes every request, /health included, answer 503 while on.
+func (s *Sim) SetOutage(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outage = on
+}
+
+// FailPulls makes the next n deployments of image (with tag, e.g. "bot:1", or without for
+// "latest") fail at the pull; n < 0 fails them all until called again with 0.
+func (s *Sim) FailPulls(image string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !strings.Contains(lastSegment(image), ":") {
+		image += ":latest"
+	}
+	s.pullFails[image] = n
+}
+
+// CrashContainers makes containers whose image reference starts with prefix crash after
+// starting; a zero Crash clears it.
+func (s *Sim) CrashContainers(prefix string, c Crash) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c == (Crash{}) {
+		delete(s.crashes, prefix)
+		return
+	}
+	s.crashes[prefix] = c
+}
+
+func (s *Sim) crashFor(a *app) (Crash, bool) {
+	ref := imageRef(a.image, a.tag)
+	for _, p := range sortedKeys(s.crashes) {
+		if strings.HasPrefix(ref, p) {
+			return s.crashes[p], true
+		}
+	}
+	return Crash{}, false
+}
+
+func (s *Sim) takePullFailure(ref string) bool {
+	n := s.pullFails[ref]
+	switch {
+	case n < 0:
+		return true
+	case n > 0:
+		s.pullFails[ref] = n - 1
+		return true
+	}
+	return false
+}
+
+// injected decides whether a request to op fails and with which code, and how long to delay.
+// Callers hold s.mu.
+func (s *Sim) injected(op string) (code int, after bool, latency time.Duration) {
+	for _, key := range []string{op, "*"} {
+		f := s.faults[key]
+		if f == nil {
+			continue
+		}
+		latency += f.Latency
+		if code != 0 {
+			continue
+		}
+		switch {
+		case f.Burst > 0:
+			f.Burst--
+			code, after = f.BurstCode, f.AfterProcessing
+		case f.ErrorRate > 0 && s.rng.Float64() < f.ErrorRate:
+			code, after = 500, f.AfterProcessing
+		}
+	}
+	return code, after, latency
+}
+
+func lastSegment(image string) string {
+	return image[strings.LastIndex(image, "/")+1:]
+}

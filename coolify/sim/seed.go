@@ -1,0 +1,173 @@
+package sim
+
+import (
+	"strings"
+	"time"
+)
+
+// ServerSpec seeds a server.
+type ServerSpec struct {
+	UUID string
+	Name string
+	IP   string
+	// ConcurrentBuilds defaults to 2, DeploymentQueueLimit to 25.
+	ConcurrentBuilds     int
+	DeploymentQueueLimit int
+	// Destinations default to one standalone "coolify" network.
+	Destinations []DestinationSpec
+}
+
+// DestinationSpec seeds a Docker network destination.
+type DestinationSpec struct {
+	UUID    string
+	Name    string
+	Network string
+}
+
+// ProjectSpec seeds a project with its environments.
+type ProjectSpec struct {
+	UUID         string
+	Name         string
+	Environments []EnvironmentSpec
+}
+
+// EnvironmentSpec seeds an environment.
+type EnvironmentSpec struct {
+	UUID string
+	Name string
+}
+
+type server struct {
+	ServerSpec
+	id      int
+	created time.Time
+	images  map[string]bool // the image cache: refs pulled on this server
+}
+
+type project struct {
+	ProjectSpec
+	id     int
+	envIDs []int
+}
+
+type token struct {
+	user      string
+	abilities map[string]bool
+}
+
+// AddServer seeds a server and returns its uuid.
+func (s *Sim) AddServer(spec ServerSpec) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if spec.UUID == "" {
+		spec.UUID = s.uuid()
+	}
+	if spec.Name == "" {
+		spec.Name = "server-" + spec.UUID[:6]
+	}
+	if spec.IP == "" {
+		spec.IP = "10.0.0.1"
+	}
+	if spec.ConcurrentBuilds <= 0 {
+		spec.ConcurrentBuilds = DefaultConcurrent
+	}
+	if spec.DeploymentQueueLimit <= 0 {
+		spec.DeploymentQueueLimit = DefaultQueueLimit
+	}
+	if len(spec.Destinations) == 0 {
+		spec.Destinations = []DestinationSpec{{Name: "coolify", Network: "coolify"}}
+	}
+	for i := range spec.Destinations {
+		if spec.Destinations[i].UUID == "" {
+			spec.Destinations[i].UUID = s.uuid()
+		}
+	}
+	s.servers[spec.UUID] = &server{ServerSpec: spec, id: s.id(), created: s.clk.Now(), images: map[string]bool{}}
+	return spec.UUID
+}
+
+// AddProject seeds a project; environments default to one named "production".
+func (s *Sim) AddProject(spec ProjectSpec) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if spec.UUID == "" {
+		spec.UUID = s.uuid()
+	}
+	if len(spec.Environments) == 0 {
+		spec.Environments = []EnvironmentSpec{{Name: "production"}}
+	}
+	p := &project{ProjectSpec: spec, id: s.id()}
+	for i := range p.Environments {
+		if p.Environments[i].UUID == "" {
+			p.Environments[i].UUID = s.uuid()
+		}
+		p.envIDs = append(p.envIDs, s.id())
+	}
+	s.projects[spec.UUID] = p
+	return spec.UUID
+}
+
+// AddToken registers a bearer token ("<id>|<secret>") of user with abilities ("read",
+// "write", "deploy", "read:sensitive", "root"). Tokens of one user share its rate limit.
+func (s *Sim) AddToken(tok, user string, abilities ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := &token{user: user, abilities: map[string]bool{}}
+	for _, a := range abilities {
+		t.abilities[a] = true
+	}
+	s.tokens[tok] = t
+}
+
+// RevokeToken makes a token answer 401, like an expired one.
+func (s *Sim) RevokeToken(tok string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tokens, tok)
+}
+
+// WarmImage puts an image in a server's cache, as if pulled earlier (tag "" is "latest").
+func (s *Sim) WarmImage(serverUUID, image, tag string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if srv := s.servers[serverUUID]; srv != nil {
+		srv.images[imageRef(image, tag)] = true
+	}
+}
+
+// Fixture names what SeedDefault created.
+type Fixture struct {
+	ServerUUID      string
+	DestinationUUID string
+	ProjectUUID     string
+	EnvironmentUUID string
+	EnvironmentName string
+	Token           string
+}
+
+// DefaultToken is the token SeedDefault registers (all of read, write, deploy).
+const DefaultToken = "1|botpool-sim-token"
+
+// SeedDefault creates one server with one destination, one project with a "production"
+// environment and DefaultToken for user "ops": enough for a pool.
+func (s *Sim) SeedDefault() Fixture {
+	srv := s.AddServer(ServerSpec{UUID: "srv-1", Name: "localhost"})
+	prj := s.AddProject(ProjectSpec{UUID: "prj-1", Name: "bots", Environments: []EnvironmentSpec{{UUID: "env-1", Name: "production"}}})
+	s.AddToken(DefaultToken, "ops", "read", "write", "deploy")
+	s.mu.Lock()
+	dst := s.servers[srv].Destinations[0].UUID
+	s.mu.Unlock()
+	return Fixture{ServerUUID: srv, DestinationUUID: dst, ProjectUUID: prj, EnvironmentUUID: "env-1",
+		EnvironmentName: "production", Token: DefaultToken}
+}
+
+// imageRef is the reference a server caches: image plus tag, "latest" by default.
+func imageRef(image, tag string) string {
+	if tag == "" {
+		if strings.Contains(lastSegment(image), ":") {
+			return image
+		}
+		tag = "latest"
+	}
+	return image + ":" + tag
+}
