@@ -1,0 +1,92 @@
+package postgres
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the store's Prometheus series, all prefixed botpool_store_. The gauges read
+// Status, so the metrics and the condition built from Status never disagree.
+type metrics struct {
+	batchSize     prometheus.Histogram
+	flushDuration prometheus.Histogram
+	errors        *prometheus.CounterVec
+	statements    *prometheus.CounterVec
+	replayed      prometheus.Counter
+	collectors    []prometheus.Collector
+}
+
+func newMetrics(s *Store) *metrics {
+	m := &metrics{
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "botpool_store_heartbeat_batch_size",
+			Help:    "Heartbeats written per statement (one statement per batch).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11), // 1 … 1024
+		}),
+		flushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "botpool_store_flush_duration_seconds",
+			Help:    "Time to write one heartbeat batch.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5 ms … 4 s
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_store_errors_total",
+			Help: "Failed statements by kind: connection (buffered), conflict (returned as ErrConflict), other.",
+		}, []string{"kind"}),
+		statements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_store_statements_total",
+			Help: "Statements sent to Postgres by operation, successful or not.",
+		}, []string{"op"}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "botpool_store_replayed_total",
+			Help: "Buffered writes written after an outage.",
+		}),
+	}
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "botpool_store_up",
+		Help: "1 while Postgres is reachable and nothing waits in the outage buffer, else 0.",
+	}, func() float64 {
+		if s.Status().Available {
+			return 1
+		}
+		return 0
+	})
+	buffered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "botpool_store_buffered",
+		Help: "Writes waiting in the outage buffer.",
+	}, func() float64 { return float64(s.Status().Buffered) })
+	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "botpool_store_dropped_total",
+		Help: "Buffered writes given up: oldest transitions and events beyond the buffer limit, and replays the server kept refusing.",
+	}, func() float64 { return float64(s.Status().Dropped) })
+	for _, kind := range []errKind{kindConnection, kindConflict, kindOther} {
+		m.errors.WithLabelValues(kind.String())
+	}
+	m.collectors = []prometheus.Collector{m.batchSize, m.flushDuration, m.errors, m.statements, m.replayed, up, buffered, dropped}
+	return m
+}
+
+// register adds the collectors to reg (nil: none), undoing a partial registration on failure.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors[:i] {
+				reg.Unregister(done)
+			}
+			return errors.Join(errors.New("registering the store's metrics"), err)
+		}
+	}
+	return nil
+}
+
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		reg.Unregister(c)
+	}
+}

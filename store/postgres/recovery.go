@@ -1,0 +1,145 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+
+	"botpool.dev/botpool/store"
+)
+
+// recoverLoop waits for an outage, then pings with backoff until Postgres answers and the
+// buffer is replayed.
+func (s *Store) recoverLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.recoverKick:
+		case <-s.done:
+			return
+		}
+		// Connections opened before the outage are dead or about to be: start afresh.
+		s.pool.Reset()
+		backoff := s.cfg.minBackoff
+		for !s.Status().Available {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.writeTimeout)
+			err := s.recover(ctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			s.mu.Lock()
+			s.lastErr = err.Error()
+			s.mu.Unlock()
+			// Full jitter on the upper half, so many managers do not ping in step.
+			delay := backoff/2 + rand.N(backoff/2+1)
+			t := s.cfg.clock.NewTimer(delay)
+			select {
+			case <-t.C():
+			case <-s.done:
+				t.Stop()
+				return
+			}
+			backoff = min(2*backoff, s.cfg.maxBackoff)
+		}
+	}
+}
+
+// recover pings the server, replays the buffer pass after pass and, when a pass leaves it
+// empty, makes the store available again. Writes that arrive meanwhile are buffered behind the
+// replayed ones, so order holds. It returns the error that stopped it.
+func (s *Store) recover(ctx context.Context) error {
+	if err := s.exec(ctx, "ping", s.pool.Ping); err != nil {
+		return err
+	}
+	for {
+		s.mu.Lock()
+		if s.buf.len() == 0 {
+			if !s.available {
+				s.available = true
+				s.since = s.cfg.clock.Now()
+				s.cfg.log.Info("Postgres reachable again, buffer replayed", "dropped", s.buf.dropped)
+			}
+			s.mu.Unlock()
+			return nil
+		}
+		snap := s.buf.snapshot(replayRows)
+		s.mu.Unlock()
+		if err := s.replay(ctx, snap); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// replay writes one snapshot: projections in the order they were last written, then the
+// heartbeats (always after: a buffered beat is newer than any buffered delete of its bot),
+// then the oldest append-only rows. It stops at the first connection failure; a write the
+// server refuses is retried on the next passes, then given up.
+func (s *Store) replay(ctx context.Context, snap snapshot) error {
+	for _, op := range snap.ops {
+		err := s.exec(ctx, "replay", func(ctx context.Context) error { return s.execOp(ctx, op) })
+		if err != nil && classify(err) == kindConnection {
+			return err
+		}
+		s.mu.Lock()
+		if err == nil {
+			s.buf.ackOp(op)
+			s.m.replayed.Inc()
+		} else if s.buf.failOp(op, maxReplayFailures) {
+			s.lastErr = err.Error()
+			s.cfg.log.Info("Gave up a buffered write the database keeps refusing", "error", err.Error())
+		}
+		s.mu.Unlock()
+	}
+	for start := 0; start < len(snap.beats); start += s.cfg.batchSize {
+		end := min(start+s.cfg.batchSize, len(snap.beats))
+		beats := snap.beats[start:end]
+		err := s.exec(ctx, "heartbeat_batch", func(ctx context.Context) error {
+			return s.execBeats(ctx, append([]store.Heartbeat(nil), beats...))
+		})
+		if err != nil {
+			return err // heartbeats are plain upserts: only an outage makes them fail
+		}
+		s.m.batchSize.Observe(float64(len(beats)))
+		s.mu.Lock()
+		s.buf.ackBeats(beats, snap.seqs[start:end])
+		s.m.replayed.Add(float64(len(beats)))
+		s.mu.Unlock()
+	}
+	if len(snap.rows) > 0 {
+		err := s.exec(ctx, "replay_rows", func(ctx context.Context) error { return s.execInsertRows(ctx, snap.rows) })
+		if err != nil && classify(err) == kindConnection {
+			return err
+		}
+		s.mu.Lock()
+		s.buf.ackRows(snap.rows[len(snap.rows)-1].seq)
+		if err != nil {
+			// Rows are validated before they are buffered; a refusal here is a bug, and
+			// retrying it forever would stall the recovery.
+			s.buf.dropped += int64(len(snap.rows))
+			s.lastErr = err.Error()
+			s.cfg.log.Info("Gave up buffered transitions and events the database refused", "rows", len(snap.rows), "error", err.Error())
+		} else {
+			s.m.replayed.Add(float64(len(snap.rows)))
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Store) execOp(ctx context.Context, op keyedOp) error {
+	switch op.kind {
+	case opUpsertBot:
+		return s.execUpsertBot(ctx, op.bot)
+	case opDeleteBot:
+		return s.execDeleteBot(ctx, op.bot.UID)
+	case opUpsertSlot:
+		return s.execUpsertSlot(ctx, op.slot)
+	case opDeleteSlot:
+		return s.execDeleteSlot(ctx, op.slot.Namespace, op.slot.Name)
+	}
+	return errors.New("unknown buffered operation")
+}
