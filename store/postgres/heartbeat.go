@@ -20,6 +20,14 @@ type beatBatch struct {
 	err   error
 }
 
+func (b *beatBatch) beatOf(uid types.UID) (store.Heartbeat, bool) {
+	if b == nil {
+		return store.Heartbeat{}, false
+	}
+	hb, ok := b.beats[uid]
+	return hb, ok
+}
+
 // RecordHeartbeat implements store.Store. While Postgres is up the beat joins the current batch
 // and the call returns when that batch is committed; while it is down the beat is coalesced into
 // the outage buffer and the call returns ErrBuffered at once.
@@ -39,10 +47,15 @@ func (s *Store) RecordHeartbeat(ctx context.Context, hb store.Heartbeat) error {
 		s.mu.Unlock()
 		return store.ErrBuffered
 	}
-	b := s.batch
-	if b == nil {
+	// Beats join the newest batch; a full batch is closed to newcomers, so no statement carries
+	// more than batchSize rows however fast beats arrive.
+	var b *beatBatch
+	if n := len(s.batches); n > 0 {
+		b = s.batches[n-1]
+	}
+	if _, again := b.beatOf(hb.BotUID); b == nil || (len(b.beats) >= s.cfg.batchSize && !again) {
 		b = &beatBatch{beats: map[types.UID]store.Heartbeat{}, first: s.cfg.clock.Now(), done: make(chan struct{})}
-		s.batch = b
+		s.batches = append(s.batches, b)
 	}
 	if old, ok := b.beats[hb.BotUID]; ok {
 		hb = mergeBeat(old, hb)
@@ -73,7 +86,8 @@ func (s *Store) flushLoop() {
 		select {
 		case <-s.flushKick:
 		case <-s.done:
-			s.flushNow(true)
+			for s.flushNow(true) {
+			}
 			return
 		}
 		for s.flushNow(false) {
@@ -81,15 +95,15 @@ func (s *Store) flushLoop() {
 	}
 }
 
-// flushNow writes the current batch if it is full or due (or final), else waits until it is due
+// flushNow writes the oldest batch if it is full or due (or final), else waits until it is due
 // or kicked. It reports whether to look again.
 func (s *Store) flushNow(final bool) bool {
 	s.mu.Lock()
-	b := s.batch
-	if b == nil {
+	if len(s.batches) == 0 {
 		s.mu.Unlock()
 		return false
 	}
+	b := s.batches[0]
 	wait := s.cfg.flushInterval - s.cfg.clock.Since(b.first)
 	if !final && wait > 0 && len(b.beats) < s.cfg.batchSize {
 		s.mu.Unlock()
@@ -98,12 +112,13 @@ func (s *Store) flushNow(final bool) bool {
 		select {
 		case <-t.C():
 		case <-s.flushKick:
-		case <-s.done: // Close writes the batch as the loop's last act
+		case <-s.done: // flushLoop's last act writes what is left
 			return false
 		}
 		return true
 	}
-	s.batch = nil
+	s.batches[0] = nil
+	s.batches = s.batches[1:]
 	available := s.available
 	s.mu.Unlock()
 

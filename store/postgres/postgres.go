@@ -100,7 +100,7 @@ type Store struct {
 	lastErr   string
 	closed    bool
 	buf       *buffer
-	batch     *beatBatch // heartbeats waiting for the flusher; nil when none
+	batches   []*beatBatch // heartbeats waiting for the flusher, oldest first; the last one is open
 
 	flushKick   chan struct{}
 	recoverKick chan struct{}

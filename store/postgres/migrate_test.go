@@ -1,0 +1,93 @@
+package postgres_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"botpool.dev/botpool/store/postgres"
+	"botpool.dev/botpool/store/storetest"
+)
+
+var tables = []string{"bots", "bot_pool_slots", "slot_transitions", "bot_events"}
+
+func TestMigrateFromEmptyThenAgain(t *testing.T) {
+	dsn := server.NewDatabase(t)
+	ctx := t.Context()
+
+	s, err := postgres.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpsertSlot(ctx, storetest.Slot("ns", "s1").App("app-1").Record()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second start finds the schema current, applies nothing and keeps the data.
+	s = openStore(t, dsn)
+	c := sqlConn(t, dsn)
+	for _, table := range tables {
+		if n := queryInt(t, c, `SELECT count(*) FROM information_schema.tables WHERE table_name = $1`, table); n != 1 {
+			t.Errorf("table %s: found %d", table, n)
+		}
+	}
+	if n := queryInt(t, c, `SELECT count(*) FROM botpool_schema_version WHERE version_id > 0`); n != 1 {
+		t.Errorf("%d migrations recorded, want 1 (re-run applied again?)", n)
+	}
+	if _, ok, err := s.Slot(ctx, "ns", "s1"); err != nil || !ok {
+		t.Fatalf("slot written before the restart: ok=%v err=%v", ok, err)
+	}
+}
+
+// TestMigrateConcurrently starts several stores on one empty database at once, as replicas of
+// a rollout do: the advisory lock makes them take turns, and exactly one applies the schema.
+func TestMigrateConcurrently(t *testing.T) {
+	dsn := server.NewDatabase(t)
+	const replicas = 4
+	var wg sync.WaitGroup
+	errs := make([]error, replicas)
+	for i := range replicas {
+		wg.Go(func() {
+			s, err := postgres.New(t.Context(), dsn)
+			if err == nil {
+				err = s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+	}
+	c := sqlConn(t, dsn)
+	if n := queryInt(t, c, `SELECT count(*) FROM botpool_schema_version WHERE version_id > 0`); n != 1 {
+		t.Fatalf("%d migrations recorded, want 1", n)
+	}
+}
+
+func TestNewFailsFastWhenUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	// Port 1 on loopback: nothing listens, the connection is refused at once.
+	_, err := postgres.New(ctx, "postgres://postgres@127.0.0.1:1/botpool?sslmode=disable&connect_timeout=2")
+	if err == nil || !strings.Contains(err.Error(), "connecting to Postgres at 127.0.0.1:1/botpool") {
+		t.Fatalf("err = %v, want a connection error naming the server", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("New took %v to give up", d)
+	}
+}
+
+func TestNewRejectsMalformedURL(t *testing.T) {
+	if _, err := postgres.New(t.Context(), "postgres://%zz"); err == nil || !strings.Contains(err.Error(), "parsing the database URL") {
+		t.Fatalf("err = %v, want a parse error", err)
+	}
+}
