@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"botpool.dev/botpool/internal/promreg"
 )
 
 type metrics struct {
@@ -24,9 +26,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"endpoint"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.requests, m.latency)
-	}
+	m.requests = promreg.Register(reg, m.requests)
+	m.latency = promreg.Register(reg, m.latency)
 	return m
 }
 
