@@ -248,7 +248,7 @@ func handleListProjects(s *Sim, _ *reqCtx) (int, any) {
 	out := make([]msg, 0, len(s.projects))
 	for _, k := range sortedKeys(s.projects) {
 		p := s.projects[k]
-		out = append(out, msg{"id": p.id, "uuid": p.UUID, "name": p.Name, "description": nil})
+		out = append(out, msg{"id": p.id, "uuid": p.UUID, "name": p.Name, "description": ""})
 	}
 	return http.StatusOK, out
 }
@@ -260,7 +260,7 @@ func handleListEnvironments(s *Sim, rc *reqCtx) (int, any) {
 	}
 	out := make([]msg, 0, len(p.Environments))
 	for i, e := range p.Environments {
-		out = append(out, msg{"id": p.envIDs[i], "uuid": e.UUID, "name": e.Name, "project_id": p.id, "description": nil})
+		out = append(out, msg{"id": p.envIDs[i], "uuid": e.UUID, "name": e.Name, "project_id": p.id, "description": ""})
 	}
 	return http.StatusOK, out
 }

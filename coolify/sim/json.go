@@ -39,7 +39,7 @@ func deploymentJSON(d *deployment) msg {
 		"application_name": d.app.name, "server_id": d.server.id, "server_name": d.server.Name,
 		"destination_id": "1", "status": d.status, "pull_request_id": 0, "force_rebuild": false,
 		"commit": "HEAD", "is_webhook": false, "is_api": true, "restart_only": false,
-		"rollback": false, "only_this_server": false, "git_type": nil,
+		"rollback": false, "only_this_server": false,
 		"created_at": stamp(d.created), "updated_at": stamp(d.updated), "finished_at": nil,
 		"deployment_url": "/project/deployment/" + d.uuid,
 	}
@@ -64,7 +64,7 @@ func envJSON(a *app, e *envVar, sensitive bool) msg {
 
 func serverJSON(srv *server) msg {
 	return msg{
-		"id": srv.id, "uuid": srv.UUID, "name": srv.Name, "description": nil, "ip": srv.IP,
+		"id": srv.id, "uuid": srv.UUID, "name": srv.Name, "description": "", "ip": srv.IP,
 		"user": "root", "port": 22, "proxy": msg{"type": "traefik"}, "proxy_type": "traefik",
 		"settings": msg{"id": srv.id, "server_id": srv.id, "concurrent_builds": srv.ConcurrentBuilds,
 			"deployment_queue_limit": srv.DeploymentQueueLimit, "is_reachable": true, "is_usable": true,
