@@ -61,8 +61,6 @@ func TestSlotLifecycle(t *testing.T) {
 		t.Fatalf("other tag lists %d apps", len(other))
 	}
 
-	started := make(chan sim.Container, 1)
-	_ = started
 	res, err := c.Deploy(ctx, uuid)
 	if err != nil || res.DeploymentUUID == "" {
 		t.Fatalf("deploy = %+v, %v", res, err)
