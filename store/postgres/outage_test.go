@@ -304,6 +304,10 @@ func TestReplayKeepsOrder(t *testing.T) {
 	if st := s.Status(); st.Dropped != 0 || st.Buffered != 0 {
 		t.Errorf("status after recovery = %+v, want nothing dropped or left", st)
 	}
+	// Slot a took bot-1 before b let it go in the replay's order: refused once, then retried.
+	if n, _ := metric(t, reg, "botpool_store_errors_total", "kind", "conflict"); n != 1 {
+		t.Errorf("%v conflicts during the replay, want the 1 that coalescing caused", n)
+	}
 }
 
 // TestBoundedBuffer fills the buffer during an outage: the oldest transitions are dropped and

@@ -105,6 +105,8 @@ type Store struct {
 	flushKick   chan struct{}
 	recoverKick chan struct{}
 	done        chan struct{}
+	stopReplay  context.CancelFunc // interrupts a replay in progress at Close
+	replayCtx   context.Context
 	wg          sync.WaitGroup
 }
 
@@ -154,6 +156,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		recoverKick: make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
+	s.replayCtx, s.stopReplay = context.WithCancel(context.Background())
 	s.m = newMetrics(s)
 	if err := s.m.register(cfg.registerer); err != nil {
 		pool.Close()
@@ -190,6 +193,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	close(s.done)
+	s.stopReplay()
 	s.wg.Wait() // the flusher writes (or buffers) its last batch before it returns
 
 	var err error

@@ -18,15 +18,19 @@ func (s *Store) recoverLoop() {
 		case <-s.done:
 			return
 		}
+		if s.Status().Available {
+			continue // a stale kick
+		}
 		// Connections opened before the outage are dead or about to be: start afresh.
 		s.pool.Reset()
 		backoff := s.cfg.minBackoff
 		for !s.Status().Available {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.writeTimeout)
-			err := s.recover(ctx)
-			cancel()
+			err := s.recover(s.replayCtx) // each statement has its own timeout
 			if err == nil {
 				break
+			}
+			if s.replayCtx.Err() != nil {
+				return // closing
 			}
 			s.mu.Lock()
 			s.lastErr = err.Error()
@@ -81,8 +85,8 @@ func (s *Store) recover(ctx context.Context) error {
 func (s *Store) replay(ctx context.Context, snap snapshot) error {
 	for _, op := range snap.ops {
 		err := s.exec(ctx, "replay", func(ctx context.Context) error { return s.execOp(ctx, op) })
-		if err != nil && classify(err) == kindConnection {
-			return err
+		if err != nil && (classify(err) == kindConnection || ctx.Err() != nil) {
+			return err // not the write's fault: keep it as it is
 		}
 		s.mu.Lock()
 		if err == nil {
@@ -111,7 +115,7 @@ func (s *Store) replay(ctx context.Context, snap snapshot) error {
 	}
 	if len(snap.rows) > 0 {
 		err := s.exec(ctx, "replay_rows", func(ctx context.Context) error { return s.execInsertRows(ctx, snap.rows) })
-		if err != nil && classify(err) == kindConnection {
+		if err != nil && (classify(err) == kindConnection || ctx.Err() != nil) {
 			return err
 		}
 		s.mu.Lock()
