@@ -86,7 +86,7 @@ type contractChecker struct {
 	n    int         // exchanges checked
 	// requestsOnly skips answers: stub servers answer outside the contract on purpose.
 	requestsOnly bool
-	errs []string
+	errs         []string
 }
 
 type ctxKey int

@@ -107,7 +107,7 @@ func handleCreateApp(s *Sim, rc *reqCtx) (int, any) {
 }
 
 func handleGetApp(s *Sim, rc *reqCtx) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFound
 	}
@@ -136,7 +136,7 @@ func handleListApps(s *Sim, rc *reqCtx) (int, any) {
 }
 
 func handlePatchApp(s *Sim, rc *reqCtx) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFoundNoStop
 	}
@@ -172,7 +172,7 @@ func handlePatchApp(s *Sim, rc *reqCtx) (int, any) {
 }
 
 func handleDeleteApp(s *Sim, rc *reqCtx) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFoundNoStop
 	}
@@ -197,7 +197,7 @@ func handleListServers(s *Sim, _ *reqCtx) (int, any) {
 }
 
 func handleGetServer(s *Sim, rc *reqCtx) (int, any) {
-	srv := s.servers[rc.param(0)]
+	srv := s.servers[rc.uuid()]
 	if srv == nil {
 		return http.StatusNotFound, msg{"message": "Server not found."}
 	}
@@ -205,7 +205,7 @@ func handleGetServer(s *Sim, rc *reqCtx) (int, any) {
 }
 
 func handlePatchServer(s *Sim, rc *reqCtx) (int, any) {
-	srv := s.servers[rc.param(0)]
+	srv := s.servers[rc.uuid()]
 	if srv == nil {
 		return http.StatusNotFound, msg{"message": "Server not found."}
 	}
@@ -232,7 +232,7 @@ func handleListDestinations(s *Sim, rc *reqCtx) (int, any) {
 	if !s.versionAtLeast("4.2.0") {
 		return http.StatusNotFound, msgNotFound
 	}
-	srv := s.servers[rc.param(0)]
+	srv := s.servers[rc.uuid()]
 	if srv == nil {
 		return http.StatusNotFound, msg{"message": "Server not found."}
 	}
@@ -254,7 +254,7 @@ func handleListProjects(s *Sim, _ *reqCtx) (int, any) {
 }
 
 func handleListEnvironments(s *Sim, rc *reqCtx) (int, any) {
-	p := s.projects[rc.param(0)]
+	p := s.projects[rc.uuid()]
 	if p == nil {
 		return http.StatusNotFound, msg{"message": "Project not found."}
 	}

@@ -21,7 +21,7 @@ func handleRestart(s *Sim, rc *reqCtx) (int, any) {
 // startLike answers /start and /restart, with both of their traps: no deployment_uuid when
 // de-duplicated, and a uuid that was never created when the server's queue is full.
 func (s *Sim) startLike(rc *reqCtx, restart bool, queuedMsg string) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFound
 	}
@@ -36,7 +36,7 @@ func (s *Sim) startLike(rc *reqCtx, restart bool, queuedMsg string) (int, any) {
 }
 
 func handleStop(s *Sim, rc *reqCtx) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFound
 	}
@@ -108,7 +108,7 @@ func handleListDeployments(s *Sim, _ *reqCtx) (int, any) {
 }
 
 func handleGetDeployment(s *Sim, rc *reqCtx) (int, any) {
-	d := s.deploys[rc.param(0)]
+	d := s.deploys[rc.uuid()]
 	if d == nil {
 		return http.StatusNotFound, msg{"message": "Deployment not found."}
 	}
@@ -116,7 +116,7 @@ func handleGetDeployment(s *Sim, rc *reqCtx) (int, any) {
 }
 
 func handleAppDeployments(s *Sim, rc *reqCtx) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFoundNoStop
 	}
@@ -138,7 +138,7 @@ func atoiDefault(s string, def int) int {
 }
 
 func handleCancel(s *Sim, rc *reqCtx) (int, any) {
-	d := s.deploys[rc.param(0)]
+	d := s.deploys[rc.uuid()]
 	if d == nil {
 		return http.StatusNotFound, msg{"message": "Deployment not found."}
 	}

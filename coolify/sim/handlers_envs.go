@@ -8,7 +8,7 @@ import (
 )
 
 func handleListEnvs(s *Sim, rc *reqCtx) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFoundNoStop
 	}
@@ -71,7 +71,7 @@ func (s *Sim) addEnv(a *app, in envInput, now time.Time) *envVar {
 }
 
 func handleCreateEnv(s *Sim, rc *reqCtx) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFoundNoStop
 	}
@@ -93,7 +93,7 @@ func handleCreateEnv(s *Sim, rc *reqCtx) (int, any) {
 // handleBulkEnvs upserts item by item and stops at the first invalid one, keeping the
 // items before it: the endpoint is not transactional.
 func handleBulkEnvs(s *Sim, rc *reqCtx) (int, any) {
-	a := s.apps[rc.param(0)]
+	a := s.apps[rc.uuid()]
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFoundNoStop
 	}

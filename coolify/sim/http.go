@@ -30,7 +30,8 @@ type reqCtx struct {
 	header http.Header
 }
 
-func (rc *reqCtx) param(i int) string { return rc.params[i] }
+// uuid is the path parameter ({uuid} in every route that has one).
+func (rc *reqCtx) uuid() string { return rc.params[0] }
 
 func (rc *reqCtx) can(ability string) bool {
 	return rc.tok != nil && (rc.tok.abilities["root"] || rc.tok.abilities[ability])

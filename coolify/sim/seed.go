@@ -63,7 +63,7 @@ func (s *Sim) AddServer(spec ServerSpec) string {
 		spec.UUID = s.uuid()
 	}
 	if spec.Name == "" {
-		spec.Name = "server-" + spec.UUID[:6]
+		spec.Name = "server-" + spec.UUID
 	}
 	if spec.IP == "" {
 		spec.IP = "10.0.0.1"
