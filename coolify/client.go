@@ -215,14 +215,7 @@ func (c *Client) backoff(attempt int) time.Duration {
 }
 
 func (c *Client) sleep(ctx context.Context, d time.Duration) error {
-	t := c.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepCtx(ctx, c.clock, d)
 }
 
 func (c *Client) attempt(ctx context.Context, cl call, payload []byte) error {
@@ -273,7 +266,11 @@ func (c *Client) attempt(ctx context.Context, cl call, payload []byte) error {
 		return fmt.Errorf("coolify %s: response larger than %d bytes", cl.op, c.maxBody)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return newAPIError(cl.op, resp, data, c.clock.Now())
+		apiErr := newAPIError(cl.op, resp, data, c.clock.Now())
+		if errors.Is(apiErr, ErrRateLimited) && apiErr.RetryAfter > 0 {
+			c.limiter.pause(c.clock.Now().Add(apiErr.RetryAfter))
+		}
+		return apiErr
 	}
 	return decode(cl, data)
 }

@@ -3,6 +3,7 @@ package coolify
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -18,6 +19,11 @@ const limiterBurst = 5
 // same instance and token (see Registry): the server counts per user, not per client.
 type Limiter struct {
 	lim *rate.Limiter
+
+	mu sync.Mutex
+	// until is when the server said (429 Retry-After) the user's budget comes back: every
+	// client sharing the limiter holds off until then, not only the one that was refused.
+	until time.Time
 }
 
 // NewLimiter allows perMinute requests in any 60-second window. The refill rate leaves room
@@ -34,6 +40,30 @@ func NewLimiter(perMinute int) *Limiter {
 // wait blocks until a request may go, timing by clk so tests can use a fake clock. It returns
 // how long it waited.
 func (l *Limiter) wait(ctx context.Context, clk clock.Clock) (time.Duration, error) {
+	var paused time.Duration
+	l.mu.Lock()
+	until := l.until
+	l.mu.Unlock()
+	if d := until.Sub(clk.Now()); d > 0 {
+		if err := sleepCtx(ctx, clk, d); err != nil {
+			return 0, err
+		}
+		paused = d
+	}
+	d, err := l.reserve(ctx, clk)
+	return paused + d, err
+}
+
+// pause holds every request back until at.
+func (l *Limiter) pause(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if at.After(l.until) {
+		l.until = at
+	}
+}
+
+func (l *Limiter) reserve(ctx context.Context, clk clock.Clock) (time.Duration, error) {
 	now := clk.Now()
 	r := l.lim.ReserveN(now, 1)
 	if !r.OK() {
@@ -43,13 +73,21 @@ func (l *Limiter) wait(ctx context.Context, clk clock.Clock) (time.Duration, err
 	if d <= 0 {
 		return 0, nil
 	}
+	if err := sleepCtx(ctx, clk, d); err != nil {
+		r.CancelAt(clk.Now())
+		return 0, err
+	}
+	return d, nil
+}
+
+// sleepCtx waits d on clk, or until ctx ends.
+func sleepCtx(ctx context.Context, clk clock.Clock, d time.Duration) error {
 	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C():
-		return d, nil
+		return nil
 	case <-ctx.Done():
-		r.CancelAt(clk.Now())
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
 }

@@ -463,3 +463,32 @@ func TestVersionGating(t *testing.T) {
 		})
 	}
 }
+
+// A 429 seen by one client holds back every client of the same user until Retry-After.
+func TestRateLimit429PausesTheSharedLimiter(t *testing.T) {
+	cfg := fast()
+	cfg.RateLimit = 3
+	e := newEnv(t, cfg)
+	reg := coolify.NewRegistry(-1, coolify.WithHTTPClient(e.http), coolify.WithClock(e.clock), coolify.WithVersion("4.3.11"))
+	a, _ := reg.Client(e.url, e.fix.Token, coolify.WithMaxRetries(0))
+	b, _ := reg.Client(e.url, e.fix.Token)
+	ctx := e.ctx()
+	for range 3 {
+		if _, err := a.ListServers(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.ListServers(ctx); !errors.Is(err, coolify.ErrRateLimited) {
+		t.Fatalf("4th call: %v, want ErrRateLimited", err)
+	}
+	before := e.clock.Now()
+	if _, err := b.ListProjects(ctx); err != nil {
+		t.Fatalf("other pool: %v", err)
+	}
+	if waited := e.clock.Since(before); waited < 59*time.Second {
+		t.Fatalf("the other client waited %s, want the server's Retry-After", waited)
+	}
+	if n := e.sim.CountCode(http.StatusTooManyRequests); n != 1 {
+		t.Fatalf("%d answers were 429, want 1", n)
+	}
+}
