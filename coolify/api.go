@@ -58,7 +58,8 @@ type API interface {
 
 	// GetDeployment is GET /deployments/{uuid}.
 	GetDeployment(ctx context.Context, uuid string) (*Deployment, error)
-	// ListApplicationDeployments returns the total count and a page, newest first.
+	// ListApplicationDeployments returns the total count and a page, newest first; take ≤ 0
+	// means the server's default of 10.
 	ListApplicationDeployments(ctx context.Context, appUUID string, skip, take int) (int, []Deployment, error)
 	// ListActiveDeployments lists queued and in-progress deployments of every application.
 	ListActiveDeployments(ctx context.Context) ([]Deployment, error)

@@ -243,7 +243,10 @@ func (c *Client) ListApplicationDeployments(ctx context.Context, appUUID string,
 		Count       int          `json:"count"`
 		Deployments []Deployment `json:"deployments"`
 	}
-	q := url.Values{"skip": {strconv.Itoa(max(skip, 0))}, "take": {strconv.Itoa(max(take, 1))}}
+	if take <= 0 {
+		take = 10 // the server's default
+	}
+	q := url.Values{"skip": {strconv.Itoa(max(skip, 0))}, "take": {strconv.Itoa(take)}}
 	err := c.do(ctx, call{op: "list-deployments-by-app-uuid", method: http.MethodGet,
 		path: "/deployments/applications/" + esc(appUUID), query: q, idempotent: true, out: &out})
 	return out.Count, out.Deployments, err

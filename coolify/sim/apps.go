@@ -94,9 +94,10 @@ func (a *app) envMap() map[string]string {
 	return m
 }
 
-func (s *Sim) container(a *app, reason string) Container {
+func (s *Sim) container(a *app, reason string, at time.Time) Container {
+	s.hookSeq++
 	return Container{AppUUID: a.uuid, AppName: a.name, ServerUUID: a.server.UUID,
-		Image: imageRef(a.image, a.tag), Env: a.envMap(), Reason: reason}
+		Image: imageRef(a.image, a.tag), Env: a.envMap(), Reason: reason, At: at, Seq: s.hookSeq}
 }
 
 // startContainer makes the container run from at, replacing a running one.
@@ -109,7 +110,7 @@ func (s *Sim) startContainer(a *app, at time.Time) {
 	a.running = true
 	a.gen++
 	a.setStatus(at, statusRunning)
-	c := s.container(a, reason)
+	c := s.container(a, reason, at)
 	if h := s.cfg.Hooks.OnStart; h != nil {
 		s.hooks = append(s.hooks, func() { h(c) })
 	}
@@ -122,7 +123,7 @@ func (s *Sim) startContainer(a *app, at time.Time) {
 			if cr.Loop {
 				a.restarts++
 				a.setStatus(at, statusRestarting)
-				s.stopHook(a, "crash-loop")
+				s.stopHook(a, "crash-loop", at)
 				return
 			}
 			s.stopContainer(a, at, "crashed")
@@ -138,11 +139,11 @@ func (s *Sim) stopContainer(a *app, at time.Time, reason string) {
 	a.running = false
 	a.gen++
 	a.setStatus(at, statusExited)
-	s.stopHook(a, reason)
+	s.stopHook(a, reason, at)
 }
 
-func (s *Sim) stopHook(a *app, reason string) {
-	c := s.container(a, reason)
+func (s *Sim) stopHook(a *app, reason string, at time.Time) {
+	c := s.container(a, reason, at)
 	if h := s.cfg.Hooks.OnStop; h != nil {
 		s.hooks = append(s.hooks, func() { h(c) })
 	}

@@ -63,7 +63,8 @@ type Config struct {
 
 // Hooks are called when a simulated container starts or stops, outside the simulator's lock,
 // from the goroutine that advanced time (a request handler or the ticker): keep them short or
-// start a goroutine.
+// start a goroutine. Hooks may call the simulator. Two goroutines advancing at once can run
+// their hooks concurrently: Container.Seq gives the true order.
 type Hooks struct {
 	OnStart func(Container)
 	OnStop  func(Container)
@@ -79,6 +80,9 @@ type Container struct {
 	Env map[string]string
 	// Reason is "deployed", "stopped", "crashed", "crash-loop", "deleted" or "redeployed".
 	Reason string
+	// At is the simulated time of the change; Seq increases with every change of any app.
+	At  time.Time
+	Seq uint64
 }
 
 // Sim is the simulator. Build it with New, seed it, serve it with Start or as an http.Handler.
@@ -90,6 +94,7 @@ type Sim struct {
 	rng        *rand.Rand
 	nextID     int
 	seq        int
+	hookSeq    uint64
 	lastTick   time.Time
 	events     eventQueue
 	hooks      []func()

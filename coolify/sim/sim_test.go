@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	s   *sim.Sim
 	fc  *clocktesting.FakeClock
 	fix sim.Fixture
@@ -181,7 +182,8 @@ func TestHooksCrashLoopAndStatusLag(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(events) != 2 || events[1].Reason != "crash-loop" {
+	if len(events) != 2 || events[1].Reason != "crash-loop" || events[1].Seq <= events[0].Seq ||
+		events[1].At.Sub(events[0].At) != 20*time.Second {
 		t.Fatalf("hooks = %+v", events)
 	}
 }
@@ -296,5 +298,19 @@ func TestStartRealTimeWithSpeed(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the container never started")
+	}
+}
+
+// BenchmarkDeployCycle measures the simulator's cost of one slot's create, deploy, run and stop.
+func BenchmarkDeployCycle(b *testing.B) {
+	fc := clocktesting.NewFakeClock(t0)
+	s := sim.New(sim.Config{Clock: fc, RateLimit: -1})
+	h := &harness{t: b, s: s, fc: fc, fix: s.SeedDefault()}
+	b.ResetTimer()
+	for i := range b.N {
+		app := h.create("slot-"+strconv.Itoa(i), h.fix.ServerUUID, "bot")
+		h.deploy(app)
+		s.Advance(8 * time.Minute)
+		h.do(http.MethodPost, "/applications/"+app+"/stop", nil)
 	}
 }
