@@ -90,19 +90,24 @@ func stub(t *testing.T, code int, header map[string]string, body string) (*httpt
 	return srv, &n
 }
 
+// checkedHTTP is an http.Client whose requests are checked against the spec; stubs answer
+// outside the contract on purpose, so their answers are not.
+func checkedHTTP(t *testing.T) *http.Client {
+	t.Helper()
+	checker := newChecker(t)
+	checker.requestsOnly = true
+	t.Cleanup(func() { checker.finish(t) })
+	return &http.Client{Transport: &transport{base: http.DefaultTransport, checker: checker}}
+}
+
 func stubClient(t *testing.T, url string, opts ...coolify.Option) *coolify.Client {
 	t.Helper()
 	fc := autoClock{clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))}
-	checker := newChecker(t)
-	hc := &http.Client{Transport: &transport{base: http.DefaultTransport, checker: checker}}
-	// Stubs answer outside the contract on purpose; requests are still checked.
-	checker.requestsOnly = true
-	all := append([]coolify.Option{coolify.WithHTTPClient(hc), coolify.WithClock(fc), coolify.WithVersion("4.3.11")}, opts...)
+	all := append([]coolify.Option{coolify.WithHTTPClient(checkedHTTP(t)), coolify.WithClock(fc), coolify.WithVersion("4.3.11")}, opts...)
 	c, err := coolify.New(url, secretToken, all...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { checker.finish(t) })
 	return c
 }
 
@@ -248,7 +253,7 @@ func TestRegistrySharesLimiterPerUser(t *testing.T) {
 	srv, n := stub(t, 200, nil, `[]`)
 	fc := autoClock{clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))}
 	start := fc.Now()
-	reg := coolify.NewRegistry(60, coolify.WithClock(fc), coolify.WithVersion("4.3.11"))
+	reg := coolify.NewRegistry(60, coolify.WithClock(fc), coolify.WithVersion("4.3.11"), coolify.WithHTTPClient(checkedHTTP(t)))
 	a, _ := reg.Client(srv.URL, secretToken)
 	b, _ := reg.Client(srv.URL+"/api/v1", secretToken) // same user, another pool
 	other, _ := reg.Client(srv.URL, "8|another-user")
@@ -285,7 +290,7 @@ func TestMetricsRegisterTwice(t *testing.T) {
 func TestContextCancelStopsWaiting(t *testing.T) {
 	srv, _ := stub(t, 200, nil, `[]`)
 	lim := coolify.NewLimiter(1)
-	c, _ := coolify.New(srv.URL, secretToken, coolify.WithLimiter(lim), coolify.WithVersion("4.3.11"))
+	c, _ := coolify.New(srv.URL, secretToken, coolify.WithLimiter(lim), coolify.WithVersion("4.3.11"), coolify.WithHTTPClient(checkedHTTP(t)))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, _ = c.ListServers(ctx) // uses the one token

@@ -56,9 +56,20 @@ var (
 //     the API.
 func loadSpec(t testing.TB) *spec {
 	t.Helper()
+	s := findSpec(t)
+	if s == nil {
+		t.Skipf("contract tests need %s (CI has it); not found", specPath(t))
+	}
+	return s
+}
+
+// findSpec is loadSpec for tests that also run without the spec: nil when the file is absent
+// (their traffic is then not checked, and the contract tests themselves skip).
+func findSpec(t testing.TB) *spec {
+	t.Helper()
 	path := specPath(t)
 	if _, err := os.Stat(path); os.IsNotExist(err) {
-		t.Skipf("contract tests need %s (CI has it); not found", path)
+		return nil
 	}
 	specOnce.Do(func() {
 		loader := openapi3.NewLoader()
