@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"mime"
 	"net/http"
@@ -141,19 +142,11 @@ func faultBody(code int) any {
 }
 
 func readBody(r *http.Request) ([]byte, error) {
-	var b strings.Builder
-	buf := make([]byte, 32<<10)
-	for int64(b.Len()) <= maxRequestBody {
-		n, err := r.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
+	if err == nil && int64(len(b)) > maxRequestBody {
+		err = fmt.Errorf("body larger than %d bytes", maxRequestBody)
 	}
-	if int64(b.Len()) > maxRequestBody {
-		return nil, fmt.Errorf("body too large")
-	}
-	return []byte(b.String()), nil
+	return b, err
 }
 
 func isJSON(ct string) bool {
