@@ -1,9 +1,9 @@
 package coolify
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"botpool.dev/botpool/internal/promreg"
 )
 
 // Metrics are the client's Prometheus collectors. One Metrics may serve many clients.
@@ -42,25 +42,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests that had to wait for the client-side rate limiter.",
 		}, []string{"operation"}),
 	}
-	if reg != nil {
-		m.requests = register(reg, m.requests)
-		m.duration = register(reg, m.duration)
-		m.retries = register(reg, m.retries)
-		m.throttled = register(reg, m.throttled)
-		m.waits = register(reg, m.waits)
-	}
+	m.requests = promreg.Register(reg, m.requests)
+	m.duration = promreg.Register(reg, m.duration)
+	m.retries = promreg.Register(reg, m.retries)
+	m.throttled = promreg.Register(reg, m.throttled)
+	m.waits = promreg.Register(reg, m.waits)
 	return m
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		// A conflicting collector of another shape: keep ours unregistered rather than panic.
-	}
-	return c
 }
