@@ -13,19 +13,29 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgconn"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi"
+	"botpool.dev/botpool/store"
+	"botpool.dev/botpool/store/memory"
+	"botpool.dev/botpool/store/postgres"
 )
 
 // options are the manager's command-line settings.
@@ -102,7 +112,13 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 	cfg.Burst = o.kubeAPIBurst
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        newScheme(),
+		Scheme: newScheme(),
+		// Cache only the slot token Secrets, never every Secret of the cluster: memory, and
+		// the least privilege an informer can have. Other Secrets (Coolify credentials) are
+		// read directly when needed.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Label: botapi.TokenSecretSelector},
+		}},
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
@@ -132,15 +148,50 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 	return mgr, nil
 }
 
-func run(ctx context.Context, cfg *rest.Config, o options) error {
+// openStore connects the store: Postgres when a database URL is given (migrated at start,
+// under an advisory lock), else the embedded in-memory store.
+func openStore(ctx context.Context, log logr.Logger, o options) (store.Store, error) {
+	if o.databaseURL == "" {
+		log.Info("No --database-url given: liveness and audit use the embedded in-memory store, lost on restart")
+		return memory.New(), nil
+	}
+	st, err := postgres.New(ctx, o.databaseURL,
+		postgres.WithRegisterer(metrics.Registry), postgres.WithLogger(ctrl.Log.WithName("store")))
+	if err != nil {
+		return nil, fmt.Errorf("opening the Postgres store: %w", err)
+	}
+	log.Info("Using the Postgres store")
+	return st, nil
+}
+
+func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	log := ctrl.Log.WithName("setup")
 	mgr, err := newManager(cfg, o)
 	if err != nil {
 		return err
 	}
-	if o.databaseURL == "" {
-		log.Info("No --database-url given: liveness and audit use the embedded in-memory store, lost on restart")
+	st, err := openStore(ctx, log, o)
+	if err != nil {
+		return err
 	}
+	defer func() { err = errors.Join(err, st.Close()) }()
+
+	if err := botapi.IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("indexing for the bot API: %w", err)
+	}
+	if err := mgr.Add(botapi.New(botapi.Config{
+		Addr:       o.botAPIAddr,
+		Cache:      mgr.GetCache(),
+		Client:     mgr.GetClient(),
+		APIReader:  mgr.GetAPIReader(),
+		Liveness:   st,
+		Clock:      clock.RealClock{},
+		Log:        ctrl.Log.WithName("botapi"),
+		Registerer: metrics.Registry,
+	})); err != nil {
+		return fmt.Errorf("adding the bot API: %w", err)
+	}
+
 	log.Info("Starting manager", "leaderElect", o.leaderElect, "kubeAPIQPS", o.kubeAPIQPS, "kubeAPIBurst", o.kubeAPIBurst)
 	return mgr.Start(ctx)
 }

@@ -11,10 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/pgtest"
+	"botpool.dev/botpool/store"
+	"botpool.dev/botpool/store/memory"
 )
 
 var env *kubetest.Env
@@ -71,17 +75,20 @@ func TestParseFlags(t *testing.T) {
 }
 
 // TestManagerServesProbes starts the manager against a real API server and checks that it
-// reports healthy and, once its caches sync, ready; and that it stops cleanly.
+// reports healthy and, once its caches sync, ready; that it serves the bot API; and that it
+// stops cleanly.
 func TestManagerServesProbes(t *testing.T) {
-	probeAddr := freeAddr(t)
+	probeAddr, botAPIAddr := freeAddr(t), freeAddr(t)
 	o, err := parseFlags([]string{
 		"--leader-elect=true", "--leader-election-namespace=" + env.Namespace(t),
 		"--health-probe-bind-address=" + probeAddr, "--metrics-bind-address=" + freeAddr(t),
+		"--bot-api-bind-address=" + botAPIAddr,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a failed check must not leave the manager running
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, env.Config, o) }()
 
@@ -99,6 +106,19 @@ func TestManagerServesProbes(t *testing.T) {
 			return nil
 		})
 	}
+
+	// The bot API is served too, and refuses a request without a slot token.
+	waitFor(t, 30*time.Second, func() error {
+		resp, err := http.Post("http://"+botAPIAddr+"/v1/bots/standup/heartbeat", "application/json", nil)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			return fmt.Errorf("bot API without a token answered %d, want 401", resp.StatusCode)
+		}
+		return nil
+	})
 
 	cancel()
 	select {
@@ -164,5 +184,43 @@ func TestDeploymentArgsAreKnownFlags(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no Deployment in config/manager/manager.yaml")
+	}
+}
+
+// TestOpenStore: without a database URL the manager runs on the in-memory store; with one it
+// connects to Postgres and migrates it.
+func TestOpenStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := logr.Discard()
+
+	mem, err := openStore(ctx, log, options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mem.(*memory.Store); !ok {
+		t.Errorf("no database URL: got %T, want the in-memory store", mem)
+	}
+	_ = mem.Close()
+
+	pg, err := pgtest.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Close() })
+	st, err := openStore(ctx, log, options{databaseURL: pg.NewDatabase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	if err := st.RecordHeartbeat(ctx, store.Heartbeat{BotUID: "b1", Namespace: "ns", Name: "b"}); err != nil {
+		t.Fatalf("heartbeat into Postgres: %v", err)
+	}
+	if !st.Status().Available {
+		t.Error("the Postgres store reports unavailable")
+	}
+
+	if _, err := openStore(ctx, log, options{databaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}); err == nil {
+		t.Error("an unreachable database at start must fail the manager with a clear error")
 	}
 }

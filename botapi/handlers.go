@@ -102,7 +102,7 @@ func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, a
 		err := s.cfg.Liveness.RecordHeartbeat(r.Context(), store.Heartbeat{
 			BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, At: s.cfg.Clock.Now(),
 		})
-		if err != nil && !errors.Is(err, store.ErrBuffered) {
+		if !store.Accepted(err) {
 			s.cfg.Log.Error(err, "Recording a heartbeat failed", "bot", bot.Name, "namespace", bot.Namespace)
 		}
 		if lvl := bot.Annotations[v1.AnnotationLogLevel]; logLevels[lvl] {
@@ -243,11 +243,10 @@ func (s *Server) appendEvents(ctx context.Context, bot *v1.Bot, events []botclie
 		}
 		rows[i] = store.BotEvent{BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, Type: e.Type, Data: e.Data, At: at}
 	}
-	err := s.cfg.Liveness.AppendBotEvents(ctx, rows)
-	if errors.Is(err, store.ErrBuffered) {
-		return nil
+	if err := s.cfg.Liveness.AppendBotEvents(ctx, rows); !store.Accepted(err) {
+		return err
 	}
-	return err
+	return nil
 }
 
 // readBody enforces the content type and size cap, then decodes strictly (and validates, for

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"testing"
 
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
 )
@@ -101,7 +104,16 @@ func (e *Env) Namespace(t testing.TB) string {
 
 // Main is a package's TestMain: it starts one environment, hands it to use (typically to keep
 // it in a package variable), runs the tests and stops the environment.
+//
+// Logs of the code under test go to stderr (go test shows them for failing packages only):
+// errors by default, everything with BOTPOOL_TEST_VERBOSE=1.
 func Main(m *testing.M, use func(*Env)) {
+	level := zapcore.ErrorLevel
+	if os.Getenv("BOTPOOL_TEST_VERBOSE") != "" {
+		level = zapcore.DebugLevel
+	}
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+
 	env, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
