@@ -253,7 +253,7 @@ type BotPoolStatus struct {
 
 	// Slots counts the pool's slots by phase.
 	// +optional
-	Slots SlotCounts `json:"slots,omitempty"`
+	Slots *SlotCounts `json:"slots,omitempty"`
 
 	// Queued is the number of bots of this pool waiting for a slot.
 	// +optional

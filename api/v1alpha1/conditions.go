@@ -28,3 +28,23 @@ const (
 	ReasonPoolNotFound     BotReason = "PoolNotFound"
 	ReasonBotReported      BotReason = "BotReported"
 )
+
+// Reasons of the pool conditions.
+const (
+	// ReasonAvailable: the pool reaches Coolify and can serve bots.
+	ReasonAvailable = "Available"
+	// ReasonScalingUp: the pool is creating slots.
+	ReasonScalingUp = "ScalingUp"
+	// ReasonCoolifyUnreachable: Coolify did not answer; retried with backoff.
+	ReasonCoolifyUnreachable = "CoolifyUnreachable"
+	// ReasonCredentialsNotFound: the credentials Secret does not exist.
+	ReasonCredentialsNotFound = "CredentialsSecretNotFound"
+	// ReasonCredentialsInvalid: the credentials Secret lacks `url` or `token`, or the URL is bad.
+	ReasonCredentialsInvalid = "CredentialsSecretInvalid"
+	// ReasonCredentialsRejected: Coolify refused the token (401).
+	ReasonCredentialsRejected = "CredentialsRejected"
+	// ReasonAPIDisabled: the Coolify API is switched off (Settings → Advanced → API Access).
+	ReasonAPIDisabled = "APIDisabled"
+	// ReasonPermissionDenied: the token lacks an ability (read, write and deploy are needed).
+	ReasonPermissionDenied = "PermissionDenied"
+)

@@ -1,0 +1,280 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+)
+
+// poolFinalizer holds a BotPool until its slots (and through their own finalizers, the
+// Coolify applications) are gone.
+const poolFinalizer = "botpool.dev/slots"
+
+// Requeue intervals of the pool controller.
+const (
+	// credentialsRecheck: a Stalled pool looks at its credentials again this often (the
+	// Secret is not watched: the manager caches only slot token Secrets).
+	credentialsRecheck = time.Minute
+	// healthRecheck: a healthy pool re-validates its Coolify access this often.
+	healthRecheck = 5 * time.Minute
+)
+
+// BotPoolReconciler keeps the supply of a pool: it creates slots when bots wait and the pool
+// is below maxSlots, keeps minIdle slots free, and reports counts and health. It never binds
+// bots and never talks to a slot's application: that is the slot controller's job.
+type BotPoolReconciler struct {
+	Client client.Client
+	// APIReader lists slots past the cache before creating any, so a stale cache never makes
+	// the pool exceed maxSlots.
+	APIReader client.Reader
+	Connector Connector
+	Clock     clock.PassiveClock
+	Recorder  events.EventRecorder
+	Metrics   *Metrics
+}
+
+// poolScope is what one reconcile of a pool observed and did; status is computed from it.
+type poolScope struct {
+	pool    *v1.BotPool
+	slots   []v1.BotPoolSlot // this pool's slots, from the cache
+	waiting int              // bots of this pool in Queued
+	created []string         // slots created in this pass
+
+	// connErr is a problem reaching Coolify: a person must fix it when stalled is set.
+	connErr error
+	stalled string // a Stalled reason, or ""
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	pool := &v1.BotPool{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.forgetPool(req.Namespace, req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pool.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(pool, poolFinalizer) {
+		return ctrl.Result{}, r.Client.Update(ctx, pool)
+	}
+
+	s := &poolScope{pool: pool}
+	if err := r.observe(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	}
+
+	before := pool.DeepCopy()
+	defer func() {
+		setPoolStatus(s, r.Clock.Now(), err == nil)
+		r.Metrics.observePool(pool)
+		if !equality.Semantic.DeepEqual(before.Status, pool.Status) {
+			err = errors.Join(err, r.Client.Status().Patch(ctx, pool, client.MergeFrom(before)))
+		}
+		if err != nil {
+			res = ctrl.Result{} // the error's backoff decides when to retry
+		}
+	}()
+
+	if err := r.connect(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.stalled != "" {
+		return ctrl.Result{RequeueAfter: credentialsRecheck}, nil
+	}
+	if err := r.supply(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: healthRecheck}, nil
+}
+
+// observe reads the pool's slots and waiting bots from the cache.
+func (r *BotPoolReconciler) observe(ctx context.Context, s *poolScope) error {
+	var slots v1.BotPoolSlotList
+	if err := r.Client.List(ctx, &slots, client.InNamespace(s.pool.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}); err != nil {
+		return fmt.Errorf("listing slots: %w", err)
+	}
+	s.slots = slots.Items
+	var bots v1.BotList
+	if err := r.Client.List(ctx, &bots, client.InNamespace(s.pool.Namespace), client.MatchingFields{indexBotPool: s.pool.Name}); err != nil {
+		return fmt.Errorf("listing bots: %w", err)
+	}
+	for i := range bots.Items {
+		if bots.Items[i].Status.Phase == v1.BotQueued {
+			s.waiting++
+		}
+	}
+	return nil
+}
+
+// connect checks that the pool can reach its Coolify instance with its credentials. Problems a
+// person must fix (a missing Secret, a refused token, the API switched off) stall the pool;
+// anything else is transient and retried with backoff.
+func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
+	api, err := r.Connector.ForPool(ctx, s.pool)
+	if err == nil {
+		_, err = api.ServerVersion(ctx)
+	}
+	s.connErr = err
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errCredentialsNotFound):
+		s.stalled = v1.ReasonCredentialsNotFound
+	case errors.Is(err, errCredentialsInvalid):
+		s.stalled = v1.ReasonCredentialsInvalid
+	case errors.Is(err, coolify.ErrUnauthorized):
+		s.stalled = v1.ReasonCredentialsRejected
+	case errors.Is(err, coolify.ErrAPIDisabled):
+		s.stalled = v1.ReasonAPIDisabled
+	case errors.Is(err, coolify.ErrForbidden):
+		s.stalled = v1.ReasonPermissionDenied
+	default:
+		return fmt.Errorf("reaching Coolify: %w", err)
+	}
+	r.Recorder.Eventf(s.pool, nil, "Warning", s.stalled, "Connect", "%s", stalledMessage(s))
+	return nil
+}
+
+// supply creates the slots the pool needs now.
+func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
+	spec := s.pool.Spec
+	free := 0
+	for i := range s.slots {
+		if available(&s.slots[i]) {
+			free++
+		}
+	}
+	if slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), len(s.slots), free, s.waiting) == 0 {
+		return nil
+	}
+
+	// The cache may not show the slots created a moment ago: decide again on a live list
+	// before creating anything. Names are unique by construction (the API server refuses a
+	// duplicate), so two passes can never create the same slot.
+	var live v1.BotPoolSlotList
+	if err := r.APIReader.List(ctx, &live, client.InNamespace(s.pool.Namespace)); err != nil {
+		return fmt.Errorf("listing slots: %w", err)
+	}
+	prefix := slotPrefix(spec.Platform)
+	used := map[int]bool{}
+	total, free := 0, 0
+	for i := range live.Items {
+		sl := &live.Items[i]
+		if n, ok := slotNumber(prefix, sl.Name); ok {
+			used[n] = true
+		}
+		if sl.Spec.Pool == s.pool.Name {
+			total++
+			if available(sl) {
+				free++
+			}
+		}
+	}
+	want := slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), total, free, s.waiting)
+	for attempts := 0; len(s.created) < want && attempts < 2*want+10; attempts++ {
+		n := lowestFree(used, 1)[0]
+		used[n] = true
+		slot := r.newSlot(s.pool, slotName(spec.Platform, n))
+		if err := r.Client.Create(ctx, slot); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue // taken meanwhile (another pool of the platform): try the next number
+			}
+			return fmt.Errorf("creating slot %s: %w", slot.Name, err)
+		}
+		s.created = append(s.created, slot.Name)
+		s.slots = append(s.slots, *slot)
+	}
+	if len(s.created) > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", "SlotsCreated", "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created, 5))
+		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
+	}
+	return nil
+}
+
+func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name string) *v1.BotPoolSlot {
+	slot := &v1.BotPoolSlot{}
+	slot.Namespace, slot.Name = pool.Namespace, name
+	slot.Labels = map[string]string{v1.LabelPool: pool.Name}
+	slot.Spec.Pool = pool.Name
+	// The pool owns its slots: garbage collection removes them should the pool vanish
+	// without its finalizer (which deletes them first, so their applications are cleaned).
+	_ = controllerutil.SetControllerReference(pool, slot, r.Client.Scheme())
+	return slot
+}
+
+// reconcileDelete deletes the pool's slots and lets the pool go once they are gone. Each
+// slot's own finalizer stops and deletes its Coolify application first.
+func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) error {
+	for i := range s.slots {
+		if s.slots[i].DeletionTimestamp.IsZero() {
+			if err := r.Client.Delete(ctx, &s.slots[i]); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting slot %s: %w", s.slots[i].Name, err)
+			}
+		}
+	}
+	if len(s.slots) > 0 {
+		return nil // the slots' deletion events bring us back
+	}
+	if controllerutil.RemoveFinalizer(s.pool, poolFinalizer) {
+		if err := r.Client.Update(ctx, s.pool); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	r.Metrics.forgetPool(s.pool.Namespace, s.pool.Name)
+	return nil
+}
+
+// SetupWithManager registers the controller: pools, the slots they own, and bots whose pool
+// or phase changed (a bot starting to wait may need a new slot).
+func (r *BotPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.BotPool{}).
+		Owns(&v1.BotPoolSlot{}).
+		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool),
+			builder.WithPredicates(botQueueChanged)).
+		Complete(r)
+}
+
+func botToPool(_ context.Context, o client.Object) []reconcile.Request {
+	bot := o.(*v1.Bot)
+	if bot.Status.Pool == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: bot.Namespace, Name: bot.Status.Pool}}}
+}
+
+// botQueueChanged passes the bot events that can change a pool's demand: a bot that enters
+// or leaves a pool's queue.
+var botQueueChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
+		return o.Status.Phase != n.Status.Phase || o.Status.Pool != n.Status.Pool
+	},
+}
+
+func abbreviate(names []string, limit int) string {
+	if len(names) <= limit {
+		return fmt.Sprint(names)
+	}
+	return fmt.Sprintf("%v and %d more", names[:limit], len(names)-limit)
+}

@@ -1,0 +1,68 @@
+package controllers
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// setPoolStatus computes the pool's status from what this pass observed. handled says the
+// pass finished without error, so the generation counts as observed.
+func setPoolStatus(s *poolScope, now time.Time, handled bool) {
+	p := s.pool
+	counts := countSlots(s.slots)
+	p.Status.Slots = &counts
+	p.Status.Queued = int32(s.waiting)
+	gen := p.Generation
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
+			LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+
+	switch {
+	case s.stalled != "":
+		set(v1.ConditionStalled, metav1.ConditionTrue, s.stalled, stalledMessage(s))
+		set(v1.ConditionReady, metav1.ConditionFalse, s.stalled, stalledMessage(s))
+	case s.connErr != nil:
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonCoolifyUnreachable,
+			"Coolify did not answer; retrying with backoff (see the manager's log for the error)")
+	default:
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
+		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonAvailable, "The pool reaches Coolify and serves bots")
+	}
+
+	if len(s.created) > 0 || counts.Creating > 0 {
+		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonScalingUp,
+			"Creating slots for waiting bots or to keep minIdle slots warm")
+	} else {
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionReconciling)
+	}
+
+	if handled {
+		p.Status.ObservedGeneration = gen
+	}
+}
+
+// stalledMessage tells a person what to fix.
+func stalledMessage(s *poolScope) string {
+	secret := s.pool.Spec.Coolify.CredentialsSecretRef.Name
+	switch s.stalled {
+	case v1.ReasonCredentialsNotFound:
+		return "Secret " + secret + " with the keys url and token does not exist in this namespace"
+	case v1.ReasonCredentialsInvalid:
+		return "Secret " + secret + " must hold a Coolify base URL under url and an API token under token"
+	case v1.ReasonCredentialsRejected:
+		return "Coolify refused the token in Secret " + secret + " (401): create a new API token"
+	case v1.ReasonAPIDisabled:
+		return "The Coolify API is disabled: enable it under Settings → Advanced → API Access"
+	case v1.ReasonPermissionDenied:
+		return "The token in Secret " + secret + " lacks an ability: botpool needs read, write and deploy"
+	}
+	return ""
+}

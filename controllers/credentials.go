@@ -1,0 +1,101 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+)
+
+// Keys of a pool's credentials Secret.
+const (
+	credentialsURLKey   = "url"
+	credentialsTokenKey = "token"
+)
+
+// Credential problems a person has to fix; the pool reports them as Stalled.
+var (
+	errCredentialsNotFound = errors.New("credentials Secret not found")
+	errCredentialsInvalid  = errors.New("credentials Secret incomplete")
+)
+
+// Connector gives a controller the Coolify API of a pool.
+type Connector interface {
+	// ForPool returns the client of the pool's Coolify instance, built from its credentials
+	// Secret. Errors wrap errCredentialsNotFound or errCredentialsInvalid when the Secret is
+	// missing or lacks a key.
+	ForPool(ctx context.Context, pool *v1.BotPool) (coolify.API, error)
+}
+
+// SecretConnector reads credentials Secrets and hands out clients from a Registry, so every
+// pool of one Coolify user shares one rate limiter.
+type SecretConnector struct {
+	// Reader reads the Secrets past the cache: the manager caches only slot token Secrets.
+	Reader   client.Reader
+	Registry *coolify.Registry
+	Clock    clock.PassiveClock
+	// RefreshAfter bounds how stale a cached client may be: a rotated token is picked up
+	// within this time without reading the Secret on every reconcile.
+	RefreshAfter time.Duration
+
+	mu      sync.Mutex
+	clients map[types.UID]cachedClient
+}
+
+type cachedClient struct {
+	secret  types.NamespacedName
+	api     coolify.API
+	fetched time.Time
+}
+
+// ForPool implements Connector.
+func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (coolify.API, error) {
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Spec.Coolify.CredentialsSecretRef.Name}
+	now := c.Clock.Now()
+	c.mu.Lock()
+	cached, ok := c.clients[pool.UID]
+	c.mu.Unlock()
+	if ok && cached.secret == key && now.Sub(cached.fetched) < c.RefreshAfter {
+		return cached.api, nil
+	}
+
+	var secret corev1.Secret
+	if err := c.Reader.Get(ctx, key, &secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: %s", errCredentialsNotFound, key.Name)
+		}
+		return nil, fmt.Errorf("reading credentials Secret %s: %w", key.Name, err)
+	}
+	url, token := string(secret.Data[credentialsURLKey]), string(secret.Data[credentialsTokenKey])
+	if url == "" || token == "" {
+		return nil, fmt.Errorf("%w: Secret %s needs the keys %q and %q", errCredentialsInvalid, key.Name, credentialsURLKey, credentialsTokenKey)
+	}
+	api, err := c.Registry.Client(url, token)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Secret %s: %w", errCredentialsInvalid, key.Name, err)
+	}
+	c.mu.Lock()
+	if c.clients == nil {
+		c.clients = map[types.UID]cachedClient{}
+	}
+	c.clients[pool.UID] = cachedClient{secret: key, api: api, fetched: now}
+	c.mu.Unlock()
+	return api, nil
+}
+
+// Forget drops a deleted pool's client.
+func (c *SecretConnector) Forget(pool types.UID) {
+	c.mu.Lock()
+	delete(c.clients, pool)
+	c.mu.Unlock()
+}

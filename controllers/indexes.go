@@ -1,0 +1,32 @@
+package controllers
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// Cache indexes the controllers look objects up by.
+const (
+	// indexSlotPool indexes BotPoolSlots by spec.pool.
+	indexSlotPool = "spec.pool"
+	// indexBotPool indexes Bots by status.pool, the pool the bot controller resolved.
+	indexBotPool = "status.pool"
+)
+
+// SetupIndexes registers the controllers' cache indexes; call it before the cache starts.
+func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string {
+		return []string{o.(*v1.BotPoolSlot).Spec.Pool}
+	}); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &v1.Bot{}, indexBotPool, func(o client.Object) []string {
+		if pool := o.(*v1.Bot).Status.Pool; pool != "" {
+			return []string{pool}
+		}
+		return nil
+	})
+}

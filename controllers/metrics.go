@@ -1,0 +1,52 @@
+package controllers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/promreg"
+)
+
+// Metrics are the controllers' Prometheus series.
+type Metrics struct {
+	poolSlots  *prometheus.GaugeVec
+	poolQueued *prometheus.GaugeVec
+}
+
+// NewMetrics creates the series and registers them with reg (nil: none), reusing series
+// already registered under the same names.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		poolSlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "botpool_pool_slots",
+			Help: "Slots of a pool by phase.",
+		}, []string{"namespace", "pool", "phase"}),
+		poolQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "botpool_pool_queued_bots",
+			Help: "Bots waiting for a slot of a pool.",
+		}, []string{"namespace", "pool"}),
+	}
+	m.poolSlots = promreg.Register(reg, m.poolSlots)
+	m.poolQueued = promreg.Register(reg, m.poolQueued)
+	return m
+}
+
+func (m *Metrics) observePool(p *v1.BotPool) {
+	var c v1.SlotCounts
+	if p.Status.Slots != nil {
+		c = *p.Status.Slots
+	}
+	for phase, n := range map[v1.SlotPhase]int32{
+		v1.SlotCreating: c.Creating, v1.SlotIdle: c.Idle, v1.SlotDeploying: c.Deploying,
+		v1.SlotBusy: c.Busy, v1.SlotReleasing: c.Releasing, v1.SlotError: c.Error,
+	} {
+		m.poolSlots.WithLabelValues(p.Namespace, p.Name, string(phase)).Set(float64(n))
+	}
+	m.poolQueued.WithLabelValues(p.Namespace, p.Name).Set(float64(p.Status.Queued))
+}
+
+func (m *Metrics) forgetPool(namespace, name string) {
+	labels := prometheus.Labels{"namespace": namespace, "pool": name}
+	m.poolSlots.DeletePartialMatch(labels)
+	m.poolQueued.DeletePartialMatch(labels)
+}
