@@ -94,7 +94,7 @@ func TestManagerServesProbes(t *testing.T) {
 
 	for _, path := range []string{"/healthz", "/readyz"} {
 		url := fmt.Sprintf("http://%s%s", probeAddr, path)
-		waitFor(t, 30*time.Second, func() error {
+		kubetest.Eventually(t, 30*time.Second, func() error {
 			resp, err := http.Get(url)
 			if err != nil {
 				return err
@@ -108,7 +108,7 @@ func TestManagerServesProbes(t *testing.T) {
 	}
 
 	// The bot API is served too, and refuses a request without a slot token.
-	waitFor(t, 30*time.Second, func() error {
+	kubetest.Eventually(t, 30*time.Second, func() error {
 		resp, err := http.Post("http://"+botAPIAddr+"/v1/bots/standup/heartbeat", "application/json", nil)
 		if err != nil {
 			return err
@@ -142,21 +142,6 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
-}
-
-func waitFor(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestDeploymentArgsAreKnownFlags keeps config/manager in step with the flags: a renamed flag

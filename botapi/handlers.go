@@ -129,23 +129,33 @@ func (s *Server) actionFor(bot *v1.Bot) botclient.Action {
 	return botclient.ActionContinue
 }
 
-// handleStatus validates a reported phase against the Bot's and patches it into its status.
-func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+// boundBot authenticates the calling slot, decodes the body into v (at most limit bytes) and
+// returns the bot named in the path, which must be the one bound to the slot.
+func (s *Server) boundBot(r *http.Request, limit int64, v any) (*v1.Bot, error) {
 	slot, err := s.authenticate(r)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	var rep botclient.StatusReport
-	if err := readBody(r, maxStatusBody, &rep, false); err != nil {
-		return 0, nil, err
+	if err := readBody(r, limit, v, false); err != nil {
+		return nil, err
 	}
 	name := r.PathValue("name")
 	bot, rel, err := s.botFor(r.Context(), slot, name)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	if rel != bound {
-		return 0, nil, forbidden(name)
+		return nil, forbidden(name)
+	}
+	return bot, nil
+}
+
+// handleStatus validates a reported phase against the Bot's and patches it into its status.
+func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	var rep botclient.StatusReport
+	bot, err := s.boundBot(r, maxStatusBody, &rep)
+	if err != nil {
+		return 0, nil, err
 	}
 	if len(rep.SpeakerTimeframes) > 0 {
 		data, err := json.Marshal(rep.SpeakerTimeframes)
@@ -211,21 +221,10 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, rep botclient.Sta
 
 // handleEvents appends the bot's events to the store.
 func (s *Server) handleEvents(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	slot, err := s.authenticate(r)
-	if err != nil {
-		return 0, nil, err
-	}
 	var req botclient.EventsRequest
-	if err := readBody(r, maxEventsBody, &req, false); err != nil {
-		return 0, nil, err
-	}
-	name := r.PathValue("name")
-	bot, rel, err := s.botFor(r.Context(), slot, name)
+	bot, err := s.boundBot(r, maxEventsBody, &req)
 	if err != nil {
 		return 0, nil, err
-	}
-	if rel != bound {
-		return 0, nil, forbidden(name)
 	}
 	if err := s.appendEvents(r.Context(), bot, req.Events); err != nil {
 		return 0, nil, err

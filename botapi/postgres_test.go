@@ -33,10 +33,7 @@ func TestEndpointsWithPostgres(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 
 	h := newHarness(t, func(c *Config) { c.Liveness = st })
-	s := h.slot("pool-google-meet-001")
-	b := h.bot("standup")
-	h.bind(s, b)
-	c := h.client(s)
+	_, b, c := h.boundBot("pool-google-meet-001", "standup")
 
 	if _, err := c.Config(ctx); err != nil {
 		t.Fatal(err)

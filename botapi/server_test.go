@@ -170,6 +170,15 @@ func (h *harness) bot(name string, mutate ...func(*v1.Bot)) *v1.Bot {
 	return b
 }
 
+// boundBot is a slot with a bot bound to it, and the client of the slot's container.
+func (h *harness) boundBot(slot, bot string, mutate ...func(*v1.Bot)) (*slotFixture, *v1.Bot, *botclient.Client) {
+	h.t.Helper()
+	f := h.slot(slot)
+	b := h.bot(bot, mutate...)
+	h.bind(f, b)
+	return f, b, h.client(f)
+}
+
 // bind writes the slot's botRef (as the bot controller does) and mirrors it into the bot.
 func (h *harness) bind(f *slotFixture, b *v1.Bot) {
 	h.t.Helper()
@@ -217,17 +226,7 @@ func (h *harness) synced(obj client.Object) {
 
 func (h *harness) eventually(check func() error) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	kubetest.Eventually(h.t, 10*time.Second, check)
 }
 
 // call sends one request and returns the status code and body.
@@ -324,10 +323,7 @@ func TestConfig(t *testing.T) {
 func TestHeartbeat(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	s := h.slot("pool-zoom-001")
-	b := h.bot("standup")
-	h.bind(s, b)
-	c := h.client(s)
+	s, b, c := h.boundBot("pool-zoom-001", "standup")
 
 	resp, err := c.Heartbeat(ctx, "standup")
 	must(t, err)
@@ -394,10 +390,7 @@ func TestHeartbeat(t *testing.T) {
 func TestHeartbeatLeaveAndExit(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	s := h.slot("pool-zoom-001")
-	b := h.bot("leaver")
-	h.bind(s, b)
-	c := h.client(s)
+	_, b, c := h.boundBot("pool-zoom-001", "leaver")
 
 	// Deleting the Bot (held by a finalizer, as the controller's) asks it to leave.
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), b))
@@ -430,10 +423,7 @@ func TestHeartbeatLeaveAndExit(t *testing.T) {
 func TestStatus(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	s := h.slot("pool-zoom-001")
-	b := h.bot("standup")
-	h.bind(s, b)
-	c := h.client(s)
+	_, b, c := h.boundBot("pool-zoom-001", "standup")
 
 	for _, phase := range []string{"JoiningCall", "InWaitingRoom", "InCall", "InCall", "CallEnded"} {
 		resp, err := c.ReportStatus(ctx, "standup", botclient.StatusReport{Phase: phase})
@@ -467,17 +457,15 @@ func TestStatus(t *testing.T) {
 	}
 
 	// Fatal carries the bot's reason; another bot's status is forbidden.
-	s2 := h.slot("pool-zoom-002")
-	b2 := h.bot("kicked")
-	h.bind(s2, b2)
-	if _, err := h.client(s2).ReportStatus(ctx, "kicked", botclient.StatusReport{Phase: "Fatal", Reason: "RemovedFromMeeting", Message: "host removed the bot"}); err != nil {
+	s2, b2, c2 := h.boundBot("pool-zoom-002", "kicked")
+	if _, err := c2.ReportStatus(ctx, "kicked", botclient.StatusReport{Phase: "Fatal", Reason: "RemovedFromMeeting", Message: "host removed the bot"}); err != nil {
 		t.Fatal(err)
 	}
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b2), &got))
 	if got.Status.Phase != v1.BotFatal || got.Status.Reason != "RemovedFromMeeting" || got.Status.Message != "host removed the bot" {
 		t.Errorf("status after Fatal = %+v", got.Status)
 	}
-	if _, err := h.client(s2).ReportStatus(ctx, "standup", botclient.StatusReport{Phase: "InCall"}); !errors.Is(err, botclient.ErrForbidden) {
+	if _, err := c2.ReportStatus(ctx, "standup", botclient.StatusReport{Phase: "InCall"}); !errors.Is(err, botclient.ErrForbidden) {
 		t.Errorf("status of another slot's bot: %v, want 403", err)
 	}
 
@@ -492,9 +480,7 @@ func TestStatus(t *testing.T) {
 func TestStatusDoesNotOverwriteAConcurrentChange(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	s := h.slot("pool-zoom-001")
-	b := h.bot("racer", func(b *v1.Bot) { b.Status.Phase = v1.BotInCall })
-	h.bind(s, b)
+	_, b, _ := h.boundBot("pool-zoom-001", "racer", func(b *v1.Bot) { b.Status.Phase = v1.BotInCall })
 
 	stale := &v1.Bot{}
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), stale))
@@ -515,10 +501,7 @@ func TestStatusDoesNotOverwriteAConcurrentChange(t *testing.T) {
 func TestEvents(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	s := h.slot("pool-zoom-001")
-	b := h.bot("standup")
-	h.bind(s, b)
-	c := h.client(s)
+	s, _, c := h.boundBot("pool-zoom-001", "standup")
 
 	resp, err := c.SendEvents(ctx, "standup",
 		botclient.Event{Type: "participant.joined", Data: json.RawMessage(`{"name":"Ann"}`)},
@@ -585,12 +568,10 @@ func TestRateLimitPerSlot(t *testing.T) {
 func TestTokensNeverLogged(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	s := h.slot("pool-zoom-001")
-	b := h.bot("standup")
-	h.bind(s, b)
+	s, _, c := h.boundBot("pool-zoom-001", "standup")
 	h.live.err = errors.New("connection refused") // forces error logs on events and beats
-	_, _ = h.client(s).SendEvents(ctx, "standup", botclient.Event{Type: "log"})
-	_, _ = h.client(s).Heartbeat(ctx, "standup")
+	_, _ = c.SendEvents(ctx, "standup", botclient.Event{Type: "log"})
+	_, _ = c.Heartbeat(ctx, "standup")
 	_, _ = h.call("GET", "/v1/slots/"+s.app+"/config", s.token+"x", "")
 	if h.logs.Len() == 0 {
 		t.Fatal("expected error logs to inspect")

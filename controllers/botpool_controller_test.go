@@ -16,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/kubetest"
 )
 
 // TestPoolGrowsLazilyToMaxUnderABurst: 300 bots start waiting at once on an empty pool of at
@@ -61,7 +62,7 @@ func TestPoolGrowsLazilyToMaxUnderABurst(t *testing.T) {
 	}
 	wg.Wait()
 
-	eventually(t, 30*time.Second, func() error {
+	kubetest.Eventually(t, 30*time.Second, func() error {
 		if n := len(listSlots(t, ns)); n != maxSlots {
 			return fmt.Errorf("%d slots, want %d", n, maxSlots)
 		}
@@ -88,7 +89,7 @@ func TestPoolGrowsLazilyToMaxUnderABurst(t *testing.T) {
 	}
 
 	var pool v1.BotPool
-	eventually(t, 10*time.Second, func() error {
+	kubetest.Eventually(t, 10*time.Second, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "burst"}, &pool); err != nil {
 			return err
 		}
@@ -112,7 +113,7 @@ func TestPoolKeepsMinIdleWarm(t *testing.T) {
 	}
 	wantSlots := func(n int) {
 		t.Helper()
-		eventually(t, 10*time.Second, func() error {
+		kubetest.Eventually(t, 10*time.Second, func() error {
 			if got := len(listSlots(t, ns)); got != n {
 				return fmt.Errorf("%d slots, want %d", got, n)
 			}
@@ -173,7 +174,7 @@ func TestPoolStallsOnCredentialProblems(t *testing.T) {
 			}
 			key := client.ObjectKey{Namespace: ns, Name: name}
 			var pool v1.BotPool
-			eventually(t, 10*time.Second, func() error {
+			kubetest.Eventually(t, 10*time.Second, func() error {
 				if err := env.Client.Get(ctx, key, &pool); err != nil {
 					return err
 				}
@@ -196,7 +197,7 @@ func TestPoolStallsOnCredentialProblems(t *testing.T) {
 			if err := env.Client.Update(ctx, &pool); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, func() error {
+			kubetest.Eventually(t, 10*time.Second, func() error {
 				if err := env.Client.Get(ctx, key, &pool); err != nil {
 					return err
 				}
@@ -220,7 +221,7 @@ func TestPoolCountsSlotsByPhase(t *testing.T) {
 	if err := env.Client.Create(ctx, newPool(ns, "counts", func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = 5, 5 })); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	kubetest.Eventually(t, 10*time.Second, func() error {
 		if n := len(listSlots(t, ns)); n != 5 {
 			return fmt.Errorf("%d slots", n)
 		}
@@ -235,7 +236,7 @@ func TestPoolCountsSlotsByPhase(t *testing.T) {
 	}
 	queuedBot(t, ns, "waiting", "counts")
 	want := v1.SlotCounts{Total: 5, Idle: 2, Deploying: 1, Busy: 1, Error: 1}
-	eventually(t, 10*time.Second, func() error {
+	kubetest.Eventually(t, 10*time.Second, func() error {
 		var pool v1.BotPool
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "counts"}, &pool); err != nil {
 			return err
@@ -255,7 +256,7 @@ func TestPoolDeletionDeletesItsSlots(t *testing.T) {
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	kubetest.Eventually(t, 10*time.Second, func() error {
 		if n := len(listSlots(t, ns)); n != 3 {
 			return fmt.Errorf("%d slots", n)
 		}
@@ -270,7 +271,7 @@ func TestPoolDeletionDeletesItsSlots(t *testing.T) {
 	if err := env.Client.Delete(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	kubetest.Eventually(t, 10*time.Second, func() error {
 		slots := listSlots(t, ns)
 		if len(slots) != 1 || slots[0].DeletionTimestamp.IsZero() {
 			return fmt.Errorf("%d slots left; want only the held one, being deleted", len(slots))
@@ -285,7 +286,7 @@ func TestPoolDeletionDeletesItsSlots(t *testing.T) {
 	if err := env.Client.Update(ctx, &held); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	kubetest.Eventually(t, 10*time.Second, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pool still there (%w)", err)
 		}

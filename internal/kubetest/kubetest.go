@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
@@ -125,4 +126,22 @@ func Main(m *testing.M, use func(*Env)) {
 		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
 	}
 	os.Exit(code)
+}
+
+// Eventually polls check every 10ms until it returns nil, and fails the test with check's
+// last error when timeout passes first. Tests poll instead of sleeping: caches and controllers
+// converge in milliseconds here, and a slow machine only makes the wait longer.
+func Eventually(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
