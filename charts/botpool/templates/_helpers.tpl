@@ -1,0 +1,65 @@
+{{/* The chart name, overridable. */}}
+{{- define "botpool.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every resource name: the release name, or <release>-<chart> when the release
+name does not already contain the chart name. Kept to 52 characters so suffixes such as
+"-bot-api" and "-leader-election" stay within the 63 of a DNS label.
+*/}}
+{{- define "botpool.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "botpool.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object of the release. */}}
+{{- define "botpool.labels" -}}
+helm.sh/chart: {{ include "botpool.chart" . }}
+{{ include "botpool.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: botpool
+{{- end }}
+
+{{/* Labels that select the manager pods; immutable in a Deployment, so never change them. */}}
+{{- define "botpool.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "botpool.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "botpool.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "botpool.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The manager image: repository@digest, else repository:tag (tag defaults to appVersion). */}}
+{{- define "botpool.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The in-cluster URL of the bot API: what bot containers use as BOTPOOL_API_URL. */}}
+{{- define "botpool.botApiURL" -}}
+{{- printf "http://%s-bot-api.%s.svc:%v" (include "botpool.fullname" .) .Release.Namespace .Values.botApi.service.port }}
+{{- end }}
