@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -121,30 +120,17 @@ func TestPoolKeepsMinIdleWarm(t *testing.T) {
 		})
 	}
 	wantSlots(2)
+	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 2})
 
-	// The slot controller would make them Idle; then a bot takes one.
 	slots := listSlots(t, ns)
-	for i := range slots {
-		slots[i].Status.Phase = v1.SlotIdle
-		if err := env.Client.Status().Update(ctx, &slots[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bind := func(s *v1.BotPoolSlot, bot string) {
-		t.Helper()
-		s.Spec.BotRef = &v1.BotReference{Name: bot, UID: types.UID("uid-" + bot)}
-		if err := env.Client.Update(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bind(&slots[0], "a")
+	bindSlot(t, &slots[0], runningBot(t, ns, "a", "warm"))
 	wantSlots(3)
-	bind(&slots[1], "b")
+	bindSlot(t, &slots[1], runningBot(t, ns, "b", "warm"))
 	wantSlots(4)
-	// All four: two bound, two free; binding more cannot exceed maxSlots.
+	// Two bound, two free; binding those cannot take the pool past maxSlots.
 	for _, s := range listSlots(t, ns) {
 		if s.Spec.BotRef == nil {
-			bind(&s, "c-"+s.Name)
+			bindSlot(t, &s, runningBot(t, ns, "c-"+s.Name, "warm"))
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -218,24 +204,14 @@ func TestPoolStallsOnCredentialProblems(t *testing.T) {
 func TestPoolCountsSlotsByPhase(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	if err := env.Client.Create(ctx, newPool(ns, "counts", func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = 5, 5 })); err != nil {
+	if err := env.Client.Create(ctx, newPool(ns, "counts", func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = 3, 3 })); err != nil {
 		t.Fatal(err)
 	}
-	kubetest.Eventually(t, 10*time.Second, func() error {
-		if n := len(listSlots(t, ns)); n != 5 {
-			return fmt.Errorf("%d slots", n)
-		}
-		return nil
-	})
-	phases := []v1.SlotPhase{v1.SlotIdle, v1.SlotIdle, v1.SlotDeploying, v1.SlotBusy, v1.SlotError}
-	for i, s := range listSlots(t, ns) {
-		s.Status.Phase = phases[i]
-		if err := env.Client.Status().Update(ctx, &s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 3})
+	slots := listSlots(t, ns)
+	bindSlot(t, &slots[0], runningBot(t, ns, "deploying", "counts"))
 	queuedBot(t, ns, "waiting", "counts")
-	want := v1.SlotCounts{Total: 5, Idle: 2, Deploying: 1, Busy: 1, Error: 1}
+	want := v1.SlotCounts{Total: 3, Idle: 2, Deploying: 1}
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		var pool v1.BotPool
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "counts"}, &pool); err != nil {

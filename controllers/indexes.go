@@ -14,12 +14,22 @@ const (
 	indexSlotPool = "spec.pool"
 	// indexBotPool indexes Bots by status.pool, the pool the bot controller resolved.
 	indexBotPool = "status.pool"
+	// indexSlotBotUID indexes BotPoolSlots by spec.botRef.uid: the slot a bot is bound to.
+	indexSlotBotUID = "spec.botRef.uid"
 )
 
 // SetupIndexes registers the controllers' cache indexes; call it before the cache starts.
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	if err := indexer.IndexField(ctx, &v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string {
 		return []string{o.(*v1.BotPoolSlot).Spec.Pool}
+	}); err != nil {
+		return err
+	}
+	if err := indexer.IndexField(ctx, &v1.BotPoolSlot{}, indexSlotBotUID, func(o client.Object) []string {
+		if ref := o.(*v1.BotPoolSlot).Spec.BotRef; ref != nil {
+			return []string{string(ref.UID)}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}

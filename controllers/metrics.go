@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -9,8 +11,11 @@ import (
 
 // Metrics are the controllers' Prometheus series.
 type Metrics struct {
-	poolSlots  *prometheus.GaugeVec
-	poolQueued *prometheus.GaugeVec
+	poolSlots       *prometheus.GaugeVec
+	poolQueued      *prometheus.GaugeVec
+	slotTransitions *prometheus.CounterVec
+	recoveries      *prometheus.CounterVec
+	toBusy          prometheus.Histogram
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none), reusing series
@@ -26,6 +31,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Bots waiting for a slot of a pool.",
 		}, []string{"namespace", "pool"}),
 	}
+	m.slotTransitions = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "botpool_slot_transitions_total",
+		Help: "Slot phase transitions.",
+	}, []string{"from", "to", "reason"}))
+	m.recoveries = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "botpool_slot_recoveries_total",
+		Help: "Slots sent to Error and recovered, by reason.",
+	}, []string{"reason"}))
+	m.toBusy = promreg.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "botpool_slot_time_to_busy_seconds",
+		Help:    "Time from a slot's deploy request to its container running.",
+		Buckets: []float64{1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 900},
+	}))
 	m.poolSlots = promreg.Register(reg, m.poolSlots)
 	m.poolQueued = promreg.Register(reg, m.poolQueued)
 	return m
@@ -50,3 +68,11 @@ func (m *Metrics) forgetPool(namespace, name string) {
 	m.poolSlots.DeletePartialMatch(labels)
 	m.poolQueued.DeletePartialMatch(labels)
 }
+
+func (m *Metrics) slotTransition(from, to, reason string) {
+	m.slotTransitions.WithLabelValues(from, to, reason).Inc()
+}
+
+func (m *Metrics) recovery(reason string) { m.recoveries.WithLabelValues(reason).Inc() }
+
+func (m *Metrics) timeToBusy(d time.Duration) { m.toBusy.Observe(d.Seconds()) }

@@ -6,10 +6,11 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -17,13 +18,26 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/store/memory"
 )
 
 var (
-	env       *kubetest.Env
-	connector = &fakeConnector{errs: map[string]error{}}
+	env *kubetest.Env
+	// clk is the controllers' and the simulator's clock: tests step it to pass Coolify's
+	// minutes (pulls, grace periods, timeouts) in no time.
+	clk = clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	// coolifySim is the Coolify every test pool talks to, unless a test gives its pool its own.
+	coolifySim *sim.Server
+	fixture    sim.Fixture
+	connector  = &fakeConnector{errs: map[string]error{}, apis: map[string]coolify.API{}}
+	liveStore  = memory.New(memory.WithClock(clk))
 )
+
+// testRegistry hands out clients without a practical rate limit: the simulator's own limit
+// is off, and tests about rate limits build their own.
+var testRegistry = coolify.NewRegistry(1_000_000)
 
 func TestMain(m *testing.M) {
 	kubetest.Main(m, func(e *kubetest.Env) {
@@ -38,6 +52,8 @@ func TestMain(m *testing.M) {
 // startManager runs the controllers under test against the envtest API server for the whole
 // package; tests isolate themselves by namespace.
 func startManager(e *kubetest.Env) error {
+	coolifySim = newSim(sim.Config{})
+	fixture = coolifySim.SeedDefault()
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:     e.Scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
@@ -49,11 +65,22 @@ func startManager(e *kubetest.Env) error {
 	if err := SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	metrics := NewMetrics(nil)
 	pools := &BotPoolReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector,
-		Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(1000), Metrics: NewMetrics(nil),
+		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	slots := &BotPoolSlotReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: liveStore,
+		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
+		Apps: &AppLister{Clock: clk}, Gate: &DeployGate{Clock: clk},
+		BotAPIURL: "http://botpool-bot-api.test:8082",
+		GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
+	}
+	if err := slots.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	go func() {
@@ -66,10 +93,21 @@ func startManager(e *kubetest.Env) error {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// fakeConnector answers ForPool with a per-pool error, else a Coolify that knows its version.
+// newSim starts a simulator on the suite's clock, with its rate limit off.
+func newSim(cfg sim.Config) *sim.Server {
+	cfg.Clock = clk
+	if cfg.RateLimit == 0 {
+		cfg.RateLimit = -1
+	}
+	return sim.Start(sim.New(cfg))
+}
+
+// fakeConnector answers ForPool with a per-pool error, else a per-pool Coolify, else the
+// suite's simulator.
 type fakeConnector struct {
 	mu   sync.Mutex
-	errs map[string]error // by pool name
+	errs map[string]error       // by pool name
+	apis map[string]coolify.API // by pool name
 }
 
 func (f *fakeConnector) ForPool(_ context.Context, pool *v1.BotPool) (coolify.API, error) {
@@ -78,7 +116,10 @@ func (f *fakeConnector) ForPool(_ context.Context, pool *v1.BotPool) (coolify.AP
 	if err := f.errs[pool.Name]; err != nil {
 		return nil, err
 	}
-	return fakeCoolify{}, nil
+	if api := f.apis[pool.Name]; api != nil {
+		return api, nil
+	}
+	return testRegistry.Client(coolifySim.URL, fixture.Token)
 }
 
 func (f *fakeConnector) fail(pool string, err error) {
@@ -87,11 +128,17 @@ func (f *fakeConnector) fail(pool string, err error) {
 	f.errs[pool] = err
 }
 
-// fakeCoolify implements what the pool controller calls; any other call panics, which a
-// test would report.
-type fakeCoolify struct{ coolify.API }
+// use gives a pool its own Coolify.
+func (f *fakeConnector) use(pool string, api coolify.API) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.apis[pool] = api
+}
 
-func (fakeCoolify) ServerVersion(context.Context) (string, error) { return "4.3.11", nil }
+// discardEvents drops events; tests read the audit log and statuses instead.
+type discardEvents struct{}
+
+func (discardEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
 
 // Builders.
 
@@ -103,8 +150,10 @@ func newPool(ns, name string, mutate ...func(*v1.BotPool)) *v1.BotPool {
 			Image:    "ghcr.io/example/bot",
 			Coolify: v1.CoolifyPlacement{
 				CredentialsSecretRef: v1.SecretReference{Name: "coolify"},
-				ProjectUUID:          "p1", ServerUUID: "s1", EnvironmentName: "production",
+				ProjectUUID:          fixture.ProjectUUID, ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName,
 			},
+			// Polls run every 20ms of real time; what they decide depends on the fake clock.
+			Timing: v1.Timing{DeploymentPollInterval: "20ms"},
 		},
 	}
 	for _, f := range mutate {
@@ -127,6 +176,50 @@ func queuedBot(t *testing.T, ns, name, pool string) *v1.Bot {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// runningBot creates a Bot that the bot controller has routed to pool (before binding).
+func runningBot(t *testing.T, ns, name, pool string) *v1.Bot {
+	t.Helper()
+	ctx := context.Background()
+	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name}}
+	if err := env.Client.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	b.Status.Pool, b.Status.Phase = pool, v1.BotDeploying
+	if err := env.Client.Status().Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// bindSlot binds a bot to a slot as the bot controller does: spec.botRef under the slot's
+// resourceVersion.
+func bindSlot(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) {
+	t.Helper()
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(slot), slot); err != nil {
+			return err
+		}
+		slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
+		return env.Client.Update(context.Background(), slot)
+	})
+}
+
+// waitPhases waits until the namespace's slots are in exactly these phases.
+func waitPhases(t *testing.T, ns string, want map[v1.SlotPhase]int) {
+	t.Helper()
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		got := map[v1.SlotPhase]int{}
+		for _, s := range listSlots(t, ns) {
+			got[s.Status.Phase]++
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("slot phases %v, want %v", got, want)
+		}
+		return nil
+	})
 }
 
 func listSlots(t *testing.T, ns string) []v1.BotPoolSlot {

@@ -77,6 +77,16 @@ type BotPoolSlotStatus struct {
 	// +optional
 	DeploymentUUID string `json:"deploymentUUID,omitempty"`
 
+	// PhaseSince is when the slot entered its current phase; for Deploying, when the
+	// deployment was requested (deployGracePeriod and deploymentTimeout count from it).
+	// +optional
+	PhaseSince *metav1.Time `json:"phaseSince,omitempty"`
+
+	// DeployingSince starts the stale-deploying clock (deployingTimeout): the deploy request,
+	// restarted each time a recovery is skipped because the bot still beats.
+	// +optional
+	DeployingSince *metav1.Time `json:"deployingSince,omitempty"`
+
 	// LastUsedAt is when the slot was last released; binding prefers the least recently used.
 	// +optional
 	LastUsedAt *metav1.Time `json:"lastUsedAt,omitempty"`
@@ -88,6 +98,13 @@ type BotPoolSlotStatus struct {
 	// SkippedRecoveries counts stale-deploying recoveries skipped because the bot still beats.
 	// +optional
 	SkippedRecoveries int32 `json:"skippedRecoveries,omitempty"`
+
+	// Reason is a CamelCase word for why the slot is in Error (DeploymentFailed,
+	// DeploymentTimeout, DeployingTimeout, ApplicationLost, StopFailed…); the bound bot
+	// fails with it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason,omitempty"`
 
 	// Message says in words what the slot is doing or what went wrong.
 	// +optional

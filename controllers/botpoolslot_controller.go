@@ -1,0 +1,326 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/store"
+)
+
+const (
+	// slotFinalizer holds a slot until its Coolify application is stopped and deleted.
+	slotFinalizer = "botpool.dev/application"
+	// AnnotationOrphanApplication on a slot lets it go without cleaning Coolify, for when the
+	// instance or its credentials are gone for good.
+	AnnotationOrphanApplication = "botpool.dev/orphan-application"
+)
+
+// Default requeue intervals of the slot controller.
+const (
+	// DefaultGateRetry: a slot waiting for a deployment slot of its pool looks again this often.
+	DefaultGateRetry = 2 * time.Second
+	// DefaultAppCheck: Idle and Busy slots confirm their application still exists this often
+	// (from the pool's shared list: one request per pool, not per slot).
+	DefaultAppCheck = time.Minute
+	// stalledRetry: a slot that cannot reach Coolify (no pool, bad credentials) retries.
+	stalledRetry = time.Minute
+)
+
+// SlotStore is what the slot controller needs from the store.
+type SlotStore interface {
+	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
+	RecordTransition(ctx context.Context, t store.Transition) error
+	UpsertSlot(ctx context.Context, slot store.SlotRecord) error
+	DeleteSlot(ctx context.Context, namespace, name string) error
+}
+
+// BotPoolSlotReconciler drives one slot's Coolify application through its lifecycle:
+// Creating → Idle ⇄ (Deploying → Busy) → Releasing → Idle, and Error → recovered or deleted.
+type BotPoolSlotReconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Connector Connector
+	Store     SlotStore
+	Clock     clock.PassiveClock
+	Recorder  events.EventRecorder
+	Metrics   *Metrics
+	Apps      *AppLister
+	Gate      *DeployGate
+	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL.
+	BotAPIURL string
+	// Jitter returns a number in [0,1) for the ±20% poll jitter; nil uses math/rand.
+	Jitter func() float64
+	// GateRetry and AppCheck override DefaultGateRetry and DefaultAppCheck.
+	GateRetry, AppCheck time.Duration
+}
+
+func (r *BotPoolSlotReconciler) gateRetry() time.Duration {
+	return orDefault(r.GateRetry, DefaultGateRetry)
+}
+func (r *BotPoolSlotReconciler) appCheck() time.Duration {
+	return orDefault(r.AppCheck, DefaultAppCheck)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// slotScope is what one reconcile of a slot observed and decided.
+type slotScope struct {
+	slot *v1.BotPoolSlot
+	pool *v1.BotPool
+	api  coolify.API
+	bot  *v1.Bot // the bound bot, when it exists
+
+	transitions []store.Transition
+	requeue     time.Duration
+}
+
+func (s *slotScope) after(d time.Duration) {
+	if d > 0 && (s.requeue == 0 || d < s.requeue) {
+		s.requeue = d
+	}
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	slot := &v1.BotPoolSlot{}
+	if err := r.Client.Get(ctx, req.NamespacedName, slot); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.project(ctx, req.Namespace, req.Name, nil)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("pool", slot.Spec.Pool, "appUUID", slot.Status.ApplicationUUID)
+	ctx = ctrl.LoggerInto(ctx, log)
+	if slot.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(slot, slotFinalizer) {
+		if err := r.Client.Update(ctx, slot); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	s := &slotScope{slot: slot}
+	before := slot.DeepCopy()
+	defer func() {
+		if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
+			slot.Status.ObservedGeneration = slot.Generation
+			if perr := r.Client.Status().Patch(ctx, slot, client.MergeFrom(before)); client.IgnoreNotFound(perr) != nil {
+				err = errors.Join(err, perr)
+			} else {
+				r.flush(ctx, s)
+			}
+		}
+		if err != nil {
+			res = ctrl.Result{}
+		} else {
+			res = ctrl.Result{RequeueAfter: s.requeue}
+		}
+	}()
+
+	if err := r.connect(ctx, s); err != nil {
+		if !slot.DeletionTimestamp.IsZero() && slot.Annotations[AnnotationOrphanApplication] == "true" {
+			return ctrl.Result{}, r.dropFinalizer(ctx, s)
+		}
+		slot.Status.Message = "Cannot reach Coolify: " + err.Error()
+		s.after(stalledRetry)
+		return ctrl.Result{}, nil
+	}
+	if !slot.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	}
+	if released, err := r.releaseOrphan(ctx, s); err != nil || released {
+		return ctrl.Result{}, err
+	}
+
+	switch slot.Status.Phase {
+	case "":
+		r.moveTo(s, v1.SlotCreating, "", "Creating the Coolify application")
+		return ctrl.Result{}, r.create(ctx, s)
+	case v1.SlotCreating:
+		return ctrl.Result{}, r.create(ctx, s)
+	case v1.SlotIdle:
+		return ctrl.Result{}, r.idle(ctx, s)
+	case v1.SlotDeploying:
+		return ctrl.Result{}, r.deploying(ctx, s)
+	case v1.SlotBusy:
+		return ctrl.Result{}, r.busy(ctx, s)
+	case v1.SlotReleasing:
+		return ctrl.Result{}, r.releasing(ctx, s)
+	case v1.SlotError:
+		return ctrl.Result{}, r.recover(ctx, s)
+	}
+	return ctrl.Result{}, nil
+}
+
+// connect loads the slot's pool and the pool's Coolify client.
+func (r *BotPoolSlotReconciler) connect(ctx context.Context, s *slotScope) error {
+	pool := &v1.BotPool{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: s.slot.Spec.Pool}, pool); err != nil {
+		return fmt.Errorf("pool %s: %w", s.slot.Spec.Pool, err)
+	}
+	api, err := r.Connector.ForPool(ctx, pool)
+	if err != nil {
+		return err
+	}
+	s.pool, s.api = pool, api
+	return nil
+}
+
+// releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6).
+func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope) (bool, error) {
+	ref := s.slot.Spec.BotRef
+	if ref == nil {
+		return false, nil
+	}
+	bot := &v1.Bot{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: ref.Name}, bot)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return false, err
+	case bot.UID == ref.UID && !bot.Status.Phase.Terminal():
+		s.bot = bot
+		return false, nil
+	}
+	return true, r.unbind(ctx, s, "the bound bot is finished or gone")
+}
+
+// unbind clears spec.botRef, with the slot's resourceVersion as an optimistic lock. The
+// update brings the slot back, to stop its container.
+func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why string) error {
+	ctrl.LoggerFrom(ctx).Info("Releasing slot", "bot", s.slot.Spec.BotRef.Name, "why", why)
+	patch := client.MergeFromWithOptions(s.slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	s.slot.Spec.BotRef = nil
+	status := s.slot.Status // the spec patch answers with the stored status; keep ours
+	if err := r.Client.Patch(ctx, s.slot, patch); err != nil {
+		return err
+	}
+	s.slot.Status = status
+	s.bot = nil
+	return nil
+}
+
+// moveTo records a phase change; the status patch and the audit trail follow at the end of
+// the pass.
+func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, msg string) {
+	st := &s.slot.Status
+	from := st.Phase
+	now := metav1.NewTime(r.Clock.Now())
+	st.Phase, st.PhaseSince, st.Message = to, &now, msg
+	if to == v1.SlotError {
+		st.Reason = reason
+	} else {
+		st.Reason = ""
+	}
+	t := store.Transition{
+		Namespace: s.slot.Namespace, Slot: s.slot.Name, Pool: s.slot.Spec.Pool,
+		From: string(from), To: string(to), ApplicationUUID: st.ApplicationUUID,
+		Reason: reason, CorrelationID: string(s.slot.UID) + "/" + st.DeploymentUUID, At: now.Time,
+	}
+	if ref := s.slot.Spec.BotRef; ref != nil {
+		t.BotUID, t.BotName = ref.UID, ref.Name
+	}
+	s.transitions = append(s.transitions, t)
+}
+
+// flush reports the transitions of a pass once its status is stored: a log line, an Event,
+// a row in the audit log and metrics; then the slot's projection.
+func (r *BotPoolSlotReconciler) flush(ctx context.Context, s *slotScope) {
+	log := ctrl.LoggerFrom(ctx)
+	for _, t := range s.transitions {
+		log.Info("Slot transition", "slot", t.Slot, "pool", t.Pool, "bot", t.BotName, "appUUID", t.ApplicationUUID,
+			"from", t.From, "to", t.To, "reason", t.Reason, "correlationID", t.CorrelationID)
+		typ := corev1.EventTypeNormal
+		if t.To == string(v1.SlotError) {
+			typ = corev1.EventTypeWarning
+		}
+		reason := t.Reason
+		if reason == "" {
+			reason = t.To
+		}
+		r.Recorder.Eventf(s.slot, s.bot, typ, reason, "Transition", "%s → %s: %s", orNone(t.From), t.To, s.slot.Status.Message)
+		if err := r.Store.RecordTransition(ctx, t); !store.Accepted(err) {
+			log.Error(err, "Recording a slot transition failed")
+		}
+		r.Metrics.slotTransition(t.From, t.To, t.Reason)
+	}
+	r.project(ctx, s.slot.Namespace, s.slot.Name, s.slot)
+}
+
+func (r *BotPoolSlotReconciler) project(ctx context.Context, namespace, name string, slot *v1.BotPoolSlot) {
+	var err error
+	if slot == nil || !slot.DeletionTimestamp.IsZero() && len(slot.Finalizers) == 0 {
+		err = r.Store.DeleteSlot(ctx, namespace, name)
+	} else {
+		rec := store.SlotRecord{Namespace: namespace, Name: name, Pool: slot.Spec.Pool, Phase: string(slot.Status.Phase),
+			ApplicationUUID: slot.Status.ApplicationUUID, UpdatedAt: r.Clock.Now()}
+		if ref := slot.Spec.BotRef; ref != nil {
+			rec.BotUID, rec.BotName = ref.UID, ref.Name
+		}
+		if slot.Status.LastUsedAt != nil {
+			rec.LastUsedAt = &slot.Status.LastUsedAt.Time
+		}
+		err = r.Store.UpsertSlot(ctx, rec)
+	}
+	if !store.Accepted(err) {
+		ctrl.LoggerFrom(ctx).Error(err, "Projecting the slot failed")
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(new)"
+	}
+	return s
+}
+
+// jittered spreads polls over ±20% so slots deployed together do not poll together.
+func (r *BotPoolSlotReconciler) jittered(d time.Duration) time.Duration {
+	j := rand.Float64
+	if r.Jitter != nil {
+		j = r.Jitter
+	}
+	return time.Duration(float64(d) * (0.8 + 0.4*j()))
+}
+
+// SetupWithManager registers the controller: slots, and the bots bound to them (a bot that
+// ends or goes away releases its slot at once).
+func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.BotPoolSlot{}).
+		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot)).
+		Complete(r)
+}
+
+func (r *BotPoolSlotReconciler) slotOfBot(ctx context.Context, o client.Object) []reconcile.Request {
+	var slots v1.BotPoolSlotList
+	if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSlotBotUID: string(o.GetUID())}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(slots.Items))
+	for i := range slots.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&slots.Items[i])})
+	}
+	return reqs
+}

@@ -1,0 +1,507 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/store"
+)
+
+// create makes sure the slot has a token and an application with its env, adopting an
+// application of the same name left by a crash between create and record, then turns Idle.
+func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error {
+	token, err := r.ensureToken(ctx, s.slot)
+	if err != nil {
+		return err
+	}
+	st := &s.slot.Status
+	if st.ApplicationUUID == "" {
+		uuid, err := r.findOrCreateApp(ctx, s)
+		if err != nil {
+			return err
+		}
+		st.ApplicationUUID = uuid
+	}
+	env, err := r.slotEnv(ctx, s, token)
+	if err != nil {
+		return err
+	}
+	// Set once, here: env changes apply only at the next deployment and may trigger a
+	// rebuild, so they never change per bot.
+	if _, err := s.api.UpsertEnvs(ctx, st.ApplicationUUID, env); err != nil {
+		if errors.Is(err, coolify.ErrNotFound) {
+			st.ApplicationUUID = "" // deleted behind our back: create it again
+		}
+		return fmt.Errorf("setting the application's env: %w", err)
+	}
+	r.describe(ctx, s, v1.SlotIdle, time.Time{})
+	r.moveTo(s, v1.SlotIdle, "", "Application "+st.ApplicationUUID+" ready")
+	return nil
+}
+
+func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScope) (string, error) {
+	tag := poolTag(s.pool)
+	r.Apps.Invalidate(tag) // adopting needs the truth, not a cached list
+	apps, err := r.Apps.Get(ctx, s.api, tag, 0)
+	if err != nil {
+		return "", fmt.Errorf("listing the pool's applications: %w", err)
+	}
+	if app, ok := apps[s.slot.Name]; ok {
+		ctrl.LoggerFrom(ctx).Info("Adopting existing application", "appUUID", app.UUID)
+		return app.UUID, nil
+	}
+	p := s.pool.Spec
+	uuid, err := s.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
+		ProjectUUID: p.Coolify.ProjectUUID, ServerUUID: p.Coolify.ServerUUID,
+		EnvironmentName: p.Coolify.EnvironmentName, EnvironmentUUID: p.Coolify.EnvironmentUUID,
+		DestinationUUID: p.Coolify.DestinationUUID,
+		Image:           p.Image, Tag: p.ImageTag, PortsExposes: "3000", Name: s.slot.Name,
+		Description: description(v1.SlotCreating, "", time.Time{}, ""),
+		LimitsCPUs:  p.Resources.CPUs, LimitsMemory: p.Resources.Memory, Tags: []string{tag},
+	})
+	r.Apps.Invalidate(tag)
+	if err != nil {
+		// A create that failed with a 5xx may have happened: the next pass adopts it by name.
+		return "", fmt.Errorf("creating the application: %w", err)
+	}
+	return uuid, nil
+}
+
+// ensureToken returns the slot's bot API token, creating its Secret on first use.
+func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name)}
+	err := r.Client.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		token, terr := botapi.NewToken()
+		if terr != nil {
+			return "", terr
+		}
+		secret.Namespace, secret.Name = key.Namespace, key.Name
+		secret.Labels = map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: slot.Name, v1.LabelPool: slot.Spec.Pool}
+		secret.Data = map[string][]byte{botapi.TokenKey: []byte(token)}
+		if err := controllerutil.SetControllerReference(slot, secret, r.Client.Scheme()); err != nil {
+			return "", err
+		}
+		err = r.Client.Create(ctx, secret)
+		if apierrors.IsAlreadyExists(err) {
+			err = r.APIReader.Get(ctx, key, secret)
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("slot token Secret: %w", err)
+	}
+	return string(secret.Data[botapi.TokenKey]), nil
+}
+
+// slotEnv is the environment of every container of the slot.
+func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([]coolify.EnvVar, error) {
+	env := map[string]string{}
+	if ref := s.pool.Spec.SlotEnvFrom; ref != nil {
+		var secret corev1.Secret
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, &secret); err != nil {
+			return nil, fmt.Errorf("slotEnvFrom Secret %s: %w", ref.Name, err)
+		}
+		for k, v := range secret.Data {
+			env[k] = string(v)
+		}
+	}
+	// The operator's own variables win over the pool's.
+	env["POOL_SLOT_UUID"] = s.slot.Status.ApplicationUUID
+	env["BOTPOOL_API_URL"] = r.BotAPIURL
+	env["BOTPOOL_SLOT_TOKEN"] = token
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	vars := make([]coolify.EnvVar, 0, len(keys))
+	for _, k := range keys {
+		vars = append(vars, coolify.EnvVar{Key: k, Value: env[k], IsLiteral: true})
+	}
+	return vars, nil
+}
+
+// idle starts a deployment for a newly bound bot, within the pool's deployment budget; a free
+// slot only checks now and then that its application still exists.
+func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
+	if s.bot == nil {
+		return r.checkApp(ctx, s, "")
+	}
+	if !r.Gate.Admit(s.pool, s.slot.Name, r.deployingSlots(ctx, s), r.imageWarm(ctx, s)) {
+		s.slot.Status.Message = "Bot " + s.bot.Name + " bound; waiting for one of the pool's deployment slots"
+		s.after(r.jittered(r.gateRetry()))
+		return nil
+	}
+	st := &s.slot.Status
+	now := r.Clock.Now()
+	r.describe(ctx, s, v1.SlotDeploying, now)
+	res, err := s.api.Deploy(ctx, st.ApplicationUUID)
+	var apiErr *coolify.APIError
+	switch {
+	case errors.Is(err, coolify.ErrNotFound):
+		r.Gate.Done(s.pool, s.slot.Name, false)
+		st.ApplicationUUID = ""
+		r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone; creating it again")
+		return nil
+	case errors.As(err, &apiErr) && (errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrRateLimited)):
+		r.Gate.Done(s.pool, s.slot.Name, false)
+		st.Message = "Coolify is busy (" + apiErr.Message + "); deploying bot " + s.bot.Name + " when it has room"
+		s.after(max(apiErr.RetryAfter, r.gateRetry()))
+		return nil
+	case err != nil:
+		r.Gate.Done(s.pool, s.slot.Name, false)
+		return fmt.Errorf("deploying: %w", err)
+	}
+	st.DeploymentUUID = res.DeploymentUUID // empty when Coolify de-duplicated: found by the first poll
+	st.DeployingSince = &metav1.Time{Time: now}
+	st.SkippedRecoveries = 0
+	r.moveTo(s, v1.SlotDeploying, "", "Deploying bot "+s.bot.Name)
+	s.after(r.jittered(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)))
+	return nil
+}
+
+// deployingSlots names the pool's other slots the cache shows Deploying.
+func (r *BotPoolSlotReconciler) deployingSlots(ctx context.Context, s *slotScope) []string {
+	var slots v1.BotPoolSlotList
+	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}); err != nil {
+		return nil
+	}
+	var names []string
+	for i := range slots.Items {
+		if sl := &slots.Items[i]; sl.Status.Phase == v1.SlotDeploying && sl.Name != s.slot.Name {
+			names = append(names, sl.Name)
+		}
+	}
+	return names
+}
+
+// imageWarm reports whether the pool's image is known to be cached on its server: a slot of
+// the pool has run it.
+func (r *BotPoolSlotReconciler) imageWarm(ctx context.Context, s *slotScope) bool {
+	var slots v1.BotPoolSlotList
+	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}); err != nil {
+		return false
+	}
+	for i := range slots.Items {
+		if st := slots.Items[i].Status; st.Phase == v1.SlotBusy || st.LastUsedAt != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// deploying follows the deployment until the container runs (Busy) or it fails (Error), and
+// applies the heartbeat-aware stale-deploying rules.
+func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) error {
+	st := &s.slot.Status
+	timing := s.pool.Spec.Timing
+	poll := r.jittered(timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval))
+	if s.bot == nil { // released mid-deploy: stop it
+		r.cancelDeployment(ctx, s)
+		r.Gate.Done(s.pool, s.slot.Name, false)
+		r.moveTo(s, v1.SlotReleasing, "", "The bot let go during the deployment")
+		return r.releasing(ctx, s)
+	}
+	dep, err := r.findDeployment(ctx, s)
+	if err != nil {
+		return err // a failed read never fails a slot (invariant 9): retried with backoff
+	}
+	var app *coolify.Application
+	if dep == nil {
+		apps, err := r.Apps.Get(ctx, s.api, poolTag(s.pool), poll)
+		if err != nil {
+			return err
+		}
+		if a, ok := apps[s.slot.Name]; ok {
+			app = &a
+		}
+	}
+	now := r.Clock.Now()
+	live := r.liveness(ctx, s)
+	fresh := live.known && live.lastBeat != nil && now.Sub(*live.lastBeat) <= timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
+	verdict := judgeDeployment(dep, app, now.Sub(st.PhaseSince.Time), timing, fresh)
+	switch verdict.phase {
+	case v1.SlotBusy:
+		r.toBusy(ctx, s, verdict.message)
+		return nil
+	case v1.SlotError:
+		r.cancelDeployment(ctx, s)
+		r.Gate.Done(s.pool, s.slot.Name, false)
+		r.toError(ctx, s, verdict.reason, verdict.message)
+		return nil
+	}
+
+	switch decideStale(now, st.DeployingSince.Time, timing, live, st.SkippedRecoveries) {
+	case staleRecover:
+		r.cancelDeployment(ctx, s)
+		r.Gate.Done(s.pool, s.slot.Name, false)
+		r.toError(ctx, s, reasonDeployingTimeout, "Deploying for longer than deployingTimeout without a recent heartbeat")
+		return nil
+	case staleSkip:
+		st.SkippedRecoveries++
+		st.DeployingSince = &metav1.Time{Time: now}
+		st.Message = fmt.Sprintf("Still deploying, but bot %s beats: recovery skipped (%d of %d)", s.bot.Name, st.SkippedRecoveries, timing.MaxSkippedRecoveries)
+		r.Recorder.Eventf(s.slot, s.bot, corev1.EventTypeNormal, "RecoverySkipped", "Recover", "%s", st.Message)
+	case staleBusy:
+		r.toBusy(ctx, s, "The bot has beaten through every skipped recovery: it runs")
+		return nil
+	}
+	deadline := st.DeployingSince.Add(timing.DeployingTimeout.OrDefault(v1.DefaultDeployingTimeout)).Sub(now)
+	s.after(poll)
+	s.after(deadline + time.Second)
+	return nil
+}
+
+func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg string) {
+	r.Gate.Done(s.pool, s.slot.Name, true)
+	s.slot.Status.RecoveryAttempts = 0
+	r.describe(ctx, s, v1.SlotBusy, r.Clock.Now())
+	r.Metrics.timeToBusy(r.Clock.Since(s.slot.Status.DeployingSince.Time))
+	r.moveTo(s, v1.SlotBusy, "", msg)
+	s.after(r.appCheck())
+}
+
+// findDeployment returns the slot's deployment: by its uuid, else (no uuid, or a phantom one
+// from a full queue) the application's newest. nil when there is none.
+func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope) (*coolify.Deployment, error) {
+	st := &s.slot.Status
+	if st.DeploymentUUID != "" {
+		d, err := s.api.GetDeployment(ctx, st.DeploymentUUID)
+		if err == nil {
+			return d, nil
+		}
+		if !errors.Is(err, coolify.ErrNotFound) {
+			return nil, err
+		}
+	}
+	_, deps, err := s.api.ListApplicationDeployments(ctx, st.ApplicationUUID, 0, 1)
+	if err != nil || len(deps) == 0 {
+		return nil, err
+	}
+	// Only a deployment requested since this phase began is ours.
+	if created, perr := time.Parse(time.RFC3339, deps[0].CreatedAt); perr == nil && created.Before(st.PhaseSince.Add(-time.Minute)) {
+		return nil, nil
+	}
+	st.DeploymentUUID = deps[0].DeploymentUUID
+	return &deps[0], nil
+}
+
+func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotScope) {
+	if uuid := s.slot.Status.DeploymentUUID; uuid != "" {
+		// Cancel before stop: a stop does not cancel a deployment in flight, which could bring
+		// the container back. A deployment already over answers 400; nothing to do then.
+		if err := s.api.CancelDeployment(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrBadRequest) && !errors.Is(err, coolify.ErrNotFound) {
+			ctrl.LoggerFrom(ctx).Error(err, "Cancelling the deployment failed", "deploymentUUID", uuid)
+		}
+	}
+}
+
+// liveness asks the store for the bound bot's last heartbeat.
+func (r *BotPoolSlotReconciler) liveness(ctx context.Context, s *slotScope) liveness {
+	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{s.bot.UID})
+	if err != nil {
+		return liveness{}
+	}
+	if t, ok := beats[s.bot.UID]; ok {
+		return liveness{known: true, lastBeat: &t}
+	}
+	return liveness{known: true}
+}
+
+// busy waits for the bot to let go, checking now and then that the application still exists.
+func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
+	if s.bot == nil {
+		r.moveTo(s, v1.SlotReleasing, "", "The bot let go")
+		return r.releasing(ctx, s)
+	}
+	return r.checkApp(ctx, s, reasonApplicationLost)
+}
+
+// checkApp confirms from the pool's shared list that the slot's application exists. A
+// missing one is confirmed with a GET before acting: a list can be older than our own create.
+func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lostReason string) error {
+	s.after(r.jittered(r.appCheck()))
+	apps, err := r.Apps.Get(ctx, s.api, poolTag(s.pool), r.appCheck())
+	if err != nil {
+		// A failed list never acts (invariant 9); the next check tries again.
+		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed", "error", err.Error())
+		return nil //nolint:nilerr // not a reconcile failure: nothing may act on it
+	}
+	if _, ok := apps[s.slot.Name]; ok {
+		return nil
+	}
+	if _, err := s.api.GetApplication(ctx, s.slot.Status.ApplicationUUID); !errors.Is(err, coolify.ErrNotFound) {
+		return nil
+	}
+	if lostReason != "" {
+		r.toError(ctx, s, lostReason, "The application "+s.slot.Status.ApplicationUUID+" was deleted behind the operator's back")
+		return nil
+	}
+	s.slot.Status.ApplicationUUID = ""
+	r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application was deleted behind the operator's back; creating it again")
+	return nil
+}
+
+// releasing stops the container and returns the slot to the pool.
+func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) error {
+	st := &s.slot.Status
+	err := s.api.Stop(ctx, st.ApplicationUUID)
+	switch {
+	case errors.Is(err, coolify.ErrNotFound):
+		st.ApplicationUUID = ""
+		r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone; creating it again")
+		return nil
+	case err != nil:
+		r.toError(ctx, s, reasonStopFailed, "Stopping the container failed: "+err.Error())
+		return nil //nolint:nilerr // surfaced as the Error phase, which recovers
+	}
+	now := r.Clock.Now()
+	st.LastUsedAt = &metav1.Time{Time: now}
+	st.RecoveryAttempts, st.SkippedRecoveries = 0, 0
+	st.DeploymentUUID, st.DeployingSince = "", nil
+	r.describe(ctx, s, v1.SlotIdle, now)
+	r.moveTo(s, v1.SlotIdle, "", "Released")
+	return nil
+}
+
+// toError moves the slot to Error; recovery runs on the next pass.
+func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reason, msg string) {
+	s.slot.Status.RecoveryAttempts++
+	r.describe(ctx, s, v1.SlotError, time.Time{}, msg)
+	r.moveTo(s, v1.SlotError, reason, msg)
+	r.Metrics.recovery(reason)
+	s.after(time.Millisecond)
+}
+
+// recover fails the bound bot with the slot's reason, stops the container and returns the
+// slot to Idle. A slot that failed maxRecoveryAttempts times in a row is deleted with its
+// application; the pool creates a fresh one on demand.
+func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error {
+	st := &s.slot.Status
+	if s.bot != nil {
+		if err := r.failBot(ctx, s.bot, v1.BotReason(st.Reason), st.Message); err != nil {
+			return err
+		}
+		return r.unbind(ctx, s, "the slot failed: "+st.Reason)
+	}
+	if limit := s.pool.Spec.Timing.MaxRecoveryAttempts; limit > 0 && st.RecoveryAttempts >= limit {
+		ctrl.LoggerFrom(ctx).Info("Slot failed too often: deleting it", "recoveryAttempts", st.RecoveryAttempts)
+		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, "SlotRetired", "Delete",
+			"Failed %d times in a row (last: %s): deleting the slot and its application", st.RecoveryAttempts, st.Reason)
+		return client.IgnoreNotFound(r.Client.Delete(ctx, s.slot))
+	}
+	if st.ApplicationUUID == "" {
+		r.moveTo(s, v1.SlotCreating, st.Reason, "Creating the application again")
+		return nil
+	}
+	err := s.api.Stop(ctx, st.ApplicationUUID)
+	switch {
+	case errors.Is(err, coolify.ErrNotFound):
+		st.ApplicationUUID = ""
+		r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone; creating it again")
+		return nil
+	case err != nil:
+		st.RecoveryAttempts++
+		st.Message = "Recovery failed: " + err.Error()
+		s.after(time.Duration(st.RecoveryAttempts) * 10 * time.Second)
+		return nil //nolint:nilerr // counted and retried on our own schedule, not the error backoff
+	}
+	st.DeploymentUUID, st.DeployingSince, st.SkippedRecoveries = "", nil, 0
+	r.describe(ctx, s, v1.SlotIdle, time.Time{})
+	r.moveTo(s, v1.SlotIdle, "Recovered", "Recovered from "+st.Reason)
+	return nil
+}
+
+// failBot ends a bot in Fatal with the slot's reason, unless it already ended. The optimistic
+// lock keeps a concurrent report of the bot (say Done) from being overwritten.
+func (r *BotPoolSlotReconciler) failBot(ctx context.Context, bot *v1.Bot, reason v1.BotReason, msg string) error {
+	if bot.Status.Phase.Terminal() {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(bot.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	now := metav1.NewTime(r.Clock.Now())
+	bot.Status.Phase, bot.Status.Reason, bot.Status.Message, bot.Status.FinishedAt = v1.BotFatal, reason, msg, &now
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, bot, patch))
+}
+
+// describe sets the application's description for a phase. It is informational: a failure is
+// logged, never fatal to the transition.
+func (r *BotPoolSlotReconciler) describe(ctx context.Context, s *slotScope, phase v1.SlotPhase, at time.Time, msg ...string) {
+	uuid := s.slot.Status.ApplicationUUID
+	if uuid == "" {
+		return
+	}
+	bot := ""
+	if s.bot != nil {
+		bot = s.bot.Name
+	}
+	if phase == v1.SlotIdle && at.IsZero() && s.slot.Status.LastUsedAt != nil {
+		at = s.slot.Status.LastUsedAt.Time
+	}
+	var m string
+	if len(msg) > 0 {
+		m = msg[0]
+	}
+	if err := s.api.SetDescription(ctx, uuid, description(phase, bot, at, m)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Setting the application's description failed")
+	}
+}
+
+// reconcileDelete cleans Coolify before the slot goes: cancel, stop and delete the
+// application, and fail a bot still bound with SlotLost.
+func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScope) error {
+	if controllerutil.ContainsFinalizer(s.slot, slotFinalizer) {
+		if ref := s.slot.Spec.BotRef; ref != nil {
+			bot := &v1.Bot{}
+			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: ref.Name}, bot); err == nil && bot.UID == ref.UID {
+				if err := r.failBot(ctx, bot, v1.ReasonSlotLost, "Slot "+s.slot.Name+" was deleted"); err != nil {
+					return err
+				}
+			}
+		}
+		if uuid := s.slot.Status.ApplicationUUID; uuid != "" {
+			if s.slot.Status.Phase == v1.SlotDeploying {
+				r.cancelDeployment(ctx, s)
+			}
+			if err := s.api.Stop(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+				return fmt.Errorf("stopping the application before deleting it: %w", err)
+			}
+			if err := s.api.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+				return fmt.Errorf("deleting the application: %w", err)
+			}
+			r.Apps.Invalidate(poolTag(s.pool))
+		}
+	}
+	return r.dropFinalizer(ctx, s)
+}
+
+func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
+	r.Gate.Done(s.pool, s.slot.Name, false)
+	if !controllerutil.RemoveFinalizer(s.slot, slotFinalizer) {
+		return nil
+	}
+	status := s.slot.Status
+	if err := r.Client.Update(ctx, s.slot); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	s.slot.Status = status
+	if err := r.Store.DeleteSlot(ctx, s.slot.Namespace, s.slot.Name); !store.Accepted(err) {
+		ctrl.LoggerFrom(ctx).Error(err, "Removing the slot's projection failed")
+	}
+	return nil
+}
