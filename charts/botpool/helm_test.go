@@ -31,56 +31,71 @@ var (
 	helmOnce sync.Once
 	helmPath string
 	helmSkip string
+	helmErr  error
 )
 
-// helm finds the helm binary: $HELM (which `make test` sets), else the cached build of the
+// helm finds the helm binary: $HELM (which the Makefile exports), else the cached build of the
 // version the Makefile pins. It skips only when neither exists, so a plain `go test ./...`
 // without the tool still passes; a $HELM that does not exist is an error.
 func helm(t *testing.T) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p := os.Getenv("HELM"); p != "" {
-			helmPath = p
-			return
-		}
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				helmSkip = "HELM is not set and there is no home directory to find the cached helm in"
-				return
-			}
-			cache = filepath.Join(home, ".cache")
-		}
-		p := filepath.Join(cache, "botpool", "tools", "helm-"+makeVar(t, "HELM_VERSION"))
-		if _, err := os.Stat(p); err != nil {
-			helmSkip = fmt.Sprintf("HELM is not set and %s does not exist: run `make test`, or `make %s` first", p, p)
-			return
-		}
-		helmPath = p
-	})
+	helmOnce.Do(func() { helmPath, helmSkip, helmErr = findHelm() })
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
 	if helmSkip != "" {
 		t.Skip(helmSkip)
 	}
-	if _, err := os.Stat(helmPath); err != nil {
-		t.Fatalf("HELM=%s: %v", helmPath, err)
-	}
 	return helmPath
+}
+
+func findHelm() (path, skip string, err error) {
+	if p := os.Getenv("HELM"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", "", fmt.Errorf("HELM=%s: %w (build it with `make %s`)", p, err, p)
+		}
+		return p, "", nil
+	}
+	version, err := readMakeVar("HELM_VERSION")
+	if err != nil {
+		return "", "", err
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Sprintf("helm chart tests skipped: HELM is not set and there is no cache directory to look in: %v", err), nil
+		}
+		cache = filepath.Join(home, ".cache")
+	}
+	p := filepath.Join(cache, "botpool", "tools", "helm-"+version)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Sprintf("helm chart tests skipped: HELM is not set and the pinned helm is not built (`make test` builds and passes it): %v", err), nil
+	}
+	return p, "", nil
 }
 
 // makeVar reads a pinned version (`NAME ?= value`) from the Makefile, the one place versions
 // are written down.
 func makeVar(t *testing.T, name string) string {
 	t.Helper()
-	mk, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	v, err := readMakeVar(name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return v
+}
+
+func readMakeVar(name string) (string, error) {
+	mk, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		return "", err
+	}
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s*\?=\s*(\S+)`).FindSubmatch(mk)
 	if m == nil {
-		t.Fatalf("the Makefile pins no %s", name)
+		return "", fmt.Errorf("the Makefile pins no %s", name)
 	}
-	return string(m[1])
+	return string(m[1]), nil
 }
 
 // kubeVersion is passed to every render: a helm built by `go install` lacks the link-time
