@@ -68,8 +68,8 @@ func TestDefaults(t *testing.T) {
 
 	var d appsv1.Deployment
 	m.decode(t, "Deployment", "botpool", &d)
-	if *d.Spec.Replicas != 2 {
-		t.Errorf("replicas = %d, want 2 (leader election makes that safe)", *d.Spec.Replicas)
+	if *d.Spec.Replicas != 1 {
+		t.Errorf("replicas = %d, want 1 (the in-memory store is not shared between replicas)", *d.Spec.Replicas)
 	}
 	pod := d.Spec.Template.Spec
 	if pod.ServiceAccountName != "botpool" {
@@ -298,6 +298,22 @@ func TestToggles(t *testing.T) {
 				t.Errorf("args %v", c.Args)
 			}
 		}},
+		{"two replicas by default with Postgres", []string{"database.existingSecret=pg"}, func(t *testing.T, m manifest) {
+			var d appsv1.Deployment
+			m.decode(t, "Deployment", "botpool", &d)
+			if *d.Spec.Replicas != 2 {
+				t.Errorf("replicas = %d, want 2: leader election makes that safe and every replica serves the bot API", *d.Spec.Replicas)
+			}
+		}},
+		{"Postgres URL through extraEnv counts as a shared store", []string{"replicaCount=2",
+			"extraEnv[0].name=BOTPOOL_DATABASE_URL", "extraEnv[0].valueFrom.secretKeyRef.name=own", "extraEnv[0].valueFrom.secretKeyRef.key=dsn"},
+			func(t *testing.T, m manifest) {
+				var d appsv1.Deployment
+				m.decode(t, "Deployment", "botpool", &d)
+				if *d.Spec.Replicas != 2 {
+					t.Errorf("replicas = %d", *d.Spec.Replicas)
+				}
+			}},
 		{"PDB percentage", []string{"podDisruptionBudget.enabled=true", "podDisruptionBudget.minAvailable=50%"}, func(t *testing.T, m manifest) {
 			var pdb policyv1.PodDisruptionBudget
 			m.decode(t, "PodDisruptionBudget", "botpool", &pdb)
@@ -335,7 +351,7 @@ func TestRejected(t *testing.T) {
 		args   []string
 		want   []string
 	}{
-		{"replicas as a word", "replicaCount: two\n", nil, []string{"/replicaCount", "got string, want integer"}},
+		{"replicas as a word", "replicaCount: two\n", nil, []string{"/replicaCount", "got string, want null or integer"}},
 		{"unknown key", "replicas: 2\n", nil, []string{"additional properties 'replicas' not allowed"}},
 		{"database URL in plain values", "database:\n  url: postgres://u:p@db/botpool\n", nil, []string{"/database", "additional properties 'url' not allowed"}},
 		{"log level", "logging:\n  level: warn\n", nil, []string{"/logging/level"}},
@@ -345,8 +361,10 @@ func TestRejected(t *testing.T) {
 		{"zero QPS", "kubeAPIQPS: 0\n", nil, []string{"/kubeAPIQPS"}},
 		{"PDB minAvailable", "podDisruptionBudget:\n  minAvailable: half\n", nil, []string{"/podDisruptionBudget/minAvailable"}},
 		{"scrape interval", "metrics:\n  serviceMonitor:\n    interval: 30\n", nil, []string{"/metrics/serviceMonitor/interval"}},
-		{"replicas without leader election", "replicaCount: 2\nleaderElection:\n  enabled: false\n", nil,
+		{"replicas without leader election", "replicaCount: 2\nleaderElection:\n  enabled: false\ndatabase:\n  existingSecret: pg\n", nil,
 			[]string{"replicaCount > 1 needs leaderElection.enabled"}},
+		{"replicas without a shared store", "replicaCount: 2\n", nil,
+			[]string{"replicaCount > 1 needs a shared store", "database.existingSecret"}},
 		{"Kubernetes too old", "", []string{"--kube-version", "v1.28.0"}, []string{"chart requires kubeVersion"}},
 	}
 	for _, tt := range tests {
@@ -381,7 +399,9 @@ func TestNotes(t *testing.T) {
 			"create secret generic coolify-credentials",
 			"kind: BotPool",
 		}},
-		{[]string{"botApi.service.type=LoadBalancer", "database.existingSecret=pg", "crds.install=false"}, []string{
+		{[]string{"podDisruptionBudget.enabled=true"}, []string{"it blocks node drains"}},
+		{[]string{"botApi.service.type=LoadBalancer", "database.existingSecret=pg", "crds.install=false", "podDisruptionBudget.enabled=true"}, []string{
+			"(2 replica(s), leader-elected)",
 			"get service botpool-bot-api",
 			"Postgres, URL from the Secret pg (key url)",
 			"crds.install is false",

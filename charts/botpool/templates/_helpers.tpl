@@ -63,3 +63,40 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "botpool.botApiURL" -}}
 {{- printf "http://%s-bot-api.%s.svc:%v" (include "botpool.fullname" .) .Release.Namespace .Values.botApi.service.port }}
 {{- end }}
+
+{{/*
+"true" when the manager gets a Postgres URL (database.existingSecret, or BOTPOOL_DATABASE_URL /
+--database-url passed through extraEnv / extraArgs), so that every replica shares one store.
+*/}}
+{{- define "botpool.sharedStore" -}}
+{{- $shared := .Values.database.existingSecret }}
+{{- range .Values.extraEnv }}
+{{- if eq .name "BOTPOOL_DATABASE_URL" }}{{ $shared = "true" }}{{ end }}
+{{- end }}
+{{- range .Values.extraArgs }}
+{{- if hasPrefix "--database-url" . }}{{ $shared = "true" }}{{ end }}
+{{- end }}
+{{- if $shared }}true{{ end }}
+{{- end }}
+
+{{/*
+The replica count: replicaCount, or when it is null 2 with a shared store and 1 without. Fails
+on the combinations that would break the operator.
+*/}}
+{{- define "botpool.replicas" -}}
+{{- $replicas := 1 }}
+{{- if kindIs "invalid" .Values.replicaCount }}
+{{- if include "botpool.sharedStore" . }}{{ $replicas = 2 }}{{ end }}
+{{- else }}
+{{- $replicas = int .Values.replicaCount }}
+{{- end }}
+{{- if gt $replicas 1 }}
+{{- if not .Values.leaderElection.enabled }}
+{{- fail "replicaCount > 1 needs leaderElection.enabled: without it every replica would reconcile the same objects" }}
+{{- end }}
+{{- if not (include "botpool.sharedStore" .) }}
+{{- fail "replicaCount > 1 needs a shared store: set database.existingSecret (Postgres). With the in-memory store each replica keeps the heartbeats it receives, and the leader would miss those sent to the others" }}
+{{- end }}
+{{- end }}
+{{- $replicas }}
+{{- end }}
