@@ -150,7 +150,22 @@ func template(t *testing.T, release string, args ...string) manifest {
 
 func templateErr(t *testing.T, release string, args ...string) (manifest, error) {
 	t.Helper()
-	out, err := runHelm(t, append([]string{"template", release, ".", "--namespace", namespace,
+	return templateInErr(t, namespace, release, args...)
+}
+
+// templateIn renders the chart into namespace ns.
+func templateIn(t *testing.T, ns, release string, args ...string) manifest {
+	t.Helper()
+	out, err := templateInErr(t, ns, release, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func templateInErr(t *testing.T, ns, release string, args ...string) (manifest, error) {
+	t.Helper()
+	out, err := runHelm(t, append([]string{"template", release, ".", "--namespace", ns,
 		"--kube-version", kubeVersion(t)}, args...)...)
 	if err != nil {
 		return nil, err
