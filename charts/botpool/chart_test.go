@@ -407,27 +407,33 @@ func TestNotes(t *testing.T) {
 			"crds.install is false",
 		}},
 	}
-	chart := copyChartWithNotesAsConfigMap(t)
 	for _, tt := range tests {
-		args := []string{"template", "botpool", chart, "--namespace", namespace, "--kube-version", kubeVersion(t),
-			"--show-only", "templates/zz-notes.yaml"}
-		for _, s := range tt.set {
-			args = append(args, "--set", s)
-		}
-		out, err := runHelm(t, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cm corev1.ConfigMap
-		if err := yaml.UnmarshalStrict([]byte(out), &cm); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
+		notes := renderNotes(t, tt.set...)
 		for _, w := range tt.want {
-			if !strings.Contains(cm.Data["notes"], w) {
-				t.Errorf("NOTES with %v do not contain %q:\n%s", tt.set, w, cm.Data["notes"])
+			if !strings.Contains(notes, w) {
+				t.Errorf("NOTES with %v do not contain %q:\n%s", tt.set, w, notes)
 			}
 		}
 	}
+}
+
+// renderNotes renders NOTES.txt for the release botpool in botpool-system with --set values.
+func renderNotes(t *testing.T, set ...string) string {
+	t.Helper()
+	args := []string{"template", "botpool", copyChartWithNotesAsConfigMap(t), "--namespace", namespace,
+		"--kube-version", kubeVersion(t), "--show-only", "templates/zz-notes.yaml"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := runHelm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict([]byte(out), &cm); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return cm.Data["notes"]
 }
 
 func copyChartWithNotesAsConfigMap(t *testing.T) string {
