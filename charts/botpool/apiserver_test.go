@@ -2,7 +2,6 @@ package chart_test
 
 import (
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -11,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -108,27 +106,4 @@ func TestAcceptedByAPIServer(t *testing.T) {
 			}
 		})
 	}
-}
-
-// notesExamples decodes the objects of the <<'YAML' ... YAML blocks of the notes, with the
-// placeholders (<project uuid>) filled in.
-func notesExamples(t *testing.T, notes string) []*unstructured.Unstructured {
-	t.Helper()
-	var objs []*unstructured.Unstructured
-	for _, block := range strings.Split(notes, "<<'YAML'\n")[1:] {
-		body, _, ok := strings.Cut(block, "\nYAML\n")
-		if !ok {
-			t.Fatalf("an example in NOTES.txt does not end with a YAML line:\n%s", block)
-		}
-		body = regexp.MustCompile(`<[a-z ]+>`).ReplaceAllString(body, "kgsc8wwo0kw4w8wcwo8ggsk4")
-		u := &unstructured.Unstructured{}
-		if err := yaml.UnmarshalStrict([]byte(body), &u.Object); err != nil {
-			t.Fatalf("an example in NOTES.txt: %v\n%s", err, body)
-		}
-		objs = append(objs, u)
-	}
-	if len(objs) != 2 {
-		t.Fatalf("%d examples in NOTES.txt, want a BotPool and a Bot", len(objs))
-	}
-	return objs
 }
