@@ -36,9 +36,10 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role from the markers.
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role from the markers (and copy them into the chart).
 	$(CONTROLLER_GEN) rbac:roleName=botpool-manager crd paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	@$(MAKE) -s helm-sync
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the deepcopy functions.
@@ -60,15 +61,15 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with the linters chosen in .golangci
 verify: manifests generate ## Regenerate everything and fail when the tree differs from git.
 	@gofmt -s -l $$(git ls-files '*.go') | (! grep .) || { echo "gofmt: the files above need 'make fmt'"; exit 1; }
 	go mod tidy -diff
-	@git diff --exit-code -- api config || { echo "Generated files are stale: run 'make manifests generate' and commit the result"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "Untracked generated files: commit them"; exit 1; }
+	@git diff --exit-code -- api config charts/botpool/files || { echo "Generated files are stale: run 'make manifests generate' and commit the result"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config charts/botpool/files)" || { git status --porcelain -- api config charts/botpool/files; echo "Untracked generated files: commit them"; exit 1; }
 
 .PHONY: envtest
 envtest: ## Build (first time, ~10 minutes) or find the cached kube-apiserver and etcd; prints their directory.
 	@hack/envtest.sh
 
 .PHONY: test
-test: vet ## Run the unit and envtest suites with -race against a real apiserver and Postgres.
+test: vet $(HELM) ## Run the unit and envtest suites with -race against a real apiserver, Postgres and helm.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: helm-sync

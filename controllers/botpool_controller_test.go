@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -240,10 +241,13 @@ func TestPoolDeletionDeletesItsSlots(t *testing.T) {
 	})
 	// A slot finalizer (the slot controller's, cleaning Coolify) holds the pool until it goes.
 	held := listSlots(t, ns)[0]
-	held.Finalizers = []string{"botpool.dev/test-cleanup"}
-	if err := env.Client.Update(ctx, &held); err != nil {
-		t.Fatal(err)
-	}
+	kubetest.Eventually(t, 10*time.Second, func() error { // the slot controller writes too: retry conflicts
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&held), &held); err != nil {
+			return err
+		}
+		held.Finalizers = append(held.Finalizers, "botpool.dev/test-cleanup")
+		return env.Client.Update(ctx, &held)
+	})
 	if err := env.Client.Delete(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -257,15 +261,24 @@ func TestPoolDeletionDeletesItsSlots(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
 		t.Fatalf("the pool went before its last slot: %v", err)
 	}
-	held = listSlots(t, ns)[0]
-	held.Finalizers = nil
-	if err := env.Client.Update(ctx, &held); err != nil {
-		t.Fatal(err)
-	}
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&held), &held); err != nil {
+			return err
+		}
+		held.Finalizers = slices.DeleteFunc(held.Finalizers, func(f string) bool { return f == "botpool.dev/test-cleanup" })
+		return env.Client.Update(ctx, &held)
+	})
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pool still there (%w)", err)
 		}
 		return nil
 	})
+	// Through the slots' finalizers, the pool's applications are gone from Coolify too.
+	step(11 * time.Second)
+	for _, app := range coolifySim.Apps() {
+		if slices.Contains(app.Tags, poolTag(pool)) {
+			t.Errorf("application %s (%s) of the deleted pool still exists", app.Name, app.UUID)
+		}
+	}
 }

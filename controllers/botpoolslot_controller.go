@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +43,8 @@ const (
 	DefaultAppCheck = time.Minute
 	// stalledRetry: a slot that cannot reach Coolify (no pool, bad credentials) retries.
 	stalledRetry = time.Minute
+	// cacheWait: how long a pass that read a version older than our own write waits.
+	cacheWait = 50 * time.Millisecond
 )
 
 // SlotStore is what the slot controller needs from the store.
@@ -70,6 +73,26 @@ type BotPoolSlotReconciler struct {
 	Jitter func() float64
 	// GateRetry and AppCheck override DefaultGateRetry and DefaultAppCheck.
 	GateRetry, AppCheck time.Duration
+
+	// replaced remembers, per slot uid, the resourceVersion our last write replaced. A pass
+	// that still reads it from the cache would act on a past state (say, judge a deployment
+	// it just cancelled), so it waits for the cache instead.
+	replaced sync.Map
+}
+
+// staleRead reports whether the cache has not yet caught up with our last write to slot.
+func (r *BotPoolSlotReconciler) staleRead(slot *v1.BotPoolSlot) bool {
+	old, ok := r.replaced.Load(slot.UID)
+	if ok && old == slot.ResourceVersion {
+		return true
+	}
+	r.replaced.Delete(slot.UID)
+	return false
+}
+
+// wrote records that a write replaced version old of slot.
+func (r *BotPoolSlotReconciler) wrote(slot *v1.BotPoolSlot, old string) {
+	r.replaced.Store(slot.UID, old)
 }
 
 func (r *BotPoolSlotReconciler) gateRetry() time.Duration {
@@ -112,12 +135,17 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if r.staleRead(slot) {
+		return ctrl.Result{RequeueAfter: cacheWait}, nil
+	}
 	log := ctrl.LoggerFrom(ctx).WithValues("pool", slot.Spec.Pool, "appUUID", slot.Status.ApplicationUUID)
 	ctx = ctrl.LoggerInto(ctx, log)
 	if slot.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(slot, slotFinalizer) {
+		old := slot.ResourceVersion
 		if err := r.Client.Update(ctx, slot); err != nil {
 			return ctrl.Result{}, err
 		}
+		r.wrote(slot, old)
 	}
 
 	s := &slotScope{slot: slot}
@@ -128,6 +156,7 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			if perr := r.Client.Status().Patch(ctx, slot, client.MergeFrom(before)); client.IgnoreNotFound(perr) != nil {
 				err = errors.Join(err, perr)
 			} else {
+				r.wrote(slot, before.ResourceVersion)
 				r.flush(ctx, s)
 			}
 		}
@@ -212,10 +241,11 @@ func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why st
 	ctrl.LoggerFrom(ctx).Info("Releasing slot", "bot", s.slot.Spec.BotRef.Name, "why", why)
 	patch := client.MergeFromWithOptions(s.slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	s.slot.Spec.BotRef = nil
-	status := s.slot.Status // the spec patch answers with the stored status; keep ours
+	status, old := s.slot.Status, s.slot.ResourceVersion // the patch answers with the stored status; keep ours
 	if err := r.Client.Patch(ctx, s.slot, patch); err != nil {
 		return err
 	}
+	r.wrote(s.slot, old)
 	s.slot.Status = status
 	s.bot = nil
 	return nil

@@ -33,7 +33,13 @@ type AppLister struct {
 	flight singleflight.Group
 	mu     sync.Mutex
 	lists  map[string]appList // by tag
+	// deleted holds the applications we asked Coolify to delete: deletion is asynchronous and
+	// lists show them for a while, and a slot must never adopt one.
+	deleted map[string]time.Time
 }
+
+// tombstoneTTL outlives Coolify's asynchronous deletion by far.
+const tombstoneTTL = 30 * time.Minute
 
 type appList struct {
 	byName  map[string]coolify.Application
@@ -53,11 +59,19 @@ func (l *AppLister) Get(ctx context.Context, api coolify.API, tag string, maxAge
 		if err != nil {
 			return nil, err
 		}
-		list := appList{byName: make(map[string]coolify.Application, len(apps)), fetched: l.Clock.Now()}
-		for _, a := range apps {
-			list.byName[a.Name] = a
-		}
+		now := l.Clock.Now()
+		list := appList{byName: make(map[string]coolify.Application, len(apps)), fetched: now}
 		l.mu.Lock()
+		for uuid, at := range l.deleted {
+			if now.Sub(at) > tombstoneTTL {
+				delete(l.deleted, uuid)
+			}
+		}
+		for _, a := range apps {
+			if _, gone := l.deleted[a.UUID]; !gone {
+				list.byName[a.Name] = a
+			}
+		}
 		if l.lists == nil {
 			l.lists = map[string]appList{}
 		}
@@ -74,6 +88,17 @@ func (l *AppLister) Get(ctx context.Context, api coolify.API, tag string, maxAge
 // Invalidate forgets a pool's list, after a change of ours that it must show (a create).
 func (l *AppLister) Invalidate(tag string) {
 	l.mu.Lock()
+	delete(l.lists, tag)
+	l.mu.Unlock()
+}
+
+// Deleted records that we asked Coolify to delete an application: lists hide it from now on.
+func (l *AppLister) Deleted(tag, uuid string) {
+	l.mu.Lock()
+	if l.deleted == nil {
+		l.deleted = map[string]time.Time{}
+	}
+	l.deleted[uuid] = l.Clock.Now()
 	delete(l.lists, tag)
 	l.mu.Unlock()
 }

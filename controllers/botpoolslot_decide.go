@@ -50,7 +50,7 @@ func decideStale(now, since time.Time, t v1.Timing, live liveness, skipped int32
 	if live.lastBeat == nil || now.Sub(*live.lastBeat) > t.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness) {
 		return staleRecover
 	}
-	if skipped < t.MaxSkippedRecoveries {
+	if skipped < t.SkipLimit() {
 		return staleSkip
 	}
 	return staleBusy
@@ -76,8 +76,10 @@ func judgeDeployment(dep *coolify.Deployment, app *coolify.Application, inPhase 
 				message: fmt.Sprintf("Deployment %s ended %s", dep.DeploymentUUID, dep.Status)}
 		}
 		if inPhase > t.DeploymentTimeout.OrDefault(v1.DefaultDeploymentTimeout) {
-			if fresh { // the container already runs and beats: the record lags, the bot does not
-				return deployVerdict{phase: v1.SlotBusy, message: "The bot beats while its deployment still reads " + string(dep.Status)}
+			if fresh {
+				// The bot beats while the record says otherwise: never fail it (invariant 8);
+				// the stale-deploying rules turn the slot Busy after their skips.
+				return deployVerdict{}
 			}
 			return deployVerdict{phase: v1.SlotError, reason: reasonDeploymentTimeout,
 				message: fmt.Sprintf("Deployment %s still %s after %s", dep.DeploymentUUID, dep.Status, inPhase.Round(time.Second))}

@@ -11,7 +11,7 @@ import (
 
 func TestDecideStale(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
-	timing := v1.Timing{DeployingTimeout: "15m", HeartbeatFreshness: "5m", MaxSkippedRecoveries: 3}
+	timing := v1.Timing{DeployingTimeout: "15m", HeartbeatFreshness: "5m"} // three skips by default
 	beat := func(ago time.Duration) liveness {
 		b := t0.Add(16*time.Minute - ago)
 		return liveness{known: true, lastBeat: &b}
@@ -60,7 +60,7 @@ func TestJudgeDeployment(t *testing.T) {
 		{"cancelled", dep(coolify.DeploymentCancelled), nil, time.Minute, false, v1.SlotError, reasonDeploymentFailed},
 		{"in progress", dep(coolify.DeploymentInProgress), nil, 10 * time.Minute, false, "", ""},
 		{"queued past the timeout", dep(coolify.DeploymentQueued), nil, 26 * time.Minute, false, v1.SlotError, reasonDeploymentTimeout},
-		{"past the timeout but the bot beats", dep(coolify.DeploymentInProgress), nil, 26 * time.Minute, true, v1.SlotBusy, ""},
+		{"past the timeout but the bot beats: the stale rules decide", dep(coolify.DeploymentInProgress), nil, 26 * time.Minute, true, "", ""},
 		{"no record, container runs", nil, app("running:unknown"), time.Minute, false, v1.SlotBusy, ""},
 		{"no record, exited within the grace period", nil, app("exited:unhealthy"), 2 * time.Minute, false, "", ""},
 		{"no record, exited after the grace period", nil, app("exited:unhealthy"), 4 * time.Minute, false, v1.SlotError, reasonDeploymentLost},

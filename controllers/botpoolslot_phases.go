@@ -255,7 +255,7 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	case staleSkip:
 		st.SkippedRecoveries++
 		st.DeployingSince = &metav1.Time{Time: now}
-		st.Message = fmt.Sprintf("Still deploying, but bot %s beats: recovery skipped (%d of %d)", s.bot.Name, st.SkippedRecoveries, timing.MaxSkippedRecoveries)
+		st.Message = fmt.Sprintf("Still deploying, but bot %s beats: recovery skipped (%d of %d)", s.bot.Name, st.SkippedRecoveries, timing.SkipLimit())
 		r.Recorder.Eventf(s.slot, s.bot, corev1.EventTypeNormal, "RecoverySkipped", "Recover", "%s", st.Message)
 	case staleBusy:
 		r.toBusy(ctx, s, "The bot has beaten through every skipped recovery: it runs")
@@ -384,8 +384,7 @@ func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reaso
 	s.slot.Status.RecoveryAttempts++
 	r.describe(ctx, s, v1.SlotError, time.Time{}, msg)
 	r.moveTo(s, v1.SlotError, reason, msg)
-	r.Metrics.recovery(reason)
-	s.after(time.Millisecond)
+	r.Metrics.recovery(reason) // the status update brings the slot back to recover
 }
 
 // recover fails the bound bot with the slot's reason, stops the container and returns the
@@ -484,7 +483,7 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 			if err := s.api.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 				return fmt.Errorf("deleting the application: %w", err)
 			}
-			r.Apps.Invalidate(poolTag(s.pool))
+			r.Apps.Deleted(poolTag(s.pool), uuid)
 		}
 	}
 	return r.dropFinalizer(ctx, s)
@@ -495,10 +494,11 @@ func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope)
 	if !controllerutil.RemoveFinalizer(s.slot, slotFinalizer) {
 		return nil
 	}
-	status := s.slot.Status
+	status, old := s.slot.Status, s.slot.ResourceVersion
 	if err := r.Client.Update(ctx, s.slot); client.IgnoreNotFound(err) != nil {
 		return err
 	}
+	r.wrote(s.slot, old)
 	s.slot.Status = status
 	if err := r.Store.DeleteSlot(ctx, s.slot.Namespace, s.slot.Name); !store.Accepted(err) {
 		ctrl.LoggerFrom(ctx).Error(err, "Removing the slot's projection failed")

@@ -57,7 +57,7 @@ func startManager(e *kubetest.Env) error {
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:     e.Scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptrTo(true)},
+		Controller: config.Controller{SkipNameValidation: ptrTo(true), MaxConcurrentReconciles: 8},
 	})
 	if err != nil {
 		return err

@@ -229,12 +229,12 @@ type Timing struct {
 	LeaveGracePeriod Duration `json:"leaveGracePeriod,omitempty"`
 
 	// MaxSkippedRecoveries is how often a stale Deploying slot whose bot still beats is given
-	// more time before it is declared Busy.
+	// more time before it is declared Busy; 0 declares it Busy at once.
 	// +optional
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
-	MaxSkippedRecoveries int32 `json:"maxSkippedRecoveries"`
+	MaxSkippedRecoveries *int32 `json:"maxSkippedRecoveries,omitempty"`
 
 	// MaxRecoveryAttempts is how many failed recoveries a slot in Error gets before its
 	// application and the slot are deleted (the pool recreates slots on demand).
@@ -312,4 +312,12 @@ type BotPoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BotPool `json:"items"`
+}
+
+// SkipLimit is MaxSkippedRecoveries with its default.
+func (t Timing) SkipLimit() int32 {
+	if t.MaxSkippedRecoveries == nil {
+		return DefaultMaxSkippedRecoveries
+	}
+	return *t.MaxSkippedRecoveries
 }

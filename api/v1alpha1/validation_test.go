@@ -290,7 +290,8 @@ func TestSamplesAreAcceptedAndDefaulted(t *testing.T) {
 			expect(t, "timing.heartbeatGracePeriod", tm.HeartbeatGracePeriod.Duration(), v1.DefaultHeartbeatGracePeriod)
 			expect(t, "timing.heartbeatTimeout", tm.HeartbeatTimeout.Duration(), v1.DefaultHeartbeatTimeout)
 			expect(t, "timing.leaveGracePeriod", tm.LeaveGracePeriod.Duration(), v1.DefaultLeaveGracePeriod)
-			expect(t, "timing.maxSkippedRecoveries", tm.MaxSkippedRecoveries, int32(v1.DefaultMaxSkippedRecoveries))
+			expect(t, "timing.maxSkippedRecoveries", tm.SkipLimit(), int32(v1.DefaultMaxSkippedRecoveries))
+			expect(t, "timing.maxSkippedRecoveries is stored", tm.MaxSkippedRecoveries != nil, true)
 			expect(t, "timing.maxRecoveryAttempts", tm.MaxRecoveryAttempts, int32(v1.DefaultMaxRecoveryAttempts))
 		},
 		"Bot/standup": func(t *testing.T, key client.ObjectKey) {

@@ -1,0 +1,434 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/store"
+)
+
+// scenario is one pool of one slot on a simulator of its own, so a test's faults and
+// deployments touch nothing else.
+type scenario struct {
+	t    *testing.T
+	ns   string
+	pool *v1.BotPool
+	sim  *sim.Server
+	api  coolify.API
+}
+
+func newScenario(t *testing.T, name string, cfg sim.Config, mutate ...func(*v1.BotPool)) *scenario {
+	t.Helper()
+	sc := &scenario{t: t, ns: env.Namespace(t), sim: newSim(cfg)}
+	t.Cleanup(sc.sim.Close)
+	sc.sim.SeedDefault()
+	api, err := testRegistry.Client(sc.sim.URL, sim.DefaultToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.api = api
+	connector.use(name, api)
+	sc.pool = newPool(sc.ns, name, append([]func(*v1.BotPool){func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = 1, 1 }}, mutate...)...)
+	if err := env.Client.Create(context.Background(), sc.pool); err != nil {
+		t.Fatal(err)
+	}
+	// Registered after the simulator's Close, so it runs before it: the pool and its slots
+	// are deleted (their finalizers clean this simulator) while it still answers.
+	t.Cleanup(sc.teardown)
+	return sc
+}
+
+func (sc *scenario) teardown() {
+	ctx := context.Background()
+	if err := env.Client.Delete(ctx, sc.pool); client.IgnoreNotFound(err) != nil {
+		sc.t.Error(err)
+		return
+	}
+	kubetest.Eventually(sc.t, 15*time.Second, func() error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(sc.pool), &v1.BotPool{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pool %s not deleted yet (%w)", sc.pool.Name, err)
+		}
+		return nil
+	})
+}
+
+// slot waits until the pool's only slot satisfies cond and returns it.
+func (sc *scenario) slot(what string, cond func(*v1.BotPoolSlot) bool) *v1.BotPoolSlot {
+	sc.t.Helper()
+	var got *v1.BotPoolSlot
+	kubetest.Eventually(sc.t, 15*time.Second, func() error {
+		slots := listSlots(sc.t, sc.ns)
+		if len(slots) != 1 {
+			return fmt.Errorf("%d slots, want 1", len(slots))
+		}
+		got = &slots[0]
+		if !cond(got) {
+			return fmt.Errorf("slot %s is %s (%s: %s), want %s", got.Name, got.Status.Phase, got.Status.Reason, got.Status.Message, what)
+		}
+		return nil
+	})
+	checkInvariants(sc.t, sc.ns)
+	return got
+}
+
+func (sc *scenario) phase(p v1.SlotPhase) *v1.BotPoolSlot {
+	sc.t.Helper()
+	return sc.slot(string(p), func(s *v1.BotPoolSlot) bool { return s.Status.Phase == p })
+}
+
+// bind creates a bot and binds it to the pool's Idle slot.
+func (sc *scenario) bind(name string) (*v1.Bot, *v1.BotPoolSlot) {
+	sc.t.Helper()
+	slot := sc.phase(v1.SlotIdle)
+	bot := runningBot(sc.t, sc.ns, name, sc.pool.Name)
+	bindSlot(sc.t, slot, bot)
+	return bot, slot
+}
+
+// beat records a heartbeat of bot now, as the bot API does.
+func (sc *scenario) beat(bot *v1.Bot) {
+	sc.t.Helper()
+	if err := liveStore.RecordHeartbeat(context.Background(), store.Heartbeat{BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, At: clk.Now()}); err != nil {
+		sc.t.Fatal(err)
+	}
+}
+
+// step moves the fake clock and gives the controllers (polling every 20ms) time to look.
+func step(d time.Duration) {
+	clk.Step(d)
+	time.Sleep(60 * time.Millisecond)
+}
+
+func (sc *scenario) bot(name string) *v1.Bot {
+	sc.t.Helper()
+	b := &v1.Bot{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: sc.ns, Name: name}, b); err != nil {
+		sc.t.Fatal(err)
+	}
+	return b
+}
+
+// botFails waits until the bot is Fatal with reason.
+func (sc *scenario) botFails(name string, reason string) {
+	sc.t.Helper()
+	kubetest.Eventually(sc.t, 10*time.Second, func() error {
+		b := sc.bot(name)
+		if b.Status.Phase != v1.BotFatal || string(b.Status.Reason) != reason {
+			return fmt.Errorf("bot %s is %s/%s, want Fatal/%s", name, b.Status.Phase, b.Status.Reason, reason)
+		}
+		return nil
+	})
+}
+
+// checkInvariants checks the design's invariants 1 and 2 on a namespace: no bot bound to two
+// slots, and no pool above maxSlots.
+func checkInvariants(t *testing.T, ns string) {
+	t.Helper()
+	bound := map[string]string{}
+	perPool := map[string]int{}
+	for _, s := range listSlots(t, ns) {
+		perPool[s.Spec.Pool]++
+		if ref := s.Spec.BotRef; ref != nil {
+			if other, dup := bound[string(ref.UID)]; dup {
+				t.Fatalf("invariant 1: bot %s is bound to %s and %s", ref.Name, other, s.Name)
+			}
+			bound[string(ref.UID)] = s.Name
+		}
+	}
+	var pools v1.BotPoolList
+	if err := env.Client.List(context.Background(), &pools, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pools.Items {
+		if perPool[p.Name] > int(p.Spec.MaxSlots) {
+			t.Fatalf("invariant 2: pool %s holds %d slots, maxSlots %d", p.Name, perPool[p.Name], p.Spec.MaxSlots)
+		}
+	}
+}
+
+// TestSlotLifecycle: a slot is created with its application and env, serves a bot cold, is
+// released, serves the next one warm; every transition is audited.
+func TestSlotLifecycle(t *testing.T) {
+	sc := newScenario(t, "lifecycle", sim.Config{})
+	idle := sc.phase(v1.SlotIdle)
+	app, ok := sc.sim.App(idle.Status.ApplicationUUID)
+	if !ok {
+		t.Fatalf("no application %s in Coolify", idle.Status.ApplicationUUID)
+	}
+	if app.Name != idle.Name || app.Env["POOL_SLOT_UUID"] != app.UUID || app.Env["BOTPOOL_API_URL"] == "" ||
+		app.Env["BOTPOOL_SLOT_TOKEN"] == "" || len(app.Tags) != 1 || app.Tags[0] != poolTag(sc.pool) {
+		t.Errorf("application %+v: want the slot's name, tag and env", app)
+	}
+	if app.Description != "[IDLE] Available - never used" {
+		t.Errorf("description %q", app.Description)
+	}
+
+	bot, _ := sc.bind("first")
+	deploying := sc.phase(v1.SlotDeploying)
+	if deploying.Status.DeploymentUUID == "" {
+		t.Error("no deployment uuid recorded")
+	}
+	step(6 * time.Minute) // a cold pull takes 7 minutes
+	sc.phase(v1.SlotDeploying)
+	step(2 * time.Minute)
+	busy := sc.phase(v1.SlotBusy)
+	if app, _ := sc.sim.App(busy.Status.ApplicationUUID); !app.Running || app.Description[:6] != "[BUSY]" {
+		t.Errorf("busy slot's application: running %v, description %q", app.Running, app.Description)
+	}
+
+	// The bot finishes: the slot is released at once and stopped.
+	b := sc.bot(bot.Name)
+	b.Status.Phase = v1.BotDone
+	if err := env.Client.Status().Update(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	idle = sc.slot("Idle, used", func(s *v1.BotPoolSlot) bool {
+		return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.Status.LastUsedAt != nil
+	})
+	step(5 * time.Second)
+	if app, _ := sc.sim.App(idle.Status.ApplicationUUID); app.Running {
+		t.Error("released slot's container still runs")
+	}
+
+	// The next bot starts warm: seconds, not minutes.
+	sc.bind("second")
+	sc.phase(v1.SlotDeploying)
+	step(10 * time.Second)
+	sc.phase(v1.SlotBusy)
+
+	rows, err := liveStore.Transitions(context.Background(), sc.ns, idle.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []string
+	for _, r := range rows {
+		path = append(path, r.To)
+	}
+	want := "[Creating Idle Deploying Busy Releasing Idle Deploying Busy]"
+	if fmt.Sprint(path) != want {
+		t.Errorf("audited transitions %v, want %s", path, want)
+	}
+}
+
+// TestSlowButHeartbeatingDeployIsNeverFailed (invariant 8): a 20-minute pull, with the bot
+// beating throughout, passes deployingTimeout with a skipped recovery and ends Busy.
+func TestSlowButHeartbeatingDeployIsNeverFailed(t *testing.T) {
+	sc := newScenario(t, "slow", sim.Config{ColdPull: 20 * time.Minute})
+	bot, _ := sc.bind("patient")
+	sc.phase(v1.SlotDeploying)
+	for range 21 {
+		step(time.Minute)
+		sc.beat(bot)
+		if s := listSlots(t, sc.ns)[0]; s.Status.Phase == v1.SlotError {
+			t.Fatalf("a heartbeating deployment was failed: %s: %s", s.Status.Reason, s.Status.Message)
+		}
+	}
+	busy := sc.phase(v1.SlotBusy)
+	if busy.Status.SkippedRecoveries < 1 {
+		t.Errorf("skipped recoveries %d, want at least 1 (the deploy outlived deployingTimeout)", busy.Status.SkippedRecoveries)
+	}
+	if b := sc.bot(bot.Name); b.Status.Phase.Terminal() {
+		t.Errorf("bot failed: %s", b.Status.Reason)
+	}
+}
+
+// TestStuckDeployWithoutHeartbeatIsRecovered: nothing happens for 15 minutes and the bot never
+// beat: the bot fails with DeployingTimeout and the slot returns to Idle.
+func TestStuckDeployWithoutHeartbeatIsRecovered(t *testing.T) {
+	sc := newScenario(t, "stuck", sim.Config{ColdPull: 2 * time.Hour})
+	sc.bind("lost")
+	sc.phase(v1.SlotDeploying)
+	step(14 * time.Minute)
+	sc.phase(v1.SlotDeploying)
+	step(2 * time.Minute)
+	sc.botFails("lost", reasonDeployingTimeout)
+	idle := sc.slot("Idle and free", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
+	if idle.Status.RecoveryAttempts != 1 {
+		t.Errorf("recovery attempts %d, want 1", idle.Status.RecoveryAttempts)
+	}
+}
+
+// TestAliveBotOnStuckSlotTurnsBusy: the deployment record never finishes but the bot beats:
+// after maxSkippedRecoveries skips the slot is declared Busy.
+func TestAliveBotOnStuckSlotTurnsBusy(t *testing.T) {
+	sc := newScenario(t, "alive", sim.Config{ColdPull: 3 * time.Hour})
+	bot, _ := sc.bind("alive")
+	sc.phase(v1.SlotDeploying)
+	for i := 0; i < 70; i++ {
+		step(time.Minute)
+		sc.beat(bot)
+		if s := listSlots(t, sc.ns)[0]; s.Status.Phase == v1.SlotError {
+			t.Fatalf("minute %d: a heartbeating bot's slot was failed: %s", i+1, s.Status.Message)
+		}
+		if s := listSlots(t, sc.ns)[0]; s.Status.Phase == v1.SlotBusy {
+			if s.Status.SkippedRecoveries != 3 || i < 59 {
+				t.Fatalf("Busy at minute %d after %d skips, want after the 3rd skip (minute 60)", i+1, s.Status.SkippedRecoveries)
+			}
+			return
+		}
+	}
+	t.Fatalf("still %s after 70 minutes", listSlots(t, sc.ns)[0].Status.Phase)
+}
+
+// TestBotCrashedAfterHeartbeatsIsRecovered: the bot beat for a while, then went silent: at
+// deployingTimeout its last beat is older than heartbeatFreshness, so the slot recovers.
+func TestBotCrashedAfterHeartbeatsIsRecovered(t *testing.T) {
+	sc := newScenario(t, "crashed", sim.Config{ColdPull: 2 * time.Hour})
+	bot, _ := sc.bind("crashed")
+	sc.phase(v1.SlotDeploying)
+	for range 4 {
+		step(time.Minute)
+		sc.beat(bot)
+	}
+	step(12 * time.Minute)
+	sc.botFails("crashed", reasonDeployingTimeout)
+	sc.slot("Idle and free", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
+}
+
+// TestFailedDeploymentsRecoverThenRetireTheSlot: a failed pull sends the slot to Error and
+// recovers it at once (the bot fails with DeploymentFailed); after maxRecoveryAttempts
+// failures in a row the slot and its application are deleted, and the pool makes a new one.
+func TestFailedDeploymentsRecoverThenRetireTheSlot(t *testing.T) {
+	sc := newScenario(t, "failing", sim.Config{})
+	sc.sim.FailPulls(sc.pool.Spec.Image, -1)
+	first := sc.phase(v1.SlotIdle)
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("unlucky-%d", i)
+		sc.bind(name)
+		sc.phase(v1.SlotDeploying)
+		step(8 * time.Minute) // the pull fails when it would have finished
+		sc.botFails(name, reasonDeploymentFailed)
+		if i < 3 {
+			s := sc.slot("recovered", func(s *v1.BotPoolSlot) bool {
+				return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.Status.RecoveryAttempts == int32(i)
+			})
+			if s.UID != first.UID {
+				t.Fatalf("slot replaced after %d failures, want after 3", i)
+			}
+		}
+	}
+	// Retired: a new slot (the pool keeps minIdle 1) with a new application; the old one goes.
+	sc.sim.FailPulls(sc.pool.Spec.Image, 0)
+	fresh := sc.slot("a new Idle slot", func(s *v1.BotPoolSlot) bool { return s.UID != first.UID && s.Status.Phase == v1.SlotIdle })
+	if fresh.Status.ApplicationUUID == first.Status.ApplicationUUID {
+		t.Error("the new slot reuses the retired application")
+	}
+	step(11 * time.Second) // Coolify deletes asynchronously
+	if _, ok := sc.sim.App(first.Status.ApplicationUUID); ok {
+		t.Error("the retired slot's application still exists")
+	}
+}
+
+// TestApplicationDeletedBehindOurBackIsRecreated: someone deletes the slot's application in
+// Coolify; the slot notices, confirms with a GET and creates it again under the same name.
+func TestApplicationDeletedBehindOurBackIsRecreated(t *testing.T) {
+	sc := newScenario(t, "recreate", sim.Config{})
+	old := sc.phase(v1.SlotIdle)
+	if err := sc.api.DeleteApplication(context.Background(), old.Status.ApplicationUUID, coolify.FullCleanup); err != nil {
+		t.Fatal(err)
+	}
+	step(11 * time.Second)
+	fresh := sc.slot("Idle with a new application", func(s *v1.BotPoolSlot) bool {
+		return s.Status.Phase == v1.SlotIdle && s.Status.ApplicationUUID != "" && s.Status.ApplicationUUID != old.Status.ApplicationUUID
+	})
+	if fresh.UID != old.UID {
+		t.Error("the slot was replaced; want the same slot with a new application")
+	}
+	if app, ok := sc.sim.App(fresh.Status.ApplicationUUID); !ok || app.Name != old.Name {
+		t.Errorf("new application %+v, want one named %s", app, old.Name)
+	}
+}
+
+// TestOrphanedSlotIsReleased: the bound bot is deleted while its container runs.
+func TestOrphanedSlotIsReleased(t *testing.T) {
+	sc := newScenario(t, "orphan", sim.Config{})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	bot, _ := sc.bind("vanishing")
+	sc.phase(v1.SlotDeploying)
+	step(10 * time.Second)
+	busy := sc.phase(v1.SlotBusy)
+	if err := env.Client.Delete(context.Background(), bot); err != nil {
+		t.Fatal(err)
+	}
+	sc.slot("released", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
+	step(5 * time.Second)
+	if app, _ := sc.sim.App(busy.Status.ApplicationUUID); app.Running {
+		t.Error("the orphaned container still runs")
+	}
+}
+
+// TestFailedReadsActOnNothing (invariant 9): while Coolify's reads fail, no slot is failed,
+// recreated or deleted; when they return, the deployment is followed to Busy.
+func TestFailedReadsActOnNothing(t *testing.T) {
+	sc := newScenario(t, "blind", sim.Config{})
+	idle := sc.phase(v1.SlotIdle)
+	for _, op := range []string{"list-applications", "get-application-by-uuid", "get-deployment-by-uuid", "list-deployments-by-app-uuid"} {
+		sc.sim.SetFault(op, sim.Fault{ErrorRate: 1})
+	}
+	bot, _ := sc.bind("patient")
+	for range 10 {
+		step(time.Minute) // past the cold pull and deployGracePeriod, short of deployingTimeout
+		s := listSlots(t, sc.ns)[0]
+		if s.Status.Phase == v1.SlotError || s.Status.ApplicationUUID != idle.Status.ApplicationUUID || s.UID != idle.UID {
+			t.Fatalf("a failed read acted: slot %s %s app %s", s.Status.Phase, s.Status.Reason, s.Status.ApplicationUUID)
+		}
+	}
+	for _, op := range []string{"list-applications", "get-application-by-uuid", "get-deployment-by-uuid", "list-deployments-by-app-uuid"} {
+		sc.sim.SetFault(op, sim.Fault{})
+	}
+	sc.phase(v1.SlotBusy)
+	if b := sc.bot(bot.Name); b.Status.Phase.Terminal() {
+		t.Errorf("bot failed: %s", b.Status.Reason)
+	}
+}
+
+// TestRateLimitsAndServerErrorsAreSurvived: Coolify answers a burst of 429s and 500s to the
+// deploy and its polls; the bot still starts.
+func TestRateLimitsAndServerErrorsAreSurvived(t *testing.T) {
+	sc := newScenario(t, "throttled", sim.Config{})
+	sc.phase(v1.SlotIdle)
+	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{Burst: 3, BurstCode: 429})
+	sc.sim.SetFault("get-deployment-by-uuid", sim.Fault{Burst: 5, BurstCode: 500})
+	bot, _ := sc.bind("persistent")
+	sc.phase(v1.SlotDeploying)
+	step(8 * time.Minute)
+	sc.phase(v1.SlotBusy)
+	if b := sc.bot(bot.Name); b.Status.Phase.Terminal() {
+		t.Errorf("bot failed: %s", b.Status.Reason)
+	}
+}
+
+// TestDeletingASlotCleansCoolify: the finalizer stops and deletes the application and fails a
+// bot that was still bound with SlotLost.
+func TestDeletingASlotCleansCoolify(t *testing.T) {
+	sc := newScenario(t, "cleanup", sim.Config{})
+	sc.bind("evicted")
+	slot := sc.phase(v1.SlotDeploying)
+	if err := env.Client.Delete(context.Background(), slot); err != nil {
+		t.Fatal(err)
+	}
+	sc.botFails("evicted", string(v1.ReasonSlotLost))
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		// The pool replaces the slot under the same name: compare uids.
+		var now v1.BotPoolSlot
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(slot), &now)
+		if err == nil && now.UID == slot.UID {
+			return fmt.Errorf("slot still there")
+		}
+		return client.IgnoreNotFound(err)
+	})
+	step(11 * time.Second)
+	if _, ok := sc.sim.App(slot.Status.ApplicationUUID); ok {
+		t.Error("the deleted slot's application still exists in Coolify")
+	}
+}
