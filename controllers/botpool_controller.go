@@ -45,14 +45,20 @@ type BotPoolReconciler struct {
 	// the pool exceed maxSlots.
 	APIReader client.Reader
 	Connector Connector
-	Clock     clock.PassiveClock
-	Recorder  events.EventRecorder
-	Metrics   *Metrics
+	// Coolify is the bulk reader shared with the slot controller.
+	Coolify  *BulkReader
+	Clock    clock.PassiveClock
+	Recorder events.EventRecorder
+	Metrics  *Metrics
+	// OrphanCheck is how old the application list may be for the orphan check
+	// (default DefaultAppCheck).
+	OrphanCheck time.Duration
 }
 
 // poolScope is what one reconcile of a pool observed and did; status is computed from it.
 type poolScope struct {
 	pool    *v1.BotPool
+	api     coolify.API
 	slots   []v1.BotPoolSlot // this pool's slots, from the cache
 	waiting int              // bots of this pool in Queued
 	created []string         // slots created in this pass
@@ -104,7 +110,10 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	if err := r.supply(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: healthRecheck}, nil
+	if err := r.deleteOrphanApps(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck))}, nil
 }
 
 // observe reads the pool's slots and waiting bots from the cache.
@@ -133,6 +142,7 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 	api, err := r.Connector.ForPool(ctx, s.pool)
 	if err == nil {
 		_, err = api.ServerVersion(ctx)
+		s.api = api
 	}
 	s.connErr = err
 	switch {

@@ -65,7 +65,7 @@ type BotPoolSlotReconciler struct {
 	Clock     clock.PassiveClock
 	Recorder  events.EventRecorder
 	Metrics   *Metrics
-	Apps      *AppLister
+	Coolify   *BulkReader
 	Gate      *DeployGate
 	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL.
 	BotAPIURL string

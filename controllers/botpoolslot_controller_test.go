@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,9 +29,19 @@ type scenario struct {
 
 func newScenario(t *testing.T, name string, cfg sim.Config, mutate ...func(*v1.BotPool)) *scenario {
 	t.Helper()
+	return newScenarioOn(t, name, cfg, sim.ServerSpec{}, mutate...)
+}
+
+// newScenarioOn is newScenario with the pool on a server of its own shape.
+func newScenarioOn(t *testing.T, name string, cfg sim.Config, server sim.ServerSpec, mutate ...func(*v1.BotPool)) *scenario {
+	t.Helper()
 	sc := &scenario{t: t, ns: env.Namespace(t), sim: newSim(cfg)}
 	t.Cleanup(sc.sim.Close)
 	sc.sim.SeedDefault()
+	if server.UUID != "" {
+		sc.sim.AddServer(server)
+		mutate = append([]func(*v1.BotPool){func(p *v1.BotPool) { p.Spec.Coolify.ServerUUID = server.UUID }}, mutate...)
+	}
 	api, err := testRegistry.Client(sc.sim.URL, sim.DefaultToken)
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +383,7 @@ func TestOrphanedSlotIsReleased(t *testing.T) {
 func TestFailedReadsActOnNothing(t *testing.T) {
 	sc := newScenario(t, "blind", sim.Config{})
 	idle := sc.phase(v1.SlotIdle)
-	for _, op := range []string{"list-applications", "get-application-by-uuid", "get-deployment-by-uuid", "list-deployments-by-app-uuid"} {
+	for _, op := range []string{"list-applications", "get-application-by-uuid", "get-deployment-by-uuid", "list-deployments-by-app-uuid", "list-deployments"} {
 		sc.sim.SetFault(op, sim.Fault{ErrorRate: 1})
 	}
 	bot, _ := sc.bind("patient")
@@ -383,7 +394,7 @@ func TestFailedReadsActOnNothing(t *testing.T) {
 			t.Fatalf("a failed read acted: slot %s %s app %s", s.Status.Phase, s.Status.Reason, s.Status.ApplicationUUID)
 		}
 	}
-	for _, op := range []string{"list-applications", "get-application-by-uuid", "get-deployment-by-uuid", "list-deployments-by-app-uuid"} {
+	for _, op := range []string{"list-applications", "get-application-by-uuid", "get-deployment-by-uuid", "list-deployments-by-app-uuid", "list-deployments"} {
 		sc.sim.SetFault(op, sim.Fault{})
 	}
 	sc.phase(v1.SlotBusy)
@@ -430,5 +441,113 @@ func TestDeletingASlotCleansCoolify(t *testing.T) {
 	step(11 * time.Second)
 	if _, ok := sc.sim.App(slot.Status.ApplicationUUID); ok {
 		t.Error("the deleted slot's application still exists in Coolify")
+	}
+}
+
+// TestDeploymentsAreGated: the first deployment of a cold image runs alone; once the image is
+// cached, at most maxConcurrentDeployments run at once.
+func TestDeploymentsAreGated(t *testing.T) {
+	sc := newScenario(t, "gated", sim.Config{}, func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle, p.Spec.MaxConcurrentDeployments = 3, 3, 2
+	})
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 3})
+	for i, slot := range listSlots(t, sc.ns) {
+		bindSlot(t, &slot, runningBot(t, sc.ns, fmt.Sprintf("gated-%d", i), sc.pool.Name))
+	}
+	deploying := func() int {
+		n := 0
+		for _, s := range listSlots(t, sc.ns) {
+			if s.Status.Phase == v1.SlotDeploying {
+				n++
+			}
+		}
+		return n
+	}
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotDeploying: 1, v1.SlotIdle: 2})
+	time.Sleep(200 * time.Millisecond) // the waiting two keep asking the gate
+	if n := deploying(); n != 1 {
+		t.Fatalf("%d deployments of a cold image at once, want 1", n)
+	}
+	step(8 * time.Minute) // the first pull completes; the image is cached
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 1, v1.SlotDeploying: 2})
+	step(10 * time.Second)
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 3})
+}
+
+// TestFullDeploymentQueueIsSurvived: Coolify's queue is full (429 with Retry-After from
+// /deploy): the slot waits with the bot bound and deploys once there is room.
+func TestFullDeploymentQueueIsSurvived(t *testing.T) {
+	sc := newScenarioOn(t, "queuefull", sim.Config{}, sim.ServerSpec{UUID: "srv-small", Name: "small", ConcurrentBuilds: 1, DeploymentQueueLimit: 1})
+	sc.sim.WarmImage("srv-small", sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.phase(v1.SlotIdle)
+	ctx := context.Background()
+	for i := range 2 { // one building, one queued: the queue is full
+		uuid, err := sc.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
+			ProjectUUID: fixture.ProjectUUID, ServerUUID: "srv-small", EnvironmentName: fixture.EnvironmentName,
+			Image: "ghcr.io/example/other", Name: fmt.Sprintf("filler-%d", i),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sc.api.Deploy(ctx, uuid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bot, _ := sc.bind("waiting")
+	waiting := sc.slot("Idle, bound, waiting for Coolify", func(s *v1.BotPoolSlot) bool {
+		return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef != nil && strings.Contains(s.Status.Message, "Coolify is busy")
+	})
+	if b := sc.bot(bot.Name); b.Status.Phase.Terminal() {
+		t.Fatalf("bot failed on a full queue: %s", b.Status.Reason)
+	}
+	step(8 * time.Minute) // the fillers' cold pulls finish, the queue drains
+	sc.phase(v1.SlotDeploying)
+	step(10 * time.Second)
+	if busy := sc.phase(v1.SlotBusy); busy.UID != waiting.UID {
+		t.Error("another slot took the bot")
+	}
+}
+
+// TestOrphanedApplicationsAreDeleted: an application with the pool's tag and a slot's name but
+// no slot is deleted, only once a list succeeds; other tagged applications are left alone.
+func TestOrphanedApplicationsAreDeleted(t *testing.T) {
+	sc := newScenario(t, "orphanapps", sim.Config{})
+	sc.phase(v1.SlotIdle)
+	ctx := context.Background()
+	sc.sim.SetFault("list-applications", sim.Fault{ErrorRate: 1})
+	create := func(name string) string {
+		uuid, err := sc.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
+			ProjectUUID: fixture.ProjectUUID, ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName,
+			Image: sc.pool.Spec.Image, Name: name, Tags: []string{poolTag(sc.pool)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uuid
+	}
+	orphan, manual := create(slotName(v1.PlatformZoom, 9)), create("manual-app")
+	for range 5 {
+		step(time.Second)
+		if app, _ := sc.sim.App(orphan); app.Deleting {
+			t.Fatal("an orphan was deleted while the list failed")
+		}
+	}
+	sc.sim.SetFault("list-applications", sim.Fault{})
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		step(time.Second)
+		if app, ok := sc.sim.App(orphan); ok && !app.Deleting {
+			var ops []string
+			for _, r := range sc.sim.Requests() {
+				ops = append(ops, fmt.Sprintf("%s:%d", r.Op, r.Code))
+			}
+			return fmt.Errorf("orphan %s still there; requests %v", orphan, ops[max(0, len(ops)-30):])
+		}
+		return nil
+	})
+	if app, ok := sc.sim.App(manual); !ok || app.Deleting {
+		t.Error("an application without a slot-style name was deleted")
+	}
+	if s := sc.phase(v1.SlotIdle); s.Status.ApplicationUUID == orphan {
+		t.Error("the slot adopted the orphan")
 	}
 }

@@ -24,83 +24,117 @@ func poolTag(pool *v1.BotPool) string {
 	return t
 }
 
-// AppLister reads a pool's applications in bulk: one list per pool per interval, shared by
-// every slot of the pool, instead of one GET per slot per poll. Concurrent readers of a stale
-// list share one request.
-type AppLister struct {
+// BulkReader reads Coolify state in bulk and shares it: one list of a pool's applications per
+// interval, and one list of the instance's active deployments per interval, serve every slot
+// of the pool, instead of one request per slot per poll. Concurrent readers of a stale list
+// share one request.
+type BulkReader struct {
 	Clock clock.PassiveClock
 
 	flight singleflight.Group
 	mu     sync.Mutex
-	lists  map[string]appList // by tag
-	// deleted holds the applications we asked Coolify to delete: deletion is asynchronous and
-	// lists show them for a while, and a slot must never adopt one.
+	apps   map[string]snapshot[map[string]coolify.Application] // by pool tag, by app name
+	active map[string]snapshot[map[string]coolify.Deployment]  // by pool tag, by deployment uuid
+	// deleted holds the applications (tag/uuid) we asked Coolify to delete: deletion is
+	// asynchronous and lists show them for a while, and a slot must never adopt one.
 	deleted map[string]time.Time
+}
+
+type snapshot[T any] struct {
+	items   T
+	fetched time.Time
 }
 
 // tombstoneTTL outlives Coolify's asynchronous deletion by far.
 const tombstoneTTL = 30 * time.Minute
 
-type appList struct {
-	byName  map[string]coolify.Application
-	fetched time.Time
-}
-
-// Get returns the pool's applications by name, listed at most maxAge ago.
-func (l *AppLister) Get(ctx context.Context, api coolify.API, tag string, maxAge time.Duration) (map[string]coolify.Application, error) {
-	l.mu.Lock()
-	cached, ok := l.lists[tag]
-	l.mu.Unlock()
-	if ok && l.Clock.Since(cached.fetched) <= maxAge {
-		return cached.byName, nil
-	}
-	v, err, _ := l.flight.Do(tag, func() (any, error) {
+// Apps returns the pool's applications by name, listed at most maxAge ago.
+func (b *BulkReader) Apps(ctx context.Context, api coolify.API, tag string, maxAge time.Duration) (map[string]coolify.Application, error) {
+	return cached(b, &b.apps, "apps/"+tag, tag, maxAge, func() (map[string]coolify.Application, error) {
 		apps, err := api.ListApplications(ctx, tag)
 		if err != nil {
 			return nil, err
 		}
-		now := l.Clock.Now()
-		list := appList{byName: make(map[string]coolify.Application, len(apps)), fetched: now}
-		l.mu.Lock()
-		for uuid, at := range l.deleted {
+		now := b.Clock.Now()
+		byName := make(map[string]coolify.Application, len(apps))
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for key, at := range b.deleted {
 			if now.Sub(at) > tombstoneTTL {
-				delete(l.deleted, uuid)
+				delete(b.deleted, key)
 			}
 		}
 		for _, a := range apps {
-			if _, gone := l.deleted[a.UUID]; !gone {
-				list.byName[a.Name] = a
+			if _, gone := b.deleted[tag+"/"+a.UUID]; !gone {
+				byName[a.Name] = a
 			}
 		}
-		if l.lists == nil {
-			l.lists = map[string]appList{}
-		}
-		l.lists[tag] = list
-		l.mu.Unlock()
-		return list.byName, nil
+		return byName, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(map[string]coolify.Application), nil
 }
 
-// Invalidate forgets a pool's list, after a change of ours that it must show (a create).
-func (l *AppLister) Invalidate(tag string) {
-	l.mu.Lock()
-	delete(l.lists, tag)
-	l.mu.Unlock()
+// ActiveDeployments returns the queued and in-progress deployments Coolify knows, by uuid,
+// listed at most maxAge ago. A deployment missing from it has ended.
+func (b *BulkReader) ActiveDeployments(ctx context.Context, api coolify.API, tag string, maxAge time.Duration) (map[string]coolify.Deployment, error) {
+	return cached(b, &b.active, "deployments/"+tag, tag, maxAge, func() (map[string]coolify.Deployment, error) {
+		deps, err := api.ListActiveDeployments(ctx)
+		if err != nil {
+			return nil, err
+		}
+		byUUID := make(map[string]coolify.Deployment, len(deps))
+		for _, d := range deps {
+			byUUID[d.DeploymentUUID] = d
+		}
+		return byUUID, nil
+	})
+}
+
+// cached answers from *m[key] when it is at most maxAge old, else fetches (once for all
+// concurrent callers) and stores the result.
+func cached[T any](b *BulkReader, m *map[string]snapshot[T], flightKey, key string, maxAge time.Duration, fetch func() (T, error)) (T, error) {
+	b.mu.Lock()
+	snap, ok := (*m)[key]
+	b.mu.Unlock()
+	if ok && b.Clock.Since(snap.fetched) <= maxAge {
+		return snap.items, nil
+	}
+	v, err, _ := b.flight.Do(flightKey, func() (any, error) {
+		items, err := fetch()
+		if err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		if *m == nil {
+			*m = map[string]snapshot[T]{}
+		}
+		(*m)[key] = snapshot[T]{items: items, fetched: b.Clock.Now()}
+		b.mu.Unlock()
+		return items, nil
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v.(T), nil
+}
+
+// Invalidate forgets a pool's lists, after a change of ours they must show.
+func (b *BulkReader) Invalidate(tag string) {
+	b.mu.Lock()
+	delete(b.apps, tag)
+	delete(b.active, tag)
+	b.mu.Unlock()
 }
 
 // Deleted records that we asked Coolify to delete an application: lists hide it from now on.
-func (l *AppLister) Deleted(tag, uuid string) {
-	l.mu.Lock()
-	if l.deleted == nil {
-		l.deleted = map[string]time.Time{}
+func (b *BulkReader) Deleted(tag, uuid string) {
+	b.mu.Lock()
+	if b.deleted == nil {
+		b.deleted = map[string]time.Time{}
 	}
-	l.deleted[uuid] = l.Clock.Now()
-	delete(l.lists, tag)
-	l.mu.Unlock()
+	b.deleted[tag+"/"+uuid] = b.Clock.Now()
+	delete(b.apps, tag)
+	b.mu.Unlock()
 }
 
 // DeployGate bounds the deployments a pool has in flight (maxConcurrentDeployments), and lets
@@ -114,14 +148,17 @@ type DeployGate struct {
 
 	mu       sync.Mutex
 	admitted map[types.NamespacedName]map[string]time.Time // pool → slot → admitted at
-	warm     map[string]bool                               // server|image:tag → pulled once
+	warm     map[string]bool                               // pool uid|image:tag → pulled once
+	paused   map[string]time.Time                          // server → no deploys before
 }
 
 // admissionTTL bounds how long an admission counts without the cache confirming it.
 const admissionTTL = time.Minute
 
+// imageKey names what "warm" is known about: a pool's image. Pools sharing a server each
+// learn once that the image is cached, which costs at most one lone deployment per pool.
 func imageKey(pool *v1.BotPool) string {
-	return pool.Spec.Coolify.ServerUUID + "|" + pool.Spec.Image + ":" + pool.Spec.ImageTag
+	return string(pool.UID) + "|" + pool.Spec.Image + ":" + pool.Spec.ImageTag
 }
 
 // Admit reports whether slot may start a deployment now. deploying names the pool's slots
@@ -132,7 +169,10 @@ func (g *DeployGate) Admit(pool *v1.BotPool, slot string, deploying []string, wa
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.admitted == nil {
-		g.admitted, g.warm = map[types.NamespacedName]map[string]time.Time{}, map[string]bool{}
+		g.admitted, g.warm, g.paused = map[types.NamespacedName]map[string]time.Time{}, map[string]bool{}, map[string]time.Time{}
+	}
+	if now.Before(g.paused[pool.Spec.Coolify.ServerUUID]) {
+		return false
 	}
 	adm := g.admitted[key]
 	if adm == nil {
@@ -164,6 +204,19 @@ func (g *DeployGate) Admit(pool *v1.BotPool, slot string, deploying []string, wa
 	}
 	adm[slot] = now
 	return true
+}
+
+// Pause stops new deployments to the pool's server until the given time: Coolify answered
+// that its queue is full, with a Retry-After that holds for every slot on the server.
+func (g *DeployGate) Pause(pool *v1.BotPool, until time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused == nil {
+		g.paused = map[string]time.Time{}
+	}
+	if until.After(g.paused[pool.Spec.Coolify.ServerUUID]) {
+		g.paused[pool.Spec.Coolify.ServerUUID] = until
+	}
 }
 
 // Done releases slot's admission; finished says a deployment of the pool's image completed,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,8 +56,8 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 
 func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScope) (string, error) {
 	tag := poolTag(s.pool)
-	r.Apps.Invalidate(tag) // adopting needs the truth, not a cached list
-	apps, err := r.Apps.Get(ctx, s.api, tag, 0)
+	r.Coolify.Invalidate(tag) // adopting needs the truth, not a cached list
+	apps, err := r.Coolify.Apps(ctx, s.api, tag, 0)
 	if err != nil {
 		return "", fmt.Errorf("listing the pool's applications: %w", err)
 	}
@@ -73,7 +74,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		Description: description(v1.SlotCreating, "", time.Time{}, ""),
 		LimitsCPUs:  p.Resources.CPUs, LimitsMemory: p.Resources.Memory, Tags: []string{tag},
 	})
-	r.Apps.Invalidate(tag)
+	r.Coolify.Invalidate(tag)
 	if err != nil {
 		// A create that failed with a 5xx may have happened: the next pass adopts it by name.
 		return "", fmt.Errorf("creating the application: %w", err)
@@ -143,7 +144,9 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		return r.checkApp(ctx, s, "")
 	}
 	if !r.Gate.Admit(s.pool, s.slot.Name, r.deployingSlots(ctx, s), r.imageWarm(ctx, s)) {
-		s.slot.Status.Message = "Bot " + s.bot.Name + " bound; waiting for one of the pool's deployment slots"
+		if !strings.HasPrefix(s.slot.Status.Message, "Coolify is busy") {
+			s.slot.Status.Message = "Bot " + s.bot.Name + " bound; waiting for one of the pool's deployment slots"
+		}
 		s.after(r.jittered(r.gateRetry()))
 		return nil
 	}
@@ -159,9 +162,12 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone; creating it again")
 		return nil
 	case errors.As(err, &apiErr) && (errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrRateLimited)):
+		// Honour Retry-After for the whole server (by the injected clock), and keep asking
+		// the gate meanwhile: the bot stays bound and waits, it does not fail.
 		r.Gate.Done(s.pool, s.slot.Name, false)
+		r.Gate.Pause(s.pool, now.Add(max(apiErr.RetryAfter, r.gateRetry())))
 		st.Message = "Coolify is busy (" + apiErr.Message + "); deploying bot " + s.bot.Name + " when it has room"
-		s.after(max(apiErr.RetryAfter, r.gateRetry()))
+		s.after(r.jittered(r.gateRetry()))
 		return nil
 	case err != nil:
 		r.Gate.Done(s.pool, s.slot.Name, false)
@@ -217,13 +223,13 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go during the deployment")
 		return r.releasing(ctx, s)
 	}
-	dep, err := r.findDeployment(ctx, s)
+	dep, err := r.findDeployment(ctx, s, poll)
 	if err != nil {
 		return err // a failed read never fails a slot (invariant 9): retried with backoff
 	}
 	var app *coolify.Application
 	if dep == nil {
-		apps, err := r.Apps.Get(ctx, s.api, poolTag(s.pool), poll)
+		apps, err := r.Coolify.Apps(ctx, s.api, poolTag(s.pool), poll)
 		if err != nil {
 			return err
 		}
@@ -276,11 +282,20 @@ func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg st
 	s.after(r.appCheck())
 }
 
-// findDeployment returns the slot's deployment: by its uuid, else (no uuid, or a phantom one
-// from a full queue) the application's newest. nil when there is none.
-func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope) (*coolify.Deployment, error) {
+// findDeployment returns the slot's deployment, reading in bulk: while it is active it is in
+// the pool's shared list of active deployments; once it left that list, one GET reads how it
+// ended. Without a uuid (Coolify de-duplicated the request), or with a phantom one (a full
+// queue), the application's newest deployment is the one. nil when there is none.
+func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope, maxAge time.Duration) (*coolify.Deployment, error) {
 	st := &s.slot.Status
 	if st.DeploymentUUID != "" {
+		active, err := r.Coolify.ActiveDeployments(ctx, s.api, poolTag(s.pool), maxAge)
+		if err != nil {
+			return nil, err
+		}
+		if d, ok := active[st.DeploymentUUID]; ok {
+			return &d, nil
+		}
 		d, err := s.api.GetDeployment(ctx, st.DeploymentUUID)
 		if err == nil {
 			return d, nil
@@ -336,7 +351,7 @@ func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
 // missing one is confirmed with a GET before acting: a list can be older than our own create.
 func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lostReason string) error {
 	s.after(r.jittered(r.appCheck()))
-	apps, err := r.Apps.Get(ctx, s.api, poolTag(s.pool), r.appCheck())
+	apps, err := r.Coolify.Apps(ctx, s.api, poolTag(s.pool), r.appCheck())
 	if err != nil {
 		// A failed list never acts (invariant 9); the next check tries again.
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed", "error", err.Error())
@@ -483,7 +498,7 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 			if err := s.api.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 				return fmt.Errorf("deleting the application: %w", err)
 			}
-			r.Apps.Deleted(poolTag(s.pool), uuid)
+			r.Coolify.Deleted(poolTag(s.pool), uuid)
 		}
 	}
 	return r.dropFinalizer(ctx, s)

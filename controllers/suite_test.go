@@ -66,9 +66,10 @@ func startManager(e *kubetest.Env) error {
 		return err
 	}
 	metrics := NewMetrics(nil)
+	bulk := &BulkReader{Clock: clk}
 	pools := &BotPoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector,
-		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
+		Clock: clk, Recorder: discardEvents{}, Metrics: metrics, OrphanCheck: 100 * time.Millisecond,
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return err
@@ -76,7 +77,7 @@ func startManager(e *kubetest.Env) error {
 	slots := &BotPoolSlotReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: liveStore,
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
-		Apps: &AppLister{Clock: clk}, Gate: &DeployGate{Clock: clk},
+		Coolify: bulk, Gate: &DeployGate{Clock: clk},
 		BotAPIURL: "http://botpool-bot-api.test:8082",
 		GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
 	}

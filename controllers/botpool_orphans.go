@@ -1,0 +1,65 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+)
+
+// deleteOrphanApps deletes the applications that carry the pool's tag and a slot's name but
+// belong to no slot: left by a slot deleted while Coolify was unreachable, or by someone's
+// hand. Only a successful list may delete anything (invariant 9), and every candidate is
+// checked against a live list of slots, never the cache alone.
+func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) error {
+	tag := poolTag(s.pool)
+	apps, err := r.Coolify.Apps(ctx, s.api, tag, orDefault(r.OrphanCheck, DefaultAppCheck))
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed; no orphan check this time", "error", err.Error())
+		return nil //nolint:nilerr // a failed list never acts, and is no reconcile failure
+	}
+	owned := map[string]bool{}
+	for i := range s.slots {
+		owned[s.slots[i].Name] = true
+	}
+	var candidates []coolify.Application
+	prefix := slotPrefix(s.pool.Spec.Platform)
+	for name, app := range apps {
+		if _, isSlot := slotNumber(prefix, name); isSlot && !owned[name] {
+			candidates = append(candidates, app)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	var live v1.BotPoolSlotList
+	if err := r.APIReader.List(ctx, &live, client.InNamespace(s.pool.Namespace)); err != nil {
+		return fmt.Errorf("listing slots: %w", err)
+	}
+	for i := range live.Items {
+		owned[live.Items[i].Name] = true
+	}
+	var errs []error
+	for _, app := range candidates {
+		if owned[app.Name] {
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("Deleting an orphaned application", "appUUID", app.UUID, "name", app.Name)
+		if err := s.api.Stop(ctx, app.UUID); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		if err := s.api.DeleteApplication(ctx, app.UUID, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		r.Coolify.Deleted(tag, app.UUID)
+		r.Recorder.Eventf(s.pool, nil, "Normal", "OrphanDeleted", "Cleanup", "Deleted application %s (%s): no slot owns it", app.Name, app.UUID)
+	}
+	return errors.Join(errs...)
+}
