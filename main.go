@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -33,6 +34,8 @@ import (
 
 	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
+	"botpool.dev/botpool/controllers"
+	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
 	"botpool.dev/botpool/store/postgres"
@@ -52,7 +55,11 @@ type options struct {
 	// databaseURL is the Postgres DSN; empty selects the embedded in-memory store.
 	databaseURL string
 	botAPIAddr  string
-	zap         zap.Options
+	// botAPIURL is the address slots' containers reach the bot API at (BOTPOOL_API_URL).
+	botAPIURL string
+	// coolifyRateLimit is requests per minute per Coolify user, shared by all its pools.
+	coolifyRateLimit int
+	zap              zap.Options
 }
 
 func parseFlags(args []string) (options, error) {
@@ -67,6 +74,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 8, "Reconciles each controller runs at once.")
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("BOTPOOL_DATABASE_URL"), "Postgres URL or DSN for liveness, projection and audit (env BOTPOOL_DATABASE_URL); empty uses the embedded in-memory store.")
 	fs.StringVar(&o.botAPIAddr, "bot-api-bind-address", ":8082", "Address of the HTTP API that bot containers call.")
+	fs.StringVar(&o.botAPIURL, "bot-api-url", "http://botpool-bot-api.botpool-system.svc:8082", "URL bot containers reach the bot API at; set as BOTPOOL_API_URL on every slot's application.")
+	fs.IntVar(&o.coolifyRateLimit, "coolify-rate-limit", coolify.DefaultRateLimit, "Requests per minute to one Coolify instance per API user, shared by all pools using it (Coolify's own limit is 200).")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -84,6 +93,12 @@ func (o options) validate() error {
 	}
 	if o.maxConcurrentReconciles < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.maxConcurrentReconciles))
+	}
+	if u, err := url.Parse(o.botAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("--bot-api-url %q: want an http(s) URL that bot containers can reach", o.botAPIURL))
+	}
+	if o.coolifyRateLimit < 1 {
+		errs = append(errs, fmt.Errorf("--coolify-rate-limit must be at least 1, got %d", o.coolifyRateLimit))
 	}
 	if _, _, err := net.SplitHostPort(o.botAPIAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--bot-api-bind-address %q: %w", o.botAPIAddr, err))
@@ -164,6 +179,35 @@ func openStore(ctx context.Context, log logr.Logger, o options) (store.Store, er
 	return st, nil
 }
 
+// setupControllers registers the reconcilers with what they share: one Coolify client per
+// instance and user (one rate limiter), one bulk reader, one deployment gate.
+func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o options) error {
+	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("indexing for the controllers: %w", err)
+	}
+	clk := clock.RealClock{}
+	registry := coolify.NewRegistry(o.coolifyRateLimit,
+		coolify.WithMetrics(coolify.NewMetrics(metrics.Registry)), coolify.WithLogger(ctrl.Log.WithName("coolify")))
+	connector := &controllers.SecretConnector{Reader: mgr.GetAPIReader(), Registry: registry, Clock: clk, RefreshAfter: time.Minute}
+	bulk := &controllers.BulkReader{Clock: clk}
+	m := controllers.NewMetrics(metrics.Registry)
+	recorder := mgr.GetEventRecorder("botpool")
+	if err := (&controllers.BotPoolReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
+		Clock: clk, Recorder: recorder, Metrics: m,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the BotPool controller: %w", err)
+	}
+	if err := (&controllers.BotPoolSlotReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: st,
+		Clock: clk, Recorder: recorder, Metrics: m, Coolify: bulk, Gate: &controllers.DeployGate{Clock: clk},
+		BotAPIURL: o.botAPIURL,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the BotPoolSlot controller: %w", err)
+	}
+	return nil
+}
+
 func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	log := ctrl.Log.WithName("setup")
 	mgr, err := newManager(cfg, o)
@@ -178,6 +222,9 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 
 	if err := botapi.IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing for the bot API: %w", err)
+	}
+	if err := setupControllers(ctx, mgr, st, o); err != nil {
+		return err
 	}
 	if err := mgr.Add(botapi.New(botapi.Config{
 		Addr:       o.botAPIAddr,

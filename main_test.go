@@ -52,6 +52,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--kube-api-burst=0"}, "--kube-api-burst must be at least 1"},
 		{[]string{"--max-concurrent-reconciles=0"}, "--max-concurrent-reconciles must be at least 1"},
 		{[]string{"--bot-api-bind-address=8082"}, "--bot-api-bind-address"},
+		{[]string{"--bot-api-url=botpool:8082"}, "--bot-api-url"},
+		{[]string{"--coolify-rate-limit=0"}, "--coolify-rate-limit must be at least 1"},
 		{[]string{"--database-url=postgres://u:secret@db:notaport/x"}, "--database-url"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
 	}

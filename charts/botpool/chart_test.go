@@ -83,6 +83,7 @@ func TestDefaults(t *testing.T) {
 		"--metrics-bind-address=:8080",
 		"--health-probe-bind-address=:8081",
 		"--bot-api-bind-address=:8082",
+		"--bot-api-url=http://botpool-bot-api.botpool-system.svc:8082",
 		"--kube-api-qps=500",
 		"--kube-api-burst=1000",
 		"--max-concurrent-reconciles=8",
@@ -158,6 +159,7 @@ func TestNonDefaultValues(t *testing.T) {
 	}
 	for _, arg := range []string{
 		"--metrics-bind-address=:9090", "--health-probe-bind-address=:9091", "--bot-api-bind-address=:9092",
+		"--bot-api-url=https://bots.example.com",
 		"--kube-api-qps=750.5", "--kube-api-burst=2000000", "--max-concurrent-reconciles=16",
 		"--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 	} {
