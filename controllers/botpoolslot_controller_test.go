@@ -551,3 +551,28 @@ func TestOrphanedApplicationsAreDeleted(t *testing.T) {
 		t.Error("the slot adopted the orphan")
 	}
 }
+
+// TestErrorSlotIsRecoveredAtOnce: a slot found in Error (say, after a restart) is recovered
+// on the spot, without waiting for any timer: its bot fails with the slot's reason and the
+// slot is free again.
+func TestErrorSlotIsRecoveredAtOnce(t *testing.T) {
+	sc := newScenario(t, "errored", sim.Config{})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	bot, _ := sc.bind("unlucky")
+	sc.phase(v1.SlotDeploying)
+	step(10 * time.Second)
+	busy := sc.phase(v1.SlotBusy)
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(busy), busy); err != nil {
+			return err
+		}
+		busy.Status.Phase, busy.Status.Reason, busy.Status.Message = v1.SlotError, reasonApplicationLost, "set by the test"
+		return env.Client.Status().Update(context.Background(), busy)
+	})
+	sc.botFails(bot.Name, reasonApplicationLost)
+	sc.slot("recovered", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
+	step(5 * time.Second)
+	if app, _ := sc.sim.App(busy.Status.ApplicationUUID); app.Running {
+		t.Error("the recovered slot's container still runs")
+	}
+}
