@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -262,6 +263,7 @@ func (r *BotPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1.BotPoolSlot{}).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool),
 			builder.WithPredicates(botQueueChanged)).
+		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
 		Complete(r)
 }
 

@@ -14,9 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -340,7 +342,14 @@ func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPoolSlot{}).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot)).
+		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
 		Complete(r)
+}
+
+// errorBackoff retries failed reconciles from 50ms up to 30s: a bot waits on them, so the
+// default ceiling of controller-runtime (about 16 minutes) is far too long.
+func errorBackoff() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](50*time.Millisecond, 30*time.Second)
 }
 
 func (r *BotPoolSlotReconciler) slotOfBot(ctx context.Context, o client.Object) []reconcile.Request {

@@ -217,6 +217,12 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	st := &s.slot.Status
 	timing := s.pool.Spec.Timing
 	poll := r.jittered(timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval))
+	if st.PhaseSince == nil { // a status written by hand or by an older version: start the clocks now
+		st.PhaseSince = &metav1.Time{Time: r.Clock.Now()}
+	}
+	if st.DeployingSince == nil {
+		st.DeployingSince = st.PhaseSince.DeepCopy()
+	}
 	if s.bot == nil { // released mid-deploy: stop it
 		r.cancelDeployment(ctx, s)
 		r.Gate.Done(s.pool, s.slot.Name, false)
@@ -225,13 +231,13 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	}
 	dep, err := r.findDeployment(ctx, s, poll)
 	if err != nil {
-		return err // a failed read never fails a slot (invariant 9): retried with backoff
+		return r.pollLater(ctx, s, err, poll)
 	}
 	var app *coolify.Application
 	if dep == nil {
 		apps, err := r.Coolify.Apps(ctx, s.api, poolTag(s.pool), poll)
 		if err != nil {
-			return err
+			return r.pollLater(ctx, s, err, poll)
 		}
 		if a, ok := apps[s.slot.Name]; ok {
 			app = &a
@@ -270,6 +276,16 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	deadline := st.DeployingSince.Add(timing.DeployingTimeout.OrDefault(v1.DefaultDeployingTimeout)).Sub(now)
 	s.after(poll)
 	s.after(deadline + time.Second)
+	return nil
+}
+
+// pollLater handles a failed Coolify read while deploying: it acts on nothing (invariant 9)
+// and polls again at the usual cadence, not at the error backoff, which would grow to minutes
+// during an outage and leave a finished deployment unnoticed long after Coolify returned.
+func (r *BotPoolSlotReconciler) pollLater(ctx context.Context, s *slotScope, err error, poll time.Duration) error {
+	ctrl.LoggerFrom(ctx).Info("Reading the deployment failed; polling again", "error", err.Error())
+	s.slot.Status.Message = "Deploying bot " + s.bot.Name + "; Coolify did not answer the last poll"
+	s.after(poll)
 	return nil
 }
 

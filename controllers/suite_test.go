@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,9 +95,14 @@ func startManager(e *kubetest.Env) error {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// simSeed gives every simulator its own uuids: the store's projection, shared by the tests,
+// refuses one application uuid for two slots.
+var simSeed atomic.Uint64
+
 // newSim starts a simulator on the suite's clock, with its rate limit off.
 func newSim(cfg sim.Config) *sim.Server {
 	cfg.Clock = clk
+	cfg.RandSeed = simSeed.Add(1)
 	if cfg.RateLimit == 0 {
 		cfg.RateLimit = -1
 	}
