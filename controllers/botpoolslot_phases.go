@@ -158,8 +158,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 	switch {
 	case errors.Is(err, coolify.ErrNotFound):
 		r.Gate.Done(s.pool, s.slot.Name, false)
-		st.ApplicationUUID = ""
-		r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone; creating it again")
+		r.recreate(s)
 		return nil
 	case errors.As(err, &apiErr) && (errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrRateLimited)):
 		// Honour Retry-After for the whole server (by the injected clock), and keep asking
@@ -383,8 +382,7 @@ func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lost
 		r.toError(ctx, s, lostReason, "The application "+s.slot.Status.ApplicationUUID+" was deleted behind the operator's back")
 		return nil
 	}
-	s.slot.Status.ApplicationUUID = ""
-	r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application was deleted behind the operator's back; creating it again")
+	r.recreate(s)
 	return nil
 }
 
@@ -394,8 +392,7 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	err := s.api.Stop(ctx, st.ApplicationUUID)
 	switch {
 	case errors.Is(err, coolify.ErrNotFound):
-		st.ApplicationUUID = ""
-		r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone; creating it again")
+		r.recreate(s)
 		return nil
 	case err != nil:
 		r.toError(ctx, s, reasonStopFailed, "Stopping the container failed: "+err.Error())
@@ -408,6 +405,13 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	r.describe(ctx, s, v1.SlotIdle, now)
 	r.moveTo(s, v1.SlotIdle, "", "Released")
 	return nil
+}
+
+// recreate sends a slot whose application is gone back to Creating, which creates it again
+// under the same name (a bound bot stays bound and deploys once it exists).
+func (r *BotPoolSlotReconciler) recreate(s *slotScope) {
+	s.slot.Status.ApplicationUUID = ""
+	r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone (deleted behind the operator's back?); creating it again")
 }
 
 // toError moves the slot to Error; recovery runs on the next pass.
@@ -442,8 +446,7 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	err := s.api.Stop(ctx, st.ApplicationUUID)
 	switch {
 	case errors.Is(err, coolify.ErrNotFound):
-		st.ApplicationUUID = ""
-		r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone; creating it again")
+		r.recreate(s)
 		return nil
 	case err != nil:
 		st.RecoveryAttempts++

@@ -172,21 +172,16 @@ func newPool(ns, name string, mutate ...func(*v1.BotPool)) *v1.BotPool {
 // queuedBot creates a Bot that waits in the queue of pool, as the bot controller leaves it.
 func queuedBot(t *testing.T, ns, name, pool string) *v1.Bot {
 	t.Helper()
-	ctx := context.Background()
-	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name}}
-	if err := env.Client.Create(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	b.Status.Pool, b.Status.Phase = pool, v1.BotQueued
-	if err := env.Client.Status().Update(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return routedBot(t, ns, name, pool, v1.BotQueued)
 }
 
-// runningBot creates a Bot that the bot controller has routed to pool (before binding).
+// runningBot creates a Bot that the bot controller has routed to pool, ready to be bound.
 func runningBot(t *testing.T, ns, name, pool string) *v1.Bot {
+	t.Helper()
+	return routedBot(t, ns, name, pool, v1.BotDeploying)
+}
+
+func routedBot(t *testing.T, ns, name, pool string, phase v1.BotPhase) *v1.Bot {
 	t.Helper()
 	ctx := context.Background()
 	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -194,7 +189,7 @@ func runningBot(t *testing.T, ns, name, pool string) *v1.Bot {
 	if err := env.Client.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	b.Status.Pool, b.Status.Phase = pool, v1.BotDeploying
+	b.Status.Pool, b.Status.Phase = pool, phase
 	if err := env.Client.Status().Update(ctx, b); err != nil {
 		t.Fatal(err)
 	}
