@@ -1,0 +1,298 @@
+package callback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of Options.
+const (
+	DefaultWorkers        = 4
+	DefaultQueueCapacity  = 10000
+	DefaultMaxAttempts    = 8
+	DefaultBackoffBase    = time.Second
+	DefaultBackoffCap     = 5 * time.Minute
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultDedupTTL       = time.Hour
+	DefaultDedupSize      = 100000
+)
+
+var (
+	// ErrRejected is wrapped by the OnResult error of a callback the receiver refused in a way
+	// that retrying cannot fix (a 4xx other than 408 and 429, a redirect) or whose URL is invalid.
+	ErrRejected = errors.New("callback rejected")
+	// ErrGaveUp is wrapped by the OnResult error of a callback that still failed after
+	// MaxAttempts attempts.
+	ErrGaveUp = errors.New("callback attempts exhausted")
+)
+
+// Payload is the JSON body POSTed to the callback URL.
+type Payload struct {
+	Bot        string    `json:"bot"`
+	Namespace  string    `json:"namespace"`
+	UID        string    `json:"uid"`
+	Phase      string    `json:"phase"`
+	Reason     string    `json:"reason,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// Callback is one notification to deliver.
+type Callback struct {
+	// URL receives the POST; http or https.
+	URL string
+	// Key identifies the notification (the bot's UID and phase): callbacks with the same key are
+	// sent once, and it is sent as the Idempotency-Key header so receivers can drop repeats.
+	Key string
+	// Body is marshalled as JSON.
+	Body Payload
+}
+
+// Options configure a Notifier; zero fields take the defaults.
+type Options struct {
+	// Client sends the requests; a client with a 10s timeout that does not follow redirects
+	// when nil.
+	Client *http.Client
+	// Clock schedules retries; the real clock when nil. Tests pass a fake clock.
+	Clock clock.WithTicker
+	// Logger receives one line per final failure and, at V(1), per retry and success.
+	Logger logr.Logger
+	// Registerer receives the botpool_callback_* metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Workers is how many requests may be in flight at once.
+	Workers int
+	// QueueCapacity bounds the callbacks held at once (queued, waiting for a retry or in flight);
+	// Enqueue drops beyond it.
+	QueueCapacity int
+	// MaxAttempts is how many requests a callback gets, the first one included.
+	MaxAttempts int
+	// BackoffBase and BackoffCap bound the delay before retry n: a random duration in
+	// [0, min(BackoffCap, BackoffBase·2^(n-1))] ("full jitter", so receivers that came back are
+	// not hit by every pending callback at the same instant).
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+	// Jitter maps the backoff ceiling to the actual delay; uniform in [0, d] when nil. Tests
+	// pass the identity to make delays exact.
+	Jitter func(d time.Duration) time.Duration
+	// RequestTimeout bounds one request, connection and response headers included.
+	RequestTimeout time.Duration
+	// DedupTTL and DedupSize bound the memory of finished keys that Enqueue ignores.
+	DedupTTL  time.Duration
+	DedupSize int
+	// OnResult, when set, is called once per callback with nil after a 2xx or the final error
+	// (wrapping ErrRejected or ErrGaveUp). It runs on a worker, so it must return quickly.
+	// It is not called for callbacks dropped at Enqueue or abandoned at shutdown.
+	OnResult func(c Callback, err error)
+}
+
+// Notifier delivers callbacks in the background. Build it with New, add it to the manager
+// (mgr.Add) and call Enqueue from reconcilers.
+type Notifier struct {
+	opts    Options
+	clock   clock.WithTicker
+	client  *http.Client
+	log     logr.Logger
+	metrics *metrics
+
+	// ready holds callbacks due now. Its capacity equals QueueCapacity and every callback in it
+	// is counted in active, so a send while len(active) <= QueueCapacity never blocks.
+	ready chan *item
+	// wake tells the scheduler that the delay heap changed.
+	wake    chan struct{}
+	started atomic.Bool
+
+	mu      sync.Mutex
+	active  map[string]*item // queued, waiting for a retry or in flight
+	delayed delayHeap        // callbacks waiting for their next attempt
+	recent  *recentSet       // finished keys
+}
+
+// item is a callback with its delivery state; attempts and due are guarded by Notifier.mu
+// while the item sits in the heap and owned by the worker while it is in flight.
+type item struct {
+	cb       Callback
+	attempts int
+	due      time.Time
+}
+
+// New builds a Notifier; it sends nothing until Start.
+func New(opts Options) *Notifier {
+	if opts.Client == nil {
+		opts.Client = &http.Client{
+			Timeout: DefaultRequestTimeout,
+			// A redirected POST turns into a GET, possibly to another host: treat 3xx as a
+			// receiver error instead of following it.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	setDefault(&opts.Workers, DefaultWorkers)
+	setDefault(&opts.QueueCapacity, DefaultQueueCapacity)
+	setDefault(&opts.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&opts.BackoffBase, DefaultBackoffBase)
+	setDefault(&opts.BackoffCap, DefaultBackoffCap)
+	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
+	setDefault(&opts.DedupTTL, DefaultDedupTTL)
+	setDefault(&opts.DedupSize, DefaultDedupSize)
+	if opts.Jitter == nil {
+		opts.Jitter = fullJitter
+	}
+	return &Notifier{
+		opts:    opts,
+		clock:   opts.Clock,
+		client:  opts.Client,
+		log:     opts.Logger,
+		metrics: newMetrics(opts.Registerer),
+		ready:   make(chan *item, opts.QueueCapacity),
+		wake:    make(chan struct{}, 1),
+		active:  map[string]*item{},
+		recent:  newRecentSet(opts.DedupTTL, opts.DedupSize),
+	}
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+func fullJitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// Enqueue accepts c for delivery and returns at once. It returns true when c is queued or is a
+// duplicate of a callback queued, in flight or finished within DedupTTL, and false when the
+// queue is full: the caller may try again on a later reconcile.
+func (n *Notifier) Enqueue(c Callback) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.active[c.Key]; ok {
+		return true
+	}
+	if n.recent.contains(c.Key, n.clock.Now()) {
+		return true
+	}
+	if len(n.active) >= n.opts.QueueCapacity {
+		n.metrics.deliveries.WithLabelValues(resultDropped).Inc()
+		n.log.Info("Callback queue full, dropping callback", "key", c.Key, "url", redactURL(c.URL))
+		return false
+	}
+	it := &item{cb: c}
+	n.active[c.Key] = it
+	n.metrics.queueDepth.Set(float64(len(n.active)))
+	n.ready <- it // never blocks: see the comment on ready
+	return true
+}
+
+// NeedLeaderElection makes the manager run the Notifier on the leader only, so two replicas
+// do not both send a callback.
+func (n *Notifier) NeedLeaderElection() bool { return true }
+
+// Start runs the workers and the retry scheduler until ctx ends; it implements
+// manager.Runnable. Callbacks not delivered by then are abandoned: the queue is in memory.
+func (n *Notifier) Start(ctx context.Context) error {
+	if !n.started.CompareAndSwap(false, true) {
+		return errors.New("callback notifier already started")
+	}
+	var wg sync.WaitGroup
+	for range n.opts.Workers {
+		wg.Go(func() { n.work(ctx) })
+	}
+	wg.Go(func() { n.schedule(ctx) })
+	wg.Wait()
+
+	n.mu.Lock()
+	pending := len(n.active)
+	n.mu.Unlock()
+	if pending > 0 {
+		n.log.Info("Callback notifier stopped with undelivered callbacks", "pending", pending)
+	}
+	return nil
+}
+
+func (n *Notifier) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-n.ready:
+			n.process(ctx, it)
+		}
+	}
+}
+
+// process makes one attempt and decides what follows: done, or back to the delay heap. A
+// failing receiver therefore never holds a worker between attempts.
+func (n *Notifier) process(ctx context.Context, it *item) {
+	it.attempts++
+	res := n.attempt(ctx, it)
+	log := n.log.WithValues("key", it.cb.Key, "url", redactURL(it.cb.URL), "attempt", it.attempts)
+	switch {
+	case res.err == nil:
+		log.V(1).Info("Callback delivered")
+		n.finish(it, nil, resultSuccess)
+	case ctx.Err() != nil:
+		// Shutting down: the request was cut by us, not refused by the receiver.
+		n.mu.Lock()
+		delete(n.active, it.cb.Key)
+		n.metrics.queueDepth.Set(float64(len(n.active)))
+		n.mu.Unlock()
+	case !res.retryable:
+		log.Error(res.err, "Callback rejected, not retrying")
+		n.finish(it, fmt.Errorf("%w: %w", ErrRejected, res.err), resultRejected)
+	case it.attempts >= n.opts.MaxAttempts:
+		log.Error(res.err, "Callback failed, giving up")
+		n.finish(it, fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, it.attempts, res.err), resultFailed)
+	default:
+		delay := n.backoff(it.attempts, res.retryAfter)
+		log.V(1).Info("Callback attempt failed, retrying", "delay", delay, "error", res.err.Error())
+		n.retryAfter(it, delay)
+	}
+}
+
+// finish records the outcome and remembers the key, whatever the outcome: a rejected or
+// exhausted callback is not retried by the reconciler's next Enqueue either.
+func (n *Notifier) finish(it *item, err error, result string) {
+	n.mu.Lock()
+	delete(n.active, it.cb.Key)
+	n.recent.add(it.cb.Key, n.clock.Now())
+	n.metrics.queueDepth.Set(float64(len(n.active)))
+	n.mu.Unlock()
+	n.metrics.deliveries.WithLabelValues(result).Inc()
+	if n.opts.OnResult != nil {
+		n.opts.OnResult(it.cb, err)
+	}
+}
+
+// backoff is the delay before the attempt after attempt n: the receiver's Retry-After when it
+// sent one, else exponential backoff with full jitter; both capped by BackoffCap.
+func (n *Notifier) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	if retryAfter > 0 {
+		return min(retryAfter, n.opts.BackoffCap)
+	}
+	ceiling := n.opts.BackoffCap
+	if shift := attempt - 1; shift < 32 {
+		if d := n.opts.BackoffBase << shift; d > 0 && d < ceiling {
+			ceiling = d
+		}
+	}
+	return n.opts.Jitter(ceiling)
+}
