@@ -54,8 +54,8 @@ func (n *Notifier) attempt(ctx context.Context, it *item) attemptResult {
 	if err != nil {
 		return attemptResult{err: fmt.Errorf("POST %s: %w", redactURL(it.cb.URL), redactError(err)), retryable: true}
 	}
-	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+	_ = resp.Body.Close() // the status is all we need; a close error changes nothing
 
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {

@@ -40,8 +40,6 @@ func (s *recentSet) contains(key string, now time.Time) bool {
 	return ok
 }
 
-func (s *recentSet) len() int { return len(s.entries) }
-
 // trim drops entries past the size bound or older than ttl; the list is in time order, so it
 // stops at the first entry that is young enough.
 func (s *recentSet) trim(now time.Time) {

@@ -1,0 +1,459 @@
+package callback
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestDeliversOnceWithBodyAndHeaders(t *testing.T) {
+	rc := newReceiver(t, statuses(http.StatusNoContent))
+	e := startNotifier(t, Options{})
+	cb := Callback{URL: rc.url(), Key: "uid-1/Fatal", Body: Payload{
+		Bot: "standup", Namespace: "team-a", UID: "uid-1", Phase: "Fatal",
+		Reason: "QueueTimeout", Message: "no slot within 5m", FinishedAt: epoch,
+	}}
+
+	if !e.n.Enqueue(cb) {
+		t.Fatal("Enqueue refused a callback on an empty queue")
+	}
+	if r := e.result(t); r.err != nil || r.cb.Key != cb.Key {
+		t.Fatalf("OnResult(%q, %v), want (%q, nil)", r.cb.Key, r.err, cb.Key)
+	}
+
+	if n := rc.count(); n != 1 {
+		t.Fatalf("receiver got %d requests, want 1", n)
+	}
+	req := rc.request(0)
+	if req.method != http.MethodPost {
+		t.Errorf("method %s, want POST", req.method)
+	}
+	for h, want := range map[string]string{
+		"Content-Type": "application/json", "User-Agent": "botpool", "Idempotency-Key": "uid-1/Fatal",
+	} {
+		if got := req.header.Get(h); got != want {
+			t.Errorf("%s = %q, want %q", h, got, want)
+		}
+	}
+	if got := decode(t, req.body); got != cb.Body {
+		t.Errorf("body %+v, want %+v", got, cb.Body)
+	}
+	if !bytes.Contains(req.body, []byte(`"bot":"standup"`)) || !bytes.Contains(req.body, []byte(`"finishedAt":"2026-11-23T12:00:00Z"`)) {
+		t.Errorf("body %s lacks the documented field names", req.body)
+	}
+	if got := e.deliveries(resultSuccess); got != 1 {
+		t.Errorf("deliveries{success} = %v, want 1", got)
+	}
+	if got := e.attempts(); got != 1 {
+		t.Errorf("attempts = %v, want 1", got)
+	}
+	waitFor(t, "queue depth 0", func() bool { return value(e.n.metrics.queueDepth) == 0 })
+}
+
+func TestServerErrorsAreRetriedWithBackoff(t *testing.T) {
+	rc := newReceiver(t, statuses(500, 500, 200))
+	e := startNotifier(t, Options{})
+	e.n.Enqueue(callbackTo(rc.url(), "k"))
+
+	// Attempt 1 fails; attempt 2 is due after BackoffBase (1s), not a moment earlier.
+	e.waitForRetry(t)
+	e.clk.Step(time.Second - time.Millisecond)
+	if n := rc.count(); n != 1 || !e.clk.HasWaiters() {
+		t.Fatalf("after 999ms: %d requests (want 1), retry still pending %v", n, e.clk.HasWaiters())
+	}
+	e.clk.Step(time.Millisecond)
+	waitFor(t, "attempt 2", func() bool { return rc.count() == 2 })
+
+	// Attempt 2 fails; attempt 3 waits 2s.
+	e.waitForRetry(t)
+	e.clk.Step(2*time.Second - time.Millisecond)
+	if n := rc.count(); n != 2 {
+		t.Fatalf("attempt 3 came before its 2s backoff: %d requests", n)
+	}
+	e.clk.Step(time.Millisecond)
+
+	if r := e.result(t); r.err != nil {
+		t.Fatalf("OnResult error %v, want nil", r.err)
+	}
+	if n := rc.count(); n != 3 {
+		t.Errorf("receiver got %d requests, want 3", n)
+	}
+	if got := e.attempts(); got != 3 {
+		t.Errorf("attempts = %v, want 3", got)
+	}
+	if got := e.deliveries(resultSuccess); got != 1 {
+		t.Errorf("deliveries{success} = %v, want 1", got)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	e := startNotifier(t, Options{})
+	e.n.Enqueue(callbackTo(rc.url(), "k"))
+
+	e.waitForRetry(t)
+	e.clk.Step(29 * time.Second)
+	if n := rc.count(); n != 1 || !e.clk.HasWaiters() {
+		t.Fatalf("after 29s of a 30s Retry-After: %d requests, want 1", n)
+	}
+	e.clk.Step(time.Second)
+	if r := e.result(t); r.err != nil {
+		t.Fatalf("OnResult error %v, want nil", r.err)
+	}
+	if n := rc.count(); n != 2 {
+		t.Errorf("receiver got %d requests, want 2", n)
+	}
+}
+
+func TestRetryAfterIsCappedByBackoffCap(t *testing.T) {
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "86400")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	e := startNotifier(t, Options{BackoffCap: time.Minute})
+	e.n.Enqueue(callbackTo(rc.url(), "k"))
+
+	e.waitForRetry(t)
+	e.clk.Step(time.Minute)
+	if r := e.result(t); r.err != nil {
+		t.Fatalf("not delivered one BackoffCap after a day-long Retry-After: %v", r.err)
+	}
+}
+
+func TestClientErrorIsNotRetried(t *testing.T) {
+	rc := newReceiver(t, statuses(http.StatusBadRequest))
+	e := startNotifier(t, Options{})
+	e.n.Enqueue(callbackTo(rc.url(), "k"))
+
+	r := e.result(t)
+	var se *StatusError
+	if !errors.Is(r.err, ErrRejected) || !errors.As(r.err, &se) || se.StatusCode != http.StatusBadRequest {
+		t.Fatalf("OnResult error %v, want ErrRejected with a 400 StatusError", r.err)
+	}
+	if e.clk.HasWaiters() {
+		t.Error("a retry was scheduled after a 400")
+	}
+	if n := rc.count(); n != 1 {
+		t.Errorf("receiver got %d requests, want 1", n)
+	}
+	if got := e.deliveries(resultRejected); got != 1 {
+		t.Errorf("deliveries{rejected} = %v, want 1", got)
+	}
+}
+
+func TestRetryableStatuses(t *testing.T) {
+	for _, code := range []int{http.StatusRequestTimeout, http.StatusTooManyRequests, 500, 502, 503} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			rc := newReceiver(t, statuses(code, 200))
+			e := startNotifier(t, Options{})
+			e.n.Enqueue(callbackTo(rc.url(), "k"))
+			e.waitForRetry(t)
+			e.clk.Step(time.Second)
+			if r := e.result(t); r.err != nil {
+				t.Fatalf("%d then 200: OnResult error %v", code, r.err)
+			}
+		})
+	}
+}
+
+func TestTransportErrorIsRetriedUntilMaxAttempts(t *testing.T) {
+	rc := newReceiver(t, statuses(200))
+	url := rc.url()
+	rc.srv.Close() // connection refused from now on
+
+	e := startNotifier(t, Options{MaxAttempts: 3})
+	e.n.Enqueue(callbackTo(url, "k"))
+	for attempt := 1; attempt < 3; attempt++ {
+		e.waitForRetry(t)
+		e.noResult(t)
+		e.clk.Step(time.Second << (attempt - 1))
+	}
+
+	r := e.result(t)
+	if !errors.Is(r.err, ErrGaveUp) || !strings.Contains(r.err.Error(), "after 3 attempts") {
+		t.Fatalf("OnResult error %v, want ErrGaveUp after 3 attempts", r.err)
+	}
+	if got := e.attempts(); got != 3 {
+		t.Errorf("attempts = %v, want 3", got)
+	}
+	if got := e.deliveries(resultFailed); got != 1 {
+		t.Errorf("deliveries{failed} = %v, want 1", got)
+	}
+	if e.clk.HasWaiters() {
+		t.Error("a retry is still scheduled after giving up")
+	}
+}
+
+func TestGivesUpAfterMaxAttempts(t *testing.T) {
+	rc := newReceiver(t, statuses(http.StatusServiceUnavailable))
+	e := startNotifier(t, Options{MaxAttempts: 4, BackoffCap: 3 * time.Second})
+	e.n.Enqueue(callbackTo(rc.url(), "k"))
+	for _, backoff := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second} { // the last one capped
+		e.waitForRetry(t)
+		e.clk.Step(backoff)
+	}
+
+	r := e.result(t)
+	var se *StatusError
+	if !errors.Is(r.err, ErrGaveUp) || !errors.As(r.err, &se) || se.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("OnResult error %v, want ErrGaveUp wrapping a 503", r.err)
+	}
+	if n := rc.count(); n != 4 {
+		t.Errorf("receiver got %d requests, want 4", n)
+	}
+	e.noResult(t) // exactly once
+}
+
+func TestDuplicatesAreIgnored(t *testing.T) {
+	release := make(chan struct{})
+	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	e := newEnv(Options{DedupTTL: time.Hour})
+
+	// Queued twice before the workers run.
+	cb := callbackTo(rc.url(), "uid-1/Done")
+	for range 2 {
+		if !e.n.Enqueue(cb) {
+			t.Fatal("Enqueue of a queued key must report true")
+		}
+	}
+	e.start(t)
+	waitFor(t, "the request in flight", func() bool { return rc.count() == 1 })
+
+	// In flight.
+	if !e.n.Enqueue(cb) {
+		t.Fatal("Enqueue of an in-flight key must report true")
+	}
+	close(release)
+	if r := e.result(t); r.err != nil {
+		t.Fatal(r.err)
+	}
+
+	// Delivered: the reconciler's next passes change nothing.
+	for range 3 {
+		if !e.n.Enqueue(cb) {
+			t.Fatal("Enqueue of a delivered key must report true")
+		}
+	}
+	e.noResult(t)
+	if n := rc.count(); n != 1 {
+		t.Fatalf("receiver got %d requests, want 1", n)
+	}
+
+	// The memory of delivered keys is time-bounded.
+	e.clk.Step(time.Hour)
+	e.n.Enqueue(cb)
+	if r := e.result(t); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := rc.count(); n != 2 {
+		t.Errorf("after DedupTTL the key was not sent again: %d requests", n)
+	}
+}
+
+func TestFinishedFailuresAreNotResent(t *testing.T) {
+	rc := newReceiver(t, statuses(http.StatusNotFound))
+	e := startNotifier(t, Options{})
+	cb := callbackTo(rc.url(), "k")
+	e.n.Enqueue(cb)
+	if r := e.result(t); !errors.Is(r.err, ErrRejected) {
+		t.Fatalf("OnResult error %v, want ErrRejected", r.err)
+	}
+	e.n.Enqueue(cb)
+	e.noResult(t)
+	if n := rc.count(); n != 1 {
+		t.Errorf("a rejected callback was sent again: %d requests", n)
+	}
+}
+
+func TestEnqueueDropsWhenFullWithoutBlocking(t *testing.T) {
+	release := make(chan struct{})
+	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	e := startNotifier(t, Options{Workers: 1, QueueCapacity: 1})
+
+	if !e.n.Enqueue(callbackTo(rc.url(), "a")) {
+		t.Fatal("first callback refused")
+	}
+	waitFor(t, "a in flight", func() bool { return rc.count() == 1 })
+
+	accepted := make(chan bool)
+	go func() { accepted <- e.n.Enqueue(callbackTo(rc.url(), "b")) }()
+	select {
+	case ok := <-accepted:
+		if ok {
+			t.Fatal("Enqueue accepted a callback beyond QueueCapacity")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("Enqueue blocked on a full queue")
+	}
+	if got := e.deliveries(resultDropped); got != 1 {
+		t.Errorf("deliveries{dropped} = %v, want 1", got)
+	}
+	if got := value(e.n.metrics.queueDepth); got != 1 {
+		t.Errorf("queue depth %v, want 1", got)
+	}
+
+	// A dropped key is not remembered: the reconciler's next pass gets it in.
+	close(release)
+	e.result(t)
+	if !e.n.Enqueue(callbackTo(rc.url(), "b")) {
+		t.Fatal("a dropped key was refused once the queue had room")
+	}
+	if r := e.result(t); r.cb.Key != "b" || r.err != nil {
+		t.Fatalf("OnResult(%q, %v), want (b, nil)", r.cb.Key, r.err)
+	}
+}
+
+func TestSlowReceiverDoesNotBlockOthers(t *testing.T) {
+	slow := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // hangs until the notifier's request timeout
+	})
+	fast := newReceiver(t, statuses(200))
+	e := startNotifier(t, Options{Workers: 2, RequestTimeout: 200 * time.Millisecond})
+
+	e.n.Enqueue(callbackTo(slow.url(), "slow"))
+	waitFor(t, "the slow request in flight", func() bool { return slow.count() == 1 })
+	e.n.Enqueue(callbackTo(fast.url(), "fast"))
+
+	if r := e.result(t); r.cb.Key != "fast" || r.err != nil {
+		t.Fatalf("first OnResult (%q, %v), want (fast, nil) while slow hangs", r.cb.Key, r.err)
+	}
+	// The hung request times out and becomes a retry on the clock.
+	e.waitForRetry(t)
+	if got := e.attempts(); got != 2 {
+		t.Errorf("attempts = %v, want 2", got)
+	}
+}
+
+func TestWaitingRetryDoesNotHoldAWorker(t *testing.T) {
+	failing := newReceiver(t, statuses(500))
+	ok := newReceiver(t, statuses(200))
+	e := startNotifier(t, Options{Workers: 1})
+
+	e.n.Enqueue(callbackTo(failing.url(), "failing"))
+	e.waitForRetry(t)
+	// No clock step: the only worker is free while "failing" waits for its backoff.
+	e.n.Enqueue(callbackTo(ok.url(), "ok"))
+	if r := e.result(t); r.cb.Key != "ok" || r.err != nil {
+		t.Fatalf("OnResult (%q, %v), want (ok, nil)", r.cb.Key, r.err)
+	}
+}
+
+func TestInvalidURLIsRejected(t *testing.T) {
+	e := startNotifier(t, Options{})
+	for i, u := range []string{"ftp://example.com/x", "not a url", "http://%zz"} {
+		e.n.Enqueue(callbackTo(u, string(rune('a'+i))))
+		if r := e.result(t); !errors.Is(r.err, ErrRejected) {
+			t.Errorf("%q: OnResult error %v, want ErrRejected", u, r.err)
+		}
+	}
+	if got := e.attempts(); got != 0 {
+		t.Errorf("attempts = %v, want 0 for invalid URLs", got)
+	}
+}
+
+func TestSecretsInURLAreNotLoggedOrReturned(t *testing.T) {
+	var logs strings.Builder
+	logger := funcr.New(func(prefix, args string) { logs.WriteString(prefix + args + "\n") }, funcr.Options{Verbosity: 1})
+	rejecting := newReceiver(t, statuses(http.StatusForbidden))
+	closed := newReceiver(t, statuses(200))
+	closedURL := closed.url()
+	closed.srv.Close()
+
+	e := newEnv(Options{Logger: logger, Workers: 1, MaxAttempts: 2})
+	e.start(t)
+	e.n.Enqueue(callbackTo("http://user:pass@"+strings.TrimPrefix(rejecting.url(), "http://")+"?token=s3cret", "a"))
+	r1 := e.result(t)
+	e.n.Enqueue(callbackTo(closedURL+"?token=s3cret", "b"))
+	e.waitForRetry(t)
+	e.clk.Step(time.Second)
+	r2 := e.result(t)
+
+	for _, s := range []string{r1.err.Error(), r2.err.Error(), logs.String()} {
+		if strings.Contains(s, "s3cret") || strings.Contains(s, "pass") {
+			t.Errorf("secret leaked: %s", s)
+		}
+	}
+	if !strings.Contains(logs.String(), rejecting.srv.URL[len("http://"):]+"/hook") {
+		t.Errorf("logs do not name the host and path:\n%s", logs.String())
+	}
+}
+
+func TestTwoNotifiersShareOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := New(Options{Registerer: reg, QueueCapacity: 1})
+	b := New(Options{Registerer: reg, QueueCapacity: 1}) // must not panic
+	a.Enqueue(Callback{Key: "1"})
+	a.Enqueue(Callback{Key: "2"})
+	b.Enqueue(Callback{Key: "1"})
+	b.Enqueue(Callback{Key: "2"})
+	if got := value(b.metrics.deliveries.WithLabelValues(resultDropped)); got != 2 {
+		t.Errorf("shared deliveries{dropped} = %v, want 2", got)
+	}
+}
+
+func TestNeedsLeaderElection(t *testing.T) {
+	if !New(Options{}).NeedLeaderElection() {
+		t.Error("only the leader may deliver callbacks")
+	}
+}
+
+func TestStartReturnsOnCancelWithoutLeaks(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		hanging := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		failing := newReceiver(t, statuses(500))
+		transport := &http.Transport{}
+		defer transport.CloseIdleConnections()
+
+		e := newEnv(Options{Client: &http.Client{Transport: transport}})
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan error, 1)
+		go func() { stopped <- e.n.Start(ctx) }()
+		e.n.Enqueue(callbackTo(failing.url(), "retrying"))
+		e.waitForRetry(t)
+		e.n.Enqueue(callbackTo(hanging.url(), "in-flight"))
+		waitFor(t, "a request in flight", func() bool { return hanging.count() == 1 })
+
+		if err := e.n.Start(ctx); err == nil {
+			t.Error("a second Start succeeded")
+		}
+		cancel()
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatalf("Start returned %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Start did not return after cancel")
+		}
+		e.noResult(t) // an abandoned callback has no outcome
+		hanging.srv.Close()
+		failing.srv.Close()
+	}()
+	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+}
