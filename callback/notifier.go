@@ -53,6 +53,7 @@ type Callback struct {
 	URL string
 	// Key identifies the notification (the bot's UID and phase): callbacks with the same key are
 	// sent once, and it is sent as the Idempotency-Key header so receivers can drop repeats.
+	// Enqueue fills in Body.UID + "/" + Body.Phase when it is empty.
 	Key string
 	// Body is marshalled as JSON.
 	Body Payload
@@ -60,8 +61,8 @@ type Callback struct {
 
 // Options configure a Notifier; zero fields take the defaults.
 type Options struct {
-	// Client sends the requests; a client with a 10s timeout that does not follow redirects
-	// when nil.
+	// Client sends the requests; when nil, a client with RequestTimeout as its timeout that
+	// does not follow redirects.
 	Client *http.Client
 	// Clock schedules retries; the real clock when nil. Tests pass a fake clock.
 	Clock clock.WithTicker
@@ -115,6 +116,9 @@ type Notifier struct {
 	active  map[string]*item // queued, waiting for a retry or in flight
 	delayed delayHeap        // callbacks waiting for their next attempt
 	recent  *recentSet       // finished keys
+	// dropping is set while Enqueue drops, so a full queue logs once per episode rather than
+	// once per reconcile of every finished bot.
+	dropping bool
 }
 
 // item is a callback with its delivery state; attempts and due are guarded by Notifier.mu
@@ -127,9 +131,10 @@ type item struct {
 
 // New builds a Notifier; it sends nothing until Start.
 func New(opts Options) *Notifier {
+	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
 	if opts.Client == nil {
 		opts.Client = &http.Client{
-			Timeout: DefaultRequestTimeout,
+			Timeout: opts.RequestTimeout,
 			// A redirected POST turns into a GET, possibly to another host: treat 3xx as a
 			// receiver error instead of following it.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -146,7 +151,6 @@ func New(opts Options) *Notifier {
 	setDefault(&opts.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&opts.BackoffBase, DefaultBackoffBase)
 	setDefault(&opts.BackoffCap, DefaultBackoffCap)
-	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
 	setDefault(&opts.DedupTTL, DefaultDedupTTL)
 	setDefault(&opts.DedupSize, DefaultDedupSize)
 	if opts.Jitter == nil {
@@ -182,6 +186,9 @@ func fullJitter(d time.Duration) time.Duration {
 // duplicate of a callback queued, in flight or finished within DedupTTL, and false when the
 // queue is full: the caller may try again on a later reconcile.
 func (n *Notifier) Enqueue(c Callback) bool {
+	if c.Key == "" {
+		c.Key = c.Body.UID + "/" + c.Body.Phase
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.active[c.Key]; ok {
@@ -192,9 +199,13 @@ func (n *Notifier) Enqueue(c Callback) bool {
 	}
 	if len(n.active) >= n.opts.QueueCapacity {
 		n.metrics.deliveries.WithLabelValues(resultDropped).Inc()
-		n.log.Info("Callback queue full, dropping callback", "key", c.Key, "url", redactURL(c.URL))
+		if !n.dropping {
+			n.log.Info("Callback queue full, dropping callbacks until it drains", "capacity", n.opts.QueueCapacity, "key", c.Key)
+			n.dropping = true
+		}
 		return false
 	}
+	n.dropping = false
 	it := &item{cb: c}
 	n.active[c.Key] = it
 	n.metrics.queueDepth.Set(float64(len(n.active)))
