@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -45,6 +46,9 @@ func (s *Server) authenticate(r *http.Request) (*v1.BotPoolSlot, error) {
 			return nil, invalid // the Secret outlived its slot for a moment
 		}
 		return nil, err
+	}
+	if !metav1.IsControlledBy(secret, slot) {
+		return nil, invalid // a Secret of an earlier slot of the same name
 	}
 	if !s.allow(slot.UID) {
 		return nil, &apiError{code: http.StatusTooManyRequests, msg: "too many requests from this slot", retryAfter: time.Second}

@@ -178,11 +178,15 @@ func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any,
 // report is validated again against the fresh object instead.
 func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, rep botclient.StatusReport) (v1.BotPhase, error) {
 	reported := v1.BotPhase(rep.Phase)
+	uid := bot.UID
 	first := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !first {
 			if err := s.cfg.APIReader.Get(ctx, client.ObjectKeyFromObject(bot), bot); err != nil {
 				return err
+			}
+			if bot.UID != uid { // deleted and created again under the name: not the caller's bot
+				return apierrors.NewNotFound(v1.GroupVersion.WithResource("bots").GroupResource(), bot.Name)
 			}
 		}
 		first = false

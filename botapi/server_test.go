@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
@@ -136,11 +137,13 @@ func (h *harness) slot(name string) *slotFixture {
 	must(h.t, env.Client.Status().Update(ctx, s))
 	token, err := NewToken()
 	must(h.t, err)
-	must(h.t, env.Client.Create(ctx, &corev1.Secret{
+	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: TokenSecretName(name),
 			Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: name}},
 		Data: map[string][]byte{TokenKey: []byte(token)},
-	}))
+	}
+	must(h.t, controllerutil.SetControllerReference(s, secret, env.Scheme))
+	must(h.t, env.Client.Create(ctx, secret))
 	f := &slotFixture{slot: s, token: token, app: s.Status.ApplicationUUID}
 	h.eventually(func() error { // the cache has seen the slot's status and Secret
 		var got v1.BotPoolSlot
@@ -563,6 +566,25 @@ func TestRateLimitPerSlot(t *testing.T) {
 	if _, err := h.client(s).Heartbeat(ctx, "chatty"); err != nil {
 		t.Errorf("after a second: %v", err)
 	}
+}
+
+// TestTokenOfAnEarlierSlotIsRefused: a slot deleted and created again under the same name
+// must not accept the token of its predecessor, whose Secret lingers until garbage collection.
+func TestTokenOfAnEarlierSlotIsRefused(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	old := h.slot("pool-zoom-001")
+	must(t, env.Client.Delete(ctx, old.slot))
+	h.eventually(func() error {
+		return client.IgnoreNotFound(objCache.Get(ctx, client.ObjectKeyFromObject(old.slot), &v1.BotPoolSlot{}))
+	})
+	successor := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "pool-zoom-001"}, Spec: v1.BotPoolSlotSpec{Pool: "pool"}}
+	must(t, env.Client.Create(ctx, successor))
+	successor.Status = v1.BotPoolSlotStatus{Phase: v1.SlotIdle, ApplicationUUID: old.app}
+	must(t, env.Client.Status().Update(ctx, successor))
+	h.synced(successor)
+	code, body := h.call("GET", "/v1/slots/"+old.app+"/config", old.token, "")
+	wantStatus(t, "the predecessor's token", code, body, 401, "invalid token")
 }
 
 func TestTokensNeverLogged(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -169,6 +170,9 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 // supply creates the slots the pool needs now.
 func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 	spec := s.pool.Spec
+	if excess := len(s.slots) - int(spec.MaxSlots); excess > 0 {
+		return r.shrink(ctx, s, excess)
+	}
 	free := 0
 	for i := range s.slots {
 		if available(&s.slots[i]) {
@@ -222,6 +226,41 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 	return nil
 }
 
+// shrink brings a pool whose maxSlots was lowered back under it (invariant 2): free Idle
+// slots go first, highest numbers first, each deleted only if it is still the version we saw
+// (a slot bound meanwhile stays). Busy slots are never taken from their bots; the pool
+// shrinks further as they come back.
+func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int) error {
+	prefix := slotPrefix(s.pool.Spec.Platform)
+	var idle []*v1.BotPoolSlot
+	for i := range s.slots {
+		if sl := &s.slots[i]; sl.Status.Phase == v1.SlotIdle && sl.Spec.BotRef == nil && sl.DeletionTimestamp.IsZero() {
+			idle = append(idle, sl)
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool {
+		a, _ := slotNumber(prefix, idle[i].Name)
+		b, _ := slotNumber(prefix, idle[j].Name)
+		return a > b
+	})
+	var removed []string
+	for _, sl := range idle[:min(excess, len(idle))] {
+		rv := sl.ResourceVersion
+		err := r.Client.Delete(ctx, sl, client.Preconditions{ResourceVersion: &rv})
+		switch {
+		case err == nil:
+			removed = append(removed, sl.Name)
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		default:
+			return fmt.Errorf("deleting slot %s: %w", sl.Name, err)
+		}
+	}
+	if len(removed) > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", "SlotsRemoved", "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
+	}
+	return nil
+}
+
 func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name string) *v1.BotPoolSlot {
 	slot := &v1.BotPoolSlot{}
 	slot.Namespace, slot.Name = pool.Namespace, name
@@ -245,6 +284,21 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 	}
 	if len(s.slots) > 0 {
 		return nil // the slots' deletion events bring us back
+	}
+	// The cache may not show a slot created a moment ago: let go only on a live list.
+	var live v1.BotPoolSlotList
+	if err := r.APIReader.List(ctx, &live, client.InNamespace(s.pool.Namespace), client.MatchingLabels{v1.LabelPool: s.pool.Name}); err != nil {
+		return fmt.Errorf("listing slots: %w", err)
+	}
+	if len(live.Items) > 0 {
+		for i := range live.Items {
+			if live.Items[i].DeletionTimestamp.IsZero() {
+				if err := r.Client.Delete(ctx, &live.Items[i]); client.IgnoreNotFound(err) != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	}
 	if controllerutil.RemoveFinalizer(s.pool, poolFinalizer) {
 		if err := r.Client.Update(ctx, s.pool); client.IgnoreNotFound(err) != nil {

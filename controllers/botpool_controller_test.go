@@ -282,3 +282,36 @@ func TestPoolDeletionDeletesItsSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolShrinksToALoweredMaxSlots: lowering maxSlots removes free slots, highest numbers
+// first, and never a bound one.
+func TestPoolShrinksToALoweredMaxSlots(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	pool := newPool(ns, "shrinking", func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = 3, 3 })
+	if err := env.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 3})
+	slots := listSlots(t, ns)
+	bindSlot(t, &slots[2], runningBot(t, ns, "keeper", "shrinking")) // pool-zoom-003 is bound
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			return err
+		}
+		pool.Spec.MaxSlots, pool.Spec.MinIdle = 1, 0
+		return env.Client.Update(ctx, pool)
+	})
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		var names []string
+		for _, s := range listSlots(t, ns) {
+			if s.DeletionTimestamp.IsZero() {
+				names = append(names, s.Name)
+			}
+		}
+		if fmt.Sprint(names) != "[pool-zoom-003]" {
+			return fmt.Errorf("slots %v, want only the bound pool-zoom-003", names)
+		}
+		return nil
+	})
+}

@@ -42,7 +42,10 @@ func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) 
 		return fmt.Errorf("listing slots: %w", err)
 	}
 	for i := range live.Items {
-		owned[live.Items[i].Name] = true
+		// Pools of one platform share slot names: only this pool's slots own its tagged apps.
+		if live.Items[i].Spec.Pool == s.pool.Name {
+			owned[live.Items[i].Name] = true
+		}
 	}
 	var errs []error
 	for _, app := range candidates {

@@ -5,22 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -76,16 +81,24 @@ type BotPoolSlotReconciler struct {
 	// GateRetry and AppCheck override DefaultGateRetry and DefaultAppCheck.
 	GateRetry, AppCheck time.Duration
 
+	// started is when this controller was set up: see liveness.
+	started time.Time
+
 	// replaced remembers, per slot uid, the resourceVersion our last write replaced. A pass
 	// that still reads it from the cache would act on a past state (say, judge a deployment
 	// it just cancelled), so it waits for the cache instead.
 	replaced sync.Map
 }
 
-// staleRead reports whether the cache has not yet caught up with our last write to slot.
+// staleRead reports whether the cache still holds a version of slot that one of our writes
+// replaced. Every replaced version is remembered (a finalizer update and a status patch in
+// one pass replace two), until the cache returns a version that is none of them.
 func (r *BotPoolSlotReconciler) staleRead(slot *v1.BotPoolSlot) bool {
-	old, ok := r.replaced.Load(slot.UID)
-	if ok && old == slot.ResourceVersion {
+	v, ok := r.replaced.Load(slot.UID)
+	if !ok {
+		return false
+	}
+	if slices.Contains(v.([]string), slot.ResourceVersion) {
 		return true
 	}
 	r.replaced.Delete(slot.UID)
@@ -94,7 +107,14 @@ func (r *BotPoolSlotReconciler) staleRead(slot *v1.BotPoolSlot) bool {
 
 // wrote records that a write replaced version old of slot.
 func (r *BotPoolSlotReconciler) wrote(slot *v1.BotPoolSlot, old string) {
-	r.replaced.Store(slot.UID, old)
+	var versions []string
+	if v, ok := r.replaced.Load(slot.UID); ok {
+		versions = v.([]string)
+	}
+	if len(versions) >= 8 {
+		versions = versions[1:]
+	}
+	r.replaced.Store(slot.UID, append(slices.Clone(versions), old))
 }
 
 func (r *BotPoolSlotReconciler) gateRetry() time.Duration {
@@ -153,13 +173,15 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	s := &slotScope{slot: slot}
 	before := slot.DeepCopy()
 	defer func() {
+		setSlotConditions(slot)
 		if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
 			slot.Status.ObservedGeneration = slot.Generation
-			if perr := r.Client.Status().Patch(ctx, slot, client.MergeFrom(before)); client.IgnoreNotFound(perr) != nil {
-				err = errors.Join(err, perr)
-			} else {
+			switch perr := r.Client.Status().Patch(ctx, slot, client.MergeFrom(before)); {
+			case perr == nil:
 				r.wrote(slot, before.ResourceVersion)
 				r.flush(ctx, s)
+			case !apierrors.IsNotFound(perr): // gone: nothing to report, nothing to project
+				err = errors.Join(err, perr)
 			}
 		}
 		if err != nil {
@@ -169,19 +191,21 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}()
 
+	// Releasing a finished bot's slot needs only the API server: never wait on Coolify for it.
+	if released, err := r.releaseOrphan(ctx, s); err != nil || released {
+		return ctrl.Result{}, err
+	}
 	if err := r.connect(ctx, s); err != nil {
-		if !slot.DeletionTimestamp.IsZero() && slot.Annotations[AnnotationOrphanApplication] == "true" {
-			return ctrl.Result{}, r.dropFinalizer(ctx, s)
+		if !slot.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, r.deleteUnreachable(ctx, s, err)
 		}
-		slot.Status.Message = "Cannot reach Coolify: " + err.Error()
+		r.setStalled(s, err)
 		s.after(stalledRetry)
 		return ctrl.Result{}, nil
 	}
+	meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
 	if !slot.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
-	}
-	if released, err := r.releaseOrphan(ctx, s); err != nil || released {
-		return ctrl.Result{}, err
 	}
 
 	switch slot.Status.Phase {
@@ -202,6 +226,73 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, r.recover(ctx, s)
 	}
 	return ctrl.Result{}, nil
+}
+
+// setStalled reports that the slot cannot reach Coolify: a missing pool or credentials a
+// person must fix. Nothing else changes until it can.
+func (r *BotPoolSlotReconciler) setStalled(s *slotScope, err error) {
+	reason := v1.ReasonCoolifyUnreachable
+	switch {
+	case apierrors.IsNotFound(err):
+		reason = "PoolNotFound"
+	case errors.Is(err, errCredentialsNotFound):
+		reason = v1.ReasonCredentialsNotFound
+	case errors.Is(err, errCredentialsInvalid):
+		reason = v1.ReasonCredentialsInvalid
+	}
+	meta.SetStatusCondition(&s.slot.Status.Conditions, metav1.Condition{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
+		Reason: reason, Message: "Cannot reach Coolify: see the pool's conditions", ObservedGeneration: s.slot.Generation})
+}
+
+// setSlotConditions derives Ready and Reconciling from the phase (kstatus): Ready while the
+// slot serves or can serve, Reconciling while it moves between those states.
+func setSlotConditions(slot *v1.BotPoolSlot) {
+	st := &slot.Status
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+			Message: msg, ObservedGeneration: slot.Generation})
+	}
+	phase := string(st.Phase)
+	if phase == "" {
+		phase = string(v1.SlotCreating)
+	}
+	switch st.Phase {
+	case v1.SlotIdle, v1.SlotBusy:
+		set(v1.ConditionReady, metav1.ConditionTrue, phase, "The slot is "+phase)
+		meta.RemoveStatusCondition(&st.Conditions, v1.ConditionReconciling)
+	default:
+		set(v1.ConditionReady, metav1.ConditionFalse, phase, "The slot is "+phase)
+		set(v1.ConditionReconciling, metav1.ConditionTrue, phase, "The slot is "+phase)
+	}
+}
+
+// deleteUnreachable deletes a slot whose pool or credentials are gone: with the last client
+// the pool used, if this process knows it; else only when the slot (or its pool) carries
+// AnnotationOrphanApplication, after a person decided the application may leak.
+func (r *BotPoolSlotReconciler) deleteUnreachable(ctx context.Context, s *slotScope, cause error) error {
+	key := types.NamespacedName{Namespace: s.slot.Namespace, Name: s.slot.Spec.Pool}
+	if api := r.Connector.LastKnown(key); api != nil {
+		s.api = api
+		return r.reconcileDelete(ctx, s)
+	}
+	if r.orphanAllowed(ctx, s.slot) {
+		ctrl.LoggerFrom(ctx).Info("Deleting the slot without cleaning Coolify, as annotated", "appUUID", s.slot.Status.ApplicationUUID)
+		return r.dropFinalizer(ctx, s)
+	}
+	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, "CleanupBlocked", "Delete",
+		"Cannot reach Coolify to delete application %s (%v); annotate the slot or its pool with %s=true to let it go",
+		s.slot.Status.ApplicationUUID, cause, AnnotationOrphanApplication)
+	s.after(stalledRetry)
+	return nil
+}
+
+func (r *BotPoolSlotReconciler) orphanAllowed(ctx context.Context, slot *v1.BotPoolSlot) bool {
+	if slot.Annotations[AnnotationOrphanApplication] == "true" {
+		return true
+	}
+	pool := &v1.BotPool{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool)
+	return err == nil && pool.Annotations[AnnotationOrphanApplication] == "true"
 }
 
 // connect loads the slot's pool and the pool's Coolify client.
@@ -339,11 +430,24 @@ func (r *BotPoolSlotReconciler) jittered(d time.Duration) time.Duration {
 // SetupWithManager registers the controller: slots, and the bots bound to them (a bot that
 // ends or goes away releases its slot at once).
 func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.started = r.Clock.Now()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPoolSlot{}).
-		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot)).
+		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot), builder.WithPredicates(botLetGo)).
 		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
 		Complete(r)
+}
+
+// botLetGo passes the bot events a slot acts on: a bot that ended or is going away. Every
+// other change of a bot (its reported phases, its heartbeat condition) is none of the slot's.
+var botLetGo = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
+		return n.Status.Phase.Terminal() && !o.Status.Phase.Terminal() ||
+			!n.DeletionTimestamp.IsZero() && o.DeletionTimestamp.IsZero()
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return true },
 }
 
 // errorBackoff retries failed reconciles from 50ms up to 30s: a bot waits on them, so the

@@ -576,3 +576,64 @@ func TestErrorSlotIsRecoveredAtOnce(t *testing.T) {
 		t.Error("the recovered slot's container still runs")
 	}
 }
+
+// TestSlotDeletionWithoutCredentials: the credentials Secret went first (a namespace being
+// deleted). A slot still cleans Coolify with the last client its pool used; with none known, it
+// waits until a person annotates it, then lets go.
+func TestSlotDeletionWithoutCredentials(t *testing.T) {
+	sc := newScenario(t, "nocreds", sim.Config{})
+	slot := sc.phase(v1.SlotIdle)
+	connector.fail(sc.pool.Name, fmt.Errorf("%w: coolify", errCredentialsNotFound))
+	t.Cleanup(func() { connector.fail(sc.pool.Name, nil) })
+	if err := env.Client.Delete(context.Background(), slot); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		var now v1.BotPoolSlot
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(slot), &now)
+		if err == nil && now.UID == slot.UID {
+			return fmt.Errorf("slot still there")
+		}
+		return client.IgnoreNotFound(err)
+	})
+	step(11 * time.Second)
+	if _, ok := sc.sim.App(slot.Status.ApplicationUUID); ok {
+		t.Error("the application was not deleted with the last known client")
+	}
+}
+
+func TestSlotDeletionBlockedUntilAnnotated(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	pool := newPool(ns, "unknowncreds", func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = 1, 1 })
+	if err := env.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 1})
+	slot := listSlots(t, ns)[0]
+	connector.fail(pool.Name, fmt.Errorf("%w: coolify", errCredentialsNotFound))
+	t.Cleanup(func() { connector.fail(pool.Name, nil) })
+	if err := env.Client.Delete(ctx, &slot); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var held v1.BotPoolSlot
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&slot), &held); err != nil || held.UID != slot.UID {
+		t.Fatalf("the slot went without cleaning Coolify and without a person's word (%v)", err)
+	}
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&slot), &held); err != nil {
+			return err
+		}
+		held.Annotations = map[string]string{AnnotationOrphanApplication: "true"}
+		return env.Client.Update(ctx, &held)
+	})
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		var now v1.BotPoolSlot
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(&slot), &now)
+		if err == nil && now.UID == slot.UID {
+			return fmt.Errorf("annotated slot still there")
+		}
+		return client.IgnoreNotFound(err)
+	})
+}

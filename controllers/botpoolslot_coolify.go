@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"sync"
 	"time"
@@ -16,12 +18,17 @@ import (
 
 // poolTag is the Coolify tag every application of a pool carries: one GET /applications?tag=
 // lists them all.
-func poolTag(pool *v1.BotPool) string {
-	t := strings.ToLower("botpool-" + pool.Namespace + "-" + pool.Name)
-	if len(t) > 100 {
-		t = t[:100]
+// The tag is readable (the pool's name) and unique (a hash of namespace and name): names
+// alone collide across namespaces ("a"/"b-c" and "a-b"/"c"), and two pools sharing a tag would
+// adopt or delete each other's applications.
+func poolTag(pool *v1.BotPool) string { return poolTagOf(pool.Namespace, pool.Name) }
+
+func poolTagOf(namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name))
+	if len(name) > 40 {
+		name = name[:40]
 	}
-	return t
+	return strings.ToLower("botpool-" + name + "-" + hex.EncodeToString(sum[:5]))
 }
 
 // BulkReader reads Coolify state in bulk and shares it: one list of a pool's applications per

@@ -87,6 +87,15 @@ func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoo
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name)}
 	err := r.Client.Get(ctx, key, secret)
+	if err == nil && !metav1.IsControlledBy(secret, slot) {
+		// Left by an earlier slot of the same name (a retired slot the pool replaced): its
+		// token must not serve this slot, and garbage collection will delete it anyway.
+		uid := secret.UID
+		if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return "", fmt.Errorf("deleting a stale token Secret: %w", err)
+		}
+		secret, err = &corev1.Secret{}, apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+	}
 	if apierrors.IsNotFound(err) {
 		token, terr := botapi.NewToken()
 		if terr != nil {
@@ -99,8 +108,8 @@ func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoo
 			return "", err
 		}
 		err = r.Client.Create(ctx, secret)
-		if apierrors.IsAlreadyExists(err) {
-			err = r.APIReader.Get(ctx, key, secret)
+		if apierrors.IsAlreadyExists(err) { // the stale one is still being deleted: try again
+			return "", fmt.Errorf("slot token Secret %s exists already: %w", key.Name, err)
 		}
 	}
 	if err != nil {
@@ -222,6 +231,12 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	if st.DeployingSince == nil {
 		st.DeployingSince = st.PhaseSince.DeepCopy()
 	}
+	if since := r.Clock.Since(st.PhaseSince.Time); s.bot != nil && since < poll/2 {
+		// Just deployed (the status write brought us back at once): nothing to read yet, and
+		// polling now would cost a request per slot during a burst.
+		s.after(poll - since)
+		return nil
+	}
 	if s.bot == nil { // released mid-deploy: stop it
 		r.cancelDeployment(ctx, s)
 		r.Gate.Done(s.pool, s.slot.Name, false)
@@ -323,16 +338,28 @@ func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope
 	if err != nil || len(deps) == 0 {
 		return nil, err
 	}
-	// Only a deployment requested since this phase began is ours.
-	if created, perr := time.Parse(time.RFC3339, deps[0].CreatedAt); perr == nil && created.Before(st.PhaseSince.Add(-time.Minute)) {
-		return nil, nil
+	// A deployment still queued or running is the one our deploy joined (Coolify de-duplicates);
+	// a finished one counts only if it began since this phase did (Coolify's clock may differ
+	// from ours by a little).
+	if deps[0].Status.Terminal() {
+		if created, perr := time.Parse(time.RFC3339, deps[0].CreatedAt); perr == nil && created.Before(st.PhaseSince.Add(-time.Minute)) {
+			return nil, nil
+		}
 	}
 	st.DeploymentUUID = deps[0].DeploymentUUID
 	return &deps[0], nil
 }
 
 func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotScope) {
-	if uuid := s.slot.Status.DeploymentUUID; uuid != "" {
+	uuid := s.slot.Status.DeploymentUUID
+	if uuid == "" && s.slot.Status.ApplicationUUID != "" {
+		// De-duplicated deploys carry no uuid: cancel the application's newest if it still runs,
+		// or it would bring the container back after the stop.
+		if _, deps, err := s.api.ListApplicationDeployments(ctx, s.slot.Status.ApplicationUUID, 0, 1); err == nil && len(deps) > 0 && !deps[0].Status.Terminal() {
+			uuid = deps[0].DeploymentUUID
+		}
+	}
+	if uuid != "" {
 		// Cancel before stop: a stop does not cancel a deployment in flight, which could bring
 		// the container back. A deployment already over answers 400; nothing to do then.
 		if err := s.api.CancelDeployment(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrBadRequest) && !errors.Is(err, coolify.ErrNotFound) {
@@ -341,7 +368,9 @@ func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotSco
 	}
 }
 
-// liveness asks the store for the bound bot's last heartbeat.
+// liveness asks the store for the bound bot's last heartbeat. Right after this process started
+// (a restart, a new leader), "no heartbeat" may only mean that the in-memory store lost them,
+// so for heartbeatFreshness it reads as unknown: nobody is failed for lack of data.
 func (r *BotPoolSlotReconciler) liveness(ctx context.Context, s *slotScope) liveness {
 	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{s.bot.UID})
 	if err != nil {
@@ -349,6 +378,9 @@ func (r *BotPoolSlotReconciler) liveness(ctx context.Context, s *slotScope) live
 	}
 	if t, ok := beats[s.bot.UID]; ok {
 		return liveness{known: true, lastBeat: &t}
+	}
+	if r.Clock.Since(r.started) < s.pool.Spec.Timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness) {
+		return liveness{}
 	}
 	return liveness{known: true}
 }
@@ -394,6 +426,11 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	case errors.Is(err, coolify.ErrNotFound):
 		r.recreate(s)
 		return nil
+	case transient(err):
+		// Coolify is busy or away: try again, do not fail a healthy slot for it.
+		st.Message = "Stopping the container: Coolify did not answer; retrying"
+		s.after(r.jittered(transientRetry))
+		return nil
 	case err != nil:
 		r.toError(ctx, s, reasonStopFailed, "Stopping the container failed: "+err.Error())
 		return nil //nolint:nilerr // surfaced as the Error phase, which recovers
@@ -406,6 +443,17 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	r.moveTo(s, v1.SlotIdle, "", "Released")
 	return nil
 }
+
+// transient reports whether a Coolify error may pass by itself: worth retrying, never a
+// reason to fail or delete anything.
+func transient(err error) bool {
+	return errors.Is(err, coolify.ErrServer) || errors.Is(err, coolify.ErrTransport) ||
+		errors.Is(err, coolify.ErrRateLimited) || errors.Is(err, coolify.ErrQueueFull) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// transientRetry is how soon a step Coolify did not answer is tried again.
+const transientRetry = 10 * time.Second
 
 // recreate sends a slot whose application is gone back to Creating, which creates it again
 // under the same name (a bound bot stays bound and deploys once it exists).
@@ -448,10 +496,14 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	case errors.Is(err, coolify.ErrNotFound):
 		r.recreate(s)
 		return nil
+	case transient(err):
+		st.Message = "Recovering: Coolify did not answer; retrying"
+		s.after(r.jittered(transientRetry))
+		return nil
 	case err != nil:
 		st.RecoveryAttempts++
 		st.Message = "Recovery failed: " + err.Error()
-		s.after(time.Duration(st.RecoveryAttempts) * 10 * time.Second)
+		s.after(time.Duration(st.RecoveryAttempts) * transientRetry)
 		return nil //nolint:nilerr // counted and retried on our own schedule, not the error backoff
 	}
 	st.DeploymentUUID, st.DeployingSince, st.SkippedRecoveries = "", nil, 0
@@ -511,20 +563,23 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 			if s.slot.Status.Phase == v1.SlotDeploying {
 				r.cancelDeployment(ctx, s)
 			}
+			// Stop and delete answer 404 once the application is gone: that is success here.
 			if err := s.api.Stop(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 				return fmt.Errorf("stopping the application before deleting it: %w", err)
 			}
 			if err := s.api.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 				return fmt.Errorf("deleting the application: %w", err)
 			}
-			r.Coolify.Deleted(poolTag(s.pool), uuid)
+			r.Coolify.Deleted(poolTagOf(s.slot.Namespace, s.slot.Spec.Pool), uuid)
 		}
 	}
 	return r.dropFinalizer(ctx, s)
 }
 
 func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
-	r.Gate.Done(s.pool, s.slot.Name, false)
+	if s.pool != nil {
+		r.Gate.Done(s.pool, s.slot.Name, false)
+	}
 	if !controllerutil.RemoveFinalizer(s.slot, slotFinalizer) {
 		return nil
 	}

@@ -35,6 +35,11 @@ type Connector interface {
 	// Secret. Errors wrap errCredentialsNotFound or errCredentialsInvalid when the Secret is
 	// missing or lacks a key.
 	ForPool(ctx context.Context, pool *v1.BotPool) (coolify.API, error)
+	// LastKnown returns the last client ForPool handed out for the pool (by namespace and
+	// name), or nil. Cleanup uses it when the credentials or the pool are already gone — as
+	// when a whole namespace is deleted and its Secrets go first — so applications are still
+	// deleted instead of leaking or holding finalizers forever.
+	LastKnown(pool types.NamespacedName) coolify.API
 }
 
 // SecretConnector reads credentials Secrets and hands out clients from a Registry, so every
@@ -49,7 +54,7 @@ type SecretConnector struct {
 	RefreshAfter time.Duration
 
 	mu      sync.Mutex
-	clients map[types.UID]cachedClient
+	clients map[types.NamespacedName]cachedClient // by pool
 }
 
 type cachedClient struct {
@@ -61,9 +66,10 @@ type cachedClient struct {
 // ForPool implements Connector.
 func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (coolify.API, error) {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Spec.Coolify.CredentialsSecretRef.Name}
+	poolKey := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	now := c.Clock.Now()
 	c.mu.Lock()
-	cached, ok := c.clients[pool.UID]
+	cached, ok := c.clients[poolKey]
 	c.mu.Unlock()
 	if ok && cached.secret == key && now.Sub(cached.fetched) < c.RefreshAfter {
 		return cached.api, nil
@@ -86,16 +92,19 @@ func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (coolif
 	}
 	c.mu.Lock()
 	if c.clients == nil {
-		c.clients = map[types.UID]cachedClient{}
+		c.clients = map[types.NamespacedName]cachedClient{}
 	}
-	c.clients[pool.UID] = cachedClient{secret: key, api: api, fetched: now}
+	c.clients[poolKey] = cachedClient{secret: key, api: api, fetched: now}
 	c.mu.Unlock()
 	return api, nil
 }
 
-// Forget drops a deleted pool's client.
-func (c *SecretConnector) Forget(pool types.UID) {
+// LastKnown implements Connector.
+func (c *SecretConnector) LastKnown(pool types.NamespacedName) coolify.API {
 	c.mu.Lock()
-	delete(c.clients, pool)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if cached, ok := c.clients[pool]; ok {
+		return cached.api
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -133,6 +134,15 @@ func (f *fakeConnector) fail(pool string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.errs[pool] = err
+}
+
+func (f *fakeConnector) LastKnown(pool types.NamespacedName) coolify.API {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if api := f.apis[pool.Name]; api != nil {
+		return api
+	}
+	return nil
 }
 
 // use gives a pool its own Coolify.
