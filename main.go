@@ -34,6 +34,7 @@ import (
 
 	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
+	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/store"
@@ -59,7 +60,9 @@ type options struct {
 	botAPIURL string
 	// coolifyRateLimit is requests per minute per Coolify user, shared by all its pools.
 	coolifyRateLimit int
-	zap              zap.Options
+	// scheduleLead is how long before its startTime a scheduled bot joins the queue.
+	scheduleLead time.Duration
+	zap          zap.Options
 }
 
 func parseFlags(args []string) (options, error) {
@@ -75,6 +78,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("BOTPOOL_DATABASE_URL"), "Postgres URL or DSN for liveness, projection and audit (env BOTPOOL_DATABASE_URL); empty uses the embedded in-memory store.")
 	fs.StringVar(&o.botAPIAddr, "bot-api-bind-address", ":8082", "Address of the HTTP API that bot containers call.")
 	fs.StringVar(&o.botAPIURL, "bot-api-url", "http://botpool-bot-api.botpool-system.svc:8082", "URL bot containers reach the bot API at; set as BOTPOOL_API_URL on every slot's application.")
+	fs.DurationVar(&o.scheduleLead, "schedule-lead", 2*time.Minute, "How long before its startTime a scheduled Bot joins the queue, so its slot is warm when the meeting starts.")
 	fs.IntVar(&o.coolifyRateLimit, "coolify-rate-limit", coolify.DefaultRateLimit, "Requests per minute to one Coolify instance per API user, shared by all pools using it (Coolify's own limit is 200).")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -96,6 +100,9 @@ func (o options) validate() error {
 	}
 	if u, err := url.Parse(o.botAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("--bot-api-url %q: want an http(s) URL that bot containers can reach", o.botAPIURL))
+	}
+	if o.scheduleLead < 0 {
+		errs = append(errs, fmt.Errorf("--schedule-lead must not be negative, got %s", o.scheduleLead))
 	}
 	if o.coolifyRateLimit < 1 {
 		errs = append(errs, fmt.Errorf("--coolify-rate-limit must be at least 1, got %d", o.coolifyRateLimit))
@@ -204,6 +211,18 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 		BotAPIURL: o.botAPIURL,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BotPoolSlot controller: %w", err)
+	}
+	callbacks := callback.New(callback.Options{Clock: clk, Logger: ctrl.Log.WithName("callback"), Registerer: metrics.Registry})
+	if err := mgr.Add(callbacks); err != nil {
+		return fmt.Errorf("adding the callback notifier: %w", err)
+	}
+	if err := (&controllers.BotReconciler{
+		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, ScheduleLead: o.scheduleLead,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the Bot controller: %w", err)
+	}
+	if err := (&controllers.Dispatcher{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Metrics: m}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the dispatcher: %w", err)
 	}
 	return nil
 }

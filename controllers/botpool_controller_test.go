@@ -42,7 +42,20 @@ func TestPoolGrowsLazilyToMaxUnderABurst(t *testing.T) {
 				return
 			default:
 			}
-			if n := len(listSlots(t, ns)); n > maxSlots {
+			bound := map[string]bool{}
+			slots := listSlots(t, ns)
+			for _, s := range slots {
+				if ref := s.Spec.BotRef; ref != nil {
+					if bound[string(ref.UID)] {
+						select {
+						case violations <- "bot " + ref.Name + " is bound to two slots":
+						default:
+						}
+					}
+					bound[string(ref.UID)] = true
+				}
+			}
+			if n := len(slots); n > maxSlots {
 				select {
 				case violations <- fmt.Sprintf("pool holds %d slots, more than maxSlots %d", n, maxSlots):
 				default:
@@ -57,7 +70,7 @@ func TestPoolGrowsLazilyToMaxUnderABurst(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			queuedBot(t, ns, fmt.Sprintf("bot-%03d", i), "burst")
+			newBot(t, ns, fmt.Sprintf("bot-%03d", i), "burst")
 		}()
 	}
 	wg.Wait()
@@ -93,8 +106,8 @@ func TestPoolGrowsLazilyToMaxUnderABurst(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "burst"}, &pool); err != nil {
 			return err
 		}
-		if pool.Status.Slots == nil || pool.Status.Slots.Total != maxSlots || pool.Status.Queued != bots {
-			return fmt.Errorf("status slots %+v queued %d", pool.Status.Slots, pool.Status.Queued)
+		if pool.Status.Slots == nil || pool.Status.Slots.Total != maxSlots || pool.Status.Queued != bots-maxSlots {
+			return fmt.Errorf("status slots %+v queued %d, want %d slots and %d queued", pool.Status.Slots, pool.Status.Queued, maxSlots, bots-maxSlots)
 		}
 		return nil
 	})
@@ -122,18 +135,14 @@ func TestPoolKeepsMinIdleWarm(t *testing.T) {
 	}
 	wantSlots(2)
 	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 2})
-
-	slots := listSlots(t, ns)
-	bindSlot(t, &slots[0], runningBot(t, ns, "a", "warm"))
+	// Each bot takes a warm slot; the pool makes another to keep two free, up to maxSlots.
+	slotOf(t, newBot(t, ns, "a", "warm"))
 	wantSlots(3)
-	bindSlot(t, &slots[1], runningBot(t, ns, "b", "warm"))
+	slotOf(t, newBot(t, ns, "b", "warm"))
 	wantSlots(4)
-	// Two bound, two free; binding those cannot take the pool past maxSlots.
-	for _, s := range listSlots(t, ns) {
-		if s.Spec.BotRef == nil {
-			bindSlot(t, &s, runningBot(t, ns, "c-"+s.Name, "warm"))
-		}
-	}
+	slotOf(t, newBot(t, ns, "c", "warm"))
+	slotOf(t, newBot(t, ns, "d", "warm"))
+	newBot(t, ns, "e", "warm") // waits: the pool is full
 	time.Sleep(300 * time.Millisecond)
 	wantSlots(4)
 }
@@ -209,17 +218,15 @@ func TestPoolCountsSlotsByPhase(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 3})
-	slots := listSlots(t, ns)
-	bindSlot(t, &slots[0], runningBot(t, ns, "deploying", "counts"))
-	queuedBot(t, ns, "waiting", "counts")
+	slotOf(t, newBot(t, ns, "deploying", "counts")) // a cold pull: it stays Deploying
 	want := v1.SlotCounts{Total: 3, Idle: 2, Deploying: 1}
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		var pool v1.BotPool
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "counts"}, &pool); err != nil {
 			return err
 		}
-		if pool.Status.Slots == nil || *pool.Status.Slots != want || pool.Status.Queued != 1 {
-			return fmt.Errorf("status slots %+v queued %d, want %+v and 1", pool.Status.Slots, pool.Status.Queued, want)
+		if pool.Status.Slots == nil || *pool.Status.Slots != want || pool.Status.Queued != 0 {
+			return fmt.Errorf("status slots %+v queued %d, want %+v and none", pool.Status.Slots, pool.Status.Queued, want)
 		}
 		return nil
 	})
@@ -293,8 +300,7 @@ func TestPoolShrinksToALoweredMaxSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 3})
-	slots := listSlots(t, ns)
-	bindSlot(t, &slots[2], runningBot(t, ns, "keeper", "shrinking")) // pool-zoom-003 is bound
+	keeper := slotOf(t, newBot(t, ns, "keeper", "shrinking"))
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
 			return err
@@ -309,8 +315,8 @@ func TestPoolShrinksToALoweredMaxSlots(t *testing.T) {
 				names = append(names, s.Name)
 			}
 		}
-		if fmt.Sprint(names) != "[pool-zoom-003]" {
-			return fmt.Errorf("slots %v, want only the bound pool-zoom-003", names)
+		if fmt.Sprint(names) != "["+keeper.Name+"]" {
+			return fmt.Errorf("slots %v, want only the bound %s", names, keeper.Name)
 		}
 		return nil
 	})

@@ -97,13 +97,12 @@ func (sc *scenario) phase(p v1.SlotPhase) *v1.BotPoolSlot {
 	return sc.slot(string(p), func(s *v1.BotPoolSlot) bool { return s.Status.Phase == p })
 }
 
-// bind creates a bot and binds it to the pool's Idle slot.
+// bind creates a bot for the pool once its slot is Idle, and waits until it is bound.
 func (sc *scenario) bind(name string) (*v1.Bot, *v1.BotPoolSlot) {
 	sc.t.Helper()
-	slot := sc.phase(v1.SlotIdle)
-	bot := runningBot(sc.t, sc.ns, name, sc.pool.Name)
-	bindSlot(sc.t, slot, bot)
-	return bot, slot
+	sc.phase(v1.SlotIdle)
+	bot := newBot(sc.t, sc.ns, name, sc.pool.Name)
+	return bot, slotOf(sc.t, bot)
 }
 
 // beat records a heartbeat of bot now, as the bot API does.
@@ -138,6 +137,19 @@ func (sc *scenario) botFails(name string, reason string) {
 			return fmt.Errorf("bot %s is %s/%s, want Fatal/%s", name, b.Status.Phase, b.Status.Reason, reason)
 		}
 		return nil
+	})
+}
+
+// finish reports a bot Done, as the bot API does for its container.
+func finish(t *testing.T, bot *v1.Bot) {
+	t.Helper()
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		b := &v1.Bot{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), b); err != nil {
+			return err
+		}
+		b.Status.Phase = v1.BotDone
+		return env.Client.Status().Update(context.Background(), b)
 	})
 }
 
@@ -198,11 +210,7 @@ func TestSlotLifecycle(t *testing.T) {
 	}
 
 	// The bot finishes: the slot is released at once and stopped.
-	b := sc.bot(bot.Name)
-	b.Status.Phase = v1.BotDone
-	if err := env.Client.Status().Update(context.Background(), b); err != nil {
-		t.Fatal(err)
-	}
+	finish(t, bot)
 	idle = sc.slot("Idle, used", func(s *v1.BotPoolSlot) bool {
 		return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.Status.LastUsedAt != nil
 	})
@@ -451,8 +459,8 @@ func TestDeploymentsAreGated(t *testing.T) {
 		p.Spec.MaxSlots, p.Spec.MinIdle, p.Spec.MaxConcurrentDeployments = 3, 3, 2
 	})
 	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 3})
-	for i, slot := range listSlots(t, sc.ns) {
-		bindSlot(t, &slot, runningBot(t, sc.ns, fmt.Sprintf("gated-%d", i), sc.pool.Name))
+	for i := range 3 {
+		newBot(t, sc.ns, fmt.Sprintf("gated-%d", i), sc.pool.Name)
 	}
 	deploying := func() int {
 		n := 0

@@ -16,6 +16,7 @@ type Metrics struct {
 	slotTransitions *prometheus.CounterVec
 	recoveries      *prometheus.CounterVec
 	toBusy          prometheus.Histogram
+	acquire         prometheus.Histogram
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none), reusing series
@@ -43,6 +44,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name:    "botpool_slot_time_to_busy_seconds",
 		Help:    "Time from a slot's deploy request to its container running.",
 		Buckets: []float64{1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 900},
+	}))
+	m.acquire = promreg.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "botpool_bot_acquire_seconds",
+		Help:    "Time from a Bot's creation to its binding to a slot.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 20),
 	}))
 	m.poolSlots = promreg.Register(reg, m.poolSlots)
 	m.poolQueued = promreg.Register(reg, m.poolQueued)
@@ -76,3 +82,5 @@ func (m *Metrics) slotTransition(from, to, reason string) {
 func (m *Metrics) recovery(reason string) { m.recoveries.WithLabelValues(reason).Inc() }
 
 func (m *Metrics) timeToBusy(d time.Duration) { m.toBusy.Observe(d.Seconds()) }
+
+func (m *Metrics) acquired(d time.Duration) { m.acquire.Observe(d.Seconds()) }

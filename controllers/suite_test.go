@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -84,6 +85,16 @@ func startManager(e *kubetest.Env) error {
 		GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
 	}
 	if err := slots.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	callbacks := callback.New(callback.Options{Clock: clk, BackoffBase: time.Second, BackoffCap: 5 * time.Second})
+	if err := mgr.Add(callbacks); err != nil {
+		return err
+	}
+	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, ScheduleLead: time.Minute}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Metrics: metrics}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	go func() {
@@ -179,44 +190,35 @@ func newPool(ns, name string, mutate ...func(*v1.BotPool)) *v1.BotPool {
 	return p
 }
 
-// queuedBot creates a Bot that waits in the queue of pool, as the bot controller leaves it.
-func queuedBot(t *testing.T, ns, name, pool string) *v1.Bot {
+// newBot creates a Bot for pool, as a user would; the bot controller routes and queues it and
+// the dispatcher binds it.
+func newBot(t *testing.T, ns, name, pool string, mutate ...func(*v1.Bot)) *v1.Bot {
 	t.Helper()
-	return routedBot(t, ns, name, pool, v1.BotQueued)
-}
-
-// runningBot creates a Bot that the bot controller has routed to pool, ready to be bound.
-func runningBot(t *testing.T, ns, name, pool string) *v1.Bot {
-	t.Helper()
-	return routedBot(t, ns, name, pool, v1.BotDeploying)
-}
-
-func routedBot(t *testing.T, ns, name, pool string, phase v1.BotPhase) *v1.Bot {
-	t.Helper()
-	ctx := context.Background()
 	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name}}
-	if err := env.Client.Create(ctx, b); err != nil {
-		t.Fatal(err)
+		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name, PoolRef: &v1.PoolReference{Name: pool}}}
+	for _, f := range mutate {
+		f(b)
 	}
-	b.Status.Pool, b.Status.Phase = pool, phase
-	if err := env.Client.Status().Update(ctx, b); err != nil {
+	if err := env.Client.Create(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-// bindSlot binds a bot to a slot as the bot controller does: spec.botRef under the slot's
-// resourceVersion.
-func bindSlot(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) {
+// slotOf waits until a slot is bound to bot and returns it.
+func slotOf(t *testing.T, bot *v1.Bot) *v1.BotPoolSlot {
 	t.Helper()
-	kubetest.Eventually(t, 10*time.Second, func() error {
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(slot), slot); err != nil {
-			return err
+	var slot *v1.BotPoolSlot
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		for _, s := range listSlots(t, bot.Namespace) {
+			if s.Spec.BotRef != nil && s.Spec.BotRef.UID == bot.UID {
+				slot = &s
+				return nil
+			}
 		}
-		slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
-		return env.Client.Update(context.Background(), slot)
+		return fmt.Errorf("bot %s is bound to no slot", bot.Name)
 	})
+	return slot
 }
 
 // waitPhases waits until the namespace's slots are in exactly these phases.

@@ -1,0 +1,229 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/kubetest"
+)
+
+// waitBot waits until the bot satisfies cond and returns it.
+func waitBot(t *testing.T, bot *v1.Bot, what string, cond func(*v1.Bot) bool) *v1.Bot {
+	t.Helper()
+	got := &v1.Bot{}
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), got); err != nil {
+			return err
+		}
+		if !cond(got) {
+			return fmt.Errorf("bot %s is %s (%s: %s, position %d), want %s", got.Name, got.Status.Phase, got.Status.Reason, got.Status.Message, got.Status.QueuePosition, what)
+		}
+		return nil
+	})
+	return got
+}
+
+// TestBotIsBoundAndMirrorsItsSlot: a bot is routed to its platform's pool, bound to a free
+// slot, and its status follows the slot until its container runs.
+func TestBotIsBoundAndMirrorsItsSlot(t *testing.T) {
+	sc := newScenario(t, "mirror", sim.Config{})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	idle := sc.phase(v1.SlotIdle)
+	// No poolRef: the bot finds the zoom pool of its namespace by the URL's platform.
+	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "standup"}, Spec: v1.BotSpec{MeetingURL: "https://us02web.zoom.us/j/1"}}
+	if err := env.Client.Create(context.Background(), bot); err != nil {
+		t.Fatal(err)
+	}
+	b := waitBot(t, bot, "Deploying in the slot", func(b *v1.Bot) bool {
+		return b.Status.Phase == v1.BotDeploying && b.Status.SlotName == idle.Name && b.Status.ApplicationUUID == idle.Status.ApplicationUUID
+	})
+	if b.Status.Pool != sc.pool.Name || b.Status.Platform != v1.PlatformZoom || b.Status.QueuedAt == nil {
+		t.Errorf("status %+v: want the pool, the platform and the queue time", b.Status)
+	}
+	if !meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionBound) {
+		t.Errorf("Bound condition: %+v", b.Status.Conditions)
+	}
+	step(10 * time.Second)
+	sc.phase(v1.SlotBusy)
+	waitBot(t, bot, "started", func(b *v1.Bot) bool { return b.Status.StartedAt != nil })
+}
+
+// TestQueueServesPriorityThenFIFO: with one slot, waiting bots are served by priority, then in
+// the order they came, each as soon as the slot is free again.
+func TestQueueServesPriorityThenFIFO(t *testing.T) {
+	sc := newScenario(t, "order", sim.Config{})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	first, _ := sc.bind("first")
+	prio := map[string]int32{"low": 0, "high": 10, "mid": 5, "low-later": 0, "negative": -3}
+	var waiting []*v1.Bot
+	for _, name := range []string{"low", "high", "mid", "low-later", "negative"} {
+		waiting = append(waiting, newBot(t, sc.ns, name, sc.pool.Name, func(b *v1.Bot) { b.Spec.Priority = prio[name] }))
+		waitBot(t, waiting[len(waiting)-1], "Queued", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotQueued })
+		step(time.Second) // distinct queue times
+	}
+	positions := map[string]int32{"high": 1, "mid": 2, "low": 3, "low-later": 4, "negative": 5}
+	for _, b := range waiting {
+		waitBot(t, b, fmt.Sprintf("at position %d", positions[b.Name]), func(got *v1.Bot) bool { return got.Status.QueuePosition == positions[b.Name] })
+	}
+
+	running := first
+	for _, want := range []string{"high", "mid", "low", "low-later", "negative"} {
+		finish(t, running)
+		var next *v1.Bot
+		for _, b := range waiting {
+			if b.Name == want {
+				next = b
+			}
+		}
+		slotOf(t, next)
+		for _, b := range waiting { // nobody behind it overtook it
+			got := &v1.Bot{}
+			if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Phase != v1.BotQueued && positions[got.Name] > positions[want] {
+				t.Fatalf("%s was served before %s", got.Name, want)
+			}
+		}
+		running = next
+		checkInvariants(t, sc.ns)
+	}
+}
+
+// TestQueueTimeout: a bot that waits longer than its queueTimeout ends Fatal/QueueTimeout; one
+// with the pool's default keeps waiting.
+func TestQueueTimeout(t *testing.T) {
+	sc := newScenario(t, "timeout", sim.Config{})
+	sc.bind("occupant")
+	impatient := newBot(t, sc.ns, "impatient", sc.pool.Name, func(b *v1.Bot) { b.Spec.QueueTimeout = "1m" })
+	patient := newBot(t, sc.ns, "patient", sc.pool.Name)
+	waitBot(t, impatient, "Queued", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotQueued })
+	waitBot(t, patient, "Queued", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotQueued })
+	step(61 * time.Second)
+	// The requeue at the deadline is real time; a touch makes the controller look now.
+	touch(t, impatient)
+	waitBot(t, impatient, "Fatal/QueueTimeout", func(b *v1.Bot) bool {
+		return b.Status.Phase == v1.BotFatal && b.Status.Reason == v1.ReasonQueueTimeout
+	})
+	touch(t, patient)
+	time.Sleep(200 * time.Millisecond)
+	waitBot(t, patient, "still Queued", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotQueued })
+}
+
+// touch changes a label so the bot is reconciled now (its timers are real-time requeues, while
+// the test moves the fake clock).
+func touch(t *testing.T, bot *v1.Bot) {
+	t.Helper()
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		b := &v1.Bot{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), b); err != nil {
+			return err
+		}
+		if b.Labels == nil {
+			b.Labels = map[string]string{}
+		}
+		b.Labels["test/touched"] = fmt.Sprint(time.Now().UnixNano())
+		return env.Client.Update(context.Background(), b)
+	})
+}
+
+// TestBotWithoutAPoolOfItsPlatform: a Google Meet bot in a namespace with only a Zoom pool is
+// told so and never lands on a Zoom slot; a Google Meet pool then serves it.
+func TestBotWithoutAPoolOfItsPlatform(t *testing.T) {
+	sc := newScenario(t, "zoomonly", sim.Config{})
+	sc.phase(v1.SlotIdle)
+	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "meet"}, Spec: v1.BotSpec{MeetingURL: "https://meet.google.com/abc-defg-hij"}}
+	if err := env.Client.Create(context.Background(), bot); err != nil {
+		t.Fatal(err)
+	}
+	b := waitBot(t, bot, "Pending without a pool", func(b *v1.Bot) bool {
+		c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
+		return b.Status.Phase == v1.BotPending && c != nil && c.Reason == string(v1.ReasonPoolNotFound)
+	})
+	if c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady); c.Message == "" {
+		t.Error("no message says what to do")
+	}
+	if s := sc.phase(v1.SlotIdle); s.Spec.BotRef != nil {
+		t.Fatal("a Google Meet bot was bound to a Zoom slot")
+	}
+	meet := newPool(sc.ns, "meet", func(p *v1.BotPool) { p.Spec.Platform, p.Spec.MaxSlots, p.Spec.MinIdle = v1.PlatformGoogleMeet, 1, 1 })
+	connector.use("meet", sc.api)
+	if err := env.Client.Create(context.Background(), meet); err != nil {
+		t.Fatal(err)
+	}
+	waitBot(t, bot, "bound in the Google Meet pool", func(b *v1.Bot) bool {
+		return b.Status.Pool == "meet" && b.Status.SlotName == "pool-google-meet-001"
+	})
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), meet) })
+}
+
+// TestScheduledBotEntersTheQueueAtItsTime: a bot with a startTime waits in Scheduled and joins
+// the queue a lead time before it.
+func TestScheduledBotEntersTheQueueAtItsTime(t *testing.T) {
+	sc := newScenario(t, "scheduled", sim.Config{})
+	sc.phase(v1.SlotIdle)
+	start := metav1.NewTime(clk.Now().Add(10 * time.Minute))
+	bot := newBot(t, sc.ns, "later", sc.pool.Name, func(b *v1.Bot) { b.Spec.StartTime = &start })
+	waitBot(t, bot, "Scheduled", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotScheduled })
+	step(8 * time.Minute)
+	touch(t, bot)
+	time.Sleep(200 * time.Millisecond)
+	waitBot(t, bot, "still Scheduled", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotScheduled })
+	step(90 * time.Second) // within the one-minute lead of its start
+	touch(t, bot)
+	waitBot(t, bot, "bound", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotDeploying && b.Status.SlotName != "" })
+}
+
+// TestCallbackIsDeliveredDespiteAFailingReceiver: a finished bot's callbackURL gets
+// {bot, phase, reason}; a receiver that fails at first gets it on a retry, once.
+func TestCallbackIsDeliveredDespiteAFailingReceiver(t *testing.T) {
+	var mu sync.Mutex
+	var got []callback.Payload
+	calls := 0
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		var p callback.Payload
+		_ = json.NewDecoder(r.Body).Decode(&p)
+		got = append(got, p)
+	}))
+	defer receiver.Close()
+
+	sc := newScenario(t, "callback", sim.Config{})
+	sc.phase(v1.SlotIdle)
+	bot := newBot(t, sc.ns, "reporting", sc.pool.Name, func(b *v1.Bot) { b.Spec.CallbackURL = receiver.URL + "/hook" })
+	slotOf(t, bot)
+	finish(t, bot)
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		step(2 * time.Second) // the retry backoff runs on the fake clock
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != 1 {
+			return fmt.Errorf("%d deliveries after %d calls", len(got), calls)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if got[0].Bot != "reporting" || got[0].Phase != string(v1.BotDone) || got[0].Namespace != sc.ns {
+		t.Errorf("payload %+v", got[0])
+	}
+}

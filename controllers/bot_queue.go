@@ -1,0 +1,78 @@
+package controllers
+
+import (
+	"sort"
+	"time"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// queueLess orders a pool's queue: higher priority first, then first come first served (the
+// time the bot entered the queue), then creation and name so the order is total and stable.
+func queueLess(a, b *v1.Bot) bool {
+	if a.Spec.Priority != b.Spec.Priority {
+		return a.Spec.Priority > b.Spec.Priority
+	}
+	ta, tb := queuedAt(a), queuedAt(b)
+	if !ta.Equal(tb) {
+		return ta.Before(tb)
+	}
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+func queuedAt(b *v1.Bot) time.Time {
+	if b.Status.QueuedAt != nil {
+		return b.Status.QueuedAt.Time
+	}
+	return b.CreationTimestamp.Time
+}
+
+// slotLess orders free slots: least recently used first, never-used before all.
+func slotLess(a, b *v1.BotPoolSlot) bool {
+	ua, ub := a.Status.LastUsedAt, b.Status.LastUsedAt
+	switch {
+	case ua == nil && ub != nil:
+		return true
+	case ua != nil && ub == nil:
+		return false
+	case ua != nil && !ua.Equal(ub):
+		return ua.Before(ub)
+	}
+	return a.Name < b.Name
+}
+
+func sortQueue(bots []*v1.Bot) {
+	sort.SliceStable(bots, func(i, j int) bool { return queueLess(bots[i], bots[j]) })
+}
+func sortSlots(slots []*v1.BotPoolSlot) {
+	sort.SliceStable(slots, func(i, j int) bool { return slotLess(slots[i], slots[j]) })
+}
+
+// queueTimeout is how long a bot may wait: its own queueTimeout, else the pool's default,
+// capped by the pool's maximum.
+func queueTimeout(bot *v1.Bot, pool *v1.BotPool) time.Duration {
+	q := pool.Spec.Queue
+	limit := q.MaxTimeout.OrDefault(v1.DefaultMaxQueueTimeout)
+	d := bot.Spec.QueueTimeout.OrDefault(q.DefaultTimeout.OrDefault(v1.DefaultQueueTimeout))
+	return min(d, limit)
+}
+
+// positionChanged reports whether a queue position moved enough to be worth a status write:
+// always on entry and for the first ten places, else by a tenth. A queue of a thousand bots
+// draining one by one thus costs tens of writes per waiter over its whole wait, not a thousand.
+func positionChanged(old, updated int32) bool {
+	if old == updated {
+		return false
+	}
+	if old == 0 || updated <= 10 {
+		return true
+	}
+	diff := old - updated
+	if diff < 0 {
+		diff = -diff
+	}
+	return diff*10 >= old
+}

@@ -1,0 +1,224 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// bindingTTL bounds how long a binding of ours counts without the cache showing it.
+const bindingTTL = 30 * time.Second
+
+// bindWorkers is how many binding writes a wave sends at once.
+const bindWorkers = 16
+
+// Dispatcher binds queued bots to free slots, one wave per pool: the head of the queue
+// (priority, then queue time) gets the least recently used free slots, many at once. Each
+// binding writes the slot's spec.botRef under the slot's resourceVersion, so a conflict means
+// someone else changed the slot first and the bot waits for the next wave; the API server's
+// rule on botRef refuses to rebind a bound slot. Waves run per pool, never two at once for
+// one pool, and free slots and new waiters each trigger one.
+type Dispatcher struct {
+	Client   client.Client
+	Clock    clock.PassiveClock
+	Recorder events.EventRecorder
+	Metrics  *Metrics
+
+	// bound remembers the bots this dispatcher bound that the cache may not show yet, so a
+	// fast second wave never binds one bot twice (invariant 1).
+	mu    sync.Mutex
+	bound map[types.UID]time.Time
+}
+
+// Reconcile runs one binding wave for a pool.
+func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pool := &v1.BotPool{}
+	if err := d.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	free, err := d.freeSlots(ctx, pool)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	queue, err := d.queue(ctx, pool)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	n := min(len(free), len(queue))
+	if n == 0 {
+		return ctrl.Result{}, d.updatePositions(ctx, queue)
+	}
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, bindWorkers)
+	results := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			results[i] = d.bind(ctx, free[i], queue[i])
+		}()
+	}
+	wg.Wait()
+	bound := 0
+	for i, err := range results {
+		switch {
+		case err == nil:
+			bound++
+		case apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err):
+			// The slot changed under us (taken, or going away): the next wave retries.
+		default:
+			ctrl.LoggerFrom(ctx).Error(err, "Binding failed", "bot", queue[i].Name, "slot", free[i].Name)
+		}
+	}
+	if bound > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
+	}
+	if err := d.updatePositions(ctx, queue[bound:]); err != nil {
+		return ctrl.Result{}, err
+	}
+	if bound < n {
+		// Some slots were taken meanwhile: look again soon rather than wait for an event.
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// freeSlots lists the pool's Idle, unbound slots, least recently used first.
+func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) ([]*v1.BotPoolSlot, error) {
+	var slots v1.BotPoolSlotList
+	if err := d.Client.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}); err != nil {
+		return nil, err
+	}
+	var free []*v1.BotPoolSlot
+	for i := range slots.Items {
+		s := &slots.Items[i]
+		if s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() {
+			free = append(free, s)
+		}
+	}
+	sortSlots(free)
+	return free, nil
+}
+
+// queue lists the pool's waiting bots in service order, leaving out those bound already
+// (by the cache's index, or by a wave of ours the cache does not show yet).
+func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, error) {
+	var bots v1.BotList
+	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}); err != nil {
+		return nil, err
+	}
+	var bound v1.BotPoolSlotList
+	if err := d.Client.List(ctx, &bound, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}); err != nil {
+		return nil, err
+	}
+	held := map[types.UID]bool{}
+	for i := range bound.Items {
+		if ref := bound.Items[i].Spec.BotRef; ref != nil {
+			held[ref.UID] = true
+		}
+	}
+	now := d.Clock.Now()
+	d.mu.Lock()
+	for uid, at := range d.bound {
+		if held[uid] || now.Sub(at) > bindingTTL {
+			delete(d.bound, uid) // the cache shows it now, or it never will
+		} else {
+			held[uid] = true
+		}
+	}
+	d.mu.Unlock()
+	var queue []*v1.Bot
+	for i := range bots.Items {
+		b := &bots.Items[i]
+		if b.Status.Phase == v1.BotQueued && b.DeletionTimestamp.IsZero() && !held[b.UID] {
+			queue = append(queue, b)
+		}
+	}
+	sortQueue(queue)
+	return queue, nil
+}
+
+// bind writes the slot's botRef with its resourceVersion as a precondition.
+func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot) error {
+	patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
+	if err := d.Client.Patch(ctx, slot, patch); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if d.bound == nil {
+		d.bound = map[types.UID]time.Time{}
+	}
+	d.bound[bot.UID] = d.Clock.Now()
+	d.mu.Unlock()
+	d.Metrics.acquired(d.Clock.Since(bot.CreationTimestamp.Time))
+	d.Recorder.Eventf(slot, bot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound bot %s", bot.Name)
+	return nil
+}
+
+// updatePositions writes the queue positions that moved materially (see positionChanged).
+func (d *Dispatcher) updatePositions(ctx context.Context, queue []*v1.Bot) error {
+	for i, b := range queue {
+		pos := int32(i + 1)
+		if !positionChanged(b.Status.QueuePosition, pos) {
+			continue
+		}
+		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		b.Status.QueuePosition = pos
+		if err := d.Client.Status().Patch(ctx, b, patch); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetupWithManager registers the dispatcher: a wave runs when a pool's slot turns free or a
+// bot of the pool starts to wait.
+func (d *Dispatcher) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("dispatcher").
+		For(&v1.BotPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToPool), builder.WithPredicates(slotFreed)).
+		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool), builder.WithPredicates(botQueueChanged)).
+		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
+		Complete(d)
+}
+
+func slotToPool(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.(*v1.BotPoolSlot).Spec.Pool}}}
+}
+
+// slotFreed passes the slot events that can make a slot free for the queue.
+var slotFreed = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return isFree(e.Object.(*v1.BotPoolSlot)) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return isFree(e.ObjectNew.(*v1.BotPoolSlot)) && !isFree(e.ObjectOld.(*v1.BotPoolSlot))
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+func isFree(s *v1.BotPoolSlot) bool {
+	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero()
+}
