@@ -217,7 +217,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 		return fmt.Errorf("adding the callback notifier: %w", err)
 	}
 	if err := (&controllers.BotReconciler{
-		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, ScheduleLead: o.scheduleLead,
+		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, Store: st, ScheduleLead: o.scheduleLead,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Bot controller: %w", err)
 	}

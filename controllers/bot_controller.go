@@ -11,16 +11,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/store"
 )
 
 // Condition reasons of a Bot.
@@ -35,6 +38,24 @@ const (
 // noPoolRetry: a bot without a matching pool looks again this often (pools are watched too).
 const noPoolRetry = time.Minute
 
+// botFinalizer holds a deleted Bot until its container had its leaveGracePeriod to leave the
+// meeting and its slot is released.
+const botFinalizer = "botpool.dev/slot"
+
+// Reasons of the Alive condition.
+const (
+	reasonBeating     = "HeartbeatReceived"
+	reasonSilent      = "HeartbeatMissed"
+	reasonNoBeatYet   = "NoHeartbeatYet"
+	reasonStoreNoData = "LivenessUnknown"
+)
+
+// BotLiveness is what the bot controller reads from the store.
+type BotLiveness interface {
+	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
+	UpsertBot(ctx context.Context, bot store.BotRecord) error
+}
+
 // BotReconciler follows one bot: it routes it to a pool, puts it in the queue (with its
 // deadline), mirrors the slot the dispatcher bound it to, and ends it in Fatal when its queue
 // time runs out. Binding itself is the Dispatcher's, once per pool for many bots.
@@ -44,9 +65,13 @@ type BotReconciler struct {
 	Recorder events.EventRecorder
 	// Callbacks delivers a finished bot's callbackURL; nil delivers none.
 	Callbacks CallbackQueue
+	// Store holds heartbeats and the bots' projection.
+	Store BotLiveness
 	// ScheduleLead is how long before its startTime a scheduled bot enters the queue, so that
 	// its slot is warm when the meeting starts.
 	ScheduleLead time.Duration
+
+	started time.Time // see watchLiveness
 }
 
 // CallbackQueue takes a finished bot's callback; it never blocks and ignores repeats, so a
@@ -61,13 +86,21 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if err := r.Client.Get(ctx, req.NamespacedName, bot); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if bot.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(bot, botFinalizer) {
+		if err := r.Client.Update(ctx, bot); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	before := bot.DeepCopy()
 	defer func() {
 		if !equality.Semantic.DeepEqual(before.Status, bot.Status) {
 			bot.Status.ObservedGeneration = bot.Generation
 			// Optimistic lock: the bot API patches phases the bot reports; never overwrite one.
 			patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
-			if perr := r.Client.Status().Patch(ctx, bot, patch); client.IgnoreNotFound(perr) != nil {
+			switch perr := r.Client.Status().Patch(ctx, bot, patch); {
+			case perr == nil:
+				r.project(ctx, bot)
+			case !apierrors.IsNotFound(perr):
 				err = errors.Join(err, perr)
 			}
 		}
@@ -75,6 +108,9 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 			res = ctrl.Result{}
 		}
 	}()
+	if !bot.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, bot)
+	}
 
 	st := &bot.Status
 	now := r.Clock.Now()
@@ -83,10 +119,12 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	}
 	if st.Phase.Terminal() {
 		r.setConditions(bot, nil)
+		meta.RemoveStatusCondition(&st.Conditions, v1.ConditionAlive)
 		if cb, ok := callback.ForBot(bot); ok && r.Callbacks != nil {
 			r.Callbacks.Enqueue(cb)
 		}
-		return ctrl.Result{}, nil // the slot controller releases a finished bot's slot
+		// The slot controller releases a finished bot's slot; here only its time to live.
+		return r.expire(ctx, bot, now)
 	}
 	pool, err := r.resolvePool(ctx, bot)
 	if err != nil {
@@ -108,7 +146,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if slot != nil {
 		r.mirror(bot, slot, now)
 		r.setConditions(bot, slot)
-		return ctrl.Result{}, nil
+		return r.watchLiveness(ctx, bot, pool, slot, now), nil
 	}
 
 	if start := bot.Spec.StartTime; start != nil && (st.Phase == v1.BotPending || st.Phase == v1.BotScheduled) {
@@ -137,6 +175,131 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	r.fail(bot, v1.ReasonSlotLost, "The bot's slot is gone")
 	r.setConditions(bot, nil)
 	return ctrl.Result{}, nil
+}
+
+// reconcileDelete lets a deleted bot leave gracefully: while it is bound, heartbeats answer
+// "leave" (the bot API sees the deletion), and after leaveGracePeriod the slot is released
+// anyway (the slot controller stops the container). Then the finalizer goes.
+func (r *BotReconciler) reconcileDelete(ctx context.Context, bot *v1.Bot) (ctrl.Result, error) {
+	slot, err := r.boundSlot(ctx, bot)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if slot != nil {
+		grace := v1.DefaultLeaveGracePeriod
+		pool := &v1.BotPool{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); err == nil {
+			grace = pool.Spec.Timing.LeaveGracePeriod.OrDefault(grace)
+		}
+		running := slot.Status.Phase == v1.SlotBusy && !bot.Status.Phase.Terminal()
+		if running && bot.Status.LeaveRequestedAt == nil {
+			bot.Status.LeaveRequestedAt = &metav1.Time{Time: r.Clock.Now()}
+			bot.Status.Phase = v1.BotLeaving
+		}
+		if running {
+			if left := bot.Status.LeaveRequestedAt.Add(grace).Sub(r.Clock.Now()); left > 0 {
+				return ctrl.Result{RequeueAfter: left}, nil
+			}
+		}
+		patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		slot.Spec.BotRef = nil
+		if err := r.Client.Patch(ctx, slot, patch); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if controllerutil.RemoveFinalizer(bot, botFinalizer) {
+		if err := r.Client.Update(ctx, bot); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// expire deletes a finished bot once its ttlAfterFinished has passed.
+func (r *BotReconciler) expire(ctx context.Context, bot *v1.Bot, now time.Time) (ctrl.Result, error) {
+	ttl := bot.Spec.TTLAfterFinished.Duration()
+	if ttl <= 0 || bot.Status.FinishedAt == nil {
+		return ctrl.Result{}, nil
+	}
+	if left := bot.Status.FinishedAt.Add(ttl).Sub(now); left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Delete(ctx, bot))
+}
+
+// watchLiveness applies the pool's heartbeat rules to a bot whose container runs: Alive turns
+// False after heartbeatGracePeriod of silence (and True again on the next beat), and an active
+// bot silent for heartbeatTimeout fails. A store that cannot answer changes nothing: nobody is
+// declared dead for lack of data. Past maxDuration plus leaveGracePeriod, a bot that did not
+// leave when told to is ended.
+func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, slot *v1.BotPoolSlot, now time.Time) ctrl.Result {
+	st := &bot.Status
+	if slot.Status.Phase != v1.SlotBusy || st.StartedAt == nil {
+		return ctrl.Result{} // still deploying: the slot controller's rules apply
+	}
+	t := pool.Spec.Timing
+	grace := t.HeartbeatGracePeriod.OrDefault(v1.DefaultHeartbeatGracePeriod)
+	timeout := t.HeartbeatTimeout.OrDefault(v1.DefaultHeartbeatTimeout)
+	leave := t.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
+	if end := st.StartedAt.Add(bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave); !now.Before(end) {
+		r.fail(bot, v1.ReasonMaxDuration, "The bot ran past maxDuration and did not leave within leaveGracePeriod")
+		return ctrl.Result{}
+	}
+	alive := func(status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1.ConditionAlive, Status: status,
+			Reason: reason, Message: msg, ObservedGeneration: bot.Generation})
+	}
+	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{bot.UID})
+	if err != nil {
+		alive(metav1.ConditionUnknown, reasonStoreNoData, "The liveness store cannot answer; nobody is failed meanwhile")
+		return ctrl.Result{RequeueAfter: grace}
+	}
+	last, beat := beats[bot.UID]
+	since := st.StartedAt.Time
+	if beat {
+		since = last
+	}
+	silent := now.Sub(since)
+	switch {
+	case silent >= timeout && beat:
+		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat for %s", silent.Round(time.Second)))
+		return ctrl.Result{}
+	case silent >= timeout && r.Clock.Since(r.started) >= timeout:
+		// Never beat since its container started: the in-memory store cannot have lost its
+		// beats unless this process started meanwhile (then it waits one more timeout).
+		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat since the container started %s ago", silent.Round(time.Second)))
+		return ctrl.Result{}
+	case !beat:
+		alive(metav1.ConditionFalse, reasonNoBeatYet, "No heartbeat yet")
+	case silent > grace:
+		if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionFalse {
+			st.LastHeartbeat = &metav1.Time{Time: last}
+		}
+		alive(metav1.ConditionFalse, reasonSilent, fmt.Sprintf("No heartbeat for %s", silent.Round(time.Second)))
+	default:
+		if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionTrue {
+			st.LastHeartbeat = &metav1.Time{Time: last}
+		}
+		alive(metav1.ConditionTrue, reasonBeating, "Heartbeats arrive")
+	}
+	// Look again when the next rule could fire; no status write unless something flips.
+	return ctrl.Result{RequeueAfter: max(min(grace, timeout-silent), time.Second)}
+}
+
+// project writes the bot's projection row; a store outage buffers it.
+func (r *BotReconciler) project(ctx context.Context, bot *v1.Bot) {
+	if r.Store == nil {
+		return
+	}
+	rec := store.BotRecord{UID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, Platform: string(bot.Status.Platform),
+		Phase: string(bot.Status.Phase), Pool: bot.Status.Pool, SlotName: bot.Status.SlotName,
+		ApplicationUUID: bot.Status.ApplicationUUID, CreatedAt: bot.CreationTimestamp.Time}
+	if bot.Status.FinishedAt != nil {
+		rec.FinishedAt = &bot.Status.FinishedAt.Time
+	}
+	if err := r.Store.UpsertBot(ctx, rec); !store.Accepted(err) {
+		ctrl.LoggerFrom(ctx).Error(err, "Projecting the bot failed")
+	}
 }
 
 func platformOf(bot *v1.Bot) v1.Platform {
@@ -264,6 +427,7 @@ func (r *BotReconciler) setConditions(bot *v1.Bot, slot *v1.BotPoolSlot) {
 // SetupWithManager registers the controller: bots, the slots bound to them, and pools (a new
 // pool may serve bots that found none).
 func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.started = r.Clock.Now()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.Bot{}).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).

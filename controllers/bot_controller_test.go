@@ -227,3 +227,119 @@ func TestCallbackIsDeliveredDespiteAFailingReceiver(t *testing.T) {
 		t.Errorf("payload %+v", got[0])
 	}
 }
+
+// running is a bot whose container runs: bound, its slot Busy, started.
+func (sc *scenario) running(name string, mutate ...func(*v1.Bot)) (*v1.Bot, *v1.BotPoolSlot) {
+	sc.t.Helper()
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.phase(v1.SlotIdle)
+	bot := newBot(sc.t, sc.ns, name, sc.pool.Name, mutate...)
+	slotOf(sc.t, bot)
+	sc.phase(v1.SlotDeploying)
+	step(10 * time.Second)
+	slot := sc.phase(v1.SlotBusy)
+	waitBot(sc.t, bot, "started", func(b *v1.Bot) bool { return b.Status.StartedAt != nil })
+	return bot, slot
+}
+
+func gone(t *testing.T, bot *v1.Bot) {
+	t.Helper()
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), &v1.Bot{})
+		if err == nil {
+			return fmt.Errorf("bot %s still exists", bot.Name)
+		}
+		return client.IgnoreNotFound(err)
+	})
+}
+
+// TestDeletingARunningBotLetsItLeave: a bot deleted mid-call is told to leave (Leaving), keeps
+// its slot for leaveGracePeriod, then the slot is stopped and released and the bot goes.
+func TestDeletingARunningBotLetsItLeave(t *testing.T) {
+	sc := newScenario(t, "midcall", sim.Config{})
+	bot, slot := sc.running("leaver")
+	if err := env.Client.Delete(context.Background(), bot); err != nil {
+		t.Fatal(err)
+	}
+	waitBot(t, bot, "Leaving", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotLeaving })
+	if s := sc.phase(v1.SlotBusy); s.Spec.BotRef == nil {
+		t.Fatal("the slot was released before the bot had time to leave")
+	}
+	step(16 * time.Second) // past leaveGracePeriod
+	touch(t, bot)
+	gone(t, bot)
+	sc.slot("released and stopped", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
+	step(5 * time.Second)
+	if app, _ := sc.sim.App(slot.Status.ApplicationUUID); app.Running {
+		t.Error("the container still runs")
+	}
+}
+
+// TestDeletingADeployingBot: deleted while its slot deploys, the bot goes at once and the
+// deployment is cancelled.
+func TestDeletingADeployingBot(t *testing.T) {
+	sc := newScenario(t, "middeploy", sim.Config{})
+	bot, _ := sc.bind("hasty")
+	sc.phase(v1.SlotDeploying)
+	if err := env.Client.Delete(context.Background(), bot); err != nil {
+		t.Fatal(err)
+	}
+	gone(t, bot)
+	sc.slot("released", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
+	for _, d := range sc.sim.Deployments() {
+		if d.Status == "queued" || d.Status == "in_progress" {
+			t.Errorf("deployment %s still %s", d.UUID, d.Status)
+		}
+	}
+}
+
+// TestHeartbeatLossAndReturn (invariant 7): silence turns Alive False, the next beat turns it
+// True again; a bot silent past heartbeatTimeout fails and its slot is released.
+func TestHeartbeatLossAndReturn(t *testing.T) {
+	sc := newScenario(t, "liveness", sim.Config{})
+	bot, _ := sc.running("beating")
+	alive := func(want metav1.ConditionStatus) {
+		t.Helper()
+		touch(t, bot)
+		waitBot(t, bot, "Alive="+string(want), func(b *v1.Bot) bool {
+			c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionAlive)
+			return c != nil && c.Status == want
+		})
+	}
+	sc.beat(bot)
+	alive(metav1.ConditionTrue)
+	step(40 * time.Second)
+	alive(metav1.ConditionFalse)
+	if b := sc.bot(bot.Name); b.Status.LastHeartbeat == nil || b.Status.Phase.Terminal() {
+		t.Errorf("silent bot: lastHeartbeat %v, phase %s", b.Status.LastHeartbeat, b.Status.Phase)
+	}
+	sc.beat(bot)
+	alive(metav1.ConditionTrue)
+	step(6 * time.Minute)
+	touch(t, bot)
+	waitBot(t, bot, "Fatal/HeartbeatTimeout", func(b *v1.Bot) bool {
+		return b.Status.Phase == v1.BotFatal && b.Status.Reason == v1.ReasonHeartbeatTimeout
+	})
+	sc.slot("released", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
+}
+
+// TestMaxDurationAndTTL: a bot past maxDuration plus leaveGracePeriod is ended; a finished bot
+// with ttlAfterFinished is deleted when it expires.
+func TestMaxDurationAndTTL(t *testing.T) {
+	sc := newScenario(t, "bounded", sim.Config{})
+	bot, _ := sc.running("long", func(b *v1.Bot) { b.Spec.MaxDuration, b.Spec.TTLAfterFinished = "2m", "10m" })
+	sc.beat(bot)
+	step(2*time.Minute + 16*time.Second)
+	sc.beat(bot)
+	touch(t, bot)
+	waitBot(t, bot, "Fatal/MaxDuration", func(b *v1.Bot) bool {
+		return b.Status.Phase == v1.BotFatal && b.Status.Reason == v1.ReasonMaxDuration
+	})
+	step(9 * time.Minute)
+	touch(t, bot)
+	time.Sleep(200 * time.Millisecond)
+	waitBot(t, bot, "kept before its ttl", func(*v1.Bot) bool { return true })
+	step(2 * time.Minute)
+	touch(t, bot)
+	gone(t, bot)
+}

@@ -91,7 +91,7 @@ func startManager(e *kubetest.Env) error {
 	if err := mgr.Add(callbacks); err != nil {
 		return err
 	}
-	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, ScheduleLead: time.Minute}).SetupWithManager(mgr); err != nil {
+	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, Store: liveStore, ScheduleLead: time.Minute}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Metrics: metrics}).SetupWithManager(mgr); err != nil {

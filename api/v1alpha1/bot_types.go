@@ -199,6 +199,11 @@ type BotStatus struct {
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 
+	// LeaveRequestedAt is when the bot was first asked to leave (its deletion); its slot is
+	// released leaveGracePeriod later at the latest.
+	// +optional
+	LeaveRequestedAt *metav1.Time `json:"leaveRequestedAt,omitempty"`
+
 	// FinishedAt is when the bot reached Done or Fatal.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`

@@ -369,6 +369,10 @@ func (in *BotStatus) DeepCopyInto(out *BotStatus) {
 		in, out := &in.StartedAt, &out.StartedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.LeaveRequestedAt != nil {
+		in, out := &in.LeaveRequestedAt, &out.LeaveRequestedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.FinishedAt != nil {
 		in, out := &in.FinishedAt, &out.FinishedAt
 		*out = (*in).DeepCopy()
