@@ -80,7 +80,11 @@ func TestQueueServesPriorityThenFIFO(t *testing.T) {
 	}
 
 	running := first
-	for _, want := range []string{"high", "mid", "low", "low-later", "negative"} {
+	for i, want := range []string{"high", "mid", "low", "low-later", "negative"} {
+		if i == 2 { // by now the pool has a drain rate: the waiters get an estimate
+			waitBot(t, waiting[4], "an estimated wait", func(b *v1.Bot) bool { return b.Status.EstimatedWait != nil && b.Status.EstimatedWait.Duration > 0 })
+		}
+		step(30 * time.Second) // each bot stays 30s
 		finish(t, running)
 		var next *v1.Bot
 		for _, b := range waiting {

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -44,6 +45,53 @@ type Dispatcher struct {
 	// fast second wave never binds one bot twice (invariant 1).
 	mu    sync.Mutex
 	bound map[types.UID]time.Time
+	// drain tracks, per pool, how fast its queue moves: the basis of estimatedWait.
+	drain map[types.NamespacedName]*drainRate
+}
+
+// drainRate is an exponentially weighted average of the time per binding while a pool has a
+// backlog, so an estimate follows the pool's real turnaround, not a constant.
+type drainRate struct {
+	lastWave   time.Time
+	perBinding time.Duration
+}
+
+// observe records a wave that bound n bots while others kept waiting.
+func (d *Dispatcher) observe(pool types.NamespacedName, n int, backlog bool) {
+	now := d.Clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.drain == nil {
+		d.drain = map[types.NamespacedName]*drainRate{}
+	}
+	r := d.drain[pool]
+	if r == nil {
+		r = &drainRate{}
+		d.drain[pool] = r
+	}
+	if backlog && !r.lastWave.IsZero() && n > 0 {
+		sample := now.Sub(r.lastWave) / time.Duration(n)
+		if r.perBinding == 0 {
+			r.perBinding = sample
+		} else {
+			r.perBinding = (4*r.perBinding + sample) / 5
+		}
+	}
+	if n > 0 {
+		r.lastWave = now
+	}
+	if !backlog {
+		r.lastWave = time.Time{} // an idle queue says nothing about the next wait
+	}
+}
+
+func (d *Dispatcher) perBinding(pool types.NamespacedName) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r := d.drain[pool]; r != nil {
+		return r.perBinding
+	}
+	return 0
 }
 
 // Reconcile runs one binding wave for a pool.
@@ -63,9 +111,10 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	n := min(len(free), len(queue))
 	if n == 0 {
-		return ctrl.Result{}, d.updatePositions(ctx, queue)
+		return ctrl.Result{}, d.updatePositions(ctx, key, queue)
 	}
 
 	var wg sync.WaitGroup
@@ -95,7 +144,8 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if bound > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
 	}
-	if err := d.updatePositions(ctx, queue[bound:]); err != nil {
+	d.observe(key, bound, len(queue) > bound)
+	if err := d.updatePositions(ctx, key, queue[bound:]); err != nil {
 		return ctrl.Result{}, err
 	}
 	if bound < n {
@@ -174,12 +224,15 @@ func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot
 	d.bound[bot.UID] = d.Clock.Now()
 	d.mu.Unlock()
 	d.Metrics.acquired(d.Clock.Since(bot.CreationTimestamp.Time))
+	d.Metrics.queueWait(d.Clock.Since(queuedAt(bot)))
 	d.Recorder.Eventf(slot, bot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound bot %s", bot.Name)
 	return nil
 }
 
-// updatePositions writes the queue positions that moved materially (see positionChanged).
-func (d *Dispatcher) updatePositions(ctx context.Context, queue []*v1.Bot) error {
+// updatePositions writes the queue positions that moved materially (see positionChanged),
+// with the wait the pool's observed drain rate predicts for each.
+func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedName, queue []*v1.Bot) error {
+	per := d.perBinding(pool)
 	for i, b := range queue {
 		pos := int32(i + 1)
 		if !positionChanged(b.Status.QueuePosition, pos) {
@@ -187,6 +240,9 @@ func (d *Dispatcher) updatePositions(ctx context.Context, queue []*v1.Bot) error
 		}
 		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		b.Status.QueuePosition = pos
+		if per > 0 {
+			b.Status.EstimatedWait = &metav1.Duration{Duration: (time.Duration(pos) * per).Round(time.Second)}
+		}
 		if err := d.Client.Status().Patch(ctx, b, patch); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return err
 		}

@@ -17,6 +17,7 @@ type Metrics struct {
 	recoveries      *prometheus.CounterVec
 	toBusy          prometheus.Histogram
 	acquire         prometheus.Histogram
+	waited          prometheus.Histogram
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none), reusing series
@@ -49,6 +50,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name:    "botpool_bot_acquire_seconds",
 		Help:    "Time from a Bot's creation to its binding to a slot.",
 		Buckets: prometheus.ExponentialBuckets(0.005, 2, 20),
+	}))
+	m.waited = promreg.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "botpool_bot_queue_wait_seconds",
+		Help:    "Time a Bot waited in its pool's queue before it was bound.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 18),
 	}))
 	m.poolSlots = promreg.Register(reg, m.poolSlots)
 	m.poolQueued = promreg.Register(reg, m.poolQueued)
@@ -84,3 +90,5 @@ func (m *Metrics) recovery(reason string) { m.recoveries.WithLabelValues(reason)
 func (m *Metrics) timeToBusy(d time.Duration) { m.toBusy.Observe(d.Seconds()) }
 
 func (m *Metrics) acquired(d time.Duration) { m.acquire.Observe(d.Seconds()) }
+
+func (m *Metrics) queueWait(d time.Duration) { m.waited.Observe(d.Seconds()) }
