@@ -347,3 +347,62 @@ func TestMaxDurationAndTTL(t *testing.T) {
 	touch(t, bot)
 	gone(t, bot)
 }
+
+// TestRestartInTheMiddleOfBinding: the operator stops while a burst is being bound and a new
+// one takes over: no slot leaks, no bot is bound twice, and the queue is served on.
+func TestRestartInTheMiddleOfBinding(t *testing.T) {
+	const slots, bots = 10, 40
+	sc := newScenario(t, "restart", sim.Config{}, func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = slots, slots })
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: slots})
+	var created []*v1.Bot
+	for i := range bots {
+		created = append(created, newBot(t, sc.ns, fmt.Sprintf("bot-%02d", i), sc.pool.Name))
+		if i == bots/4 {
+			restartManager(t) // some bound, some queued, some not even seen yet
+		}
+	}
+	boundCount := func() int {
+		n := 0
+		for _, s := range listSlots(t, sc.ns) {
+			if s.Spec.BotRef != nil {
+				n++
+			}
+		}
+		return n
+	}
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		checkInvariants(t, sc.ns)
+		if n, total := boundCount(), len(listSlots(t, sc.ns)); n != slots || total != slots {
+			return fmt.Errorf("%d of %d slots bound, want all %d", n, total, slots)
+		}
+		return nil
+	})
+	if apps := sc.sim.Apps(); len(apps) != slots {
+		t.Errorf("%d applications in Coolify, want %d: one leaked", len(apps), slots)
+	}
+	// Served on: the bound ones finish, the next ten take their slots.
+	step(10 * time.Second)
+	var first []*v1.Bot
+	for _, b := range created {
+		if got := sc.bot(b.Name); got.Status.SlotName != "" && !got.Status.Phase.Terminal() {
+			first = append(first, b)
+		}
+	}
+	for _, b := range first {
+		finish(t, b)
+	}
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		checkInvariants(t, sc.ns)
+		done := 0
+		for _, b := range created {
+			if sc.bot(b.Name).Status.Phase == v1.BotDone {
+				done++
+			}
+		}
+		if n := boundCount(); done != slots || n != slots {
+			return fmt.Errorf("%d done and %d bound, want %d and %d", done, n, slots, slots)
+		}
+		return nil
+	})
+}

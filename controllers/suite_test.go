@@ -57,6 +57,28 @@ func TestMain(m *testing.M) {
 func startManager(e *kubetest.Env) error {
 	coolifySim = newSim(sim.Config{})
 	fixture = coolifySim.SeedDefault()
+	return runManager(e)
+}
+
+// manager is the running manager's stop function and the channel closed when it stopped.
+var manager struct {
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// restartManager stops the operator and starts a new one, with empty caches and no memory of
+// what the old one was doing, as after a crash or a leader change. The store and the
+// simulators keep their state, as Postgres and Coolify would.
+func restartManager(t *testing.T) {
+	t.Helper()
+	manager.stop()
+	<-manager.done
+	if err := runManager(env); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runManager(e *kubetest.Env) error {
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:     e.Scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
@@ -97,8 +119,11 @@ func startManager(e *kubetest.Env) error {
 	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Metrics: metrics}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	manager.stop, manager.done = cancel, make(chan struct{})
 	go func() {
-		if err := mgr.Start(context.Background()); err != nil {
+		defer close(manager.done)
+		if err := mgr.Start(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "manager stopped:", err)
 		}
 	}()
