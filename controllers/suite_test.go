@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi"
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
@@ -37,6 +39,16 @@ var (
 	connector  = &fakeConnector{errs: map[string]error{}, apis: map[string]coolify.API{}}
 	liveStore  = memory.New(memory.WithClock(clk))
 )
+
+// botAPIAddr is where the suite's bot API listens, the same across manager restarts.
+var botAPIAddr = func() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}()
 
 // testRegistry hands out clients without a practical rate limit: the simulator's own limit
 // is off, and tests about rate limits build their own.
@@ -103,7 +115,7 @@ func runManager(e *kubetest.Env) error {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: liveStore,
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
 		Coolify: bulk, Gate: &DeployGate{Clock: clk},
-		BotAPIURL: "http://botpool-bot-api.test:8082",
+		BotAPIURL: "http://" + botAPIAddr,
 		GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
 	}
 	if err := slots.SetupWithManager(mgr); err != nil {
@@ -117,6 +129,16 @@ func runManager(e *kubetest.Env) error {
 		return err
 	}
 	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Metrics: metrics}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// The bot API, as in the manager: slots' containers (simulated bots) call it.
+	if err := botapi.IndexFields(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	if err := mgr.Add(botapi.New(botapi.Config{
+		Addr: botAPIAddr, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Liveness: liveStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
+	})); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
