@@ -205,14 +205,15 @@ func (r *BotPoolSlotReconciler) deployingSlots(ctx context.Context, s *slotScope
 }
 
 // imageWarm reports whether the pool's image is known to be cached on its server: a slot of
-// the pool has run it.
+// the pool runs it now (the gate also remembers every deployment that finished). A slot's
+// lastUsedAt proves nothing: a bot may have let go during a cold pull that never completed.
 func (r *BotPoolSlotReconciler) imageWarm(ctx context.Context, s *slotScope) bool {
 	var slots v1.BotPoolSlotList
 	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}); err != nil {
 		return false
 	}
 	for i := range slots.Items {
-		if st := slots.Items[i].Status; st.Phase == v1.SlotBusy || st.LastUsedAt != nil {
+		if slots.Items[i].Status.Phase == v1.SlotBusy {
 			return true
 		}
 	}
