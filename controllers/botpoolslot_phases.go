@@ -422,19 +422,13 @@ func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lost
 // releasing stops the container and returns the slot to the pool.
 func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
-	err := s.api.Stop(ctx, st.ApplicationUUID)
-	switch {
-	case errors.Is(err, coolify.ErrNotFound):
-		r.recreate(s)
-		return nil
-	case transient(err):
-		// Coolify is busy or away: try again, do not fail a healthy slot for it.
-		st.Message = "Stopping the container: Coolify did not answer; retrying"
-		s.after(r.jittered(transientRetry))
-		return nil
-	case err != nil:
+	stopped, err := r.stop(ctx, s, "Stopping the container")
+	if err != nil {
 		r.toError(ctx, s, reasonStopFailed, "Stopping the container failed: "+err.Error())
 		return nil //nolint:nilerr // surfaced as the Error phase, which recovers
+	}
+	if !stopped {
+		return nil
 	}
 	now := r.Clock.Now()
 	st.LastUsedAt = &metav1.Time{Time: now}
@@ -443,6 +437,23 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	r.describe(ctx, s, v1.SlotIdle, now)
 	r.moveTo(s, v1.SlotIdle, "", "Released")
 	return nil
+}
+
+// stop stops the slot's container. stopped=false with a nil error means the caller is done
+// for this pass: the application is gone (the slot goes back to Creating), or Coolify did not
+// answer (tried again soon; a busy Coolify never fails a slot). A definitive failure is err.
+func (r *BotPoolSlotReconciler) stop(ctx context.Context, s *slotScope, doing string) (stopped bool, err error) {
+	err = s.api.Stop(ctx, s.slot.Status.ApplicationUUID)
+	switch {
+	case errors.Is(err, coolify.ErrNotFound):
+		r.recreate(s)
+		return false, nil
+	case transient(err):
+		s.slot.Status.Message = doing + ": Coolify did not answer; retrying"
+		s.after(r.jittered(transientRetry))
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // transient reports whether a Coolify error may pass by itself: worth retrying, never a
@@ -492,20 +503,15 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 		r.moveTo(s, v1.SlotCreating, st.Reason, "Creating the application again")
 		return nil
 	}
-	err := s.api.Stop(ctx, st.ApplicationUUID)
-	switch {
-	case errors.Is(err, coolify.ErrNotFound):
-		r.recreate(s)
-		return nil
-	case transient(err):
-		st.Message = "Recovering: Coolify did not answer; retrying"
-		s.after(r.jittered(transientRetry))
-		return nil
-	case err != nil:
+	stopped, err := r.stop(ctx, s, "Recovering")
+	if err != nil {
 		st.RecoveryAttempts++
 		st.Message = "Recovery failed: " + err.Error()
 		s.after(time.Duration(st.RecoveryAttempts) * transientRetry)
 		return nil //nolint:nilerr // counted and retried on our own schedule, not the error backoff
+	}
+	if !stopped {
+		return nil
 	}
 	st.DeploymentUUID, st.DeployingSince, st.SkippedRecoveries = "", nil, 0
 	r.describe(ctx, s, v1.SlotIdle, time.Time{})
