@@ -153,6 +153,19 @@ func finish(t *testing.T, bot *v1.Bot) {
 	})
 }
 
+// slotGone waits until this slot (by uid: the pool may replace it under the same name) is gone.
+func slotGone(t *testing.T, slot *v1.BotPoolSlot) {
+	t.Helper()
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		var now v1.BotPoolSlot
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(slot), &now)
+		if err == nil && now.UID == slot.UID {
+			return fmt.Errorf("slot %s still there", slot.Name)
+		}
+		return client.IgnoreNotFound(err)
+	})
+}
+
 // checkInvariants checks the design's invariants 1 and 2 on a namespace: no bot bound to two
 // slots, and no pool above maxSlots.
 func checkInvariants(t *testing.T, ns string) {
@@ -446,15 +459,7 @@ func TestDeletingASlotCleansCoolify(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc.botFails("evicted", string(v1.ReasonSlotLost))
-	kubetest.Eventually(t, 10*time.Second, func() error {
-		// The pool replaces the slot under the same name: compare uids.
-		var now v1.BotPoolSlot
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(slot), &now)
-		if err == nil && now.UID == slot.UID {
-			return fmt.Errorf("slot still there")
-		}
-		return client.IgnoreNotFound(err)
-	})
+	slotGone(t, slot)
 	step(11 * time.Second)
 	if _, ok := sc.sim.App(slot.Status.ApplicationUUID); ok {
 		t.Error("the deleted slot's application still exists in Coolify")
@@ -605,14 +610,7 @@ func TestSlotDeletionWithoutCredentials(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), slot); err != nil {
 		t.Fatal(err)
 	}
-	kubetest.Eventually(t, 10*time.Second, func() error {
-		var now v1.BotPoolSlot
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(slot), &now)
-		if err == nil && now.UID == slot.UID {
-			return fmt.Errorf("slot still there")
-		}
-		return client.IgnoreNotFound(err)
-	})
+	slotGone(t, slot)
 	step(11 * time.Second)
 	if _, ok := sc.sim.App(slot.Status.ApplicationUUID); ok {
 		t.Error("the application was not deleted with the last known client")
@@ -645,12 +643,5 @@ func TestSlotDeletionBlockedUntilAnnotated(t *testing.T) {
 		held.Annotations = map[string]string{AnnotationOrphanApplication: "true"}
 		return env.Client.Update(ctx, &held)
 	})
-	kubetest.Eventually(t, 10*time.Second, func() error {
-		var now v1.BotPoolSlot
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(&slot), &now)
-		if err == nil && now.UID == slot.UID {
-			return fmt.Errorf("annotated slot still there")
-		}
-		return client.IgnoreNotFound(err)
-	})
+	slotGone(t, &slot)
 }
