@@ -83,6 +83,31 @@ helm-lint: $(HELM) ## Lint the Helm chart with default and non-default values.
 	$(HELM) lint charts/botpool --strict --kube-version v$(KUBE_VERSION)
 	$(HELM) lint charts/botpool --strict --kube-version v$(KUBE_VERSION) -f charts/botpool/testdata/nondefault-values.yaml
 
+##@ Demo, benchmarks and soak
+
+.PHONY: demo
+demo: build ## Run the whole system locally: control plane, Postgres, Coolify simulator, the operator and a burst of Bots (Ctrl-C cleans up).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./cmd/demo --manager bin/manager $(DEMO_ARGS)
+
+# The end-to-end benchmarks print their figures next to the targets; docs/benchmarks.md records them.
+BENCH_FLAGS ?= -run '^$$' -benchtime 1x -count 1 -timeout 60m
+
+.PHONY: bench
+bench: ## Run the benchmarks (envtest, simulator, real Postgres) and print the figures against their targets.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench . ./bench/
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench CoolifyTraffic ./controllers/
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench Heartbeats ./botapi/
+
+.PHONY: soak
+soak: ## Run the long soak and chaos test (hundreds of bots, faults, restarts); make test runs a short one.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" BOTPOOL_SOAK=long go test -run TestSoak -count=1 -timeout 60m -v ./controllers/
+
+MODELCHECK_STEPS ?= 1000000
+
+.PHONY: modelcheck
+modelcheck: ## Run the randomized model check for longer than make test does (MODELCHECK_STEPS steps).
+	BOTPOOL_MODELCHECK_STEPS=$(MODELCHECK_STEPS) go test -count=1 -timeout 60m -v ./internal/modelcheck/
+
 ##@ Build
 
 .PHONY: build
