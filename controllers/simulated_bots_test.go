@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,46 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/simbot"
 )
-
-// simulatedBot is what a bot image does, through the bot API only: it reads its config from
-// the environment Coolify gave its container, joins, beats, and reports its way to Done.
-func simulatedBot(c sim.Container) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl := botclient.New(c.Env["BOTPOOL_API_URL"], c.Env["POOL_SLOT_UUID"], c.Env["BOTPOOL_SLOT_TOKEN"], nil)
-	var cfg botclient.Config
-	for {
-		var err error
-		if cfg, err = cl.Config(ctx); err == nil {
-			break
-		}
-		if !errors.Is(err, botclient.ErrSlotFree) || ctx.Err() != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		time.Sleep(20 * time.Millisecond) // bound a moment ago: the cache catches up
-	}
-	for _, phase := range []string{botclient.PhaseJoiningCall, botclient.PhaseInCall} {
-		if _, err := cl.ReportStatus(ctx, cfg.Bot, botclient.StatusReport{Phase: phase}); err != nil {
-			return fmt.Errorf("%s: %w", phase, err)
-		}
-	}
-	for range 3 {
-		if hb, err := cl.Heartbeat(ctx, cfg.Bot); err != nil || hb.Action != botclient.ActionContinue {
-			return fmt.Errorf("heartbeat: %+v %w", hb, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for _, phase := range []string{botclient.PhaseCallEnded, botclient.PhaseDone} {
-		if _, err := cl.ReportStatus(ctx, cfg.Bot, botclient.StatusReport{Phase: phase}); err != nil {
-			return fmt.Errorf("%s: %w", phase, err)
-		}
-	}
-	return nil
-}
 
 // TestSimulatedBotsThroughTheBotAPI: containers that speak only the bot API take bots from
 // binding to Done, and the pool serves the queue with the slots they free.
@@ -57,8 +20,13 @@ func TestSimulatedBotsThroughTheBotAPI(t *testing.T) {
 	errs := make(chan error, 16)
 	cfg := sim.Config{Hooks: sim.Hooks{OnStart: func(c sim.Container) {
 		go func() {
-			if err := simulatedBot(c); err != nil {
-				errs <- fmt.Errorf("container of %s: %w", c.AppName, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// The operator runs on the suite's fake clock, the bot on real time: three quick
+			// beats during a short meeting, and a config poll that catches up with the cache.
+			b := simbot.Behaviour{MeetingLength: 25 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: 20 * time.Millisecond}
+			if res, err := simbot.Run(ctx, c, b); err != nil || res.Outcome != simbot.Finished {
+				errs <- fmt.Errorf("container of %s: %+v %w", c.AppName, res, err)
 			}
 		}()
 	}}}
