@@ -7,7 +7,18 @@
 # the cache and returns at once. Progress goes to stderr.
 #
 #   KUBEBUILDER_ASSETS=$(hack/envtest.sh) go test ./...
+#
+# With --kubectl it also builds kubectl of the same version into that directory (a few more
+# minutes the first time), for people who want to look at a local control plane, as after
+# `make demo`. Tests never need it, so it is not built by default.
 set -euo pipefail
+
+with_kubectl=false
+case "${1:-}" in
+  "") ;;
+  --kubectl) with_kubectl=true ;;
+  *) echo "usage: $0 [--kubectl]" >&2; exit 2 ;;
+esac
 
 KUBE_VERSION=${KUBE_VERSION:-1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
@@ -16,7 +27,8 @@ dest=$cache_root/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}
 
 log() { printf 'envtest: %s\n' "$*" >&2; }
 
-complete() { [ -x "$dest/kube-apiserver" ] && [ -x "$dest/etcd" ]; }
+control_plane() { [ -x "$dest/kube-apiserver" ] && [ -x "$dest/etcd" ]; }
+complete() { control_plane && { ! $with_kubectl || [ -x "$dest/kubectl" ]; }; }
 
 if complete; then
   echo "$dest"
@@ -38,26 +50,36 @@ export GOFLAGS=-mod=mod CGO_ENABLED=0 GOWORK=off
 
 # k8s.io/kubernetes requires every staging module at v0.0.0 and replaces them with paths inside
 # its own repository; a consumer has to pin each of them to the matching published v0.x.y.
-build_apiserver() {
-  local mod=$work/apiserver staging=0.${KUBE_VERSION#1.}
+# Writes that module into $1.
+kubernetes_module() {
+  local mod=$1 staging=0.${KUBE_VERSION#1.}
   mkdir -p "$mod"
   local gomod
   gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" |
     sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
   {
-    printf 'module botpool.dev/envtest/apiserver\n\ngo 1.26\n\nreplace (\n'
+    printf 'module botpool.dev/envtest/kubernetes\n\ngo 1.26\n\nreplace (\n'
     sed -n 's/^[[:space:]]*\(k8s\.io\/[a-z0-9-]*\) v0\.0\.0$/\1/p' "$gomod" | sort -u |
       while read -r m; do printf '\t%s => %s v%s\n' "$m" "$m" "$staging"; done
     printf ')\n'
   } >"$mod/go.mod"
-  log "building kube-apiserver v$KUBE_VERSION (staging v$staging); the first build takes about ten minutes"
+}
+
+# build_kube <command> <output>: one command of k8s.io/kubernetes, stamped with its version.
+build_kube() {
+  local cmd=$1 out=$2 mod=$work/kubernetes
+  [ -f "$mod/go.mod" ] || kubernetes_module "$mod"
+  log "building $cmd v$KUBE_VERSION; the first build takes several minutes"
   (cd "$mod" &&
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@v$KUBE_VERSION" >&2 &&
-    go build -trimpath -o "$work/out/kube-apiserver" \
+    go get "k8s.io/kubernetes/cmd/$cmd@v$KUBE_VERSION" >&2 &&
+    go build -trimpath -o "$out" \
       -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION \
         -X k8s.io/component-base/version.gitMajor=${KUBE_VERSION%%.*} \
-        -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
-      k8s.io/kubernetes/cmd/kube-apiserver)
+        -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2) \
+        -X k8s.io/client-go/pkg/version.gitVersion=v$KUBE_VERSION \
+        -X k8s.io/client-go/pkg/version.gitMajor=${KUBE_VERSION%%.*} \
+        -X k8s.io/client-go/pkg/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
+      "k8s.io/kubernetes/cmd/$cmd")
 }
 
 build_etcd() {
@@ -70,15 +92,26 @@ build_etcd() {
     go build -trimpath -o "$work/out/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3)
 }
 
-mkdir -p "$work/out"
-build_etcd
-build_apiserver
-"$work/out/kube-apiserver" --version >&2
-"$work/out/etcd" --version >&2
+if ! control_plane; then
+  mkdir -p "$work/out"
+  build_etcd
+  build_kube kube-apiserver "$work/out/kube-apiserver"
+  "$work/out/kube-apiserver" --version >&2
+  "$work/out/etcd" --version >&2
 
-# Publish atomically so an interrupted build never leaves a half-filled cache entry.
-rm -rf "$dest.tmp"
-mv "$work/out" "$dest.tmp"
-mv "$dest.tmp" "$dest"
-log "cached in $dest"
+  # Publish atomically so an interrupted build never leaves a half-filled cache entry.
+  rm -rf "$dest.tmp"
+  mv "$work/out" "$dest.tmp"
+  mv "$dest.tmp" "$dest"
+  log "cached in $dest"
+fi
+
+if $with_kubectl && [ ! -x "$dest/kubectl" ]; then
+  build_kube kubectl "$work/kubectl"
+  "$work/kubectl" version --client >&2
+  # The same rule for the added binary: it appears whole or not at all.
+  cp "$work/kubectl" "$dest/.kubectl.tmp"
+  mv "$dest/.kubectl.tmp" "$dest/kubectl"
+  log "kubectl cached in $dest"
+fi
 echo "$dest"
