@@ -62,7 +62,10 @@ type options struct {
 	coolifyRateLimit int
 	// scheduleLead is how long before its startTime a scheduled bot joins the queue.
 	scheduleLead time.Duration
-	zap          zap.Options
+	// pprofAddr serves net/http/pprof when set: for profiling (the benchmarks use it); off by
+	// default, as profiles expose the process's internals.
+	pprofAddr string
+	zap       zap.Options
 }
 
 func parseFlags(args []string) (options, error) {
@@ -70,6 +73,7 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("botpool", flag.ContinueOnError)
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the net/http/pprof endpoints (/debug/pprof/); empty disables them.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's namespace in a cluster.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 500, "Sustained requests per second to the Kubernetes API server.")
@@ -143,6 +147,7 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 		}},
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "botpool-manager.botpool.dev",
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
