@@ -87,6 +87,8 @@ func TestDefaults(t *testing.T) {
 		"--kube-api-qps=500",
 		"--kube-api-burst=1000",
 		"--max-concurrent-reconciles=8",
+		"--coolify-rate-limit=200",
+		"--schedule-lead=2m",
 		"--zap-log-level=info",
 		"--zap-encoder=json",
 	}
@@ -161,6 +163,7 @@ func TestNonDefaultValues(t *testing.T) {
 		"--metrics-bind-address=:9090", "--health-probe-bind-address=:9091", "--bot-api-bind-address=:9092",
 		"--bot-api-url=https://bots.example.com",
 		"--kube-api-qps=750.5", "--kube-api-burst=2000000", "--max-concurrent-reconciles=16",
+		"--coolify-rate-limit=150", "--schedule-lead=5m30s",
 		"--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 	} {
 		if !slices.Contains(c.Args, arg) {
@@ -360,6 +363,9 @@ func TestRejected(t *testing.T) {
 		{"service type", "botApi:\n  service:\n    type: ExternalName\n", nil, []string{"/botApi/service/type"}},
 		{"port", "containerPorts:\n  botApi: 70000\n", nil, []string{"/containerPorts/botApi"}},
 		{"zero QPS", "kubeAPIQPS: 0\n", nil, []string{"/kubeAPIQPS"}},
+		{"zero Coolify rate limit", "coolifyRateLimit: 0\n", nil, []string{"/coolifyRateLimit"}},
+		{"schedule lead without a unit", "scheduleLead: 120\n", nil, []string{"/scheduleLead"}},
+		{"schedule lead in words", "scheduleLead: 2 minutes\n", nil, []string{"/scheduleLead"}},
 		{"PDB minAvailable", "podDisruptionBudget:\n  minAvailable: half\n", nil, []string{"/podDisruptionBudget/minAvailable"}},
 		{"scrape interval", "metrics:\n  serviceMonitor:\n    interval: 30\n", nil, []string{"/metrics/serviceMonitor/interval"}},
 		{"replicas without leader election", "replicaCount: 2\nleaderElection:\n  enabled: false\ndatabase:\n  existingSecret: pg\n", nil,
