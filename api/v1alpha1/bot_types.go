@@ -223,7 +223,7 @@ type BotStatus struct {
 	// +kubebuilder:validation:MaxLength=2048
 	RecordingLocation string `json:"recordingLocation,omitempty"`
 
-	// Conditions: Ready, Bound, Alive, Reconciling, Stalled.
+	// Conditions: Ready, Bound, Alive.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
