@@ -140,6 +140,8 @@ type slotScope struct {
 
 	transitions []store.Transition
 	requeue     time.Duration
+	// stalled is set when this pass found a problem only a person can fix.
+	stalled bool
 }
 
 func (s *slotScope) after(d time.Duration) {
@@ -173,6 +175,17 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	s := &slotScope{slot: slot}
 	before := slot.DeepCopy()
 	defer func() {
+		if err != nil {
+			if reason, ok := needsPerson(err); ok {
+				r.setStalled(s, reason, err.Error())
+				r.Recorder.Eventf(slot, nil, corev1.EventTypeWarning, reason, "Stalled", "%s", err.Error())
+				s.after(stalledRetry)
+				err = nil
+			}
+		}
+		if !s.stalled && err == nil {
+			meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
+		}
 		setSlotConditions(slot)
 		if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
 			slot.Status.ObservedGeneration = slot.Generation
@@ -199,11 +212,10 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if !slot.DeletionTimestamp.IsZero() {
 			return ctrl.Result{}, r.deleteUnreachable(ctx, s, err)
 		}
-		r.setStalled(s, err)
+		r.setStalled(s, unreachableReason(err), "Cannot reach Coolify: see the pool's conditions")
 		s.after(stalledRetry)
 		return ctrl.Result{}, nil
 	}
-	meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
 	if !slot.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
@@ -228,20 +240,57 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return ctrl.Result{}, nil
 }
 
-// setStalled reports that the slot cannot reach Coolify: a missing pool or credentials a
-// person must fix. Nothing else changes until it can.
-func (r *BotPoolSlotReconciler) setStalled(s *slotScope, err error) {
-	reason := v1.ReasonCoolifyUnreachable
+// setStalled reports a problem only a person can fix: nothing else changes until they do,
+// and the slot looks again every stalledRetry.
+func (r *BotPoolSlotReconciler) setStalled(s *slotScope, reason, msg string) {
+	s.stalled = true
+	meta.SetStatusCondition(&s.slot.Status.Conditions, metav1.Condition{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
+		Reason: reason, Message: msg, ObservedGeneration: s.slot.Generation})
+}
+
+// unreachableReason says why the slot has no Coolify client: a missing pool or credentials.
+func unreachableReason(err error) string {
 	switch {
 	case apierrors.IsNotFound(err):
-		reason = "PoolNotFound"
+		return string(v1.ReasonPoolNotFound)
 	case errors.Is(err, errCredentialsNotFound):
-		reason = v1.ReasonCredentialsNotFound
+		return v1.ReasonCredentialsNotFound
 	case errors.Is(err, errCredentialsInvalid):
-		reason = v1.ReasonCredentialsInvalid
+		return v1.ReasonCredentialsInvalid
 	}
-	meta.SetStatusCondition(&s.slot.Status.Conditions, metav1.Condition{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
-		Reason: reason, Message: "Cannot reach Coolify: see the pool's conditions", ObservedGeneration: s.slot.Generation})
+	return v1.ReasonCoolifyUnreachable
+}
+
+// Reasons of a Stalled slot besides the pool's credential reasons.
+const (
+	// reasonRequestRefused: Coolify refused the request as invalid (422/400), e.g. resources
+	// or an env variable its validation rejects.
+	reasonRequestRefused = "RequestRefused"
+	// reasonSlotEnvNotFound: the pool's slotEnvFrom Secret does not exist.
+	reasonSlotEnvNotFound = "SlotEnvSecretNotFound"
+)
+
+// errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
+var errSlotEnvNotFound = errors.New("Secret not found")
+
+// needsPerson reports whether a failed step will fail the same way until someone changes
+// something (the token's abilities, Coolify's settings, the pool's Secret), and the reason to
+// show. Retrying those with the error backoff would only fill the log: they are retried
+// slowly, and said once as a condition and an event.
+func needsPerson(err error) (reason string, ok bool) {
+	switch {
+	case errors.Is(err, coolify.ErrUnauthorized):
+		return v1.ReasonCredentialsRejected, true
+	case errors.Is(err, coolify.ErrAPIDisabled):
+		return v1.ReasonAPIDisabled, true
+	case errors.Is(err, coolify.ErrForbidden):
+		return v1.ReasonPermissionDenied, true
+	case errors.Is(err, coolify.ErrValidation), errors.Is(err, coolify.ErrBadRequest):
+		return reasonRequestRefused, true
+	case errors.Is(err, errSlotEnvNotFound):
+		return reasonSlotEnvNotFound, true
+	}
+	return "", false
 }
 
 // setSlotConditions derives Ready and Reconciling from the phase (kstatus): Ready while the

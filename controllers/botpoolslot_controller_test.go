@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -644,4 +648,71 @@ func TestSlotDeletionBlockedUntilAnnotated(t *testing.T) {
 		return env.Client.Update(ctx, &held)
 	})
 	slotGone(t, &slot)
+}
+
+// TestSlotStallsOnWhatOnlyAPersonCanFix: a missing slotEnvFrom Secret and a token Coolify
+// refuses stop the slot with Stalled and the reason, retried slowly instead of in a loop; once
+// the cause is fixed the slot goes on by itself.
+func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
+	ctx := context.Background()
+	sc := newScenario(t, "stalls", sim.Config{}, func(p *v1.BotPool) {
+		p.Spec.SlotEnvFrom = &v1.SecretReference{Name: "bot-env"}
+	})
+	stalledFor := func(reason string) func(*v1.BotPoolSlot) bool {
+		return func(s *v1.BotPoolSlot) bool {
+			c := meta.FindStatusCondition(s.Status.Conditions, v1.ConditionStalled)
+			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason
+		}
+	}
+	sc.slot("Stalled "+reasonSlotEnvNotFound, stalledFor(reasonSlotEnvNotFound))
+	if err := env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "bot-env"},
+		StringData: map[string]string{"LOG_LEVEL": "debug"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sc.nudge() // a stalled slot looks again every stalledRetry of real time: do not wait for it
+	idle := sc.phase(v1.SlotIdle)
+	if meta.FindStatusCondition(idle.Status.Conditions, v1.ConditionStalled) != nil {
+		t.Errorf("an Idle slot still says Stalled: %+v", idle.Status.Conditions)
+	}
+	app, _ := sc.sim.App(idle.Status.ApplicationUUID)
+	if app.Env["LOG_LEVEL"] != "debug" {
+		t.Errorf("the application's env lacks the Secret's keys: %v", app.Env)
+	}
+
+	// A token without the deploy ability: Coolify answers 403 to every deploy.
+	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{Burst: 1 << 20, BurstCode: 403})
+	bot := newBot(t, sc.ns, "refused", sc.pool.Name)
+	sc.slot("Stalled "+v1.ReasonPermissionDenied, stalledFor(v1.ReasonPermissionDenied))
+	deploys := func() (n int) {
+		for _, r := range sc.sim.Requests() {
+			if r.Op == "deploy-by-tag-or-uuid" {
+				n++
+			}
+		}
+		return n
+	}
+	before := deploys()
+	time.Sleep(500 * time.Millisecond) // the error backoff would have tried several times by now
+	if n := deploys() - before; n > 0 {
+		t.Errorf("%d deploys tried again within half a second of stalling, want none before stalledRetry", n)
+	}
+	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{})
+	sc.nudge()
+	sc.phase(v1.SlotDeploying)
+	if b := sc.bot(bot.Name); b.Status.Phase.Terminal() {
+		t.Errorf("the bot failed while its slot waited for a person: %s", b.Status.Reason)
+	}
+}
+
+// nudge makes the slot controller look at the scenario's slot now, as any change to it would.
+func (sc *scenario) nudge() {
+	sc.t.Helper()
+	for _, slot := range listSlots(sc.t, sc.ns) {
+		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"test.botpool.dev/nudge":%q}}}`, clk.Now().String()+time.Now().String())))
+		if err := env.Client.Patch(context.Background(), &slot, patch); err != nil {
+			sc.t.Fatal(err)
+		}
+	}
 }

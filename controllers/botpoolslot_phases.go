@@ -124,6 +124,9 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 	if ref := s.pool.Spec.SlotEnvFrom; ref != nil {
 		var secret corev1.Secret
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, &secret); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("the pool's slotEnvFrom Secret %s: %w", ref.Name, errSlotEnvNotFound)
+			}
 			return nil, fmt.Errorf("slotEnvFrom Secret %s: %w", ref.Name, err)
 		}
 		for k, v := range secret.Data {
@@ -149,7 +152,15 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 // idle starts a deployment for a newly bound bot, within the pool's deployment budget; a free
 // slot only checks now and then that its application still exists.
 func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
+	st := &s.slot.Status
 	if s.bot == nil {
+		if st.DeployingSince != nil {
+			// A deploy request for a bot that let go since failed, maybe after Coolify had
+			// queued it: cancel and stop what it may have started.
+			r.cancelDeployment(ctx, s)
+			r.moveTo(s, v1.SlotReleasing, "", "The bot let go before its deployment was confirmed")
+			return r.releasing(ctx, s)
+		}
 		return r.checkApp(ctx, s, "")
 	}
 	if !r.Gate.Admit(s.pool, s.slot.Name, r.deployingSlots(ctx, s), r.imageWarm(ctx, s)) {
@@ -159,8 +170,28 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		s.after(r.jittered(r.gateRetry()))
 		return nil
 	}
-	st := &s.slot.Status
 	now := r.Clock.Now()
+	// A deploy request may have happened without its answer: the last one failed, maybe after
+	// Coolify queued it (a proxy timing out), or the process before this one bound the slot and
+	// may have deployed before it could record it. A deployment since then is this bot's;
+	// deploying again would restart its container once it runs, killing the bot mid-call.
+	maybe := st.DeployingSince
+	if maybe == nil && st.PhaseSince != nil && st.PhaseSince.Before(&metav1.Time{Time: r.started}) {
+		maybe = st.PhaseSince
+	}
+	if maybe != nil {
+		dep, err := r.deploymentSince(ctx, s, maybe.Time)
+		if err != nil {
+			r.Gate.Done(s.pool, s.slot.Name, false)
+			return fmt.Errorf("looking for a deployment requested without an answer: %w", err)
+		}
+		if dep != nil {
+			st.DeploymentUUID, st.SkippedRecoveries = dep.DeploymentUUID, 0
+			r.moveTo(s, v1.SlotDeploying, "", "Deploying bot "+s.bot.Name+" (deployment "+dep.DeploymentUUID+", requested before without an answer)")
+			s.after(r.jittered(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)))
+			return nil
+		}
+	}
 	r.describe(ctx, s, v1.SlotDeploying, now)
 	res, err := s.api.Deploy(ctx, st.ApplicationUUID)
 	var apiErr *coolify.APIError
@@ -179,6 +210,11 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		return nil
 	case err != nil:
 		r.Gate.Done(s.pool, s.slot.Name, false)
+		if st.DeployingSince == nil {
+			// A 5xx may come after the deployment was queued: the next attempt looks for it
+			// before deploying again (see above).
+			st.DeployingSince = &metav1.Time{Time: now}
+		}
 		return fmt.Errorf("deploying: %w", err)
 	}
 	st.DeploymentUUID = res.DeploymentUUID // empty when Coolify de-duplicated: found by the first poll
@@ -348,6 +384,21 @@ func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope
 		}
 	}
 	st.DeploymentUUID = deps[0].DeploymentUUID
+	return &deps[0], nil
+}
+
+// deploymentSince returns the application's newest deployment if it was created at or after
+// since (to the second: Coolify's timestamps may be coarser than ours), else nil. A cancelled
+// one is never the answer: only a bot that let go has its deployment cancelled.
+func (r *BotPoolSlotReconciler) deploymentSince(ctx context.Context, s *slotScope, since time.Time) (*coolify.Deployment, error) {
+	_, deps, err := s.api.ListApplicationDeployments(ctx, s.slot.Status.ApplicationUUID, 0, 1)
+	if err != nil || len(deps) == 0 || deps[0].Status == coolify.DeploymentCancelled {
+		return nil, err
+	}
+	created, perr := time.Parse(time.RFC3339, deps[0].CreatedAt)
+	if perr != nil || created.Before(since.Truncate(time.Second)) {
+		return nil, nil //nolint:nilerr // no usable timestamp: none found, as before the lookup existed
+	}
 	return &deps[0], nil
 }
 
