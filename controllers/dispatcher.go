@@ -163,8 +163,7 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot
 	}
 	var free []*v1.BotPoolSlot
 	for i := range slots.Items {
-		s := &slots.Items[i]
-		if s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() {
+		if s := &slots.Items[i]; isFree(s) {
 			free = append(free, s)
 		}
 	}
@@ -275,6 +274,11 @@ var slotFreed = predicate.Funcs{
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
 
+// isFree reports whether a slot can take a bot: Idle, unbound, not going away, and without a
+// deploy request of an earlier binding that may have reached Coolify unanswered
+// (status.deployingSince on an Idle slot). The slot cancels that and stops its container
+// first; a bot bound before would take that deployment for its own, and turn Busy on a
+// container that was never started for it.
 func isFree(s *v1.BotPoolSlot) bool {
-	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero()
+	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() && s.Status.DeployingSince == nil
 }
