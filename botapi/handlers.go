@@ -130,7 +130,8 @@ func (s *Server) actionFor(bot *v1.Bot) botclient.Action {
 }
 
 // boundBot authenticates the calling slot, decodes the body into v (at most limit bytes) and
-// returns the bot named in the path, which must be the one bound to the slot.
+// returns the bot named in the path, which must be the one bound to the slot: a copy of its own,
+// which the caller may change (a status patch does).
 func (s *Server) boundBot(r *http.Request, limit int64, v any) (*v1.Bot, error) {
 	slot, err := s.authenticate(r)
 	if err != nil {
@@ -147,7 +148,7 @@ func (s *Server) boundBot(r *http.Request, limit int64, v any) (*v1.Bot, error) 
 	if rel != bound {
 		return nil, forbidden(name)
 	}
-	return bot, nil
+	return bot.DeepCopy(), nil
 }
 
 // handleStatus validates a reported phase against the Bot's and patches it into its status.
