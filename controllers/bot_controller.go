@@ -38,6 +38,11 @@ const (
 // noPoolRetry: a bot without a matching pool looks again this often (pools are watched too).
 const noPoolRetry = time.Minute
 
+// aliveRecheck: a running bot that is not Alive is looked at this often, one heartbeat
+// interval of the bot API, so its next beat makes it Alive within one beat (beats reach the
+// store, never the API server: nothing else brings the bot back here).
+const aliveRecheck = 10 * time.Second
+
 // botFinalizer holds a deleted Bot until its container had its leaveGracePeriod to leave the
 // meeting and its slot is released.
 const botFinalizer = "botpool.dev/slot"
@@ -252,7 +257,7 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{bot.UID})
 	if err != nil {
 		alive(metav1.ConditionUnknown, reasonStoreNoData, "The liveness store cannot answer; nobody is failed meanwhile")
-		return ctrl.Result{RequeueAfter: grace}
+		return ctrl.Result{RequeueAfter: min(grace, aliveRecheck)}
 	}
 	last, beat := beats[bot.UID]
 	since := st.StartedAt.Time
@@ -283,7 +288,11 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 		alive(metav1.ConditionTrue, reasonBeating, "Heartbeats arrive")
 	}
 	// Look again when the next rule could fire; no status write unless something flips.
-	return ctrl.Result{RequeueAfter: max(min(grace, timeout-silent), time.Second)}
+	next := min(grace, timeout-silent)
+	if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c.Status != metav1.ConditionTrue {
+		next = min(next, aliveRecheck)
+	}
+	return ctrl.Result{RequeueAfter: max(next, time.Second)}
 }
 
 // project writes the bot's projection row; a store outage buffers it.
