@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// output collects a process's stdout line by line and lets a test wait for a line.
+type output struct {
+	mu    sync.Mutex
+	lines []string
+	more  chan struct{}
+}
+
+func (o *output) read(sc *bufio.Scanner) {
+	for sc.Scan() {
+		o.mu.Lock()
+		o.lines = append(o.lines, sc.Text())
+		close(o.more)
+		o.more = make(chan struct{})
+		o.mu.Unlock()
+	}
+}
+
+func (o *output) text() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return strings.Join(o.lines, "\n")
+}
+
+// waitFor waits until a line matches re and returns its submatches.
+func (o *output) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration, exited <-chan struct{}) []string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		o.mu.Lock()
+		for _, l := range o.lines {
+			if m := re.FindStringSubmatch(l); m != nil {
+				o.mu.Unlock()
+				return m
+			}
+		}
+		more := o.more
+		o.mu.Unlock()
+		select {
+		case <-more:
+		case <-exited:
+			t.Fatalf("the demo exited before printing /%s/; its output:\n%s", re, o.text())
+		case <-deadline:
+			t.Fatalf("no line matching /%s/ within %s; the output so far:\n%s", re, timeout, o.text())
+		}
+	}
+}
+
+// TestDemoEndToEnd runs the demo binary as a person would, in a short configuration with the
+// default faults, checks what it left running through its kubeconfig, then stops it with
+// Ctrl-C (SIGINT) and checks that nothing is left.
+func TestDemoEndToEnd(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard()) // the test's own client has nothing to log
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with `make test`, or export KUBEBUILDER_ASSETS=$(hack/envtest.sh)")
+	}
+	bin := t.TempDir()
+	// The flags of `make build`, so both binaries come from the build cache it fills.
+	build := func(out, pkg string) {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(bin, out), pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	build("manager", "botpool.dev/botpool")
+	build("demo", "botpool.dev/botpool/cmd/demo")
+
+	const bots = 5
+	dir := filepath.Join(t.TempDir(), "demo")
+	cmd := exec.Command(filepath.Join(bin, "demo"),
+		"--manager", filepath.Join(bin, "manager"), "--dir", dir,
+		"--bots", strconv.Itoa(bots), "--max-slots", "3", "--min-idle", "2", "--speed", "100",
+		"--meeting-min", "4s", "--meeting-max", "8s", "--schedule-in", "6s", "--schedule-lead", "3s",
+		"--build-kubectl=false", "--timeout", "3m")
+	cmd.Dir = filepath.Join("..", "..") // the repository root, where make demo runs it
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := &output{more: make(chan struct{})}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		out.read(bufio.NewScanner(stdout))
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGINT)
+			<-exited
+		}
+	})
+
+	pid := out.waitFor(t, regexp.MustCompile(`operator pid (\d+),`), 2*time.Minute, exited)[1]
+	out.waitFor(t, regexp.MustCompile(`^Press Ctrl-C to stop everything and remove `), 3*time.Minute, exited)
+	summary := out.text()
+	kubeconfig := out.waitFor(t, regexp.MustCompile(`export KUBECONFIG=(\S+)`), time.Second, exited)[1]
+
+	t.Logf("the demo's output up to the summary:\n%s", summary)
+	c, server := clientFor(t, kubeconfig)
+	fatal := checkBots(t, c, bots+1, summary)
+	checkSummary(t, summary, bots+1, fatal)
+	checkSlotsReturn(t, c)
+	if kubectl := filepath.Join(assets, "kubectl"); fileExists(kubectl) {
+		checkKubectl(t, kubectl, kubeconfig)
+	}
+
+	// Ctrl-C: everything stops and the directory goes.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("the demo was still running a minute after SIGINT; output:\n%s", out.text())
+	}
+	if waitErr != nil {
+		t.Errorf("the demo exited with %v after SIGINT; stderr:\n%s", waitErr, stderr.String())
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the demo directory %s is still there after Ctrl-C (stat: %v)", dir, err)
+	}
+	n, _ := strconv.Atoi(pid)
+	if err := syscall.Kill(n, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the operator (pid %d) still exists after Ctrl-C (kill -0: %v)", n, err)
+	}
+	if err := c.List(context.Background(), &v1.BotList{}); err == nil {
+		t.Errorf("the API server at %s still answers after Ctrl-C", server)
+	}
+}
+
+func clientFor(t *testing.T, kubeconfig string) (client.Client, string) {
+	t.Helper()
+	b, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = 5 * time.Second
+	scheme := k8sruntime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(scheme))
+	utilruntime.Must(v1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cfg.Host
+}
+
+// checkBots: every bot finished; each Fatal one is a bot the summary names as hit by an
+// injected fault, with that fault's reason; the injected pull failure always hits one.
+// It returns the number of Fatal bots.
+func checkBots(t *testing.T, c client.Client, want int, summary string) int {
+	t.Helper()
+	var list v1.BotList
+	if err := c.List(context.Background(), &list, client.InNamespace(namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != want {
+		t.Fatalf("%d bots in the cluster, want %d", len(list.Items), want)
+	}
+	named := func(label string) string {
+		m := regexp.MustCompile(`(?m)^  ` + label + ` .*`).FindString(summary)
+		return m
+	}
+	pullLine, crashLine := named("pull failure"), named("crash")
+	fatal, pullFailed := 0, 0
+	for _, b := range list.Items {
+		switch b.Status.Phase {
+		case v1.BotDone:
+			if b.Status.StartedAt == nil || b.Status.FinishedAt == nil {
+				t.Errorf("bot %s is Done without startedAt/finishedAt: %+v", b.Name, b.Status)
+			}
+		case v1.BotFatal:
+			fatal++
+			var line string
+			switch b.Status.Reason {
+			case v1.ReasonDeploymentFailed:
+				pullFailed++
+				line = pullLine
+			case v1.ReasonHeartbeatTimeout:
+				line = crashLine
+			default:
+				t.Errorf("bot %s failed with %s (%s), which no injected fault explains", b.Name, b.Status.Reason, b.Status.Message)
+				continue
+			}
+			if !regexp.MustCompile(`\b` + regexp.QuoteMeta(b.Name) + `\b`).MatchString(line) {
+				t.Errorf("bot %s failed with %s, but the summary does not name it: %q", b.Name, b.Status.Reason, line)
+			}
+		default:
+			t.Errorf("bot %s is %s after the summary, want Done or Fatal", b.Name, b.Status.Phase)
+		}
+	}
+	if pullFailed != 1 {
+		t.Errorf("%d bots failed with DeploymentFailed, want exactly the one the injected pull failure hits", pullFailed)
+	}
+	return fatal
+}
+
+func checkSummary(t *testing.T, summary string, bots, fatal int) {
+	t.Helper()
+	head := regexp.MustCompile(`Summary: (\d+) bots in \S+ — (\d+) Done, (\d+) Fatal`).FindStringSubmatch(summary)
+	if head == nil {
+		t.Fatalf("no summary line in:\n%s", summary)
+	}
+	if head[1] != strconv.Itoa(bots) || head[2] != strconv.Itoa(bots-fatal) || head[3] != strconv.Itoa(fatal) {
+		t.Errorf("summary %q, want %d bots, %d Done, %d Fatal", head[0], bots, bots-fatal, fatal)
+	}
+	starts := regexp.MustCompile(`starts +(\d+) warm .*, (\d+) cold`).FindStringSubmatch(summary)
+	if starts == nil {
+		t.Fatalf("no warm/cold line in:\n%s", summary)
+	}
+	warm, _ := strconv.Atoi(starts[1])
+	cold, _ := strconv.Atoi(starts[2])
+	// The image starts uncached: the first deployment pulls it, the rest start warm. Every bot
+	// ran except the one whose pull failed.
+	if cold < 1 || warm < 1 || warm+cold != bots-1 {
+		t.Errorf("%d warm and %d cold starts, want at least one of each and %d in all:\n%s", warm, cold, bots-1, starts[0])
+	}
+	if !regexp.MustCompile(`recoveries +pool-google-meet-\d+: Error \(DeploymentFailed\) → Idle in`).MatchString(summary) {
+		t.Errorf("the summary does not show the recovery of the slot whose pull failed:\n%s", summary)
+	}
+	if !strings.Contains(summary, "every simulated bot got the answers it expected") {
+		t.Errorf("simulated bots met unexpected bot API answers:\n%s", summary)
+	}
+}
+
+// checkSlotsReturn: once every bot is finished, every slot goes back to Idle and free.
+func checkSlotsReturn(t *testing.T, c client.Client) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var slots v1.BotPoolSlotList
+		err := c.List(context.Background(), &slots, client.InNamespace(namespace))
+		var busy []string
+		for _, s := range slots.Items {
+			if s.Status.Phase != v1.SlotIdle || s.Spec.BotRef != nil {
+				busy = append(busy, fmt.Sprintf("%s %s bound=%v", s.Name, s.Status.Phase, s.Spec.BotRef != nil))
+			}
+		}
+		if err == nil && len(busy) == 0 && len(slots.Items) > 0 {
+			if len(slots.Items) > 3 {
+				t.Errorf("%d slots, more than maxSlots 3", len(slots.Items))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slots not all free and Idle 30s after the last bot finished: %v (%v)", busy, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func checkKubectl(t *testing.T, kubectl, kubeconfig string) {
+	t.Helper()
+	cmd := exec.Command(kubectl, "get", "bots,botpoolslots,botpools")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get: %v\n%s", err, b)
+	}
+	for _, want := range []string{"bot.botpool.dev/weekly-review", "botpoolslot.botpool.dev/pool-google-meet-001", "botpool.botpool.dev/meet"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("kubectl get bots,botpoolslots,botpools does not list %s:\n%s", want, b)
+		}
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

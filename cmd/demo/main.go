@@ -1,0 +1,130 @@
+// Command demo runs the whole botpool system on one machine, without Docker or a cluster: a
+// local control plane (kube-apiserver and etcd from the envtest cache), a throwaway Postgres,
+// the Coolify simulator with time-scaled pulls and a few injected faults, and the real operator
+// binary with its bot API. Simulated bots run in the simulator's containers and speak the bot
+// API. The demo applies a BotPool and a burst of Bots, shows their progress live, prints a
+// summary, and keeps everything running for kubectl until Ctrl-C, which removes it all.
+//
+//	make demo                     # or:
+//	KUBEBUILDER_ASSETS=$(hack/envtest.sh) go run ./cmd/demo --manager bin/manager
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// options are the demo's flags.
+type options struct {
+	bots         int
+	maxSlots     int
+	minIdle      int
+	speed        float64
+	meetMin      time.Duration
+	meetMax      time.Duration
+	scheduleIn   time.Duration
+	scheduleLead time.Duration
+	faults       string
+	exit         bool
+	dir          string
+	keep         bool
+	manager      string
+	seed         uint64
+	buildKubectl bool
+	timeout      time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.bots, "bots", 16, "Bots in the burst (plus one scheduled bot, see --schedule-in).")
+	fs.IntVar(&o.maxSlots, "max-slots", 5, "The pool's maxSlots: fewer than bots, so the burst queues.")
+	fs.IntVar(&o.minIdle, "min-idle", 2, "The pool's minIdle: slots kept warm before the burst arrives.")
+	fs.Float64Var(&o.speed, "speed", 30, "How much faster than a real Coolify the simulator runs: 30 turns a 7-minute image pull into 14s.")
+	fs.DurationVar(&o.meetMin, "meeting-min", 10*time.Second, "Shortest simulated meeting.")
+	fs.DurationVar(&o.meetMax, "meeting-max", 40*time.Second, "Longest simulated meeting.")
+	fs.DurationVar(&o.scheduleIn, "schedule-in", 40*time.Second, "Start time of the scheduled bot, from the burst; 0 leaves it out.")
+	fs.DurationVar(&o.scheduleLead, "schedule-lead", 10*time.Second, "The operator's --schedule-lead: how early a scheduled bot joins the queue.")
+	fs.StringVar(&o.faults, "faults", faultsAll, "Injected Coolify faults: all (transient errors, one failed pull, one crash), transient (only errors the operator retries), none.")
+	fs.BoolVar(&o.exit, "exit", false, "Stop and clean up after the summary instead of waiting for Ctrl-C (for CI).")
+	fs.StringVar(&o.dir, "dir", "", "Directory for the kubeconfig, logs and applied manifests; default a new temporary one. Removed at the end unless --keep.")
+	fs.BoolVar(&o.keep, "keep", false, "Keep the demo directory (logs, manifests) after stopping.")
+	fs.StringVar(&o.manager, "manager", "bin/manager", "The operator binary (make build).")
+	fs.Uint64Var(&o.seed, "seed", 1, "Seed of meeting lengths, meeting codes and fault timing.")
+	fs.BoolVar(&o.buildKubectl, "build-kubectl", true, "Build kubectl into the envtest cache in the background when it is missing (hack/envtest.sh --kubectl).")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up when the bots have not all finished by then.")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var errs []error
+	if o.bots < 1 {
+		errs = append(errs, fmt.Errorf("--bots must be at least 1, got %d", o.bots))
+	}
+	if o.maxSlots < 1 || o.minIdle < 0 || o.minIdle > o.maxSlots {
+		errs = append(errs, fmt.Errorf("want 0 <= --min-idle (%d) <= --max-slots (%d), and --max-slots >= 1", o.minIdle, o.maxSlots))
+	}
+	if o.speed <= 0 {
+		errs = append(errs, fmt.Errorf("--speed must be positive, got %v", o.speed))
+	}
+	if o.meetMin <= 0 || o.meetMax < o.meetMin {
+		errs = append(errs, fmt.Errorf("want 0 < --meeting-min (%s) <= --meeting-max (%s)", o.meetMin, o.meetMax))
+	}
+	if o.faults != faultsAll && o.faults != faultsTransient && o.faults != faultsNone {
+		errs = append(errs, fmt.Errorf("--faults must be %s, %s or %s, got %q", faultsAll, faultsTransient, faultsNone, o.faults))
+	}
+	if o.scheduleIn < 0 || o.scheduleLead < 0 {
+		errs = append(errs, errors.New("--schedule-in and --schedule-lead must not be negative"))
+	}
+	return o, errors.Join(errs...)
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	// The demo's own Kubernetes clients have nothing to say on the terminal; the operator's
+	// logs go to manager.log.
+	ctrllog.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	// The first Ctrl-C (or SIGTERM) stops the demo and cleans up; later ones only say that
+	// the cleanup runs, so a second impatient Ctrl-C cannot leave processes behind.
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-signals
+		fmt.Fprintln(os.Stderr, "\nStopping: the operator, the simulated bots, the control plane and Postgres…")
+		cancel()
+		for range signals {
+			fmt.Fprintln(os.Stderr, "Still cleaning up; it takes a few seconds.")
+		}
+	}()
+	err = run(ctx, o, os.Stdout, isTerminal(os.Stdout))
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb"
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify/sim"
+)
+
+// Start kinds: did the bot's deployment pull the image, or find it in the server's cache?
+const (
+	startWarm = "warm"
+	startCold = "cold"
+)
+
+// row is one bot of the summary.
+type row struct {
+	botRecord
+	start string // startWarm, startCold, or "" when it never deployed
+	// deployment is how long Coolify took for the bot's deployment (pull and start), without
+	// the wait at the deploy gate before it was requested; -1 when it did not finish.
+	deployment time.Duration
+}
+
+// report is the summary's numbers, kept apart from the printing so the test can check them.
+type report struct {
+	rows          []row
+	done, failed  int
+	reasons       map[v1.BotReason]int
+	warm, cold    []time.Duration // Coolify's deployment durations, per start kind
+	toBound       []time.Duration
+	queueWaits    []time.Duration
+	boundAtOnce   int
+	inversions    []string
+	recoveries    []string
+	retired       []string
+	requests      int
+	serverErrors  int
+	tooMany       int
+	pullFailed    []string // bots that failed on the injected pull failure
+	crashed       []string // bots whose container crashed
+	containerErrs []error
+	took          time.Duration
+}
+
+// classify finds, for each bot, the deployment that started it and whether the image was cached
+// then. The image is cached from the first deployment that finished; the operator lets the
+// first deployment of a cold image run alone, so every deployment requested before that moment
+// is the pull, every later one a cache hit.
+func classify(bots []botRecord, deps []sim.DeploymentInfo) []row {
+	var cachedAt time.Time
+	for _, d := range deps {
+		if d.Status == "finished" && (cachedAt.IsZero() || d.Finished.Before(cachedAt)) {
+			cachedAt = d.Finished
+		}
+	}
+	rows := make([]row, 0, len(bots))
+	for _, b := range bots {
+		r := row{botRecord: b, deployment: -1}
+		if b.app != "" && !b.bound.IsZero() {
+			// The bot's deployment is the one of its application requested closest to its binding.
+			var best *sim.DeploymentInfo
+			for i := range deps {
+				d := &deps[i]
+				if d.AppUUID == b.app && (best == nil || absDur(d.Created.Sub(b.bound)) < absDur(best.Created.Sub(b.bound))) {
+					best = d
+				}
+			}
+			if best != nil {
+				if best.Status == "finished" {
+					r.deployment = best.Finished.Sub(best.Created)
+				}
+				r.start = startWarm
+				if cachedAt.IsZero() || best.Created.Before(cachedAt) {
+					r.start = startCold
+				}
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error, took time.Duration) report {
+	rp := report{rows: classify(bots, f.sim.Deployments()), reasons: map[v1.BotReason]int{}, containerErrs: failures, took: took}
+	for _, r := range rp.rows {
+		switch r.phase {
+		case v1.BotDone:
+			rp.done++
+		case v1.BotFatal:
+			rp.failed++
+			rp.reasons[r.reason]++
+			if r.reason == v1.ReasonDeploymentFailed {
+				rp.pullFailed = append(rp.pullFailed, r.name)
+			}
+		}
+		if !r.bound.IsZero() && !r.asked.IsZero() {
+			rp.toBound = append(rp.toBound, r.bound.Sub(r.asked))
+			if r.queued.IsZero() || r.bound.Sub(r.asked) < 500*time.Millisecond {
+				rp.boundAtOnce++
+			} else {
+				rp.queueWaits = append(rp.queueWaits, r.bound.Sub(r.asked))
+			}
+		}
+		if !r.running.IsZero() && r.deployment >= 0 {
+			switch r.start {
+			case startWarm:
+				rp.warm = append(rp.warm, r.deployment)
+			case startCold:
+				rp.cold = append(rp.cold, r.deployment)
+			}
+		}
+	}
+	for _, c := range f.crashes() {
+		if name := botOfApp(bots, c.app, c.at); name != "" {
+			rp.crashed = append(rp.crashed, name)
+		}
+	}
+	rp.inversions = inversions(bots)
+	for _, s := range slots {
+		for i, reason := range s.errors {
+			what := fmt.Sprintf("%s: Error (%s)", s.name, reason)
+			if i < len(s.recovery) {
+				what += fmt.Sprintf(" → Idle in %s", seconds(s.recovery[i]))
+			}
+			rp.recoveries = append(rp.recoveries, what)
+		}
+		if s.deleted {
+			rp.retired = append(rp.retired, s.name)
+		}
+	}
+	sort.Strings(rp.recoveries)
+	rp.requests, rp.serverErrors, rp.tooMany = f.coolifyErrors()
+	return rp
+}
+
+// inversions finds pairs served against the queue order: a bot bound while one of higher
+// priority had been queued for more than a second (the margin absorbs the lag between a slot's
+// binding and the bot's status that mirrors it).
+func inversions(bots []botRecord) []string {
+	var out []string
+	for _, hi := range bots {
+		if hi.queued.IsZero() {
+			continue
+		}
+		for _, lo := range bots {
+			if lo.priority >= hi.priority || lo.bound.IsZero() {
+				continue
+			}
+			// hi was still waiting when lo got its slot.
+			waiting := hi.bound.After(lo.bound) || hi.bound.IsZero() && (hi.finished.IsZero() || hi.finished.After(lo.bound))
+			if waiting && hi.queued.Before(lo.bound.Add(-time.Second)) {
+				out = append(out, fmt.Sprintf("%s (priority %d) before %s (priority %d)", lo.name, lo.priority, hi.name, hi.priority))
+			}
+		}
+	}
+	return out
+}
+
+func (rp report) print(out io.Writer) {
+	w := printer{out}
+	rows := slices.Clone(rp.rows)
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i].bound, rows[j].bound
+		if a.IsZero() != b.IsZero() {
+			return !a.IsZero()
+		}
+		return a.Before(b)
+	})
+	w.f("\nSummary: %d bots in %s — %d Done, %d Fatal\n\n", len(rows), rp.took.Round(time.Second), rp.done, rp.failed)
+	w.f("%-22s %5s  %-22s %5s %8s %8s %8s %8s  %s\n", "BOT (in binding order)", "PRIO", "SLOT", "START", "→BOUND", "DEPLOY", "→RUNNING", "RAN", "RESULT")
+	for _, r := range rows {
+		result := string(r.phase)
+		if r.phase == v1.BotFatal {
+			result += "/" + string(r.reason)
+		}
+		if r.scheduled {
+			result += " (scheduled)"
+		}
+		w.f("%-22s %5d  %-22s %5s %8s %8s %8s %8s  %s\n", r.name, r.priority, orDash(r.slot), orDash(r.start),
+			seconds(since(r.asked, r.bound)), seconds(since(r.bound, r.running)), seconds(since(r.asked, r.running)),
+			seconds(since(r.running, r.finished)), result)
+	}
+	w.f("\n→BOUND and →RUNNING count from when the bot asked for a slot (its creation; for a scheduled bot,\n" +
+		"the moment it left Scheduled), so →BOUND is its queue wait. DEPLOY is binding → running: a warm start,\n" +
+		"a cold pull, or a wait at the deploy gate behind one. RAN is its container's life until Done or Fatal.\n\n")
+
+	w.f("Totals\n")
+	w.f("  bots          %d Done, %d Fatal%s\n", rp.done, rp.failed, reasonList(rp.reasons))
+	w.f("  time to bound median %s, max %s; %d bound at once to a free slot, %d queued first\n",
+		seconds(median(rp.toBound)), seconds(maxOf(rp.toBound)), rp.boundAtOnce, len(rp.queueWaits))
+	w.f("  queue waits   median %s, max %s", seconds(median(rp.queueWaits)), seconds(maxOf(rp.queueWaits)))
+	if len(rp.inversions) == 0 {
+		w.f("; served by priority, then arrival (no inversion seen)\n")
+	} else {
+		w.f("; %d served out of priority order: %s\n", len(rp.inversions), strings.Join(rp.inversions, "; "))
+	}
+	w.f("  starts        %d warm (image cached, deployment median %s), %d cold (image pulled: %s)\n",
+		len(rp.warm), seconds(median(rp.warm)), len(rp.cold), durations(rp.cold))
+	if len(rp.recoveries) == 0 {
+		w.f("  recoveries    none needed\n")
+	} else {
+		w.f("  recoveries    %s\n", strings.Join(rp.recoveries, "; "))
+	}
+	if len(rp.retired) > 0 {
+		w.f("  retired slots %s\n", strings.Join(rp.retired, ", "))
+	}
+	w.f("  Coolify       %d requests; %d answered 5xx and %d answered 429 (injected or rate-limited), all retried\n",
+		rp.requests, rp.serverErrors, rp.tooMany)
+	if len(rp.pullFailed) > 0 {
+		w.f("  pull failure  the injected failed pull failed %s (DeploymentFailed); its slot went to Error and recovered\n", strings.Join(rp.pullFailed, ", "))
+	}
+	if len(rp.crashed) > 0 {
+		w.f("  crash         the container of %s crashed mid-meeting; without heartbeats the operator failed it (HeartbeatTimeout) and freed its slot\n", strings.Join(rp.crashed, ", "))
+	}
+	if len(rp.containerErrs) == 0 {
+		w.f("  bot API       every simulated bot got the answers it expected\n")
+	} else {
+		w.f("  bot API       %d simulated bots met unexpected answers:\n", len(rp.containerErrs))
+		for _, err := range rp.containerErrs {
+			w.f("                  %v\n", err)
+		}
+	}
+}
+
+func since(from, to time.Time) time.Duration {
+	if from.IsZero() || to.IsZero() {
+		return -1
+	}
+	return to.Sub(from)
+}
+
+func reasonList(m map[v1.BotReason]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	var parts []string
+	for r, n := range m {
+		parts = append(parts, fmt.Sprintf("%d %s", n, r))
+	}
+	sort.Strings(parts)
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return -1
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func maxOf(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return -1
+	}
+	return slices.Max(ds)
+}
+
+func durations(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = seconds(d)
+	}
+	return strings.Join(parts, ", ")
+}
