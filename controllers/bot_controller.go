@@ -15,10 +15,12 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -440,7 +442,9 @@ func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.Bot{}).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).
-		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingBots)).
+		// A new or changed pool may serve bots that found none; its status updates cannot,
+		// and each would list every bot of the namespace.
+		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingBots), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
 		Complete(r)
 }
@@ -456,7 +460,7 @@ func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
 // poolToWaitingBots wakes the bots of a namespace that have no pool yet.
 func (r *BotReconciler) poolToWaitingBots(ctx context.Context, o client.Object) []reconcile.Request {
 	var bots v1.BotList
-	if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace())); err != nil {
+	if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request

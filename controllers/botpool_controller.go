@@ -125,8 +125,8 @@ func (r *BotPoolReconciler) observe(ctx context.Context, s *poolScope) error {
 		return fmt.Errorf("listing slots: %w", err)
 	}
 	s.slots = slots.Items
-	var bots v1.BotList
-	if err := r.Client.List(ctx, &bots, client.InNamespace(s.pool.Namespace), client.MatchingFields{indexBotPool: s.pool.Name}); err != nil {
+	var bots v1.BotList // only counted: read from the cache without copying each bot
+	if err := r.Client.List(ctx, &bots, client.InNamespace(s.pool.Namespace), client.MatchingFields{indexBotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing bots: %w", err)
 	}
 	for i := range bots.Items {
@@ -330,11 +330,13 @@ func botToPool(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // botQueueChanged passes the bot events that can change a pool's demand: a bot that enters
-// or leaves a pool's queue.
+// or leaves a pool's queue. The phases a running bot reports (JoiningCall … Done) change no
+// pool's queue; passing them cost every pool and dispatcher a pass over all its bots per
+// report.
 var botQueueChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
-		return o.Status.Phase != n.Status.Phase || o.Status.Pool != n.Status.Pool
+		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.Status.Pool != n.Status.Pool
 	},
 }
 

@@ -227,8 +227,8 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 
 // deployingSlots names the pool's other slots the cache shows Deploying.
 func (r *BotPoolSlotReconciler) deployingSlots(ctx context.Context, s *slotScope) []string {
-	var slots v1.BotPoolSlotList
-	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}); err != nil {
+	var slots v1.BotPoolSlotList // read only: no copy of each slot
+	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	var names []string
@@ -244,8 +244,8 @@ func (r *BotPoolSlotReconciler) deployingSlots(ctx context.Context, s *slotScope
 // the pool runs it now (the gate also remembers every deployment that finished). A slot's
 // lastUsedAt proves nothing: a bot may have let go during a cold pull that never completed.
 func (r *BotPoolSlotReconciler) imageWarm(ctx context.Context, s *slotScope) bool {
-	var slots v1.BotPoolSlotList
-	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}); err != nil {
+	var slots v1.BotPoolSlotList // read only: no copy of each slot
+	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return false
 	}
 	for i := range slots.Items {

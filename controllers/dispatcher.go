@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -229,24 +230,31 @@ func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot
 }
 
 // updatePositions writes the queue positions that moved materially (see positionChanged),
-// with the wait the pool's observed drain rate predicts for each.
+// with the wait the pool's observed drain rate predicts for each. The writes go out
+// bindWorkers at a time: a wave holds its pool until they are done, and a slot freed
+// meanwhile waits for the next wave, so they must not take a round trip each.
 func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedName, queue []*v1.Bot) error {
 	per := d.perBinding(pool)
+	var g errgroup.Group
+	g.SetLimit(bindWorkers)
 	for i, b := range queue {
 		pos := int32(i + 1)
 		if !positionChanged(b.Status.QueuePosition, pos) {
 			continue
 		}
-		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		b.Status.QueuePosition = pos
-		if per > 0 {
-			b.Status.EstimatedWait = &metav1.Duration{Duration: (time.Duration(pos) * per).Round(time.Second)}
-		}
-		if err := d.Client.Status().Patch(ctx, b, patch); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return err
-		}
+		g.Go(func() error {
+			patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			b.Status.QueuePosition = pos
+			if per > 0 {
+				b.Status.EstimatedWait = &metav1.Duration{Duration: (time.Duration(pos) * per).Round(time.Second)}
+			}
+			if err := d.Client.Status().Patch(ctx, b, patch); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				return err
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 // SetupWithManager registers the dispatcher: a wave runs when a pool's slot turns free or a
