@@ -258,6 +258,17 @@ func checkSummary(t *testing.T, summary string, bots, fatal int) {
 	if cold < 1 || warm < 1 || warm+cold != bots-1 {
 		t.Errorf("%d warm and %d cold starts, want at least one of each and %d in all:\n%s", warm, cold, bots-1, starts[0])
 	}
+	got := regexp.MustCompile(`(\d+) found an idle slot, (\d+) got a new slot, (\d+) waited for a freed slot`).FindStringSubmatch(summary)
+	if got == nil {
+		t.Fatalf("no line on how bots got their slots in:\n%s", summary)
+	}
+	idle, _ := strconv.Atoi(got[1])
+	created, _ := strconv.Atoi(got[2])
+	freed, _ := strconv.Atoi(got[3])
+	// minIdle 2 keeps two slots warm for the burst; 6 bots on 3 slots must wait for some.
+	if idle+created+freed != bots || idle < 1 || freed < 1 {
+		t.Errorf("%q: want every bot counted once, at least one on an idle slot and one waiting for a freed one", got[0])
+	}
 	if !regexp.MustCompile(`recoveries +pool-google-meet-\d+: Error \(DeploymentFailed\) → Idle in`).MatchString(summary) {
 		t.Errorf("the summary does not show the recovery of the slot whose pull failed:\n%s", summary)
 	}

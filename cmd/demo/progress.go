@@ -142,7 +142,7 @@ func (v *view) table(w printer, f frame) {
 	if len(f.bots) == 0 {
 		return
 	}
-	w.f("%-22s %5s  %-12s %-22s %8s %8s\n", "BOT", "PRIO", "PHASE", "SLOT", "WAITED", "RUNNING")
+	w.f("%-22s %5s  %-24s %-22s %8s %8s\n", "BOT", "PRIO", "PHASE", "SLOT", "WAITED", "RUNNING")
 	rows, hidden := f.bots, 0
 	if len(rows) > maxRows {
 		rows = nil
@@ -163,7 +163,7 @@ func (v *view) table(w printer, f frame) {
 		if b.phase == v1.BotFatal {
 			phase += "/" + string(b.reason)
 		}
-		w.f("%-22s %5d  %-12s %-22s %8s %8s\n", b.name, b.priority, phase, orDash(b.slot),
+		w.f("%-22s %5d  %-24s %-22s %8s %8s\n", b.name, b.priority, phase, orDash(b.slot),
 			seconds(waited(b, now)), seconds(ran(b, now)))
 	}
 	if hidden > 0 {

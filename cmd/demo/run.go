@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,6 +22,12 @@ import (
 // namespace is where the demo applies everything: the kubeconfig's default, so plain
 // `kubectl get bots` finds the bots.
 const namespace = "default"
+
+// The bot image of the demo's pool; the simulator pulls nothing, but caches it by name.
+const (
+	botImage    = "ghcr.io/example/meeting-bot"
+	botImageTag = "1.4.2"
+)
 
 // Simulated Coolify durations before --speed divides them: a warm start of a couple of seconds
 // at the default speed, a cold pull of 14s (sim.DefaultColdPull is 7 minutes).
@@ -117,7 +124,9 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	}
 
 	pool := poolValues{CoolifyURL: coolify.URL, CoolifyToken: fixture.Token, ProjectUUID: fixture.ProjectUUID,
-		ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName, MaxSlots: o.maxSlots, MinIdle: o.minIdle, Speed: o.speed}
+		ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName, Image: botImage, ImageTag: botImageTag,
+		MaxSlots: o.maxSlots, MinIdle: o.minIdle, Speed: o.speed}
+	fs.image = botImage + ":" + botImageTag
 	if err := step("Applying the Coolify Secret and the BotPool", func() error {
 		doc, err := render(st.dir, "pool", pool)
 		if err != nil {
@@ -141,21 +150,10 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	if err := loop.warmUp(ctx); err != nil {
 		return err
 	}
-	image := "ghcr.io/example/meeting-bot:1.4.2"
-	fs.image = image
 	burstAt := time.Now()
-	bots := burst(o.bots, o.scheduleIn, rand.New(rand.NewPCG(o.seed, 0xb075)), burstAt)
-	for _, b := range bots {
-		doc, err := render(st.dir, "bot", b)
-		if err != nil {
-			return err
-		}
-		rec.created(b.Name, b.Priority, b.StartTime != "", time.Now())
-		if err := apply(ctx, st.client, st.scheme, namespace, doc); err != nil {
-			return err
-		}
+	if err := loop.applyBurst(ctx, burstAt); err != nil {
+		return err
 	}
-	loop.note = fmt.Sprintf("%d bots applied", len(bots))
 	if err := loop.untilDone(ctx); err != nil {
 		return err
 	}
@@ -164,17 +162,12 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	snapBots, snapSlots := rec.snapshot()
 	rp := newReport(snapBots, snapSlots, fs, ctrs.failures(), time.Since(burstAt))
 	rp.print(stdout)
-	if err := os.WriteFile(filepath.Join(st.dir, "summary.txt"), []byte(captured(rp.print)), 0o644); err != nil {
+	var summary strings.Builder
+	rp.print(&summary)
+	if err := os.WriteFile(filepath.Join(st.dir, "summary.txt"), []byte(summary.String()), 0o644); err != nil {
 		return err
 	}
-
-	out.f("\nThe control plane, the operator and the simulator keep running. Look around:\n\n")
-	out.f("  export KUBECONFIG=%s\n", st.kubeconfig)
-	out.f("  %s get bots,botpoolslots,botpools\n", kubectl.command())
-	if note := kubectl.note(); note != "" {
-		out.f("  (%s)\n", note)
-	}
-	out.f("\n  operator log: %s   bot containers: %s\n", st.managerLog, filepath.Join(st.dir, "bots.log"))
+	printNext(out, st, kubectl)
 	if o.exit {
 		return nil
 	}
@@ -206,15 +199,16 @@ func demoDir(o options) (string, error) {
 	return filepath.Abs(o.dir)
 }
 
-func captured(print func(io.Writer)) string {
-	var b writerBuffer
-	print(&b)
-	return string(b)
+// printNext tells how to look at what keeps running.
+func printNext(out printer, st *stack, kubectl *kubectlInfo) {
+	out.f("\nThe control plane, the operator and the simulator keep running. Look around:\n\n")
+	out.f("  export KUBECONFIG=%s\n", st.kubeconfig)
+	out.f("  %s get bots,botpoolslots,botpools\n", kubectl.command())
+	if note := kubectl.note(); note != "" {
+		out.f("  (%s)\n", note)
+	}
+	out.f("\n  operator log: %s   bot containers: %s\n", st.managerLog, filepath.Join(st.dir, "bots.log"))
 }
-
-type writerBuffer []byte
-
-func (b *writerBuffer) Write(p []byte) (int, error) { *b = append(*b, p...); return len(p), nil }
 
 // loop ticks once a second: it redraws the view and arms the faults.
 type loop struct {
@@ -269,6 +263,23 @@ func (l *loop) warmUp(ctx context.Context) error {
 		_, slots, _ := counts(f)
 		return slots[v1.SlotIdle] >= l.o.minIdle
 	})
+}
+
+// applyBurst applies the burst of bots (and the scheduled one), each from manifests/bot.yaml.
+func (l *loop) applyBurst(ctx context.Context, now time.Time) error {
+	bots := burst(l.o.bots, l.o.scheduleIn, rand.New(rand.NewPCG(l.o.seed, 0xb075)), now)
+	for _, b := range bots {
+		doc, err := render(l.st.dir, "bot", b)
+		if err != nil {
+			return err
+		}
+		l.rec.created(b.Name, b.Priority, b.StartTime != "", time.Now())
+		if err := apply(ctx, l.st.client, l.st.scheme, namespace, doc); err != nil {
+			return err
+		}
+	}
+	l.note = fmt.Sprintf("%d bots applied", len(bots))
+	return nil
 }
 
 // untilDone waits until every bot is Done or Fatal.

@@ -28,6 +28,7 @@ var manifests embed.FS
 type poolValues struct {
 	CoolifyURL, CoolifyToken                 string
 	ProjectUUID, ServerUUID, EnvironmentName string
+	Image, ImageTag                          string
 	MaxSlots, MinIdle                        int
 	Speed                                    float64
 }

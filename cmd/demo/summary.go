@@ -18,10 +18,18 @@ const (
 	startCold = "cold"
 )
 
+// How a bot got its slot.
+const (
+	slotWasIdle  = "idle"  // free and Idle when the bot asked: a warm slot (minIdle)
+	slotWasNew   = "new"   // created by the pool for the waiting bots
+	slotWasFreed = "freed" // released by another bot while this one waited
+)
+
 // row is one bot of the summary.
 type row struct {
 	botRecord
-	start string // startWarm, startCold, or "" when it never deployed
+	slotWas string
+	start   string // startWarm, startCold, or "" when it never deployed
 	// deployment is how long Coolify took for the bot's deployment (pull and start), without
 	// the wait at the deploy gate before it was requested; -1 when it did not finish.
 	deployment time.Duration
@@ -34,8 +42,8 @@ type report struct {
 	reasons       map[v1.BotReason]int
 	warm, cold    []time.Duration // Coolify's deployment durations, per start kind
 	toBound       []time.Duration
-	queueWaits    []time.Duration
-	boundAtOnce   int
+	queueWaits    []time.Duration // of the bots that waited for a slot to be freed
+	slotWas       map[string]int
 	inversions    []string
 	recoveries    []string
 	retired       []string
@@ -86,6 +94,23 @@ func classify(bots []botRecord, deps []sim.DeploymentInfo) []row {
 	return rows
 }
 
+// slotWas tells how the bot got its slot: another bot released it while this one waited, the
+// pool created it after the bot asked, or it was idle already.
+func slotWas(b botRecord, bots []botRecord, created map[string]time.Time) string {
+	if b.bound.IsZero() {
+		return ""
+	}
+	for _, o := range bots {
+		if o.name != b.name && o.slot == b.slot && !o.finished.IsZero() && o.finished.After(b.asked) && !o.finished.After(b.bound) {
+			return slotWasFreed
+		}
+	}
+	if c, ok := created[b.slot]; ok && c.After(b.asked) {
+		return slotWasNew
+	}
+	return slotWasIdle
+}
+
 func absDur(d time.Duration) time.Duration {
 	if d < 0 {
 		return -d
@@ -94,7 +119,15 @@ func absDur(d time.Duration) time.Duration {
 }
 
 func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error, took time.Duration) report {
-	rp := report{rows: classify(bots, f.sim.Deployments()), reasons: map[v1.BotReason]int{}, containerErrs: failures, took: took}
+	rp := report{rows: classify(bots, f.sim.Deployments()), reasons: map[v1.BotReason]int{}, slotWas: map[string]int{},
+		containerErrs: failures, took: took}
+	created := map[string]time.Time{}
+	for _, s := range slots {
+		created[s.name] = s.created
+	}
+	for i := range rp.rows {
+		rp.rows[i].slotWas = slotWas(rp.rows[i].botRecord, bots, created)
+	}
 	for _, r := range rp.rows {
 		switch r.phase {
 		case v1.BotDone:
@@ -108,9 +141,8 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 		}
 		if !r.bound.IsZero() && !r.asked.IsZero() {
 			rp.toBound = append(rp.toBound, r.bound.Sub(r.asked))
-			if r.queued.IsZero() || r.bound.Sub(r.asked) < 500*time.Millisecond {
-				rp.boundAtOnce++
-			} else {
+			rp.slotWas[r.slotWas]++
+			if r.slotWas == slotWasFreed {
 				rp.queueWaits = append(rp.queueWaits, r.bound.Sub(r.asked))
 			}
 		}
@@ -180,7 +212,7 @@ func (rp report) print(out io.Writer) {
 		return a.Before(b)
 	})
 	w.f("\nSummary: %d bots in %s — %d Done, %d Fatal\n\n", len(rows), rp.took.Round(time.Second), rp.done, rp.failed)
-	w.f("%-22s %5s  %-22s %5s %8s %8s %8s %8s  %s\n", "BOT (in binding order)", "PRIO", "SLOT", "START", "→BOUND", "DEPLOY", "→RUNNING", "RAN", "RESULT")
+	w.f("%-22s %5s  %-22s %-5s %5s %8s %8s %8s %8s  %s\n", "BOT (in binding order)", "PRIO", "SLOT", "WAS", "START", "→BOUND", "DEPLOY", "→RUNNING", "RAN", "RESULT")
 	for _, r := range rows {
 		result := string(r.phase)
 		if r.phase == v1.BotFatal {
@@ -189,7 +221,7 @@ func (rp report) print(out io.Writer) {
 		if r.scheduled {
 			result += " (scheduled)"
 		}
-		w.f("%-22s %5d  %-22s %5s %8s %8s %8s %8s  %s\n", r.name, r.priority, orDash(r.slot), orDash(r.start),
+		w.f("%-22s %5d  %-22s %-5s %5s %8s %8s %8s %8s  %s\n", r.name, r.priority, orDash(r.slot), orDash(r.slotWas), orDash(r.start),
 			seconds(since(r.asked, r.bound)), seconds(since(r.bound, r.running)), seconds(since(r.asked, r.running)),
 			seconds(since(r.running, r.finished)), result)
 	}
@@ -199,9 +231,9 @@ func (rp report) print(out io.Writer) {
 
 	w.f("Totals\n")
 	w.f("  bots          %d Done, %d Fatal%s\n", rp.done, rp.failed, reasonList(rp.reasons))
-	w.f("  time to bound median %s, max %s; %d bound at once to a free slot, %d queued first\n",
-		seconds(median(rp.toBound)), seconds(maxOf(rp.toBound)), rp.boundAtOnce, len(rp.queueWaits))
-	w.f("  queue waits   median %s, max %s", seconds(median(rp.queueWaits)), seconds(maxOf(rp.queueWaits)))
+	w.f("  time to bound median %s, max %s; %d found an idle slot, %d got a new slot, %d waited for a freed slot\n",
+		seconds(median(rp.toBound)), seconds(maxOf(rp.toBound)), rp.slotWas[slotWasIdle], rp.slotWas[slotWasNew], rp.slotWas[slotWasFreed])
+	w.f("  queue waits   for a freed slot: median %s, max %s", seconds(median(rp.queueWaits)), seconds(maxOf(rp.queueWaits)))
 	if len(rp.inversions) == 0 {
 		w.f("; served by priority, then arrival (no inversion seen)\n")
 	} else {

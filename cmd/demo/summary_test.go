@@ -126,3 +126,21 @@ func TestViewLine(t *testing.T) {
 		}
 	}
 }
+
+func TestSlotWas(t *testing.T) {
+	created := map[string]time.Time{"warm": at(0), "made": at(3)}
+	bots := []botRecord{
+		{name: "first", slot: "warm", asked: at(1), bound: at(1.1), finished: at(20)},
+		{name: "second", slot: "made", asked: at(1), bound: at(4)},
+		{name: "third", slot: "warm", asked: at(1.2), bound: at(20.5)},                 // waited for first
+		{name: "fourth", slot: "made", asked: at(50), bound: at(50.1)},                 // made long before it asked
+		{name: "late", slot: "warm", asked: at(30), bound: at(30.1), finished: at(40)}, // nobody let go while it asked
+		{name: "queued", asked: at(2)},
+	}
+	want := map[string]string{"first": slotWasIdle, "second": slotWasNew, "third": slotWasFreed, "fourth": slotWasIdle, "late": slotWasIdle, "queued": ""}
+	for _, b := range bots {
+		if got := slotWas(b, bots, created); got != want[b.name] {
+			t.Errorf("slotWas(%s) = %q, want %q", b.name, got, want[b.name])
+		}
+	}
+}
