@@ -181,6 +181,11 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 	}
 	if maybe != nil {
 		dep, err := r.deploymentSince(ctx, s, maybe.Time)
+		if errors.Is(err, coolify.ErrNotFound) { // the application is gone: no deployment to find
+			r.Gate.Done(s.pool, s.slot.Name, false)
+			r.recreate(s)
+			return nil
+		}
 		if err != nil {
 			r.Gate.Done(s.pool, s.slot.Name, false)
 			return fmt.Errorf("looking for a deployment requested without an answer: %w", err)
