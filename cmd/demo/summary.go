@@ -94,18 +94,24 @@ func classify(bots []botRecord, deps []sim.DeploymentInfo) []row {
 	return rows
 }
 
-// slotWas tells how the bot got its slot: another bot released it while this one waited, the
-// pool created it after the bot asked, or it was idle already.
-func slotWas(b botRecord, bots []botRecord, created map[string]time.Time) string {
+// slotWas tells how the bot got its slot: another bot released it while this one waited; the
+// pool created it once bots arrived and this bot is its first; else it was idle already (kept
+// warm by minIdle, or left free by an earlier bot).
+func slotWas(b botRecord, bots []botRecord, created map[string]time.Time, firstAsked time.Time) string {
 	if b.bound.IsZero() {
 		return ""
 	}
+	first := true
 	for _, o := range bots {
-		if o.name != b.name && o.slot == b.slot && !o.finished.IsZero() && o.finished.After(b.asked) && !o.finished.After(b.bound) {
+		if o.name == b.name || o.slot != b.slot || o.bound.IsZero() || !o.bound.Before(b.bound) {
+			continue
+		}
+		first = false
+		if !o.finished.IsZero() && o.finished.After(b.asked) && !o.finished.After(b.bound) {
 			return slotWasFreed
 		}
 	}
-	if c, ok := created[b.slot]; ok && c.After(b.asked) {
+	if c, ok := created[b.slot]; ok && first && c.After(firstAsked) {
 		return slotWasNew
 	}
 	return slotWasIdle
@@ -125,8 +131,14 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 	for _, s := range slots {
 		created[s.name] = s.created
 	}
+	var firstAsked time.Time
+	for _, b := range bots {
+		if !b.asked.IsZero() && (firstAsked.IsZero() || b.asked.Before(firstAsked)) {
+			firstAsked = b.asked
+		}
+	}
 	for i := range rp.rows {
-		rp.rows[i].slotWas = slotWas(rp.rows[i].botRecord, bots, created)
+		rp.rows[i].slotWas = slotWas(rp.rows[i].botRecord, bots, created, firstAsked)
 	}
 	for _, r := range rp.rows {
 		switch r.phase {
@@ -225,9 +237,12 @@ func (rp report) print(out io.Writer) {
 			seconds(since(r.asked, r.bound)), seconds(since(r.bound, r.running)), seconds(since(r.asked, r.running)),
 			seconds(since(r.running, r.finished)), result)
 	}
-	w.f("\n→BOUND and →RUNNING count from when the bot asked for a slot (its creation; for a scheduled bot,\n" +
-		"the moment it left Scheduled), so →BOUND is its queue wait. DEPLOY is binding → running: a warm start,\n" +
-		"a cold pull, or a wait at the deploy gate behind one. RAN is its container's life until Done or Fatal.\n\n")
+	w.f("\nWAS: the slot was idle when the bot asked (warm, kept by minIdle or left free), new (created by\n" +
+		"the pool for the queue), or freed by another bot while this one waited. START: warm (image cached)\n" +
+		"or cold (image pulled). →BOUND and →RUNNING count from when the bot asked for a slot (its creation;\n" +
+		"for a scheduled bot, the moment it left Scheduled), so →BOUND is its queue wait. DEPLOY is binding →\n" +
+		"running: a warm start, a cold pull, or a wait at the deploy gate behind one. RAN is its container's\n" +
+		"life until Done or Fatal.\n\n")
 
 	w.f("Totals\n")
 	w.f("  bots          %d Done, %d Fatal%s\n", rp.done, rp.failed, reasonList(rp.reasons))

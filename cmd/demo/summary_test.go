@@ -128,18 +128,18 @@ func TestViewLine(t *testing.T) {
 }
 
 func TestSlotWas(t *testing.T) {
-	created := map[string]time.Time{"warm": at(0), "made": at(3)}
+	created := map[string]time.Time{"warm": at(0), "made": at(3)} // the burst begins at 1
 	bots := []botRecord{
 		{name: "first", slot: "warm", asked: at(1), bound: at(1.1), finished: at(20)},
-		{name: "second", slot: "made", asked: at(1), bound: at(4)},
+		{name: "second", slot: "made", asked: at(1.5), bound: at(4), finished: at(30)},
 		{name: "third", slot: "warm", asked: at(1.2), bound: at(20.5)},                 // waited for first
-		{name: "fourth", slot: "made", asked: at(50), bound: at(50.1)},                 // made long before it asked
-		{name: "late", slot: "warm", asked: at(30), bound: at(30.1), finished: at(40)}, // nobody let go while it asked
+		{name: "fourth", slot: "made", asked: at(50), bound: at(50.1)},                 // second had left it free
+		{name: "fifth", slot: "made", asked: at(2), bound: at(3.5), finished: at(3.9)}, // made for the queue, before second
 		{name: "queued", asked: at(2)},
 	}
-	want := map[string]string{"first": slotWasIdle, "second": slotWasNew, "third": slotWasFreed, "fourth": slotWasIdle, "late": slotWasIdle, "queued": ""}
+	want := map[string]string{"first": slotWasIdle, "second": slotWasFreed, "third": slotWasFreed, "fourth": slotWasIdle, "fifth": slotWasNew, "queued": ""}
 	for _, b := range bots {
-		if got := slotWas(b, bots, created); got != want[b.name] {
+		if got := slotWas(b, bots, created, at(1)); got != want[b.name] {
 			t.Errorf("slotWas(%s) = %q, want %q", b.name, got, want[b.name])
 		}
 	}
