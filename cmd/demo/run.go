@@ -161,6 +161,7 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 
 	snapBots, snapSlots := rec.snapshot()
 	rp := newReport(snapBots, snapSlots, fs, ctrs.failures(), time.Since(burstAt))
+	rp.operatorErrors, rp.operatorPanics = countLog(st.managerLog)
 	rp.print(stdout)
 	var summary strings.Builder
 	rp.print(&summary)

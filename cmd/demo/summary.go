@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -53,7 +55,10 @@ type report struct {
 	pullFailed    []string // bots that failed on the injected pull failure
 	crashed       []string // bots whose container crashed
 	containerErrs []error
-	took          time.Duration
+	// operatorErrors and operatorPanics count the operator's error log lines and the panics
+	// its reconcilers recovered from; both should be rare, panics never.
+	operatorErrors, operatorPanics int
+	took                           time.Duration
 }
 
 // classify finds, for each bot, the deployment that started it and whether the image was cached
@@ -272,6 +277,11 @@ func (rp report) print(out io.Writer) {
 	if len(rp.crashed) > 0 {
 		w.f("  crash         the container of %s crashed mid-meeting; without heartbeats the operator failed it (HeartbeatTimeout) and freed its slot\n", strings.Join(rp.crashed, ", "))
 	}
+	if rp.operatorPanics > 0 {
+		w.f("  operator      %d error log lines, %d recovered panics: see its log\n", rp.operatorErrors, rp.operatorPanics)
+	} else {
+		w.f("  operator      %d error log lines (mostly the injected faults), no panic\n", rp.operatorErrors)
+	}
 	if len(rp.containerErrs) == 0 {
 		w.f("  bot API       every simulated bot got the answers it expected\n")
 	} else {
@@ -280,6 +290,27 @@ func (rp report) print(out io.Writer) {
 			w.f("                  %v\n", err)
 		}
 	}
+}
+
+// countLog counts the error lines and recovered panics in the operator's JSON log.
+func countLog(path string) (errors, panics int) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, `"level":"error"`) {
+			errors++
+		}
+		if strings.Contains(line, `"msg":"Observed a panic"`) {
+			panics++
+		}
+	}
+	return errors, panics
 }
 
 func since(from, to time.Time) time.Duration {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -142,5 +144,20 @@ func TestSlotWas(t *testing.T) {
 		if got := slotWas(b, bots, created, at(1)); got != want[b.name] {
 			t.Errorf("slotWas(%s) = %q, want %q", b.name, got, want[b.name])
 		}
+	}
+}
+
+func TestCountLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "manager.log")
+	log := `{"level":"info","msg":"Starting manager"}
+{"level":"error","msg":"Reconciler error","error":"Coolify answered 500"}
+{"level":"error","msg":"Observed a panic","panic":"runtime error"}
+{"level":"error","msg":"Reconciler error","error":"panic: runtime error"}
+`
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if errs, panics := countLog(path); errs != 3 || panics != 1 {
+		t.Errorf("countLog = %d errors, %d panics; want 3 and 1", errs, panics)
 	}
 }
