@@ -142,9 +142,14 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 		// Cache only the slot token Secrets, never every Secret of the cluster: memory, and
 		// the least privilege an informer can have. Other Secrets (Coolify credentials) are
 		// read directly when needed.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Label: botapi.TokenSecretSelector},
-		}},
+		Cache: cache.Options{
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Secret{}: {Label: botapi.TokenSecretSelector},
+			},
+			// Nothing reads managedFields, and they are a large share of every cached object:
+			// with ten thousand Bots, tens of MiB, and more to copy on every read that copies.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,

@@ -173,14 +173,17 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot
 }
 
 // queue lists the pool's waiting bots in service order, leaving out those bound already
-// (by the cache's index, or by a wave of ours the cache does not show yet).
+// (by the cache's index, or by a wave of ours the cache does not show yet). The bots are the
+// cache's own objects, not copies: a pool with thousands of waiters runs a wave per freed
+// slot, and copying every bot each time dominated the operator's CPU and memory. Whoever
+// writes one copies it first.
 func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, error) {
 	var bots v1.BotList
-	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}); err != nil {
+	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	var bound v1.BotPoolSlotList
-	if err := d.Client.List(ctx, &bound, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}); err != nil {
+	if err := d.Client.List(ctx, &bound, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	held := map[types.UID]bool{}
@@ -244,6 +247,7 @@ func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedN
 		}
 		g.Go(func() error {
 			patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			b := b.DeepCopy() // b is the cache's: write a copy
 			b.Status.QueuePosition = pos
 			if per > 0 {
 				b.Status.EstimatedWait = &metav1.Duration{Duration: (time.Duration(pos) * per).Round(time.Second)}
