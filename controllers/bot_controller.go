@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,6 +80,11 @@ type BotReconciler struct {
 	ScheduleLead time.Duration
 
 	started time.Time // see watchLiveness
+	// projected holds, per bot uid, the record last handed to the store: each pass writes the
+	// projection when it differs, not only when the pass changed the status, so a write lost
+	// (a crash or a cancelled request between the status patch and the store, a patch whose
+	// answer was lost) is made by the next pass: the projection catches up.
+	projected sync.Map
 }
 
 // CallbackQueue takes a finished bot's callback; it never blocks and ignores repeats, so a
@@ -110,6 +116,8 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 			case !apierrors.IsNotFound(perr):
 				err = errors.Join(err, perr)
 			}
+		} else if bot.DeletionTimestamp.IsZero() {
+			r.project(ctx, bot)
 		}
 		if err != nil {
 			res = ctrl.Result{}
@@ -219,6 +227,7 @@ func (r *BotReconciler) reconcileDelete(ctx context.Context, bot *v1.Bot) (ctrl.
 			return ctrl.Result{}, err
 		}
 	}
+	r.projected.Delete(bot.UID)
 	return ctrl.Result{}, nil
 }
 
@@ -308,9 +317,24 @@ func (r *BotReconciler) project(ctx context.Context, bot *v1.Bot) {
 	if bot.Status.FinishedAt != nil {
 		rec.FinishedAt = &bot.Status.FinishedAt.Time
 	}
+	if last, ok := r.projected.Load(bot.UID); ok && sameBotRecord(last.(store.BotRecord), rec) {
+		return
+	}
 	if err := r.Store.UpsertBot(ctx, rec); !store.Accepted(err) {
 		ctrl.LoggerFrom(ctx).Error(err, "Projecting the bot failed")
+		return
 	}
+	r.projected.Store(bot.UID, rec)
+}
+
+func sameBotRecord(a, b store.BotRecord) bool {
+	return a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name && a.Platform == b.Platform &&
+		a.Phase == b.Phase && a.Pool == b.Pool && a.SlotName == b.SlotName && a.ApplicationUUID == b.ApplicationUUID &&
+		a.CreatedAt.Equal(b.CreatedAt) && sameTime(a.FinishedAt, b.FinishedAt)
+}
+
+func sameTime(a, b *time.Time) bool {
+	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
 }
 
 func platformOf(bot *v1.Bot) v1.Platform {

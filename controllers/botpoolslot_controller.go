@@ -88,6 +88,11 @@ type BotPoolSlotReconciler struct {
 	// that still reads it from the cache would act on a past state (say, judge a deployment
 	// it just cancelled), so it waits for the cache instead.
 	replaced sync.Map
+	// projected holds, per slot (namespace/name), the record last handed to the store: a pass
+	// writes the projection when it differs, not only when the pass changed the status, so a
+	// write lost between the status patch and the store (a crash, a cancelled request) or a
+	// binding (spec only) is made by the next pass.
+	projected sync.Map
 }
 
 // staleRead reports whether the cache still holds a version of slot that one of our writes
@@ -196,6 +201,8 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			case !apierrors.IsNotFound(perr): // gone: nothing to report, nothing to project
 				err = errors.Join(err, perr)
 			}
+		} else {
+			r.project(ctx, slot.Namespace, slot.Name, slot)
 		}
 		if err != nil {
 			res = ctrl.Result{}
@@ -441,23 +448,44 @@ func (r *BotPoolSlotReconciler) flush(ctx context.Context, s *slotScope) {
 }
 
 func (r *BotPoolSlotReconciler) project(ctx context.Context, namespace, name string, slot *v1.BotPoolSlot) {
-	var err error
+	key := namespace + "/" + name
 	if slot == nil || !slot.DeletionTimestamp.IsZero() && len(slot.Finalizers) == 0 {
-		err = r.Store.DeleteSlot(ctx, namespace, name)
-	} else {
-		rec := store.SlotRecord{Namespace: namespace, Name: name, Pool: slot.Spec.Pool, Phase: string(slot.Status.Phase),
-			ApplicationUUID: slot.Status.ApplicationUUID, UpdatedAt: r.Clock.Now()}
-		if ref := slot.Spec.BotRef; ref != nil {
-			rec.BotUID, rec.BotName = ref.UID, ref.Name
-		}
-		if slot.Status.LastUsedAt != nil {
-			rec.LastUsedAt = &slot.Status.LastUsedAt.Time
-		}
-		err = r.Store.UpsertSlot(ctx, rec)
+		r.unproject(ctx, namespace, name)
+		return
 	}
-	if !store.Accepted(err) {
+	rec := store.SlotRecord{Namespace: namespace, Name: name, Pool: slot.Spec.Pool, Phase: string(slot.Status.Phase),
+		ApplicationUUID: slot.Status.ApplicationUUID}
+	if ref := slot.Spec.BotRef; ref != nil {
+		rec.BotUID, rec.BotName = ref.UID, ref.Name
+	}
+	if slot.Status.LastUsedAt != nil {
+		rec.LastUsedAt = &slot.Status.LastUsedAt.Time
+	}
+	if last, ok := r.projected.Load(key); ok && sameSlotRecord(last.(store.SlotRecord), rec) {
+		return
+	}
+	stamped := rec
+	stamped.UpdatedAt = r.Clock.Now()
+	if err := r.Store.UpsertSlot(ctx, stamped); !store.Accepted(err) {
 		ctrl.LoggerFrom(ctx).Error(err, "Projecting the slot failed")
+		return
 	}
+	r.projected.Store(key, rec)
+}
+
+// sameSlotRecord compares two projections of a slot, its write time aside.
+func sameSlotRecord(a, b store.SlotRecord) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.Pool == b.Pool && a.Phase == b.Phase &&
+		a.ApplicationUUID == b.ApplicationUUID && a.BotUID == b.BotUID && a.BotName == b.BotName && sameTime(a.LastUsedAt, b.LastUsedAt)
+}
+
+// unproject removes a slot's projection.
+func (r *BotPoolSlotReconciler) unproject(ctx context.Context, namespace, name string) {
+	if err := r.Store.DeleteSlot(ctx, namespace, name); !store.Accepted(err) {
+		ctrl.LoggerFrom(ctx).Error(err, "Removing the slot's projection failed")
+		return
+	}
+	r.projected.Delete(namespace + "/" + name)
 }
 
 func orNone(s string) string {

@@ -19,7 +19,6 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
 	"botpool.dev/botpool/coolify"
-	"botpool.dev/botpool/store"
 )
 
 // create makes sure the slot has a token and an application with its env, adopting an
@@ -215,9 +214,9 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		return nil
 	case err != nil:
 		r.Gate.Done(s.pool, s.slot.Name, false)
-		if st.DeployingSince == nil {
-			// A 5xx may come after the deployment was queued: the next attempt looks for it
-			// before deploying again (see above).
+		if st.DeployingSince == nil && transient(err) {
+			// A 5xx or a lost answer may come after the deployment was queued: the next
+			// attempt looks for it before deploying again (see above). A refusal (4xx) did not.
 			st.DeployingSince = &metav1.Time{Time: now}
 		}
 		return fmt.Errorf("deploying: %w", err)
@@ -652,8 +651,6 @@ func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope)
 	}
 	r.wrote(s.slot, old)
 	s.slot.Status = status
-	if err := r.Store.DeleteSlot(ctx, s.slot.Namespace, s.slot.Name); !store.Accepted(err) {
-		ctrl.LoggerFrom(ctx).Error(err, "Removing the slot's projection failed")
-	}
+	r.unproject(ctx, s.slot.Namespace, s.slot.Name)
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -38,6 +39,9 @@ var (
 	fixture    sim.Fixture
 	connector  = &fakeConnector{errs: map[string]error{}, apis: map[string]coolify.API{}}
 	liveStore  = memory.New(memory.WithClock(clk))
+	// managerStore is the store runManager wires in: liveStore, unless a test (the soak, on
+	// Postgres) swaps in another for its run and puts liveStore back when it ends.
+	managerStore store.Store = liveStore
 )
 
 // botAPIAddr is where the suite's bot API listens, the same across manager restarts.
@@ -112,7 +116,7 @@ func runManager(e *kubetest.Env) error {
 		return err
 	}
 	slots := &BotPoolSlotReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: liveStore,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: managerStore,
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
 		Coolify: bulk, Gate: &DeployGate{Clock: clk},
 		BotAPIURL: "http://" + botAPIAddr,
@@ -125,7 +129,7 @@ func runManager(e *kubetest.Env) error {
 	if err := mgr.Add(callbacks); err != nil {
 		return err
 	}
-	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, Store: liveStore, ScheduleLead: time.Minute}).SetupWithManager(mgr); err != nil {
+	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, Store: managerStore, ScheduleLead: time.Minute}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Metrics: metrics}).SetupWithManager(mgr); err != nil {
@@ -137,7 +141,7 @@ func runManager(e *kubetest.Env) error {
 	}
 	if err := mgr.Add(botapi.New(botapi.Config{
 		Addr: botAPIAddr, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Liveness: liveStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
+		Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
 	})); err != nil {
 		return err
 	}
