@@ -78,12 +78,18 @@ func TestLostProjectionIsWrittenAgain(t *testing.T) {
 			return fmt.Errorf("%d writes still to lose", n)
 		}
 		b, ok, err := liveStore.Bot(ctx, bot.UID)
-		if err != nil || !ok || b.Phase != string(v1.BotDone) {
-			return fmt.Errorf("bot projected %+v (found %v, %v), want Done", b, ok, err)
+		if err != nil {
+			return err
+		}
+		if !ok || b.Phase != string(v1.BotDone) {
+			return fmt.Errorf("bot projected %+v (found %v), want Done", b, ok)
 		}
 		s, ok, err := liveStore.Slot(ctx, slot.Namespace, slot.Name)
-		if err != nil || !ok || s.Phase != string(v1.SlotIdle) || s.BotUID != "" {
-			return fmt.Errorf("slot projected %+v (found %v, %v), want Idle and free", s, ok, err)
+		if err != nil {
+			return err
+		}
+		if !ok || s.Phase != string(v1.SlotIdle) || s.BotUID != "" {
+			return fmt.Errorf("slot projected %+v (found %v), want Idle and free", s, ok)
 		}
 		return nil
 	})
