@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -147,6 +148,15 @@ type slotScope struct {
 	requeue     time.Duration
 	// stalled is set when this pass found a problem only a person can fix.
 	stalled bool
+}
+
+// related is the bound bot for an event's related object: a nil *v1.Bot inside a non-nil
+// interface would make the recorder call GetObjectKind on nil and panic.
+func (s *slotScope) related() runtime.Object {
+	if s.bot == nil {
+		return nil
+	}
+	return s.bot
 }
 
 func (s *slotScope) after(d time.Duration) {
@@ -438,7 +448,7 @@ func (r *BotPoolSlotReconciler) flush(ctx context.Context, s *slotScope) {
 		if reason == "" {
 			reason = t.To
 		}
-		r.Recorder.Eventf(s.slot, s.bot, typ, reason, "Transition", "%s → %s: %s", orNone(t.From), t.To, s.slot.Status.Message)
+		r.Recorder.Eventf(s.slot, s.related(), typ, reason, "Transition", "%s → %s: %s", orNone(t.From), t.To, s.slot.Status.Message)
 		if err := r.Store.RecordTransition(ctx, t); !store.Accepted(err) {
 			log.Error(err, "Recording a slot transition failed")
 		}

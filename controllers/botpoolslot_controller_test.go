@@ -174,6 +174,9 @@ func slotGone(t *testing.T, slot *v1.BotPoolSlot) {
 // slots, and no pool above maxSlots.
 func checkInvariants(t *testing.T, ns string) {
 	t.Helper()
+	if m := eventMisuse.Load(); m != nil {
+		t.Fatalf("a reconciler would have crashed the event recorder: %s", m)
+	}
 	bound := map[string]string{}
 	perPool := map[string]int{}
 	for _, s := range listSlots(t, ns) {

@@ -323,7 +323,7 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		st.SkippedRecoveries++
 		st.DeployingSince = &metav1.Time{Time: now}
 		st.Message = fmt.Sprintf("Still deploying, but bot %s beats: recovery skipped (%d of %d)", s.bot.Name, st.SkippedRecoveries, timing.SkipLimit())
-		r.Recorder.Eventf(s.slot, s.bot, corev1.EventTypeNormal, "RecoverySkipped", "Recover", "%s", st.Message)
+		r.Recorder.Eventf(s.slot, s.related(), corev1.EventTypeNormal, "RecoverySkipped", "Recover", "%s", st.Message)
 	case staleBusy:
 		r.toBusy(ctx, s, "The bot has beaten through every skipped recovery: it runs")
 		return nil

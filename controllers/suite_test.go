@@ -215,9 +215,24 @@ func (f *fakeConnector) use(pool string, api coolify.API) {
 }
 
 // discardEvents drops events; tests read the audit log and statuses instead.
+// discardEvents drops events, but first checks them as the real recorder would: it calls
+// GetObjectKind on both objects, which panics on a typed nil. The reconcilers recover that
+// panic as an error, so the misuse is kept for checkInvariants to fail on.
 type discardEvents struct{}
 
-func (discardEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
+var eventMisuse atomic.Value // string: the first event the real recorder would have panicked on
+
+func (discardEvents) Eventf(regarding, related runtime.Object, _, reason, _, _ string, _ ...any) {
+	defer func() {
+		if p := recover(); p != nil {
+			eventMisuse.CompareAndSwap(nil, fmt.Sprintf("event %s: %v", reason, p))
+		}
+	}()
+	regarding.GetObjectKind()
+	if related != nil {
+		related.GetObjectKind()
+	}
+}
 
 // Builders.
 
