@@ -214,8 +214,7 @@ func (f *fakeConnector) use(pool string, api coolify.API) {
 	f.apis[pool] = api
 }
 
-// discardEvents drops events; tests read the audit log and statuses instead.
-// discardEvents drops events, but first checks them as the real recorder would: it calls
+// discardEvents drops events (tests read the audit log and statuses instead), but first checks them as the real recorder would: it calls
 // GetObjectKind on both objects, which panics on a typed nil. The reconcilers recover that
 // panic as an error, so the misuse is kept for checkInvariants to fail on.
 type discardEvents struct{}

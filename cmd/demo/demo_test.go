@@ -272,6 +272,9 @@ func checkSummary(t *testing.T, summary string, bots, fatal int) {
 	if !regexp.MustCompile(`recoveries +pool-google-meet-\d+: Error \(DeploymentFailed\) → Idle in`).MatchString(summary) {
 		t.Errorf("the summary does not show the recovery of the slot whose pull failed:\n%s", summary)
 	}
+	if !regexp.MustCompile(`operator +\d+ error log lines.*, no panic`).MatchString(summary) {
+		t.Errorf("the operator recovered from panics (see manager.log):\n%s", summary)
+	}
 	if !strings.Contains(summary, "every simulated bot got the answers it expected") {
 		t.Errorf("simulated bots met unexpected bot API answers:\n%s", summary)
 	}
