@@ -300,7 +300,9 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	}
 	now := r.Clock.Now()
 	live := r.liveness(ctx, s)
-	fresh := live.known && live.lastBeat != nil && now.Sub(*live.lastBeat) <= timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
+	// A store that cannot answer counts as a fresh beat: no deployment is failed for lack of
+	// liveness data (invariant 10), only delayed until the store answers again.
+	fresh := !live.known || live.lastBeat != nil && now.Sub(*live.lastBeat) <= timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
 	verdict := judgeDeployment(dep, app, now.Sub(st.PhaseSince.Time), timing, fresh)
 	switch verdict.phase {
 	case v1.SlotBusy:
