@@ -1,0 +1,294 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/simbot"
+)
+
+// soakBots runs a simulated bot (internal/simbot, the bot API only) in every container the
+// soak's simulator starts, and stops it with its container: a crash, a stop or a redeploy ends
+// the bot's process as it would end a real one. It records, on the fake clock, when each bot's
+// heartbeat was last acknowledged, which serves two ends: the soak holds the clock while a
+// live bot has not beaten for a while (the bots run in real time, the operator's clock jumps
+// an interval per step), and a bot the operator failed for silence can be checked against
+// the beats it really sent.
+type soakBots struct {
+	ctx       context.Context
+	cancel    context.CancelFunc
+	transport http.RoundTripper
+	// meeting picks a run's meeting length (real time) and join delay.
+	meeting func() (length, join time.Duration)
+
+	mu       sync.Mutex
+	runs     map[string]*botRun // by application uuid: the container running now
+	lastStop map[string]uint64  // by application uuid: Seq of the latest stop seen
+	beats    map[string]time.Time
+	crashes  map[string]int       // by stop reason: "crashed", "crash-loop"
+	outcomes map[string]int       // how runs ended
+	dead     map[string]time.Time // application → when its bot process ended without the operator (fake clock)
+	deaths   []string             // why, the first few
+	stalls   int
+	restarts int // containers started over a running one: a second deployment
+	wg       sync.WaitGroup
+}
+
+// botRun is one container's bot process.
+type botRun struct {
+	seq     uint64
+	cancel  context.CancelFunc
+	started time.Time // fake clock: the container's start
+	app     string
+	bot     string // known from the first request that names it
+	stalled bool   // the clock stopped waiting for it (see hold)
+	done    bool
+}
+
+func newSoakBots(meeting func() (time.Duration, time.Duration)) *soakBots {
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	return &soakBots{ctx: ctx, cancel: cancel, transport: tr, meeting: meeting,
+		runs: map[string]*botRun{}, lastStop: map[string]uint64{}, beats: map[string]time.Time{},
+		crashes: map[string]int{}, outcomes: map[string]int{}, dead: map[string]time.Time{}}
+}
+
+// hooks are the simulator's container hooks. Hooks of concurrent advances may arrive out of
+// order: Container.Seq says which start or stop came last.
+func (b *soakBots) hooks() sim.Hooks {
+	return sim.Hooks{OnStart: b.start, OnStop: b.stop}
+}
+
+func (b *soakBots) start(c sim.Container) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx.Err() != nil || b.lastStop[c.AppUUID] > c.Seq {
+		return // stopped already
+	}
+	if old := b.runs[c.AppUUID]; old != nil {
+		if old.seq > c.Seq {
+			return // a newer container runs already
+		}
+		old.cancel()
+	}
+	if c.Reason == "redeployed" {
+		b.restarts++
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	run := &botRun{seq: c.Seq, cancel: cancel, started: c.At, app: c.AppUUID}
+	delete(b.dead, c.AppUUID)
+	b.runs[c.AppUUID] = run
+	length, join := b.meeting()
+	behaviour := simbot.Behaviour{
+		MeetingLength: length, JoinDelay: join,
+		// Faster than the bot API's per-slot limit (20/s) would allow is pointless; this is
+		// about one beat per step of the clock.
+		HeartbeatEvery: 60 * time.Millisecond, PollEvery: 40 * time.Millisecond, Retries: 10,
+		HTTPClient: &http.Client{Transport: beatRecorder{bots: b, run: run, next: b.transport}, Timeout: 10 * time.Second},
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		res, err := simbot.Run(ctx, c, behaviour)
+		b.finish(run, res, err, ctx.Err() != nil)
+	}()
+}
+
+func (b *soakBots) stop(c sim.Container) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.Seq > b.lastStop[c.AppUUID] {
+		b.lastStop[c.AppUUID] = c.Seq
+	}
+	run := b.runs[c.AppUUID]
+	if run == nil || run.seq > c.Seq {
+		return
+	}
+	run.cancel()
+	delete(b.runs, c.AppUUID)
+	if c.Reason == "crashed" || c.Reason == "crash-loop" {
+		// The container lives on (crash-looping) or is gone, but the bot is: only its
+		// silence tells the operator.
+		b.crashes[c.Reason]++
+		b.dead[c.AppUUID] = c.At
+	}
+}
+
+func (b *soakBots) finish(run *botRun, res simbot.Result, err error, stopped bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	run.done = true
+	switch {
+	case stopped:
+		b.outcomes["stopped with its container"]++
+	case err != nil:
+		// The bot's process died on its own: its container runs on without it, and only the
+		// heartbeat timeout can tell. Remember why, to explain the bot's end.
+		b.outcomes["died: "+errorClass(err)]++
+		b.dead[run.app] = clk.Now()
+		if len(b.deaths) < 5 {
+			b.deaths = append(b.deaths, fmt.Sprintf("%s: %v", run.bot, err))
+		}
+	default:
+		b.outcomes[string(res.Outcome)]++
+	}
+}
+
+// errorClass is what an error says before its details ("heartbeat", "reporting InCall"), for
+// counting.
+func errorClass(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, ": "); i > 0 {
+		return msg[:i]
+	}
+	return msg
+}
+
+// named records that a run serves bot; beat records an acknowledged heartbeat of it.
+func (b *soakBots) named(run *botRun, bot string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	run.bot = bot
+}
+
+func (b *soakBots) beat(run *botRun, bot string) {
+	now := clk.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	run.bot, run.stalled = bot, false
+	if now.After(b.beats[bot]) {
+		b.beats[bot] = now
+	}
+}
+
+// lastBeat is when bot's heartbeat was last acknowledged (fake clock); zero when never.
+func (b *soakBots) lastBeat(bot string) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.beats[bot]
+}
+
+// deadSince says when the bot process of app's container ended without the operator (a
+// crash, or the process gave up), if it did and no container started since.
+func (b *soakBots) deadSince(app string) (time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.dead[app]
+	return at, ok
+}
+
+// live reports whether the container of app runs a bot process that has not ended (bot: the
+// bot it serves, when it said).
+func (b *soakBots) live(app string) (bot string, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	run := b.runs[app]
+	if run == nil || run.done {
+		return "", false
+	}
+	return run.bot, true
+}
+
+// hold waits, in real time and up to limit, until every running bot has been acknowledged a
+// heartbeat within `within` of simulated time (or, before its first, since its container
+// started). The operator's clock must not outrun a live bot: a step of the fake clock is an
+// interval, the bot beats every few real milliseconds, and a slow moment of the machine would
+// otherwise look like minutes of silence. A bot still silent after limit is let go (counted
+// as a stall) until it beats again.
+func (b *soakBots) hold(within, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		now := clk.Now()
+		b.mu.Lock()
+		var lagging []*botRun
+		for _, run := range b.runs {
+			if run.done || run.stalled || run.bot == "" {
+				continue
+			}
+			last := run.started
+			if t := b.beats[run.bot]; t.After(last) {
+				last = t
+			}
+			if now.Sub(last) > within {
+				lagging = append(lagging, run)
+			}
+		}
+		if len(lagging) > 0 && time.Now().After(deadline) {
+			for _, run := range lagging {
+				run.stalled = true
+			}
+			b.stalls += len(lagging)
+			lagging = nil
+		}
+		b.mu.Unlock()
+		if len(lagging) == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// redeployed counts the containers started over a running one: a second deployment for one
+// bot, which restarts it mid-call.
+func (b *soakBots) redeployed() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.restarts
+}
+
+// close ends every bot process and waits for them.
+func (b *soakBots) close() {
+	b.mu.Lock()
+	b.cancel() // under the lock: no run starts after this
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// summary describes how the bot processes ended.
+func (b *soakBots) summary() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	keys := make([]string, 0, len(b.outcomes))
+	for k := range b.outcomes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, b.outcomes[k]))
+	}
+	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, redeployed while running %d; clock holds given up %d; deaths: %s",
+		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.restarts, b.stalls, strings.Join(b.deaths, "; "))
+}
+
+// beatRecorder notes the bot API's answers that matter to the soak: which bot a container
+// serves, and each acknowledged heartbeat.
+type beatRecorder struct {
+	bots *soakBots
+	run  *botRun
+	next http.RoundTripper
+}
+
+func (r beatRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	// /v1/bots/{name}/heartbeat or /v1/bots/{name}/status
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	if len(parts) == 4 && parts[1] == "bots" {
+		if parts[3] == "heartbeat" {
+			r.bots.beat(r.run, parts[2])
+		} else {
+			r.bots.named(r.run, parts[2])
+		}
+	}
+	return resp, nil
+}

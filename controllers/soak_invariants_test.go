@@ -1,0 +1,454 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify/sim"
+)
+
+// soakObserver checks the design's invariants on the soak's namespace while it runs, the
+// pool's convergence once the faults stop, and every failed bot against what the soak did
+// to it. A state the controllers leave within milliseconds (a bot just queued next to a slot
+// just freed) is legal in passing: it counts as a violation only when it lasts grace.
+type soakObserver struct {
+	t    *testing.T
+	ns   string
+	pool *v1.BotPool
+	sim  *sim.Server
+	bots *soakBots
+	// grace is real time: the controllers react in milliseconds, a loaded machine in seconds.
+	grace time.Duration
+	// lateness is simulated time a timer may fire late: the controllers requeue in real time
+	// while the clock jumps, so the soak nudges waiting objects every few steps.
+	lateness time.Duration
+
+	suspects    map[string]*suspect
+	queuedSince map[types.UID]time.Time // real time a bot was first seen waiting
+	prevQueued  map[types.UID]bool
+	violations  []string
+	checks      int
+}
+
+type suspect struct {
+	since    time.Time
+	reported bool
+}
+
+func newSoakObserver(t *testing.T, ns string, pool *v1.BotPool, s *sim.Server, bots *soakBots, grace, lateness time.Duration) *soakObserver {
+	return &soakObserver{t: t, ns: ns, pool: pool, sim: s, bots: bots, grace: grace, lateness: lateness,
+		suspects: map[string]*suspect{}, queuedSince: map[types.UID]time.Time{}}
+}
+
+// violate records a broken invariant; the first ones fail the test at once, with context.
+func (o *soakObserver) violate(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	o.violations = append(o.violations, msg)
+	if len(o.violations) <= 20 {
+		o.t.Errorf("at %s: %s", clk.Now().Format(time.TimeOnly), msg)
+	}
+}
+
+// restarted forgets what was in passing: a new manager starts from empty caches.
+func (o *soakObserver) restarted() {
+	o.suspects = map[string]*suspect{}
+	o.queuedSince = map[types.UID]time.Time{}
+	o.prevQueued = nil
+}
+
+// soakSnapshot is one read of the namespace: bots first, then slots, so a binding the slot
+// list shows may be newer than the bot list, never older.
+type soakSnapshot struct {
+	bots    []v1.Bot
+	slots   []v1.BotPoolSlot
+	byUID   map[types.UID]*v1.Bot
+	boundTo map[types.UID]*v1.BotPoolSlot
+}
+
+func (o *soakObserver) snapshot() (*soakSnapshot, error) {
+	ctx := context.Background()
+	var bots v1.BotList
+	if err := env.Client.List(ctx, &bots, client.InNamespace(o.ns)); err != nil {
+		return nil, err
+	}
+	var slots v1.BotPoolSlotList
+	if err := env.Client.List(ctx, &slots, client.InNamespace(o.ns)); err != nil {
+		return nil, err
+	}
+	s := &soakSnapshot{bots: bots.Items, slots: slots.Items, byUID: map[types.UID]*v1.Bot{}, boundTo: map[types.UID]*v1.BotPoolSlot{}}
+	for i := range s.bots {
+		s.byUID[s.bots[i].UID] = &s.bots[i]
+	}
+	for i := range s.slots {
+		if ref := s.slots[i].Spec.BotRef; ref != nil {
+			s.boundTo[ref.UID] = &s.slots[i]
+		}
+	}
+	return s, nil
+}
+
+// free lists the slots a waiting bot could take now.
+func (s *soakSnapshot) free() []*v1.BotPoolSlot {
+	var out []*v1.BotPoolSlot
+	for i := range s.slots {
+		if isFree(&s.slots[i]) {
+			out = append(out, &s.slots[i])
+		}
+	}
+	return out
+}
+
+// waiting reports whether b waits in its pool's queue: Queued, not bound, not being deleted.
+func (s *soakSnapshot) waiting(b *v1.Bot) bool {
+	return b.Status.Phase == v1.BotQueued && s.boundTo[b.UID] == nil && b.DeletionTimestamp.IsZero()
+}
+
+// running phases are those of a bot that holds a slot.
+func running(p v1.BotPhase) bool {
+	switch p {
+	case v1.BotDeploying, v1.BotJoiningCall, v1.BotInWaitingRoom, v1.BotInCall, v1.BotLeaving, v1.BotCallEnded:
+		return true
+	}
+	return false
+}
+
+// check runs one round of the invariants on a fresh snapshot.
+func (o *soakObserver) check(snap *soakSnapshot) {
+	o.checks++
+	seen := map[string]bool{}
+	flag := func(key, format string, args ...any) {
+		seen[key] = true
+		o.suspect(key, format, args...)
+	}
+	now := clk.Now()
+	o.invariantsOneTwo(snap)
+	free := snap.free()
+	for i := range snap.bots {
+		b := &snap.bots[i]
+		if b.Status.Phase.Terminal() || !b.DeletionTimestamp.IsZero() {
+			continue
+		}
+		key := string(b.UID)
+		switch p := b.Status.Phase; {
+		case p == "" || p == v1.BotPending:
+			flag("5/pending/"+key, "invariant 5: bot %s stays Pending (pool %s exists)", b.Name, o.pool.Name)
+		case snap.waiting(b):
+			if b.Status.QueuedAt == nil {
+				flag("5/timer/"+key, "invariant 5: bot %s is Queued without a queue time, so without a deadline", b.Name)
+				continue
+			}
+			if late := now.Sub(b.Status.QueuedAt.Add(queueTimeout(b, o.pool))); late > o.lateness {
+				flag("5/late/"+key, "invariant 5: bot %s is still Queued %s past its deadline", b.Name, late)
+			}
+			if len(free) > 0 {
+				flag("3/"+key, "invariant 3: bot %s is Queued while slot %s is free", b.Name, free[0].Name)
+			}
+		case running(p) && snap.boundTo[b.UID] == nil:
+			flag("5/unbound/"+key, "invariant 5: bot %s is %s without a slot", b.Name, p)
+		}
+	}
+	for i := range snap.slots {
+		s := &snap.slots[i]
+		if ref := s.Spec.BotRef; ref != nil {
+			if b := snap.byUID[ref.UID]; b == nil || b.Status.Phase.Terminal() {
+				flag("6/"+s.Name+"/"+string(ref.UID), "invariant 6: slot %s stays bound to bot %s, which is finished or deleted", s.Name, ref.Name)
+			}
+		}
+	}
+	o.queueOrder(snap, now)
+	for k := range o.suspects {
+		if !seen[k] {
+			delete(o.suspects, k)
+		}
+	}
+}
+
+// suspect notes a state that is legal only in passing; it is a violation once it lasted grace.
+func (o *soakObserver) suspect(key, format string, args ...any) {
+	s := o.suspects[key]
+	if s == nil {
+		o.suspects[key] = &suspect{since: time.Now()}
+		return
+	}
+	if !s.reported && time.Since(s.since) > o.grace {
+		s.reported = true
+		o.violate(format+" (for %s)", append(args, time.Since(s.since).Round(time.Millisecond))...)
+	}
+}
+
+// invariantsOneTwo: a slot holds at most one bot and a bot at most one slot; the pool stays
+// within maxSlots (slot names are unique by the API server's construction).
+func (o *soakObserver) invariantsOneTwo(snap *soakSnapshot) {
+	if n := len(snap.slots); n > int(o.pool.Spec.MaxSlots) {
+		o.violate("invariant 2: the pool holds %d slots, maxSlots %d", n, o.pool.Spec.MaxSlots)
+	}
+	holder := map[types.UID]string{}
+	for i := range snap.slots {
+		if ref := snap.slots[i].Spec.BotRef; ref != nil {
+			if other, dup := holder[ref.UID]; dup {
+				o.violate("invariant 1: bot %s is bound to %s and %s", ref.Name, other, snap.slots[i].Name)
+			}
+			holder[ref.UID] = snap.slots[i].Name
+		}
+	}
+}
+
+// queueOrder checks invariant 4 between two rounds: a bot that waited at the last round and
+// has been served since must not have overtaken a bot that still waits and was ahead of it
+// (higher priority, or the same and queued earlier). Only waiters seen for grace count, so
+// the dispatcher's cache has certainly seen them; waiters past their deadline may be skipped.
+func (o *soakObserver) queueOrder(snap *soakSnapshot, now time.Time) {
+	realNow := time.Now()
+	waiting := map[types.UID]bool{}
+	for i := range snap.bots {
+		if b := &snap.bots[i]; snap.waiting(b) {
+			waiting[b.UID] = true
+			if _, ok := o.queuedSince[b.UID]; !ok {
+				o.queuedSince[b.UID] = realNow
+			}
+		}
+	}
+	for uid := range o.prevQueued {
+		b := snap.byUID[uid]
+		if b == nil || waiting[uid] || !served(b, snap) {
+			continue
+		}
+		for ouid := range waiting {
+			ahead := snap.byUID[ouid]
+			if realNow.Sub(o.queuedSince[ouid]) < o.grace || ahead.Status.QueuedAt == nil ||
+				!now.Before(ahead.Status.QueuedAt.Add(queueTimeout(ahead, o.pool))) {
+				continue
+			}
+			if queueLess(ahead, b) {
+				o.violate("invariant 4: bot %s (priority %d, queued %s) was served while %s (priority %d, queued %s) waited ahead of it",
+					b.Name, b.Spec.Priority, queuedAt(b).Format(time.TimeOnly), ahead.Name, ahead.Spec.Priority, queuedAt(ahead).Format(time.TimeOnly))
+			}
+		}
+	}
+	o.prevQueued = waiting
+	for uid := range o.queuedSince {
+		if !waiting[uid] {
+			delete(o.queuedSince, uid)
+		}
+	}
+}
+
+// served reports whether a bot that waited got a slot: bound, past Queued, or ended other
+// than by its queue timeout.
+func served(b *v1.Bot, snap *soakSnapshot) bool {
+	switch {
+	case snap.boundTo[b.UID] != nil, running(b.Status.Phase), b.Status.Phase == v1.BotDone:
+		return true
+	case b.Status.Phase == v1.BotFatal:
+		return b.Status.Reason != v1.ReasonQueueTimeout
+	}
+	return false
+}
+
+// poolApps are the simulator's applications that carry the pool's tag, by uuid.
+func (o *soakObserver) poolApps() map[string]sim.AppInfo {
+	tag := poolTag(o.pool)
+	out := map[string]sim.AppInfo{}
+	for _, a := range o.sim.Apps() {
+		for _, t := range a.Tags {
+			if t == tag {
+				out[a.UUID] = a
+			}
+		}
+	}
+	return out
+}
+
+// converged says what keeps the pool from being settled, or nil: every slot Idle and free
+// with its container stopped, or Deploying/Busy for a live bot; no slot bound to a finished
+// or deleted bot; every slot's application in Coolify and every application of the pool a
+// slot's; no bot waiting while a slot is free; minIdle free slots when nobody waits. With
+// quiet, nothing may run any more: every bot ended and every slot is Idle.
+func (o *soakObserver) converged(quiet bool) error {
+	snap, err := o.snapshot()
+	if err != nil {
+		return err
+	}
+	apps := o.poolApps()
+	now := clk.Now()
+	timeout := o.pool.Spec.Timing.HeartbeatTimeout.OrDefault(v1.DefaultHeartbeatTimeout)
+	owned := map[string]bool{}
+	free := 0
+	for i := range snap.slots {
+		s := &snap.slots[i]
+		uuid := s.Status.ApplicationUUID
+		app, ok := apps[uuid]
+		switch {
+		case !s.DeletionTimestamp.IsZero():
+			return fmt.Errorf("slot %s is being deleted", s.Name)
+		case !ok || app.Deleting:
+			return fmt.Errorf("slot %s (%s) has no application %q in Coolify", s.Name, s.Status.Phase, uuid)
+		}
+		owned[uuid] = true
+		var bot *v1.Bot
+		if ref := s.Spec.BotRef; ref != nil {
+			if bot = snap.byUID[ref.UID]; bot == nil || bot.Status.Phase.Terminal() {
+				return fmt.Errorf("slot %s is still bound to bot %s, which is finished or deleted", s.Name, ref.Name)
+			}
+		}
+		switch s.Status.Phase {
+		case v1.SlotIdle:
+			// A container stops a moment after the stop request (sim.DefaultStopDelay).
+			stopping := s.Status.PhaseSince != nil && now.Sub(s.Status.PhaseSince.Time) <= sim.DefaultStopDelay
+			switch {
+			case bot != nil:
+				return fmt.Errorf("slot %s is Idle and bound to bot %s", s.Name, bot.Name)
+			case app.Running && !stopping:
+				return fmt.Errorf("slot %s is Idle but its container runs (%s)", s.Name, app.TrueStatus)
+			}
+			free++
+		case v1.SlotDeploying, v1.SlotBusy:
+			if bot == nil {
+				return fmt.Errorf("slot %s is %s without a bot", s.Name, s.Status.Phase)
+			}
+			if quiet {
+				return fmt.Errorf("slot %s is still %s for bot %s", s.Name, s.Status.Phase, bot.Name)
+			}
+			if s.Status.Phase == v1.SlotDeploying {
+				continue
+			}
+			if _, live := o.bots.live(uuid); !live {
+				// A bot that crashed or gave up leaves a slot only its silence reveals: legal
+				// until the heartbeat timeout (and a nudge) has passed.
+				since, dead := o.bots.deadSince(uuid)
+				if last := o.bots.lastBeat(bot.Name); last.After(since) {
+					since = last
+				}
+				if !dead || now.Sub(since) > timeout+o.lateness {
+					return fmt.Errorf("slot %s is Busy for bot %s, whose container runs no bot (dead %v since %s)", s.Name, bot.Name, dead, since.Format(time.TimeOnly))
+				}
+			}
+		default:
+			return fmt.Errorf("slot %s is %s (%s)", s.Name, s.Status.Phase, s.Status.Message)
+		}
+	}
+	for uuid, app := range apps {
+		switch {
+		case !owned[uuid] && !app.Deleting:
+			return fmt.Errorf("application %s (%s) belongs to no slot", app.Name, uuid)
+		case quiet && app.Deleting:
+			return fmt.Errorf("application %s (%s) is still being deleted", app.Name, uuid)
+		}
+	}
+	if n := len(snap.slots); n > int(o.pool.Spec.MaxSlots) {
+		return fmt.Errorf("%d slots, maxSlots %d", n, o.pool.Spec.MaxSlots)
+	}
+	queued := 0
+	for i := range snap.bots {
+		b := &snap.bots[i]
+		switch {
+		case b.Status.Phase.Terminal():
+		case quiet:
+			return fmt.Errorf("bot %s is still %s", b.Name, b.Status.Phase)
+		case snap.waiting(b):
+			queued++
+			if b.Status.QueuedAt == nil || now.Sub(b.Status.QueuedAt.Add(queueTimeout(b, o.pool))) > o.lateness {
+				return fmt.Errorf("bot %s waits past its deadline", b.Name)
+			}
+		case !b.DeletionTimestamp.IsZero():
+		case !running(b.Status.Phase) || snap.boundTo[b.UID] == nil:
+			return fmt.Errorf("bot %s is %s and bound to %v", b.Name, b.Status.Phase, snap.boundTo[b.UID] != nil)
+		}
+	}
+	switch {
+	case queued > 0 && free > 0:
+		return fmt.Errorf("%d bots wait while %d slots are free", queued, free)
+	case queued == 0 && free < int(o.pool.Spec.MinIdle) && len(snap.slots) < int(o.pool.Spec.MaxSlots):
+		return fmt.Errorf("%d free slots, minIdle %d", free, o.pool.Spec.MinIdle)
+	}
+	return nil
+}
+
+// explainFailures checks every failed bot against what the soak did to it, and counts the
+// reasons. A bot failed for silence must have been silent (its acknowledged heartbeats say so:
+// invariants 8 and 10); a failed deployment must be one the simulator failed; anything else
+// (a slot lost, an application lost, a stop that failed…) has no cause in the soak's faults,
+// only in a failed read or a bug (invariant 9), and is a violation.
+func (o *soakObserver) explainFailures(step time.Duration) map[string]int {
+	snap, err := o.snapshot()
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	t := o.pool.Spec.Timing
+	timeout := t.HeartbeatTimeout.OrDefault(v1.DefaultHeartbeatTimeout)
+	fresh := t.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
+	failedDeploys := map[string][]sim.DeploymentInfo{}
+	for _, d := range o.sim.Deployments() {
+		if d.Status == "failed" {
+			failedDeploys[d.AppUUID] = append(failedDeploys[d.AppUUID], d)
+		}
+	}
+	reasons := map[string]int{}
+	for i := range snap.bots {
+		b := &snap.bots[i]
+		if b.Status.Phase != v1.BotFatal {
+			continue
+		}
+		reason := string(b.Status.Reason)
+		reasons[reason]++
+		end := b.Status.FinishedAt.Time
+		last := o.bots.lastBeat(b.Name)
+		// The store stamps a beat before the soak sees it acknowledged; the clock may have
+		// moved a step or two in between.
+		beatBefore := func(d time.Duration) bool { return !last.IsZero() && end.Sub(last) < d-2*step }
+		switch b.Status.Reason {
+		case v1.ReasonQueueTimeout:
+		case v1.ReasonHeartbeatTimeout:
+			if beatBefore(timeout) {
+				o.violate("bot %s failed %s at %s, yet its last heartbeat was acknowledged at %s (invariants 7 and 10)",
+					b.Name, reason, end.Format(time.TimeOnly), last.Format(time.TimeOnly))
+			}
+		case v1.ReasonDeploymentFailed:
+			if !deployFailedFor(failedDeploys[b.Status.ApplicationUUID], queuedAt(b), end) {
+				o.violate("bot %s failed %s (%s), but no deployment of its application %s failed in Coolify",
+					b.Name, reason, b.Status.Message, b.Status.ApplicationUUID)
+			}
+		default:
+			if reason == reasonDeployingTimeout && beatBefore(fresh) {
+				o.violate("bot %s failed %s while it beat (invariant 8)", b.Name, reason)
+				continue
+			}
+			o.violate("bot %s failed %s (%s): nothing the soak injected explains it", b.Name, reason, b.Status.Message)
+		}
+	}
+	return reasons
+}
+
+func deployFailedFor(deps []sim.DeploymentInfo, from, to time.Time) bool {
+	for _, d := range deps {
+		if !d.Created.Before(from) && !d.Finished.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// countsString prints a map sorted by key.
+func countsString[V any](m map[string]V) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %v", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

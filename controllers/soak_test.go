@@ -1,0 +1,555 @@
+package controllers
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/pgtest"
+	"botpool.dev/botpool/store/postgres"
+)
+
+var (
+	soakBotsFlag     = flag.Int("soak.bots", 0, "bots in TestSoak (default 150; 1000 with BOTPOOL_SOAK=long)")
+	soakDurationFlag = flag.Duration("soak.duration", 0, "simulated length of TestSoak's chaos phase (default 2h; 24h with BOTPOOL_SOAK=long)")
+	soakSeedFlag     = flag.Uint64("soak.seed", 0, "seed of TestSoak's schedule (default random, printed; or BOTPOOL_SOAK_SEED)")
+)
+
+const (
+	// soakInterval is what one step moves the clock: the design's deploymentPollInterval. The
+	// pool must converge within two of them once the faults stop.
+	soakInterval = v1.DefaultDeploymentPollInterval
+	// soakPause is the real time the controllers get per step (they poll every 20ms).
+	soakPause = 50 * time.Millisecond
+	// Every soakRoundEvery steps the invariants are checked, and the objects whose timers are
+	// due are touched: their timers are real-time requeues while the clock jumps (see nudge).
+	soakRoundEvery = 4
+	// soakGrace is how long a state legal only in passing may last (real time).
+	soakGrace = 5 * time.Second
+	// soakSettleWait is the real time the controllers get, with the clock still, once the
+	// two intervals of convergence have passed: their timers (a retried stop, a recovery's
+	// backoff) are real-time requeues of at most 30s.
+	soakSettleWait = 45 * time.Second
+)
+
+// soakConfig sizes a soak.
+type soakConfig struct {
+	bots              int
+	chaos             time.Duration // simulated time of the chaos phase
+	maxSlots, minIdle int32
+	restarts          int // manager restarts during the chaos
+	seed              uint64
+}
+
+func soakConfigFor(t *testing.T) soakConfig {
+	cfg := soakConfig{bots: 150, chaos: 2 * time.Hour, maxSlots: 10, minIdle: 2, restarts: 5}
+	if os.Getenv("BOTPOOL_SOAK") == "long" {
+		cfg = soakConfig{bots: 1000, chaos: 24 * time.Hour, maxSlots: 20, minIdle: 3, restarts: 30}
+	}
+	if *soakBotsFlag > 0 {
+		cfg.bots = *soakBotsFlag
+	}
+	if *soakDurationFlag > 0 {
+		cfg.chaos = *soakDurationFlag
+	}
+	cfg.seed = *soakSeedFlag
+	if s := os.Getenv("BOTPOOL_SOAK_SEED"); s != "" && cfg.seed == 0 {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("BOTPOOL_SOAK_SEED=%q: %v", s, err)
+		}
+		cfg.seed = n
+	}
+	if cfg.seed == 0 {
+		cfg.seed = rand.Uint64()
+	}
+	return cfg
+}
+
+// TestSoak is the soak and chaos test. Bots arrive at a pool, alone and in bursts, over hours
+// of simulated time, and are served by simulated bot containers that speak only the bot API,
+// while the Coolify simulator answers 20% of requests with errors (some after doing the work),
+// throws bursts of 429, latency spikes, outages, failed pulls and crashing or crash-looping
+// containers; the manager is stopped and started again at random moments, and the Postgres
+// behind the liveness store is stopped for minutes once and started again. Users delete some
+// bots mid-call. Throughout, the design's invariants are checked every few steps. Then the
+// faults stop and the pool must converge within two intervals; the remaining bots are
+// drained, every slot must end Idle with its container stopped, every application must
+// belong to a slot, the Postgres projection must match, and every failed bot must have a
+// cause the soak injected. The counts are logged; any violation fails the test.
+//
+// The schedule (arrivals, faults, restarts) follows the printed seed: BOTPOOL_SOAK_SEED (or
+// -soak.seed) replays it, though not the interleaving of goroutines. BOTPOOL_SOAK=long (make
+// soak), -soak.bots and -soak.duration make it longer.
+func TestSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the soak takes a minute")
+	}
+	cfg := soakConfigFor(t)
+	steps := int(cfg.chaos / soakInterval)
+	t.Logf("soak: seed %d (replay with BOTPOOL_SOAK_SEED=%d), %d bots over %s simulated (%d steps), maxSlots %d, minIdle %d",
+		cfg.seed, cfg.seed, cfg.bots, cfg.chaos, steps, cfg.maxSlots, cfg.minIdle)
+	wallStart := time.Now()
+	s := &soak{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, 0x50a4)), episodes: map[string]int{}, wall: map[string]time.Duration{}}
+	s.startPostgres()
+
+	meetingRNG := rand.New(rand.NewPCG(cfg.seed, 0xb075))
+	var meetingMu sync.Mutex
+	s.bots = newSoakBots(func() (time.Duration, time.Duration) {
+		meetingMu.Lock()
+		defer meetingMu.Unlock()
+		// Real time: 0.3–2.5s is 5 to 40 steps, about 1 to 10 simulated minutes.
+		return 300*time.Millisecond + time.Duration(meetingRNG.Int64N(int64(2200*time.Millisecond))),
+			time.Duration(meetingRNG.Int64N(int64(100 * time.Millisecond)))
+	})
+	s.sc = newScenario(t, "soak", sim.Config{Hooks: s.bots.hooks()}, func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle = cfg.maxSlots, cfg.minIdle
+	})
+	t.Cleanup(s.bots.close)
+	// Retries and backoffs of the pool's Coolify client run on the fake clock too, so a retried
+	// request costs simulated time, as it would cost real time in production.
+	api, err := coolify.New(s.sc.sim.URL, sim.DefaultToken, coolify.WithClock(clk), coolify.WithLimiter(coolify.NewLimiter(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	connector.use(s.sc.pool.Name, api)
+	s.sc.sim.WarmImage(fixture.ServerUUID, s.sc.pool.Spec.Image, s.sc.pool.Spec.ImageTag)
+	s.obs = newSoakObserver(t, s.sc.ns, s.sc.pool, s.sc.sim, s.bots, soakGrace, soakRoundEvery*soakInterval+time.Minute)
+	kubetest.Eventually(t, 30*time.Second, func() error { return s.obs.converged(true) })
+
+	panicsBefore := reconcilePanics(t)
+	stopOneTwo := s.watchOneTwo()
+	s.plan(steps)
+	before := s.sc.sim.Counts()
+	chaosStart := clk.Now()
+	for step := range steps {
+		for _, event := range s.events[step] {
+			event()
+		}
+		s.timed("arrivals", func() { s.arrive(s.arrivals[step]) })
+		s.deleteBots(s.deletions[step])
+		s.step(step)
+	}
+	chaos := requestCounts(before, s.sc.sim.Counts())
+	chaosLength := clk.Since(chaosStart)
+
+	// The faults stop: the pool converges within two intervals.
+	s.faultsOff()
+	took, err := s.settle(2*soakInterval, false)
+	if err != nil {
+		s.obs.violate("the pool did not converge within two intervals (%s) of the faults' end: %v", 2*soakInterval, err)
+	}
+
+	// The last bots finish; then everything is Idle and the store has caught up.
+	drainStart := clk.Now()
+	s.drain()
+	drained := clk.Since(drainStart)
+	if _, err := s.settle(2*soakInterval, true); err != nil {
+		s.obs.violate("the pool did not come to rest after the last bot: %v", err)
+	}
+	s.checkProjection()
+	if err := stopOneTwo(); err != nil {
+		s.obs.violate("%v", err)
+	}
+	if n := reconcilePanics(t) - panicsBefore; n > 0 {
+		s.obs.violate("%v reconciles panicked (controller-runtime recovered them; the logs have the stacks)", n)
+	}
+	reasons := s.obs.explainFailures(soakInterval)
+	s.report(chaos, chaosLength, took, drained, reasons, time.Since(wallStart))
+}
+
+// soak is one run: its plan, its world and what it counted.
+type soak struct {
+	t    *testing.T
+	cfg  soakConfig
+	rng  *rand.Rand
+	sc   *scenario
+	bots *soakBots
+	obs  *soakObserver
+
+	arrivals  map[int][]soakArrival
+	deletions map[int][]string
+	events    map[int][]func()
+
+	pg         *pgtest.Server
+	dsn        string
+	store      *postgres.Store
+	pgDown     bool
+	pgDownAt   time.Time
+	pgOutage   time.Duration
+	pgRestarts int
+	pgSawDown  bool
+	pgBuffer   int
+
+	latency  time.Duration
+	episodes map[string]int // faults injected, by kind
+	restarts int
+	deleted  int
+	nudged   int
+	wall     map[string]time.Duration // real time by activity
+	created  int
+}
+
+type soakArrival struct {
+	name         string
+	priority     int32
+	queueTimeout string
+}
+
+// step moves the clock one interval once every live bot has beaten recently, gives the
+// controllers their pause, and checks the invariants every few steps.
+func (s *soak) step(n int) {
+	s.timed("holding the clock for bots", func() { s.bots.hold(3*soakInterval, 2*time.Second) })
+	clk.Step(soakInterval)
+	time.Sleep(soakPause)
+	if s.pgDown {
+		st := s.store.Status()
+		s.pgSawDown = s.pgSawDown || !st.Available
+		s.pgBuffer = max(s.pgBuffer, st.Buffered)
+	}
+	if n%soakRoundEvery == 0 {
+		s.timed("invariant rounds and nudges", func() {
+			if snap, err := s.obs.snapshot(); err == nil { // a failed read proves nothing
+				s.obs.check(snap)
+				s.nudge(snap)
+			}
+		})
+	}
+}
+
+// timed runs f and adds its real time to the run's account of where the time went.
+func (s *soak) timed(what string, f func()) {
+	start := time.Now()
+	f()
+	s.wall[what] += time.Since(start)
+}
+
+// arrive creates the step's bots, as users would, concurrently.
+func (s *soak) arrive(bots []soakArrival) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, a := range bots {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			newBot(s.t, s.sc.ns, a.name, s.sc.pool.Name, func(b *v1.Bot) {
+				b.Spec.Priority = a.priority
+				b.Spec.QueueTimeout = v1.Duration(a.queueTimeout)
+			})
+		}()
+	}
+	wg.Wait()
+	s.created += len(bots)
+}
+
+// deleteBots deletes bots that have not ended: a user calling one back mid-call or mid-queue.
+func (s *soak) deleteBots(names []string) {
+	ctx := context.Background()
+	for _, name := range names {
+		b := &v1.Bot{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.sc.ns, Name: name}, b); err != nil || b.Status.Phase.Terminal() {
+			continue
+		}
+		if err := env.Client.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
+			s.t.Fatal(err)
+		}
+		s.deleted++
+	}
+}
+
+// nudge touches what waits on a timer that is due, as touch does in the other tests: the
+// controllers' timers are real-time requeues while the clock moves an interval per step, so
+// without it a queue timeout would fire minutes late in simulated time. Due are: a queued bot
+// past its deadline, a running bot silent for a heartbeat grace period, a deleted bot (its
+// leave grace), and a slot between states (its retries).
+func (s *soak) nudge(snap *soakSnapshot) {
+	now := clk.Now()
+	grace := s.sc.pool.Spec.Timing.HeartbeatGracePeriod.OrDefault(v1.DefaultHeartbeatGracePeriod)
+	var objs []client.Object
+	for i := range snap.bots {
+		b := &snap.bots[i]
+		slot := snap.boundTo[b.UID]
+		switch {
+		case b.Status.Phase.Terminal():
+		case !b.DeletionTimestamp.IsZero():
+			objs = append(objs, b)
+		case snap.waiting(b):
+			if b.Status.QueuedAt == nil || !now.Before(b.Status.QueuedAt.Add(queueTimeout(b, s.sc.pool))) {
+				objs = append(objs, b)
+			}
+		case slot != nil && slot.Status.Phase == v1.SlotBusy && b.Status.StartedAt != nil:
+			last := b.Status.StartedAt.Time
+			if t := s.bots.lastBeat(b.Name); t.After(last) {
+				last = t
+			}
+			if now.Sub(last) > grace {
+				objs = append(objs, b)
+			}
+		}
+	}
+	for i := range snap.slots {
+		switch snap.slots[i].Status.Phase {
+		case v1.SlotIdle, v1.SlotDeploying, v1.SlotBusy: // they poll on their own
+		default:
+			objs = append(objs, &snap.slots[i])
+		}
+	}
+	ctx := context.Background()
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"soak/tick":"`+strconv.FormatInt(now.Unix(), 10)+`"}}}`))
+	for _, o := range objs {
+		_ = env.Client.Patch(ctx, o, patch) // gone meanwhile: nothing to nudge
+	}
+	s.nudged += len(objs)
+}
+
+// nudgeNow nudges what is due on a fresh snapshot.
+func (s *soak) nudgeNow() {
+	if snap, err := s.obs.snapshot(); err == nil {
+		s.nudge(snap)
+	}
+}
+
+// settle gives the pool up to budget of simulated time, in one-second ticks, to satisfy
+// converged, then soakSettleWait of real time with the clock still. It returns the simulated
+// time it took.
+func (s *soak) settle(budget time.Duration, quiet bool) (time.Duration, error) {
+	start := clk.Now()
+	for tick := 0; ; tick++ {
+		if err := s.obs.converged(quiet); err == nil {
+			return clk.Since(start), nil
+		}
+		if clk.Since(start) >= budget {
+			break
+		}
+		if tick%5 == 0 {
+			s.nudgeNow()
+		}
+		s.bots.hold(3*soakInterval, 2*time.Second)
+		clk.Step(time.Second)
+		time.Sleep(soakPause)
+	}
+	var err error
+	deadline := time.Now().Add(soakSettleWait)
+	for n := 0; time.Now().Before(deadline); n++ {
+		if err = s.obs.converged(quiet); err == nil {
+			return clk.Since(start), nil
+		}
+		if n%10 == 0 {
+			s.nudgeNow()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return clk.Since(start), err
+}
+
+// drain steps until every bot has ended (or, deleted, is gone).
+func (s *soak) drain() {
+	const limit = time.Hour
+	start := clk.Now()
+	for n := 0; ; n++ {
+		snap, err := s.obs.snapshot()
+		if err == nil && allEnded(snap) {
+			return
+		}
+		if clk.Since(start) > limit {
+			s.obs.violate("bots still running %s after the last arrival", limit)
+			return
+		}
+		s.step(n)
+	}
+}
+
+func allEnded(snap *soakSnapshot) bool {
+	for i := range snap.bots {
+		if !snap.bots[i].Status.Phase.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
+// watchOneTwo checks invariants 1 and 2 continuously, between the steps' rounds too; the
+// returned func stops it and says what it saw.
+func (s *soak) watchOneTwo() func() error {
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		ctx := context.Background()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			if err := invariantsOneTwo(ctx, s.sc.ns, int(s.cfg.maxSlots)); err != nil {
+				<-stop
+				done <- err
+				return
+			}
+		}
+	}()
+	return func() error {
+		close(stop)
+		return <-done
+	}
+}
+
+// checkProjection waits until Postgres shows what the API server holds: every slot with its
+// phase, application and no bot, no row for a slot that is gone, every bot with its final
+// phase; and the store has replayed and dropped nothing.
+func (s *soak) checkProjection() {
+	ctx := context.Background()
+	kubetest.Eventually(s.t, 30*time.Second, func() error {
+		if st := s.store.Status(); !st.Available || st.Buffered > 0 || st.Dropped > 0 {
+			return fmt.Errorf("store %+v, want available, nothing buffered or dropped", st)
+		}
+		snap, err := s.obs.snapshot()
+		if err != nil {
+			return err
+		}
+		exists := map[string]bool{}
+		for i := range snap.slots {
+			sl := &snap.slots[i]
+			exists[sl.Name] = true
+			rec, ok, err := s.store.Slot(ctx, sl.Namespace, sl.Name)
+			if err != nil {
+				return err
+			}
+			if !ok || rec.Phase != string(sl.Status.Phase) || rec.ApplicationUUID != sl.Status.ApplicationUUID || rec.BotUID != "" {
+				return fmt.Errorf("slot %s is %s/%s in the API, projected %+v (found %v)", sl.Name, sl.Status.Phase, sl.Status.ApplicationUUID, rec, ok)
+			}
+		}
+		for n := 1; n <= int(s.cfg.maxSlots); n++ {
+			name := slotName(s.sc.pool.Spec.Platform, n)
+			_, ok, err := s.store.Slot(ctx, s.sc.ns, name)
+			if err != nil {
+				return err
+			}
+			if !exists[name] && ok {
+				return fmt.Errorf("slot %s is gone but still projected", name)
+			}
+		}
+		for i := range snap.bots {
+			b := &snap.bots[i]
+			rec, ok, err := s.store.Bot(ctx, b.UID)
+			if err != nil {
+				return err
+			}
+			if !ok || rec.Phase != string(b.Status.Phase) {
+				return fmt.Errorf("bot %s is %s in the API, projected %q (found %v)", b.Name, b.Status.Phase, rec.Phase, ok)
+			}
+		}
+		return nil
+	})
+}
+
+// report logs the counts: bots served and failed and why, faults injected, restarts,
+// violations; and fails the test on any violation.
+func (s *soak) report(chaos map[int]int, chaosLength, converge, drained time.Duration, reasons map[string]int, wall time.Duration) {
+	snap, err := s.obs.snapshot()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	phases := map[string]int{}
+	for i := range snap.bots {
+		phases[string(snap.bots[i].Status.Phase)]++
+	}
+	total := 0
+	for _, n := range chaos {
+		total += n
+	}
+	injected := chaos[500] + chaos[503] + chaos[429]
+	all := requestCounts(nil, s.sc.sim.Counts())
+	failed := phases[string(v1.BotFatal)]
+	s.t.Logf("bots: %d created, %d served (Done), %d failed (%s), %d deleted by their user mid-way (gone: %d)",
+		s.created, phases[string(v1.BotDone)], failed, countsString(reasons), s.deleted, s.created-len(snap.bots))
+	s.t.Logf("%s", s.bots.summary())
+	s.t.Logf("coolify: %d requests during the chaos, %d faults injected (500: %d, 503: %d, 429: %d) = %.1f%%; all codes over the run: %s",
+		total, injected, chaos[500], chaos[503], chaos[429], 100*float64(injected)/float64(max(total, 1)), countsString(codeKeys(all)))
+	s.t.Logf("chaos episodes: %s", countsString(s.episodes))
+	s.t.Logf("restarts: manager %d, postgres %d (down %s simulated, store buffered up to %d writes, saw the outage: %v)",
+		s.restarts, s.pgRestarts, s.pgOutage, s.pgBuffer, s.pgSawDown)
+	s.t.Logf("time: %s of chaos, converged in %s, drained in %s (simulated); %s wall, of which %s; %d invariant rounds, %d nudges",
+		chaosLength, converge, drained.Round(time.Second), wall.Round(time.Second), countsString(rounded(s.wall)), s.obs.checks, s.nudged)
+	if n := s.bots.redeployed(); n > 0 {
+		s.obs.violate("%d containers were deployed again while their bot ran: each restart killed a bot mid-call", n)
+	}
+	if !s.pgSawDown {
+		s.obs.violate("the store never noticed the Postgres outage: the restart tested nothing")
+	}
+	if s.created != s.cfg.bots || phases[string(v1.BotDone)]+failed != len(snap.bots) || s.created-len(snap.bots) != s.deleted {
+		s.obs.violate("%d bots planned, %d created, %d deleted, %d left of which %d ended", s.cfg.bots, s.created, s.deleted, len(snap.bots), phases[string(v1.BotDone)]+failed)
+	}
+	fmt.Printf("soak summary: seed=%d bots=%d served=%d failed=%d deleted=%d faults=%d (%.1f%% of %d requests) restarts=%d postgres_restarts=%d violations=%d\n",
+		s.cfg.seed, s.created, phases[string(v1.BotDone)], failed, s.deleted, injected, 100*float64(injected)/float64(max(total, 1)), total,
+		s.restarts, s.pgRestarts, len(s.obs.violations))
+	if n := len(s.obs.violations); n > 0 {
+		s.t.Errorf("%d violations (the first 20 are above)", n)
+	}
+}
+
+// reconcilePanics is how many reconciles of any controller panicked so far in this process.
+func reconcilePanics(t *testing.T) float64 {
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == "controller_runtime_reconcile_panics_total" {
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// requestCounts sums the simulator's answers by status code, less those in before.
+func requestCounts(before, after map[string]map[int]int) map[int]int {
+	out := map[int]int{}
+	for op, codes := range after {
+		for code, n := range codes {
+			out[code] += n - before[op][code]
+		}
+	}
+	return out
+}
+
+func rounded(m map[string]time.Duration) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(m))
+	for k, d := range m {
+		out[k] = d.Round(time.Millisecond)
+	}
+	return out
+}
+
+func codeKeys(m map[int]int) map[string]int {
+	out := make(map[string]int, len(m))
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	for _, k := range keys {
+		out[strconv.Itoa(k)] = m[k]
+	}
+	return out
+}
