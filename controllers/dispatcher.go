@@ -46,8 +46,18 @@ type Dispatcher struct {
 	// fast second wave never binds one bot twice (invariant 1).
 	mu    sync.Mutex
 	bound map[types.UID]time.Time
+	// taken remembers the slots those bindings went to, with the version the cache showed
+	// then: while the cache still shows that version, the slot is not offered again, or the
+	// head of the queue would be paired with it, lose the conflict, and wait while a bot
+	// behind it got a slot that was free (invariant 4).
+	taken map[types.UID]takenSlot
 	// drain tracks, per pool, how fast its queue moves: the basis of estimatedWait.
 	drain map[types.NamespacedName]*drainRate
+}
+
+type takenSlot struct {
+	version string
+	at      time.Time
 }
 
 // drainRate is an exponentially weighted average of the time per binding while a pool has a
@@ -162,9 +172,24 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot
 	if err := d.Client.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}); err != nil {
 		return nil, err
 	}
+	now := d.Clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, t := range d.taken {
+		if now.Sub(t.at) > bindingTTL {
+			delete(d.taken, uid) // the cache shows it by now, or never will
+		}
+	}
 	var free []*v1.BotPoolSlot
 	for i := range slots.Items {
-		if s := &slots.Items[i]; isFree(s) {
+		s := &slots.Items[i]
+		if t, ok := d.taken[s.UID]; ok {
+			if t.version == s.ResourceVersion {
+				continue // bound by us; the cache does not show it yet
+			}
+			delete(d.taken, s.UID)
+		}
+		if isFree(s) {
 			free = append(free, s)
 		}
 	}
@@ -216,15 +241,18 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 // bind writes the slot's botRef with its resourceVersion as a precondition.
 func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot) error {
 	patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	version := slot.ResourceVersion
 	slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
 	if err := d.Client.Patch(ctx, slot, patch); err != nil {
 		return err
 	}
+	now := d.Clock.Now()
 	d.mu.Lock()
 	if d.bound == nil {
-		d.bound = map[types.UID]time.Time{}
+		d.bound, d.taken = map[types.UID]time.Time{}, map[types.UID]takenSlot{}
 	}
-	d.bound[bot.UID] = d.Clock.Now()
+	d.bound[bot.UID] = now
+	d.taken[slot.UID] = takenSlot{version: version, at: now}
 	d.mu.Unlock()
 	d.Metrics.acquired(d.Clock.Since(bot.CreationTimestamp.Time))
 	d.Metrics.queueWait(d.Clock.Since(queuedAt(bot)))
