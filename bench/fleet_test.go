@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -89,9 +91,9 @@ func (f *fleet) run(c sim.Container) error {
 		if err == nil {
 			break
 		}
-		// Free (the manager's cache has not seen the binding yet) or a burst over the slot's
-		// rate limit: ask again, within the slot's limit of 20 requests a second.
-		if !errors.Is(err, botclient.ErrSlotFree) && !errors.Is(err, botclient.ErrRateLimited) {
+		// Free (the manager's cache has not seen the binding yet), or transient: ask again,
+		// within the slot's limit of 20 requests a second.
+		if !errors.Is(err, botclient.ErrSlotFree) && !transient(err) {
 			return fmt.Errorf("config: %w", err)
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
@@ -99,10 +101,10 @@ func (f *fleet) run(c sim.Container) error {
 		}
 	}
 	report := func(phase string) error {
-		if _, err := cl.ReportStatus(ctx, cfg.Bot, botclient.StatusReport{Phase: phase}); err != nil {
-			return fmt.Errorf("bot %s reporting %s: %w", cfg.Bot, phase, err)
-		}
-		return nil
+		return retry(ctx, func() error {
+			_, err := cl.ReportStatus(ctx, cfg.Bot, botclient.StatusReport{Phase: phase})
+			return err
+		}, "bot %s reporting %s", cfg.Bot, phase)
 	}
 	if err := report(botclient.PhaseJoiningCall); err != nil {
 		return err
@@ -110,8 +112,14 @@ func (f *fleet) run(c sim.Container) error {
 	if err := report(botclient.PhaseInCall); err != nil {
 		return err
 	}
-	if hb, err := cl.Heartbeat(ctx, cfg.Bot); err != nil || hb.Action != botclient.ActionContinue {
-		return fmt.Errorf("bot %s heartbeat: %+v %w", cfg.Bot, hb, err)
+	if err := retry(ctx, func() error {
+		hb, err := cl.Heartbeat(ctx, cfg.Bot)
+		if err == nil && hb.Action != botclient.ActionContinue {
+			err = fmt.Errorf("told to %q in the middle of its meeting", hb.Action)
+		}
+		return err
+	}, "bot %s heartbeat", cfg.Bot); err != nil {
+		return err
 	}
 	select {
 	case <-f.gate:
@@ -132,6 +140,39 @@ func (f *fleet) run(c sim.Container) error {
 	f.done[cfg.Bot] = time.Now()
 	f.mu.Unlock()
 	return nil
+}
+
+// retry runs call until it succeeds, fails for good, or met 8 transient errors, backing off
+// from 50ms to 2s between attempts: what a bot image does (docs/botapi.md).
+func retry(ctx context.Context, call func() error, format string, args ...any) error {
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := call()
+		if err == nil {
+			return nil
+		}
+		if !transient(err) || attempt == 8 {
+			return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// transient reports whether a bot would try err's request again: the operator asked it to
+// (503 with Retry-After, 429), or it got no answer in time.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	var apiErr *botclient.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.StatusCode == http.StatusServiceUnavailable || apiErr.StatusCode == http.StatusTooManyRequests
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -201,6 +201,7 @@ func (sc *scenario) startManager(extra ...string) {
 	if err := writeKubeconfig(sc.env.Config, kubeconfig); err != nil {
 		sc.b.Fatal(err)
 	}
+	extra = append(extra, strings.Fields(os.Getenv(argsEnv))...)
 	if os.Getenv(profileEnv) != "" {
 		addr, err := freeAddr()
 		if err != nil {
@@ -217,6 +218,10 @@ func (sc *scenario) startManager(extra ...string) {
 		sc.b.Fatalf("%v\n%s", err, mgr.logTail())
 	}
 }
+
+// argsEnv holds extra manager flags (space-separated), to measure a setting other than the
+// shipped default, e.g. BOTPOOL_BENCH_ARGS=--max-concurrent-reconciles=32.
+const argsEnv = "BOTPOOL_BENCH_ARGS"
 
 // profileEnv names a directory for CPU profiles of the manager during each benchmark's
 // measured phase; unset, the manager serves no pprof and nothing is profiled.
