@@ -242,14 +242,15 @@ func (sc *trafficScenario) since(mark int) []sim.Request { return sc.sim.Request
 
 // advance moves the fake clock by d, then lets the controllers act on it: the pool reads
 // Coolify at every step (its shared lists are older than the clock allows), so this waits for
-// that first request (at most 2 s), then until Coolify has seen no request for a moment.
+// that first request (at most 2 s), then until Coolify has seen no request for longer than the
+// slowest of the suite's checks (100 ms ± 20 %) takes to come round.
 func (sc *trafficScenario) advance(d time.Duration) {
 	before := sc.mark()
 	clk.Step(d)
 	for deadline := time.Now().Add(2 * time.Second); sc.mark() == before && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	sc.quiet()
+	sc.quiet(150 * time.Millisecond)
 }
 
 // byOp counts requests per operation.
@@ -427,7 +428,7 @@ func measureColdStart(tb testing.TB, name string, n, limit int, coldPull time.Du
 	began, realStart := clk.Now(), time.Now()
 	sc.newBots("cold", n)
 	res := coldStart{slots: n, limit: limit}
-	seen, lastBeat := sc.quiet(), clk.Now()
+	seen, lastBeat := sc.quiet(60*time.Millisecond), clk.Now()
 	for {
 		busy, phases := sc.count(func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotBusy })
 		if busy == n {
@@ -458,7 +459,7 @@ func measureColdStart(tb testing.TB, name string, n, limit int, coldPull time.Du
 			d = 15 * time.Second
 		}
 		clk.Step(d)
-		seen = sc.quiet()
+		seen = sc.quiet(60 * time.Millisecond)
 		if clk.Since(lastBeat) >= 30*time.Second {
 			sc.beat()
 			lastBeat = clk.Now()
@@ -473,17 +474,15 @@ func measureColdStart(tb testing.TB, name string, n, limit int, coldPull time.Du
 	return res
 }
 
-// quiet waits until the simulator has answered no request for 60ms (the operator is idle, or
+// quiet waits until the simulator has answered no request for d (the operator is idle, or
 // held back by its limiter until the clock moves), at most a second, and returns the number
 // of requests answered so far.
-func (sc *trafficScenario) quiet() int {
-	last, still := sc.mark(), 0
-	for deadline := time.Now().Add(time.Second); still < 3 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+func (sc *trafficScenario) quiet(d time.Duration) int {
+	last, since := sc.mark(), time.Now()
+	for deadline := time.Now().Add(time.Second); time.Since(since) < d && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 		if n := sc.mark(); n != last {
-			last, still = n, 0
-		} else {
-			still++
+			last, since = n, time.Now()
 		}
 	}
 	return last
