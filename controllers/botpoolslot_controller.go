@@ -288,7 +288,7 @@ const (
 )
 
 // errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
-var errSlotEnvNotFound = errors.New("Secret not found")
+var errSlotEnvNotFound = errors.New("not found")
 
 // needsPerson reports whether a failed step will fail the same way until someone changes
 // something (the token's abilities, Coolify's settings, the pool's Secret), and the reason to
