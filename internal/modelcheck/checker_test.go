@@ -1,0 +1,279 @@
+package modelcheck
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/store"
+)
+
+// The checker's own tests: each breaks the world in a way a correct operator never would (a
+// corrupt write, or a reconciler swapped for a broken one) and expects the check that guards
+// against it to say so. A check that cannot fail would pass every run of the model; these
+// show that each one can.
+
+// reconcilerFunc is a hand-written stand-in for a reconciler.
+type reconcilerFunc func(context.Context, ctrl.Request) (ctrl.Result, error)
+
+func (f reconcilerFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return f(ctx, req)
+}
+
+var noop = reconcilerFunc(func(context.Context, ctrl.Request) (ctrl.Result, error) { return ctrl.Result{}, nil })
+
+// pairPool is one zoom pool of two warm slots.
+func pairPool(w *world) {
+	w.addPool("solo", v1.PlatformZoom, 2, 2, 2, v1.Timing{})
+	w.sim.WarmImage(w.fixture.ServerUUID, w.images[string(v1.PlatformZoom)], "latest")
+}
+
+// ready brings the pool's slots to Idle.
+func (s *script) ready() []string {
+	s.t.Helper()
+	s.pool("solo")
+	s.pool("solo")
+	var names []string
+	for _, sl := range s.w.liveSlots() {
+		names = append(names, sl.Name)
+		s.slot(sl.Name)
+		s.slot(sl.Name)
+	}
+	for _, sl := range s.w.liveSlots() {
+		if sl.Status.Phase != v1.SlotIdle {
+			s.t.Fatalf("slot %s is %s, want Idle", sl.Name, sl.Status.Phase)
+		}
+	}
+	return names
+}
+
+func (s *script) queued(name string, priority int32) {
+	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name, MaxDuration: "1h", Priority: priority}}
+	must(s.w.api.Create(s.w.ctx, b))
+	s.sync()
+	s.bot(name)
+	s.bot(name)
+	if p := s.w.liveBot(name).Status.Phase; p != v1.BotQueued {
+		s.t.Fatalf("bot %s is %s, want Queued", name, p)
+	}
+}
+
+// write patches an object in the API server as a buggy controller would.
+func (s *script) write(o client.Object, status bool, mutate func()) {
+	s.t.Helper()
+	patch := client.MergeFrom(o.DeepCopyObject().(client.Object))
+	mutate()
+	var err error
+	if status {
+		err = s.w.api.Status().Patch(s.w.ctx, o, patch)
+	} else {
+		err = s.w.api.Patch(s.w.ctx, o, patch)
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.sync()
+}
+
+func (s *script) expect(want string) {
+	s.t.Helper()
+	for _, v := range s.w.violations {
+		if strings.Contains(v, want) {
+			return
+		}
+	}
+	s.t.Fatalf("no violation mentions %q; violations: %q", want, s.w.violations)
+}
+
+func TestCheckerCatches(t *testing.T) {
+	cases := []struct {
+		name, want string
+		run        func(s *script)
+	}{
+		{"a bot bound to two slots", "invariant 1", func(s *script) {
+			slots := s.ready()
+			s.queued("b", 0)
+			uid := s.w.liveBot("b").UID
+			for _, n := range slots {
+				sl := s.w.liveSlot(n)
+				s.write(sl, false, func() { sl.Spec.BotRef = &v1.BotReference{Name: "b", UID: uid} })
+			}
+			s.w.checkState()
+		}},
+		{"more slots than maxSlots", "invariant 2", func(s *script) {
+			s.ready()
+			extra := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "pool-zoom-099"}, Spec: v1.BotPoolSlotSpec{Pool: "solo"}}
+			must(s.w.api.Create(s.w.ctx, extra))
+			s.w.checkState()
+		}},
+		{"a bot Deploying without a slot", "invariant 5", func(s *script) {
+			s.ready()
+			s.queued("b", 0)
+			b := s.w.liveBot("b")
+			s.write(b, true, func() { b.Status.Phase = v1.BotDeploying })
+			s.w.checkState()
+		}},
+		{"a queued bot without a timer", "invariant 5", func(s *script) {
+			s.ready()
+			real := s.w.op.bots
+			s.w.op.bots = reconcilerFunc(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+				_, err := real.Reconcile(ctx, req)
+				return ctrl.Result{}, err
+			})
+			s.queued("b", 0)
+		}},
+		{"a dispatcher that binds nobody", "invariant 3", func(s *script) {
+			s.ready()
+			s.w.op.disp = noop
+			s.queued("b", 0)
+			s.dispatch("solo")
+		}},
+		{"a dispatcher that serves the lowest priority first", "invariant 4", func(s *script) {
+			slots := s.ready()
+			s.queued("low", 0)
+			s.queued("high", 100)
+			low := s.w.liveBot("low")
+			s.w.op.disp = reconcilerFunc(func(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+				sl := s.w.liveSlot(slots[0])
+				patch := client.MergeFromWithOptions(sl.DeepCopy(), client.MergeFromWithOptimisticLock{})
+				sl.Spec.BotRef = &v1.BotReference{Name: low.Name, UID: low.UID}
+				return ctrl.Result{}, s.w.api.Patch(ctx, sl, patch)
+			})
+			s.dispatch("solo")
+		}},
+		{"a slot controller that keeps a finished bot's slot", "invariant 6", func(s *script) {
+			s.ready()
+			s.queued("b", 0)
+			s.dispatch("solo")
+			b := s.w.liveBot("b")
+			s.write(b, true, func() { b.Status.Phase = v1.BotDone })
+			s.w.op.slots = noop
+			for _, sl := range s.w.liveSlots() {
+				s.slot(sl.Name)
+			}
+		}},
+		{"a bot controller that looks at a silent bot only after the grace period", "invariant 7", func(s *script) {
+			s.w.op.bots = stretched(s.w.op.bots, 30*time.Second)
+			s.running("b")
+			c := s.container("b")
+			c.silent = true
+			s.advance(45 * time.Second)
+			s.bot("b")
+			c.silent = false
+			s.w.heartbeat(c)
+		}},
+		{"a stale-deploying recovery that fails a beating bot", "invariant 8", func(s *script) {
+			slot := s.running("b")
+			sl := s.w.liveSlot(slot)
+			s.write(sl, true, func() {
+				sl.Status.Phase, sl.Status.Reason = v1.SlotError, string(v1.ReasonDeployingTimeout)
+			})
+		}},
+		{"a slot that fails while every Coolify call fails", "invariant 9", func(s *script) {
+			slot := s.running("b")
+			s.w.setCoolify("outage")
+			sl := s.w.liveSlot(slot)
+			s.write(sl, true, func() { sl.Status.Phase, sl.Status.Reason = v1.SlotError, "StopFailed" })
+		}},
+		{"a heartbeat timeout during a store outage", "invariant 10", func(s *script) {
+			s.running("b")
+			s.w.postgres = true
+			s.w.store.setDown(true)
+			b := s.w.liveBot("b")
+			s.write(b, true, func() { b.Status.Phase, b.Status.Reason = v1.BotFatal, v1.ReasonHeartbeatTimeout })
+		}},
+		{"a slot Busy before its container runs", "turned Busy", func(s *script) {
+			slots := s.ready()
+			s.queued("b", 0)
+			s.dispatch("solo")
+			for _, n := range slots {
+				if sl := s.w.liveSlot(n); sl.Spec.BotRef != nil {
+					s.write(sl, true, func() { sl.Status.Phase = v1.SlotBusy })
+				}
+			}
+		}},
+		{"a bot leaving Done", "left terminal phase", func(s *script) {
+			s.running("b")
+			b := s.w.liveBot("b")
+			s.write(b, true, func() { b.Status.Phase = v1.BotDone })
+			b = s.w.liveBot("b")
+			s.write(b, true, func() { b.Status.Phase = v1.BotInCall })
+		}},
+		{"a binding mirrored one way only", "mirror", func(s *script) {
+			s.running("b")
+			b := s.w.liveBot("b")
+			s.write(b, true, func() { b.Status.SlotName = "pool-zoom-042" })
+			s.w.checkSettled("test")
+		}},
+		{"an application without a slot", "leak", func(s *script) {
+			s.ready()
+			tag := s.w.sim.Apps()[0].Tags
+			api, err := coolify.New("http://coolify.model", sim.DefaultToken, coolify.WithHTTPClient(&http.Client{Transport: s.w.coolify}))
+			must(err)
+			_, err = api.CreateDockerImageApplication(s.w.ctx, coolify.CreateApplicationRequest{
+				ProjectUUID: s.w.fixture.ProjectUUID, ServerUUID: s.w.fixture.ServerUUID, EnvironmentName: s.w.fixture.EnvironmentName,
+				Image: "ghcr.io/example/zoom-bot", Tag: "latest", PortsExposes: "3000", Name: "pool-zoom-077", Tags: tag})
+			must(err)
+			s.w.checkSettled("test")
+		}},
+		{"a projection the store refuses", "store:", func(s *script) {
+			for _, name := range []string{"x", "y"} {
+				_ = s.w.store.UpsertSlot(s.w.ctx, store.SlotRecord{Namespace: namespace, Name: name, Pool: "solo", ApplicationUUID: "same"})
+			}
+			s.w.checkState()
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newScript(t, pairPool)
+			c.run(s)
+			s.expect(c.want)
+		})
+	}
+}
+
+// stretched makes a reconciler look again no sooner than every d, as the bot controller did
+// before it rechecked silent bots every heartbeat interval.
+func stretched(r interface {
+	Reconcile(context.Context, ctrl.Request) (ctrl.Result, error)
+}, d time.Duration) reconcilerFunc {
+	return func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+		res, err := r.Reconcile(ctx, req)
+		if res.RequeueAfter > 0 && res.RequeueAfter < d {
+			res.RequeueAfter = d
+		}
+		return res, err
+	}
+}
+
+// The API server refuses what the CRD's CEL rules refuse: rebinding a bound slot.
+func TestAPIServerRefusesRebinding(t *testing.T) {
+	s := newScript(t, pairPool)
+	slots := s.ready()
+	s.queued("b", 0)
+	s.dispatch("solo")
+	for _, n := range slots {
+		sl := s.w.liveSlot(n)
+		if sl.Spec.BotRef == nil {
+			continue
+		}
+		patch := client.MergeFrom(sl.DeepCopy())
+		sl.Spec.BotRef = &v1.BotReference{Name: "other", UID: "uid-other"}
+		if err := s.w.api.Patch(s.w.ctx, sl, patch); !apierrors.IsInvalid(err) {
+			t.Fatalf("rebinding slot %s: %v, want Invalid", n, err)
+		}
+		return
+	}
+	t.Fatal("no slot was bound")
+}

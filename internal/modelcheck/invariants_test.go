@@ -1,0 +1,564 @@
+package modelcheck
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// The invariants of DESIGN.md, numbered as there, and where each is checked:
+//
+//	 1 one bot per slot, one slot per bot ............ every step (checkState); the CEL rule on
+//	                                                   every slot write (apiServer.admit)
+//	 2 unique names, at most maxSlots per pool ....... every step (also: one slot per Coolify
+//	                                                   application, one application per slot name)
+//	 3 no bot Queued beside a free Idle slot ......... after every dispatch that read a synced
+//	                                                   cache; at every settle point
+//	 4 queue order ................................... on every binding a dispatch wrote
+//	 5 running, queued with a deadline, or terminal .. every step; "with a timer" after every bot
+//	                                                   reconcile
+//	 6 a slot of a finished or deleted bot is released
+//	   within one reconcile .......................... after every slot reconcile that saw it
+//	 7 Alive again within one heartbeat .............. after every bot reconcile, and the bot
+//	                                                   controller's timer at every heartbeat
+//	 8 a heartbeating deployment is never failed ..... on every write that fails one
+//	 9 a failed Coolify read deletes nothing, fails
+//	   nobody ........................................ on every write while every Coolify call fails
+//	10 a store outage fails nobody ................... on every write while the store is down
+//
+// and beyond the list: a slot turns Busy only once its container ran (writes), a bot never
+// leaves Done or Fatal (writes), the store's UNIQUE rules never refuse a projection (every
+// step), every Coolify application belongs to a slot and an Idle slot's container is stopped
+// (settle points and the end), every bot ends terminal or running (the end).
+
+func (w *world) violate(format string, args ...any) {
+	w.violations = append(w.violations, fmt.Sprintf("step %d (%s): ", w.step, w.clk.Now().Format(time.RFC3339))+fmt.Sprintf(format, args...))
+}
+
+// checkState checks what must hold in the API server and Coolify after every step.
+func (w *world) checkState() {
+	bots, slots := w.liveBots(), w.liveSlots()
+
+	// 1: no bot bound to two slots (a slot holds one botRef by construction).
+	byBot := map[types.UID][]string{}
+	byApp := map[string][]string{}
+	perPool := map[string]int{}
+	for _, s := range slots {
+		if ref := s.Spec.BotRef; ref != nil {
+			byBot[ref.UID] = append(byBot[ref.UID], s.Name)
+		}
+		if s.Status.ApplicationUUID != "" {
+			byApp[s.Status.ApplicationUUID] = append(byApp[s.Status.ApplicationUUID], s.Name)
+		}
+		perPool[s.Spec.Pool]++
+	}
+	for uid, names := range byBot {
+		if len(names) > 1 {
+			w.violate("invariant 1: bot %s is bound to slots %v", uid, names)
+		}
+	}
+	for app, names := range byApp {
+		if len(names) > 1 {
+			w.violate("invariant 1: application %s belongs to slots %v", app, names)
+		}
+	}
+	// 2: never more than maxSlots slots per pool; one live application per slot name.
+	for _, p := range w.pools {
+		if perPool[p.Name] > int(p.Spec.MaxSlots) {
+			w.violate("invariant 2: pool %s holds %d slots, maxSlots is %d", p.Name, perPool[p.Name], p.Spec.MaxSlots)
+		}
+	}
+	seen := map[string]string{}
+	for _, a := range w.sim.Apps() {
+		if a.Deleting {
+			continue
+		}
+		k := strings.Join(a.Tags, ",") + "/" + a.Name
+		if other, dup := seen[k]; dup {
+			w.violate("invariant 2: Coolify holds two applications named %s in one pool (%s, %s)", a.Name, other, a.UUID)
+		}
+		seen[k] = a.UUID
+	}
+
+	// 5: every bot is terminal, waiting with a deadline, or bound.
+	for i := range bots {
+		b := &bots[i]
+		st := b.Status
+		switch {
+		case st.Phase.Terminal() || !b.DeletionTimestamp.IsZero():
+		case st.Phase == "" || st.Phase == v1.BotPending:
+		case st.Phase == v1.BotScheduled:
+			if b.Spec.StartTime == nil {
+				w.violate("invariant 5: bot %s is Scheduled without a startTime", b.Name)
+			}
+		case st.Phase == v1.BotQueued:
+			if st.QueuedAt == nil {
+				w.violate("invariant 5: bot %s is Queued without queuedAt (no deadline)", b.Name)
+			}
+		default:
+			if slotOf(slots, b.UID) == nil {
+				w.violate("invariant 5: bot %s is %s but no slot is bound to it: neither running, queued nor terminal", b.Name, st.Phase)
+			}
+		}
+	}
+
+	w.store.mu.Lock()
+	conflicts := w.store.conflicts
+	w.store.conflicts = nil
+	w.store.mu.Unlock()
+	for _, c := range conflicts {
+		w.violate("store: the projection's UNIQUE rules refused a write (a second binding or a shared application): %s", c)
+	}
+}
+
+// onWrite checks every write to the API server against what the model knows; it runs under
+// the API server's write lock.
+func (w *world) onWrite(wr write) {
+	w.writes++
+	if wr.new == nil {
+		w.deleted = append(w.deleted, wr.key)
+		if len(w.deleted) > 50 {
+			w.deleted = w.deleted[1:]
+		}
+	}
+	switch wr.key.kind {
+	case kindSlot:
+		var o, n *v1.BotPoolSlot
+		if wr.old != nil {
+			o = wr.old.(*v1.BotPoolSlot)
+		}
+		if wr.new != nil {
+			n = wr.new.(*v1.BotPoolSlot)
+		}
+		w.slotWritten(wr.op, o, n)
+	case kindBot:
+		var o, n *v1.Bot
+		if wr.old != nil {
+			o = wr.old.(*v1.Bot)
+		}
+		if wr.new != nil {
+			n = wr.new.(*v1.Bot)
+		}
+		w.botWritten(o, n)
+	}
+}
+
+func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
+	now := w.clk.Now()
+	w.log.add(fmt.Sprintf("%s MODEL %s slot %s: %s", now.Format("15:04:05.000"), op, nameOf(o, n), describeSlot(n)))
+	if n != nil && n.Spec.BotRef != nil && (o == nil || o.Spec.BotRef == nil) {
+		w.bindAt[n.Name] = now
+		w.binds = append(w.binds, bindEvent{slot: n.Name, pool: n.Spec.Pool, bot: n.Spec.BotRef.Name, uid: n.Spec.BotRef.UID, at: now})
+		w.counts["write: bind"]++
+	}
+	if n != nil && o != nil && o.Spec.BotRef != nil && n.Spec.BotRef == nil {
+		w.counts["write: release"]++
+	}
+	if op == "delete" && o != nil && o.DeletionTimestamp.IsZero() {
+		w.counts["write: slot deleted"]++
+		// A slot that failed maxRecoveryAttempts times is retired on its own record, without
+		// reading Coolify; while every Coolify call fails, that record cannot grow (below).
+		retired := o.Status.Phase == v1.SlotError && o.Status.RecoveryAttempts >= w.pool(o.Spec.Pool).Spec.Timing.MaxRecoveryAttempts
+		if w.faults.coolifyDown() && !retired && !w.byHand {
+			w.violate("invariant 9: slot %s (%s, %d recoveries) was deleted while every Coolify call fails (%s)",
+				o.Name, o.Status.Phase, o.Status.RecoveryAttempts, w.faults.coolify)
+		}
+	}
+	if o != nil && n != nil && n.Status.RecoveryAttempts > o.Status.RecoveryAttempts && w.faults.coolifyDown() {
+		w.violate("invariant 9: slot %s counted a failed recovery (%d) while every Coolify call fails (%s): %s",
+			n.Name, n.Status.RecoveryAttempts, w.faults.coolify, n.Status.Message)
+	}
+	if o == nil || n == nil || o.Status.Phase == n.Status.Phase {
+		return
+	}
+	w.counts["slot "+phaseName(string(o.Status.Phase))+"→"+string(n.Status.Phase)]++
+	bot := ""
+	if ref := n.Spec.BotRef; ref != nil {
+		bot = ref.Name
+	} else if ref := o.Spec.BotRef; ref != nil {
+		bot = ref.Name
+	}
+	switch n.Status.Phase {
+	case v1.SlotBusy:
+		// A slot is never Busy before its container runs: the container runs now, or one
+		// started since this bot was bound (it may have crashed since).
+		// (A deployment in flight when a person deleted the application still reports
+		// finished, without a container: the slot finds the application gone at its next check.)
+		app := n.Status.ApplicationUUID
+		w.cmu.Lock()
+		started, ok := w.lastStart[app]
+		byHand := w.deletedByHand[app]
+		w.cmu.Unlock()
+		if byHand {
+			w.counts["slot Busy on an application deleted by hand"]++
+		} else if !w.running(app) && (!ok || started.Before(w.bindAt[n.Name])) {
+			w.violate("slot %s turned Busy (%q) but no container of application %s ran since bot %s was bound at %s (last start %s; deployments %s)",
+				n.Name, n.Status.Message, app, bot, w.bindAt[n.Name].Format(time.RFC3339), started.Format(time.RFC3339), w.deploymentsOf(app))
+		}
+	case v1.SlotError:
+		if w.faults.coolifyDown() {
+			w.violate("invariant 9: slot %s went to Error (%s: %s) while every Coolify call fails (%s)",
+				n.Name, n.Status.Reason, n.Status.Message, w.faults.coolify)
+		}
+		switch n.Status.Reason {
+		case string(v1.ReasonDeployingTimeout), "DeploymentTimeout", "DeploymentLost":
+			if w.postgres && w.store.isDown() {
+				w.violate("invariant 10: slot %s failed bot %s's deployment (%s) on liveness while the store is down", n.Name, bot, n.Status.Reason)
+			}
+			w.checkNotFresh(bot, n.Spec.Pool, "slot "+n.Name+" failed its deployment ("+n.Status.Reason+")")
+		}
+	}
+}
+
+func phaseName(p string) string {
+	if p == "" {
+		return "(new)"
+	}
+	return p
+}
+
+// checkNotFresh: invariant 8, a slow but heartbeating deployment is never failed by the
+// stale-deploying rules, judged on the heartbeats the bot API accepted.
+func (w *world) checkNotFresh(bot, pool, what string) {
+	p := w.pool(pool)
+	if bot == "" || p == nil {
+		return
+	}
+	fresh := p.Spec.Timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
+	if last, ok := w.beats[bot]; ok && w.clk.Now().Sub(last) <= fresh {
+		w.violate("invariant 8: %s although bot %s beat %s ago (freshness %s)", what, bot, w.clk.Now().Sub(last), fresh)
+	}
+}
+
+func (w *world) botWritten(o, n *v1.Bot) {
+	if n == nil || o == nil || o.Status.Phase != n.Status.Phase {
+		w.log.add(fmt.Sprintf("%s MODEL bot %s: %s", w.clk.Now().Format("15:04:05.000"), nameOf(o, n), describeBot(n)))
+	}
+	if o == nil || n == nil || o.Status.Phase == n.Status.Phase {
+		return
+	}
+	w.counts["bot "+phaseName(string(o.Status.Phase))+"→"+string(n.Status.Phase)]++
+	if o.Status.Phase.Terminal() {
+		w.violate("bot %s left terminal phase %s for %s", n.Name, o.Status.Phase, n.Status.Phase)
+	}
+	if n.Status.Phase != v1.BotFatal {
+		return
+	}
+	reason := n.Status.Reason
+	w.counts["bot Fatal/"+string(reason)]++
+	if reason == v1.ReasonHeartbeatTimeout {
+		pool := w.pool(n.Status.Pool)
+		if w.postgres && w.store.isDown() {
+			w.violate("invariant 10: bot %s failed with HeartbeatTimeout while the store is down", n.Name)
+		}
+		timeout := pool.Spec.Timing.HeartbeatTimeout.OrDefault(v1.DefaultHeartbeatTimeout)
+		since, ok := w.beats[n.Name]
+		if !ok && o.Status.StartedAt != nil {
+			since, ok = o.Status.StartedAt.Time, true
+		}
+		if ok && w.clk.Now().Sub(since) < timeout {
+			w.violate("bot %s failed with HeartbeatTimeout after only %s of silence (timeout %s)", n.Name, w.clk.Now().Sub(since), timeout)
+		}
+	}
+	// Deployment failures are judged where the slot decides them (slotWritten): the bot fails
+	// later, when the slot recovers, with the slot's reason.
+}
+
+// Checks around one reconcile.
+
+// botReconciled: invariant 5's timer and invariant 7 after a bot reconcile that read the
+// bot's current version and returned without error.
+func (w *world) botReconciled(name string, synced bool, requeue time.Duration) {
+	b := w.liveBot(name)
+	if !synced || b == nil || !b.DeletionTimestamp.IsZero() || b.Status.Phase.Terminal() {
+		delete(w.botTimers, name)
+		return
+	}
+	now := w.clk.Now()
+	if requeue > 0 {
+		w.botTimers[name] = now.Add(requeue)
+	} else {
+		delete(w.botTimers, name)
+	}
+	slots := w.liveSlots()
+	slot := slotOf(slots, b.UID)
+	switch b.Status.Phase {
+	case v1.BotPending, v1.BotScheduled:
+		if requeue <= 0 {
+			w.violate("invariant 5: bot %s is %s and its reconcile set no timer", b.Name, b.Status.Phase)
+		}
+	case v1.BotQueued:
+		if slot != nil {
+			return
+		}
+		pool := w.pool(b.Status.Pool)
+		// The API server keeps queuedAt to the second; the reconcile that set it computed the
+		// timer from the exact time, so its timer may end up to a second past the deadline.
+		deadline := b.Status.QueuedAt.Add(queueTimeout(b, pool))
+		if requeue <= 0 || now.Add(requeue).After(deadline.Add(time.Second)) {
+			w.violate("invariant 5: bot %s waits in the queue until %s but its reconcile asked to run again in %s",
+				b.Name, deadline.Format(time.RFC3339), requeue)
+		}
+	}
+	if slot == nil || slot.Status.Phase != v1.SlotBusy || b.Status.StartedAt == nil || w.store.isDown() {
+		return
+	}
+	// 7: a bot whose beat is recent is Alive after a reconcile.
+	beats, err := w.store.LastHeartbeats(w.ctx, []types.UID{b.UID})
+	pool := w.pool(b.Status.Pool)
+	grace := pool.Spec.Timing.HeartbeatGracePeriod.OrDefault(v1.DefaultHeartbeatGracePeriod)
+	if last, ok := beats[b.UID]; err == nil && ok && now.Sub(last) <= grace {
+		if c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionTrue {
+			w.violate("invariant 7: bot %s beat %s ago but is not Alive after its reconcile (%v)", b.Name, now.Sub(last), c)
+		}
+	}
+}
+
+// checkAliveTimer: invariant 7's "within one heartbeat". When a running bot that is not
+// Alive beats again, the bot controller must look at it within one heartbeat interval: it
+// learns of beats only from its own timer (heartbeats go to the store, not to the API server).
+func (w *world) checkAliveTimer(name string) {
+	due, ok := w.botTimers[name]
+	now := w.clk.Now()
+	if !ok || due.Before(now) || w.store.isDown() {
+		return // no pending timer known to the model (a past one already fired)
+	}
+	b := w.liveBot(name)
+	if b == nil || b.Status.StartedAt == nil || b.Status.Phase.Terminal() {
+		return
+	}
+	c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionAlive)
+	if c == nil || c.Status == metav1.ConditionTrue {
+		return
+	}
+	if due.Sub(now) > heartbeatInterval {
+		w.violate("invariant 7: bot %s beats again while %s (%s), but the bot controller looks at it next in %s: it stays not Alive for more than one heartbeat (%s)",
+			name, c.Reason, c.Status, due.Sub(now), heartbeatInterval)
+	}
+}
+
+// queueTimeout is the design's rule: the bot's own queueTimeout, else the pool's default,
+// capped by the pool's maximum.
+func queueTimeout(b *v1.Bot, p *v1.BotPool) time.Duration {
+	q := p.Spec.Queue
+	return min(b.Spec.QueueTimeout.OrDefault(q.DefaultTimeout.OrDefault(v1.DefaultQueueTimeout)), q.MaxTimeout.OrDefault(v1.DefaultMaxQueueTimeout))
+}
+
+// slotOrphaned reports whether a slot is bound to a bot that is finished or gone (in the API
+// server), for invariant 6.
+func (w *world) slotOrphaned(s *v1.BotPoolSlot) bool {
+	ref := s.Spec.BotRef
+	if ref == nil {
+		return false
+	}
+	b := w.liveBot(ref.Name)
+	return b == nil || b.UID != ref.UID || b.Status.Phase.Terminal()
+}
+
+// queued lists a pool's waiting bots (Queued, not bound, not being deleted) as slots show them.
+func queued(bots []v1.Bot, slots []v1.BotPoolSlot, pool string) []v1.Bot {
+	var out []v1.Bot
+	for _, b := range bots {
+		if b.Status.Pool == pool && b.Status.Phase == v1.BotQueued && b.DeletionTimestamp.IsZero() && slotOf(slots, b.UID) == nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// freeSlots names a pool's free slots: Idle, unbound, not going away, and not holding a
+// deploy request of an earlier binding that Coolify may have taken without answering
+// (status.deployingSince): the slot must cancel that before another bot can have it.
+func freeSlots(slots []v1.BotPoolSlot, pool string) []string {
+	var out []string
+	for _, s := range slots {
+		if s.Spec.Pool == pool && s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() &&
+			s.Status.DeployingSince == nil {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// checkQueueServed: invariant 3 in the API server.
+func (w *world) checkQueueServed(pool, when string) {
+	bots, slots := w.liveBots(), w.liveSlots()
+	q, free := queued(bots, slots, pool), freeSlots(slots, pool)
+	if len(q) > 0 && len(free) > 0 {
+		names := make([]string, len(q))
+		for i := range q {
+			names[i] = q[i].Name
+		}
+		w.violate("invariant 3: %s, bots %v of pool %s are Queued while slots %v are free and Idle", when, names, pool, free)
+	}
+}
+
+// servedBefore reports whether a must be served before b: higher priority, or the same
+// priority and queued earlier.
+func servedBefore(a, b *v1.Bot) bool {
+	if a.Spec.Priority != b.Spec.Priority {
+		return a.Spec.Priority > b.Spec.Priority
+	}
+	return queuedAt(a).Before(queuedAt(b))
+}
+
+func queuedAt(b *v1.Bot) time.Time {
+	if b.Status.QueuedAt != nil {
+		return b.Status.QueuedAt.Time
+	}
+	return b.CreationTimestamp.Time
+}
+
+// checkQueueOrder: invariant 4 for the bindings one dispatch wrote. waiting is the pool's
+// queue as the dispatcher could see it (its cache) before the wave.
+func (w *world) checkQueueOrder(pool string, waiting []v1.Bot, binds []bindEvent) {
+	served := map[types.UID]bool{}
+	for _, e := range binds {
+		served[e.uid] = true
+	}
+	slots := w.liveSlots()
+	for _, e := range binds {
+		var x *v1.Bot
+		for i := range waiting {
+			if waiting[i].UID == e.uid {
+				x = &waiting[i]
+			}
+		}
+		if x == nil {
+			continue // bound from outside what the model saw queued: the bot checks cover it
+		}
+		for i := range waiting {
+			y := &waiting[i]
+			if served[y.UID] || !servedBefore(y, x) {
+				continue
+			}
+			live := w.liveBot(y.Name)
+			if live == nil || live.UID != y.UID || live.Status.Phase != v1.BotQueued || !live.DeletionTimestamp.IsZero() || slotOf(slots, y.UID) != nil {
+				continue
+			}
+			w.violate("invariant 4: in pool %s bot %s (priority %d, queued %s) got slot %s before bot %s (priority %d, queued %s), which still waits",
+				pool, x.Name, x.Spec.Priority, queuedAt(x).Format(time.RFC3339), e.slot, y.Name, y.Spec.Priority, queuedAt(y).Format(time.RFC3339))
+		}
+	}
+}
+
+// checkSettled checks what holds once the operator is quiet (faults off, nothing left to
+// write): bindings mirrored both ways, no queued bot beside a free slot, no Coolify
+// application without its slot, no container running for an Idle slot.
+func (w *world) checkSettled(when string) {
+	bots, slots := w.liveBots(), w.liveSlots()
+	byName := map[string]*v1.Bot{}
+	for i := range bots {
+		byName[bots[i].Name] = &bots[i]
+	}
+	appSlot := map[string]string{}
+	for _, s := range slots {
+		if s.Status.ApplicationUUID != "" {
+			appSlot[s.Status.ApplicationUUID] = s.Name
+		}
+		if ref := s.Spec.BotRef; ref != nil {
+			b := byName[ref.Name]
+			switch {
+			case b == nil || b.UID != ref.UID || b.Status.Phase.Terminal():
+				w.violate("invariant 6 (%s): slot %s is still bound to bot %s, which is finished or gone", when, s.Name, ref.Name)
+			case b.Status.SlotName != s.Name:
+				w.violate("mirror (%s): slot %s is bound to bot %s, whose status.slotName is %q", when, s.Name, b.Name, b.Status.SlotName)
+			}
+		}
+		if s.Status.Phase == v1.SlotIdle && s.Status.ApplicationUUID != "" && w.running(s.Status.ApplicationUUID) {
+			w.violate("settled (%s): slot %s is Idle but its container runs", when, s.Name)
+		}
+	}
+	for i := range bots {
+		b := &bots[i]
+		if b.Status.Phase.Terminal() || b.Status.SlotName == "" || !b.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if s := slotOf(slots, b.UID); s == nil || s.Name != b.Status.SlotName {
+			w.violate("mirror (%s): bot %s (%s) says slot %s, which is not bound to it", when, b.Name, b.Status.Phase, b.Status.SlotName)
+		}
+	}
+	for _, p := range w.pools {
+		w.checkQueueServed(p.Name, when)
+	}
+	for _, a := range w.sim.Apps() {
+		if !a.Deleting && appSlot[a.UUID] == "" {
+			w.violate("leak (%s): Coolify application %s (%s) belongs to no slot", when, a.Name, a.UUID)
+		}
+	}
+}
+
+// ended reports whether a bot is finished or running in its slot (bots of a platform no pool
+// serves wait, with a timer, for a pool that never comes).
+func ended(b *v1.Bot, slots []v1.BotPoolSlot) bool {
+	if b.Status.Phase.Terminal() {
+		return true
+	}
+	if c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady); b.Status.Phase == v1.BotPending &&
+		c != nil && c.Reason == string(v1.ReasonPoolNotFound) {
+		return true
+	}
+	s := slotOf(slots, b.UID)
+	return s != nil && s.Status.Phase == v1.SlotBusy
+}
+
+// checkEnd checks the end of a drained run: every bot finished or running in its slot.
+func (w *world) checkEnd() {
+	slots := w.liveSlots()
+	var stuck []string
+	for _, b := range w.liveBots() {
+		if !ended(&b, slots) {
+			stuck = append(stuck, b.Name+"="+string(b.Status.Phase))
+		}
+	}
+	sort.Strings(stuck)
+	if len(stuck) > 0 {
+		w.violate("end: bots neither finished nor running: %v", stuck)
+	}
+}
+
+// deploymentsOf describes an application's deployments in the simulator, for a report.
+func (w *world) deploymentsOf(app string) string {
+	var out []string
+	for _, d := range w.sim.Deployments() {
+		if d.AppUUID == app {
+			out = append(out, fmt.Sprintf("%s %s created %s finished %s", d.UUID, d.Status,
+				d.Created.Format("15:04:05"), d.Finished.Format("15:04:05")))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func nameOf[T interface{ GetName() string }](o, n T) string {
+	var zero T
+	if any(n) != any(zero) {
+		return n.GetName()
+	}
+	return o.GetName()
+}
+
+func describeSlot(s *v1.BotPoolSlot) string {
+	if s == nil {
+		return "gone"
+	}
+	ref := "-"
+	if s.Spec.BotRef != nil {
+		ref = s.Spec.BotRef.Name
+	}
+	return fmt.Sprintf("phase=%s bot=%s app=%s dep=%s attempts=%d deleting=%v msg=%q", s.Status.Phase, ref,
+		s.Status.ApplicationUUID, s.Status.DeploymentUUID, s.Status.RecoveryAttempts, !s.DeletionTimestamp.IsZero(), s.Status.Message)
+}
+
+func describeBot(b *v1.Bot) string {
+	if b == nil {
+		return "gone"
+	}
+	return fmt.Sprintf("phase=%s reason=%s slot=%s deleting=%v", b.Status.Phase, b.Status.Reason, b.Status.SlotName, !b.DeletionTimestamp.IsZero())
+}

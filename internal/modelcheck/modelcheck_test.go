@@ -1,0 +1,232 @@
+package modelcheck
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+var (
+	flagSeed  = flag.Uint64("modelcheck.seed", 0, "first seed (0: random); also BOTPOOL_MODELCHECK_SEED")
+	flagSteps = flag.Int("modelcheck.steps", 0, "steps in all, split over the runs (default 100000); also BOTPOOL_MODELCHECK_STEPS")
+	flagRuns  = flag.Int("modelcheck.runs", 0, "runs with consecutive seeds, in parallel (default 4, 1 with a seed); also BOTPOOL_MODELCHECK_RUNS")
+)
+
+const (
+	defaultSteps = 100_000
+	defaultRuns  = 4
+	// settleEvery is how many steps pass between two settle points.
+	settleEvery = 5_000
+)
+
+// setting returns the flag, else the environment variable, else def.
+func setting[T uint64 | int](flagValue T, env string, def T) T {
+	if flagValue != 0 {
+		return flagValue
+	}
+	if s := os.Getenv(env); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			panic(fmt.Sprintf("%s=%q: %v", env, s, err))
+		}
+		return T(n)
+	}
+	return def
+}
+
+// TestModelCheck runs the model: random steps against the real reconcilers, invariants
+// checked after every one, settle points every settleEvery steps, and a drained end.
+func TestModelCheck(t *testing.T) {
+	steps := setting(*flagSteps, "BOTPOOL_MODELCHECK_STEPS", defaultSteps)
+	seed := setting(*flagSeed, "BOTPOOL_MODELCHECK_SEED", 0)
+	runs := setting(*flagRuns, "BOTPOOL_MODELCHECK_RUNS", 0)
+	if runs == 0 {
+		runs = defaultRuns
+		if seed != 0 {
+			runs = 1
+		}
+	}
+	if seed == 0 {
+		seed = rand.Uint64() >> 12 // short enough to type
+	}
+	per := (steps + runs - 1) / runs
+	t.Logf("%d steps in %d runs from seed %d (GOMAXPROCS %d)", per*runs, runs, seed, runtime.GOMAXPROCS(0))
+	for i := range runs {
+		s := seed + uint64(i)
+		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			w := newWorld(s, nil)
+			w.run(per)
+			if len(w.violations) > 0 {
+				t.Fatal(w.report(per))
+			}
+			t.Logf("seed %d: %d steps in %s, %s of model time, %d bots; %s", s, per, time.Since(start).Round(time.Millisecond),
+				w.clk.Since(epoch).Round(time.Minute), w.bots, w.summary())
+		})
+	}
+}
+
+// run plays steps random steps, with settle points, then drains the run.
+func (w *world) run(steps int) {
+	for w.step = 1; w.step <= steps; w.step++ {
+		w.detail = ""
+		name := w.randomStep()
+		w.counts["action: "+name]++
+		w.note(strings.TrimSpace(name + " " + w.detail))
+		w.afterStep()
+		if w.step%50 == 0 {
+			w.cleanup()
+		}
+		w.checkState()
+		if len(w.violations) > 0 {
+			return
+		}
+		if w.step%settleEvery == 0 {
+			w.settle(fmt.Sprintf("settle point at step %d", w.step))
+			if len(w.violations) > 0 {
+				return
+			}
+		}
+	}
+	w.drain()
+}
+
+func (w *world) note(s string) {
+	w.history = append(w.history, fmt.Sprintf("%6d %s %s", w.step, w.clk.Now().Format("15:04:05.000"), s))
+	if len(w.history) > 60 {
+		w.history = w.history[1:]
+	}
+}
+
+// settle turns every fault off and runs every reconciler round after round (bots beating,
+// five seconds apart) until a round writes nothing, at least long enough for the pools'
+// orphan checks to run; then checks what must hold in a quiet state.
+func (w *world) settle(when string) {
+	w.counts["settle"]++
+	w.clearFaults()
+	const minRounds, maxRounds = 16, 150
+	for round := 0; round < maxRounds; round++ {
+		before := w.writes
+		w.reconcileAll()
+		w.beatAll()
+		if len(w.violations) > 0 {
+			return
+		}
+		if w.writes == before && round >= minRounds {
+			w.checkSettled(when)
+			return
+		}
+		w.advance(5 * time.Second)
+	}
+	w.violate("%s: the operator still writes after %d rounds (%s of model time) without faults", when, maxRounds, maxRounds*5*time.Second)
+}
+
+// drain ends a run: no new bots, no faults; bots play their meetings to the end. Every bot
+// must end finished or running; then every bot is deleted, and nothing may be left bound,
+// running or leaked in Coolify.
+func (w *world) drain() {
+	w.note("drain")
+	w.clearFaults()
+	for round := 0; ; round++ {
+		w.reconcileAll()
+		w.progressAll()
+		if len(w.violations) > 0 {
+			return
+		}
+		if w.allEnded() {
+			break
+		}
+		if round == 600 {
+			w.checkEnd()
+			return
+		}
+		w.advance(5 * time.Second)
+	}
+	w.settle("end of the run")
+	if len(w.violations) > 0 {
+		return
+	}
+	w.checkEnd()
+	w.note("delete every bot")
+	for _, b := range w.liveBots() {
+		must(w.api.Delete(w.ctx, &b))
+	}
+	for round := 0; len(w.liveBots()) > 0; round++ {
+		if round == 200 {
+			w.violate("end: bots still not gone after deletion: %d", len(w.liveBots()))
+			return
+		}
+		w.reconcileAll()
+		w.beatAll()
+		w.advance(5 * time.Second)
+	}
+	w.settle("after deleting every bot")
+	for _, s := range w.liveSlots() {
+		if s.Spec.BotRef != nil || s.Status.Phase == v1.SlotBusy || s.Status.Phase == v1.SlotDeploying {
+			w.violate("end: with no bot left, slot %s is %s and bound to %v", s.Name, s.Status.Phase, s.Spec.BotRef)
+		}
+	}
+	for _, c := range w.runningContainers() {
+		app, _ := w.sim.App(c.app)
+		w.violate("end: with no bot left, the container of %s (application %s, %s, deleting %v) still runs", c.slot, c.app, app.Status, app.Deleting)
+	}
+}
+
+func (w *world) allEnded() bool {
+	slots := w.liveSlots()
+	for _, b := range w.liveBots() {
+		if !ended(&b, slots) {
+			return false
+		}
+	}
+	return true
+}
+
+// report is the failure message: the violations, how to replay, the last steps and logs.
+func (w *world) report(steps int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "model check failed with seed %d at step %d of %d:\n", w.seed, w.step, steps)
+	for _, v := range w.violations {
+		fmt.Fprintf(&b, "  %s\n", v)
+	}
+	fmt.Fprintf(&b, "replay: go test ./internal/modelcheck/ -run 'TestModelCheck$' -modelcheck.seed=%d -modelcheck.runs=1 -modelcheck.steps=%d\n", w.seed, steps)
+	fmt.Fprintf(&b, "faults now: %+v, store down: %v (postgres: %v), refused by the CEL rules: %v\n",
+		w.faults, w.store.isDown(), w.postgres, w.api.refused)
+	fmt.Fprintf(&b, "last steps:\n%s\n", strings.Join(w.history, "\n"))
+	fmt.Fprintf(&b, "bots:\n")
+	for _, bot := range w.liveBots() {
+		fmt.Fprintf(&b, "  %s uid=%s phase=%s pool=%s slot=%s queuedAt=%v reason=%s deleting=%v\n", bot.Name, bot.UID, bot.Status.Phase,
+			bot.Status.Pool, bot.Status.SlotName, bot.Status.QueuedAt, bot.Status.Reason, !bot.DeletionTimestamp.IsZero())
+	}
+	fmt.Fprintf(&b, "slots:\n")
+	for _, s := range w.liveSlots() {
+		fmt.Fprintf(&b, "  %s pool=%s phase=%s botRef=%v app=%s msg=%q\n", s.Name, s.Spec.Pool, s.Status.Phase, s.Spec.BotRef,
+			s.Status.ApplicationUUID, s.Status.Message)
+	}
+	fmt.Fprintf(&b, "controller log (last lines):\n%s\n", w.log.dump())
+	return b.String()
+}
+
+// summary lists what the run did, for the log: actions, transitions, faults.
+func (w *world) summary() string {
+	keys := make([]string, 0, len(w.counts))
+	for k := range w.counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, w.counts[k])
+	}
+	return strings.Join(parts, ", ")
+}

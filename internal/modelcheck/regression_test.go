@@ -1,0 +1,358 @@
+package modelcheck
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/coolify/sim"
+)
+
+// Regression cases of bugs the model check found, replayed as fixed scripts on the same world
+// (real reconcilers, fake API server, simulator), so they stay found whatever the random
+// steps of later versions do.
+
+// script drives one world step by step; every step leaves the cache in sync.
+type script struct {
+	t *testing.T
+	w *world
+}
+
+func newScript(t *testing.T, pool func(*world)) *script {
+	return &script{t: t, w: newWorld(1, pool)}
+}
+
+func (s *script) sync() { s.w.cache.syncAll() }
+
+func (s *script) pool(name string)     { s.w.reconcilePool(name); s.sync() }
+func (s *script) dispatch(pool string) { s.w.dispatch(pool); s.sync() }
+func (s *script) slot(name string)     { s.w.reconcileSlot(name); s.sync() }
+func (s *script) bot(name string)      { s.w.reconcileBot(name); s.sync() }
+func (s *script) advance(d time.Duration) {
+	s.w.advance(d)
+	s.sync()
+}
+
+// only returns the pool's only slot.
+func (s *script) only() *v1.BotPoolSlot {
+	s.t.Helper()
+	slots := s.w.liveSlots()
+	if len(slots) != 1 {
+		s.t.Fatalf("want one slot, have %d", len(slots))
+	}
+	return &slots[0]
+}
+
+func (s *script) addBot(name string) {
+	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name, MaxDuration: "1h"}}
+	must(s.w.api.Create(s.w.ctx, b))
+	s.sync()
+}
+
+func (s *script) check() {
+	s.t.Helper()
+	if len(s.w.violations) > 0 {
+		s.t.Fatalf("%s\ncontroller log:\n%s", strings.Join(s.w.violations, "\n"), s.w.log.dump())
+	}
+}
+
+// soloPool is one zoom pool of one slot with a warm image and default timings.
+func soloPool(w *world) {
+	w.addPool("solo", v1.PlatformZoom, 1, 1, 1, v1.Timing{})
+	w.sim.WarmImage(w.fixture.ServerUUID, w.images[string(v1.PlatformZoom)], "latest")
+}
+
+// Found by the model check with seed 1 at step 1445: a deploy request reached Coolify but its
+// answer was lost (a 500 after the fact), which leaves status.deployingSince on the Idle slot.
+// The bot ended before the slot looked again; the release made the slot Idle and unbound, and
+// the dispatcher bound the next bot before the slot had cancelled the unanswered deployment.
+// The slot then took that deployment (of the bot before) for the new bot's, and turned Busy
+// on a container that had run, and died, before the new bot was even bound.
+func TestRegressionNextBotInheritsUnansweredDeploy(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo") // adds the finalizer
+	s.pool("solo") // creates the minIdle slot
+	slot := s.only().Name
+	s.slot(slot)
+	s.slot(slot)
+	if p := s.only().Status.Phase; p != v1.SlotIdle {
+		t.Fatalf("slot %s, want Idle", p)
+	}
+
+	s.addBot("first")
+	s.bot("first")
+	s.dispatch("solo")
+	s.w.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{ErrorRate: 1, AfterProcessing: true})
+	s.slot(slot)
+	s.w.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{})
+	if st := s.only().Status; st.Phase != v1.SlotIdle || st.DeployingSince == nil {
+		t.Fatalf("after an unanswered deploy the slot is %s (deployingSince %v), want Idle with deployingSince", st.Phase, st.DeployingSince)
+	}
+	deps := s.w.sim.Deployments()
+	if len(deps) != 1 {
+		t.Fatalf("%d deployments, want the unanswered one", len(deps))
+	}
+
+	// The unanswered deployment runs the first bot, which ends; its container dies.
+	s.w.sim.CrashContainers(s.w.images[string(v1.PlatformZoom)], sim.Crash{After: 30 * time.Second})
+	s.advance(10 * time.Second)
+	c := s.w.runningContainers()
+	if len(c) != 1 || c[0].bot != "first" {
+		t.Fatalf("containers %v, want one serving bot first", c)
+	}
+	s.w.sendStatus(c[0], botReport(v1.BotDone))
+	s.advance(time.Minute)
+	s.slot(slot) // releases the finished bot
+
+	// The next bot's wave may come before the slot's next pass.
+	s.addBot("second")
+	s.bot("second")
+	s.dispatch("solo")
+	for range 30 {
+		s.slot(slot)
+		s.dispatch("solo")
+		s.bot("second")
+		s.check()
+		if s.only().Status.Phase == v1.SlotBusy {
+			break
+		}
+		s.advance(5 * time.Second)
+	}
+	st := s.only()
+	if st.Status.Phase != v1.SlotBusy || st.Spec.BotRef == nil || st.Spec.BotRef.Name != "second" {
+		t.Fatalf("slot %s bound to %v, want Busy with bot second", st.Status.Phase, st.Spec.BotRef)
+	}
+	if st.Status.DeploymentUUID == deps[0].UUID {
+		t.Fatalf("bot second runs on deployment %s, the one requested for bot first", deps[0].UUID)
+	}
+	s.check()
+}
+
+func botReport(phase v1.BotPhase) botclient.StatusReport {
+	return botclient.StatusReport{Phase: string(phase)}
+}
+
+// running brings bot name to Busy in a slot of pool solo, its container beating, and returns
+// the slot.
+func (s *script) running(name string) string {
+	s.t.Helper()
+	s.pool("solo")
+	s.pool("solo")
+	s.addBot(name)
+	for range 20 {
+		for _, sl := range s.w.liveSlots() {
+			s.slot(sl.Name)
+		}
+		s.bot(name)
+		s.dispatch("solo")
+		if b := s.w.liveBot(name); b.Status.StartedAt != nil {
+			s.w.beatAll() // the container fetches its config
+			s.w.beatAll() // and beats
+			s.bot(name)
+			return b.Status.SlotName
+		}
+		s.advance(5 * time.Second)
+	}
+	s.t.Fatalf("bot %s did not start: %s", name, describeBot(s.w.liveBot(name)))
+	return ""
+}
+
+func (s *script) container(bot string) *container {
+	s.t.Helper()
+	for _, c := range s.w.runningContainers() {
+		if c.bot == bot {
+			return c
+		}
+	}
+	s.t.Fatalf("no container serves bot %s", bot)
+	return nil
+}
+
+func alive(b *v1.Bot) string {
+	if c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionAlive); c != nil {
+		return string(c.Status) + "/" + c.Reason
+	}
+	return "none"
+}
+
+// Found by the model check with seed 1 at step 1342 (NoHeartbeatYet) and, once that was
+// fixed, with seeds 1 to 3 (LivenessUnknown after a store outage): a running bot that was not
+// Alive was looked at again only after heartbeatGracePeriod (30 s, three beats), so a bot
+// whose beats resumed, or arrived for the first time, or reached the store again after an
+// outage, stayed not Alive for up to three heartbeats; invariant 7 says within one.
+func TestRegressionAliveWithinOneHeartbeat(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.running("quiet")
+	c := s.container("quiet")
+
+	// Silent past the grace period: not Alive.
+	c.silent = true
+	s.advance(45 * time.Second)
+	s.bot("quiet")
+	if a := alive(s.w.liveBot("quiet")); a != "False/HeartbeatMissed" {
+		t.Fatalf("after 45 s of silence Alive is %s", a)
+	}
+	// It beats again: the bot controller's own timer must bring Alive back within a beat.
+	c.silent = false
+	s.w.heartbeat(c)
+	s.check()
+	s.advance(heartbeatInterval)
+	s.bot("quiet")
+	if a := alive(s.w.liveBot("quiet")); a != "True/HeartbeatReceived" {
+		t.Fatalf("one heartbeat after beating again Alive is %s", a)
+	}
+
+	// The same after a store outage (Postgres: beats are buffered and replayed).
+	s.w.postgres = true
+	s.w.store.setDown(true)
+	s.bot("quiet")
+	if a := alive(s.w.liveBot("quiet")); a != "Unknown/LivenessUnknown" {
+		t.Fatalf("during a store outage Alive is %s", a)
+	}
+	s.w.store.setDown(false)
+	s.w.heartbeat(c)
+	s.check()
+}
+
+// Found by the model check with seed 31 (the end of the run: four bots Deploying for good): a
+// slot Idle since before the operator's last start, bound to a bot, first looks for a deploy
+// request the earlier process may have sent without recording it. When the application was
+// gone (deleted in Coolify by hand), that lookup answered 404 and the pass failed, every pass,
+// before the deploy that would have found the application missing and created it again: the
+// bot waited in Deploying forever.
+func TestRegressionLookupOnDeletedApplication(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo")
+	s.pool("solo")
+	slot := s.only().Name
+	s.slot(slot)
+	s.slot(slot)
+	s.advance(time.Second)
+	s.w.restart() // the slot has been Idle since before this process started
+
+	app := s.only().Status.ApplicationUUID
+	for range 5 { // Coolify deletes asynchronously; a fault run may answer 5xx to a hand delete
+		if _, ok := s.w.sim.App(app); !ok {
+			break
+		}
+		s.w.deleteApp(app)
+		s.advance(15 * time.Second)
+	}
+	s.addBot("late")
+	s.bot("late")
+	s.dispatch("solo") // bound before the slot looked at its application again
+	if ref := s.only().Spec.BotRef; ref == nil || ref.Name != "late" {
+		t.Fatalf("slot bound to %v, want bot late", ref)
+	}
+	for range 40 {
+		s.slot(slot)
+		s.bot("late")
+		if b := s.w.liveBot("late"); b.Status.StartedAt != nil {
+			s.check()
+			return
+		}
+		s.advance(5 * time.Second)
+	}
+	t.Fatalf("bot late did not start: %s; slot %s", describeBot(s.w.liveBot("late")), describeSlot(s.w.liveSlot(slot)))
+}
+
+// Found by the model check with seed 2 at step 24978, once deployment records could lag: a
+// slot whose deployment record still read in_progress past deploymentTimeout, while its bot
+// beat, was failed (DeploymentTimeout) as soon as the store could not answer: the guard that
+// spares a beating bot took "unknown" for "not beating". A store outage must fail nobody.
+func TestRegressionDeploymentTimeoutDuringStoreOutage(t *testing.T) {
+	s := newScript(t, func(w *world) {
+		w.addPool("solo", v1.PlatformZoom, 1, 1, 1, v1.Timing{DeploymentTimeout: "6m"})
+		w.sim.WarmImage(w.fixture.ServerUUID, w.images[string(v1.PlatformZoom)], "latest")
+	})
+	s.w.coolify.fixedLag = time.Hour
+	s.w.coolify.setLagging(true)
+	s.pool("solo")
+	s.pool("solo")
+	slot := s.only().Name
+	s.addBot("patient")
+	for range 12 { // ten minutes: the record reads in_progress, the container runs and beats
+		s.slot(slot)
+		s.bot("patient")
+		s.dispatch("solo")
+		s.advance(50 * time.Second)
+	}
+	if st := s.only().Status; st.Phase != v1.SlotDeploying {
+		t.Fatalf("slot %s (%s), want still Deploying on a lagging record", st.Phase, st.Message)
+	}
+	s.w.postgres = true
+	s.w.store.setDown(true)
+	s.slot(slot)
+	s.check()
+	if st := s.only().Status; st.Phase == v1.SlotError {
+		t.Fatalf("slot failed during a store outage: %s", st.Message)
+	}
+}
+
+// Found by the model check with seed 1000 at step 35377: a wave ran while the cache did not
+// show yet the slot the wave before had bound. The dispatcher left that bot out of the queue
+// (it remembers its own bindings) but still offered the slot as free; the highest-priority
+// bot was paired with it, lost the conflict, and waited, while a lower-priority bot got the
+// slot that was really free (invariant 4).
+func TestRegressionWaveOffersTheSlotItJustBound(t *testing.T) {
+	s := newScript(t, pairPool)
+	s.ready()
+	s.queued("blocker", 0)
+	s.dispatch("solo") // blocker takes pool-zoom-001 (never used, first by name) and runs
+	for range 10 {
+		s.slot("pool-zoom-001")
+		if s.w.liveSlot("pool-zoom-001").Status.Phase == v1.SlotBusy {
+			break
+		}
+		s.advance(5 * time.Second)
+	}
+	s.queued("early", 0)
+	// early takes pool-zoom-002; the cache does not show that binding yet.
+	s.w.dispatch("solo")
+	s.w.cache.sync(botKey("early"))
+	if ref := s.w.liveSlot("pool-zoom-002").Spec.BotRef; ref == nil || ref.Name != "early" {
+		t.Fatalf("pool-zoom-002 bound to %v, want early", ref)
+	}
+
+	// blocker ends; its slot is released and Idle again, now least recently used but one (the
+	// cache shows that).
+	b := s.w.liveBot("blocker")
+	patch := client.MergeFrom(b.DeepCopy())
+	b.Status.Phase = v1.BotDone
+	must(s.w.api.Status().Patch(s.w.ctx, b, patch))
+	s.w.cache.sync(botKey("blocker"))
+	for range 3 {
+		s.w.reconcileSlot("pool-zoom-001")
+		s.w.cache.sync(slotKey("pool-zoom-001"))
+	}
+	if sl := s.w.liveSlot("pool-zoom-001"); sl.Status.Phase != v1.SlotIdle || sl.Spec.BotRef != nil || sl.Status.LastUsedAt == nil {
+		t.Fatalf("pool-zoom-001 is %s bound to %v, want free", sl.Status.Phase, sl.Spec.BotRef)
+	}
+
+	// Two bots wait, the first one with a higher priority; the next wave comes.
+	for _, q := range []struct {
+		name     string
+		priority int32
+	}{{"high", 5}, {"low", 0}} {
+		bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: q.name},
+			Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + q.name, MaxDuration: "1h", Priority: q.priority}}
+		must(s.w.api.Create(s.w.ctx, bot))
+		for range 2 {
+			s.w.cache.sync(botKey(q.name))
+			s.w.reconcileBot(q.name)
+		}
+		s.w.cache.sync(botKey(q.name))
+	}
+	s.w.dispatch("solo")
+	s.check()
+	if ref := s.w.liveSlot("pool-zoom-001").Spec.BotRef; ref == nil || ref.Name != "high" {
+		t.Fatalf("pool-zoom-001 bound to %v, want the high-priority bot", ref)
+	}
+}
