@@ -545,7 +545,7 @@ func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reaso
 func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	if s.bot != nil {
-		if err := r.failBot(ctx, s.bot, v1.BotReason(st.Reason), st.Message); err != nil {
+		if err := r.failBot(ctx, s.bot, s.slot, v1.BotReason(st.Reason), st.Message); err != nil {
 			return err
 		}
 		return r.unbind(ctx, s, "the slot failed: "+st.Reason)
@@ -576,15 +576,23 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	return nil
 }
 
-// failBot ends a bot in Fatal with the slot's reason, unless it already ended. The optimistic
-// lock keeps a concurrent report of the bot (say Done) from being overwritten.
-func (r *BotPoolSlotReconciler) failBot(ctx context.Context, bot *v1.Bot, reason v1.BotReason, msg string) error {
+// failBot ends a bot in Fatal with the slot's reason, unless it already ended, and records the
+// slot and application it failed on for history: a deployment can fail before the bot
+// controller mirrored them. The optimistic lock keeps a concurrent report of the bot (say
+// Done) from being overwritten.
+func (r *BotPoolSlotReconciler) failBot(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolSlot, reason v1.BotReason, msg string) error {
 	if bot.Status.Phase.Terminal() {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(bot.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	now := metav1.NewTime(r.Clock.Now())
 	bot.Status.Phase, bot.Status.Reason, bot.Status.Message, bot.Status.FinishedAt = v1.BotFatal, reason, msg, &now
+	if bot.Status.SlotName == "" {
+		bot.Status.SlotName = slot.Name
+	}
+	if bot.Status.ApplicationUUID == "" {
+		bot.Status.ApplicationUUID = slot.Status.ApplicationUUID
+	}
 	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, bot, patch))
 }
 
@@ -618,7 +626,7 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 		if ref := s.slot.Spec.BotRef; ref != nil {
 			bot := &v1.Bot{}
 			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: ref.Name}, bot); err == nil && bot.UID == ref.UID {
-				if err := r.failBot(ctx, bot, v1.ReasonSlotLost, "Slot "+s.slot.Name+" was deleted"); err != nil {
+				if err := r.failBot(ctx, bot, s.slot, v1.ReasonSlotLost, "Slot "+s.slot.Name+" was deleted"); err != nil {
 					return err
 				}
 			}

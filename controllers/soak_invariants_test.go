@@ -19,6 +19,13 @@ import (
 // pool's convergence once the faults stop, and every failed bot against what the soak did
 // to it. A state the controllers leave within milliseconds (a bot just queued next to a slot
 // just freed) is legal in passing: it counts as a violation only when it lasts grace.
+//
+// DESIGN.md's invariants, and where they are checked: 1 and 2 every round and continuously
+// (watchOneTwo); 3, 5 and 6 every round, as states that must not last; 4 between rounds
+// (queueOrder); 8, 9 and 10 at the end, on every failed bot (explainFailures: failed for
+// silence while it beat, failed deploying while it beat, or failed for a reason nothing
+// injected). 7 (Alive again within one heartbeat) needs a bot that stops and resumes beating
+// on purpose: TestHeartbeatLossAndReturn checks it.
 type soakObserver struct {
 	t    *testing.T
 	ns   string
@@ -399,6 +406,10 @@ func (o *soakObserver) explainFailures(step time.Duration) map[string]int {
 		}
 		reason := string(b.Status.Reason)
 		reasons[reason]++
+		if b.Status.Reason != v1.ReasonQueueTimeout && (b.Status.SlotName == "" || b.Status.ApplicationUUID == "") {
+			o.violate("bot %s failed %s on a slot, but its status does not say which (slot %q, application %q)",
+				b.Name, reason, b.Status.SlotName, b.Status.ApplicationUUID)
+		}
 		end := b.Status.FinishedAt.Time
 		last := o.bots.lastBeat(b.Name)
 		// The store stamps a beat before the soak sees it acknowledged; the clock may have
@@ -408,7 +419,7 @@ func (o *soakObserver) explainFailures(step time.Duration) map[string]int {
 		case v1.ReasonQueueTimeout:
 		case v1.ReasonHeartbeatTimeout:
 			if beatBefore(timeout) {
-				o.violate("bot %s failed %s at %s, yet its last heartbeat was acknowledged at %s (invariants 7 and 10)",
+				o.violate("bot %s failed %s at %s, yet its last heartbeat was acknowledged at %s: a live bot failed for silence (invariant 10 when the store was down)",
 					b.Name, reason, end.Format(time.TimeOnly), last.Format(time.TimeOnly))
 			}
 		case v1.ReasonDeploymentFailed:

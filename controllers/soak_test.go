@@ -45,6 +45,8 @@ const (
 	// two intervals of convergence have passed: their timers (a retried stop, a recovery's
 	// backoff) are real-time requeues of at most 30s.
 	soakSettleWait = 45 * time.Second
+	// soakProgressEvery steps (a simulated hour) the run logs where it stands.
+	soakProgressEvery = int(time.Hour / soakInterval)
 )
 
 // soakConfig sizes a soak.
@@ -144,6 +146,9 @@ func TestSoak(t *testing.T) {
 		s.timed("arrivals", func() { s.arrive(s.arrivals[step]) })
 		s.deleteBots(s.deletions[step])
 		s.step(step)
+		if (step+1)%soakProgressEvery == 0 {
+			s.progress(step + 1)
+		}
 	}
 	chaos := requestCounts(before, s.sc.sim.Counts())
 	chaosLength := clk.Since(chaosStart)
@@ -237,6 +242,26 @@ func (s *soak) timed(what string, f func()) {
 	start := time.Now()
 	f()
 	s.wall[what] += time.Since(start)
+}
+
+// progress logs where a long run stands, every simulated hour.
+func (s *soak) progress(steps int) {
+	snap, err := s.obs.snapshot()
+	if err != nil {
+		return
+	}
+	phases := map[string]int{}
+	for i := range snap.slots {
+		phases[string(snap.slots[i].Status.Phase)]++
+	}
+	ended := 0
+	for i := range snap.bots {
+		if snap.bots[i].Status.Phase.Terminal() {
+			ended++
+		}
+	}
+	s.t.Logf("%s simulated: %d bots created, %d ended; slots %s; %d restarts; %d violations",
+		time.Duration(steps)*soakInterval, s.created, ended, countsString(phases), s.restarts, len(s.obs.violations))
 }
 
 // arrive creates the step's bots, as users would, concurrently.
