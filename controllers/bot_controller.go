@@ -384,7 +384,9 @@ func (r *BotReconciler) resolvePool(ctx context.Context, bot *v1.Bot) (*v1.BotPo
 		} else {
 			free = p.Spec.MaxSlots
 		}
-		if free > bestFree || free == bestFree && p.Name < best.Name {
+		// free is negative while a pool holds more slots than a lowered maxSlots: still a
+		// candidate (its queue is served as its slots come free), the last one of all.
+		if best == nil || free > bestFree || free == bestFree && p.Name < best.Name {
 			best, bestFree = p, free
 		}
 	}
