@@ -42,6 +42,7 @@ var actions = []action{
 	{"gc tokens", 5, func(w *world) bool { w.gcTokens(); return true }},
 	{"delete a slot by hand", 2, (*world).deleteSlotByHand},
 	{"delete an application by hand", 2, (*world).deleteAppByHand},
+	{"resize a pool", 2, (*world).resizePool},
 }
 
 var totalWeight = func() int {
@@ -414,4 +415,35 @@ func (w *world) deleteApp(uuid string) {
 		w.cmu.Unlock()
 	}
 	w.counts[fmt.Sprintf("hand delete of an application answered %d", rec.Code)]++
+}
+
+// resizePool changes a pool's maxSlots and minIdle, as its owner might. The new spec reaches
+// the cache at once (a pool's own spec lagging behind would only let it create a slot it
+// no longer wants, a race no controller can avoid).
+func (w *world) resizePool() bool {
+	i := w.rng.IntN(len(w.pools))
+	p := w.api.live(objKey{kind: kindPool, NamespacedName: types.NamespacedName{Namespace: namespace, Name: w.pools[i].Name}}).(*v1.BotPool).DeepCopy()
+	p.Spec.MaxSlots = int32(1 + w.rng.IntN(4))
+	p.Spec.MinIdle = int32(w.rng.IntN(int(min(p.Spec.MaxSlots, 2)) + 1))
+	must(w.api.Update(w.ctx, p))
+	w.cache.sync(w.api.keyOf(p))
+	w.pools[i] = p
+	if n := len(w.slotsOf(p.Name)); n > int(p.Spec.MaxSlots) {
+		w.ceiling[p.Name] = n
+	} else {
+		w.ceiling[p.Name] = int(p.Spec.MaxSlots)
+	}
+	w.detail = fmt.Sprintf("%s maxSlots=%d minIdle=%d", p.Name, p.Spec.MaxSlots, p.Spec.MinIdle)
+	return true
+}
+
+// slotsOf lists a pool's slots in the API server.
+func (w *world) slotsOf(pool string) []v1.BotPoolSlot {
+	var out []v1.BotPoolSlot
+	for _, s := range w.liveSlots() {
+		if s.Spec.Pool == pool {
+			out = append(out, s)
+		}
+	}
+	return out
 }

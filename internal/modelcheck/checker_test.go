@@ -117,6 +117,16 @@ func TestCheckerCatches(t *testing.T) {
 			must(s.w.api.Create(s.w.ctx, extra))
 			s.w.checkState()
 		}},
+		{"a pool that keeps free slots above a lowered maxSlots", "keeps the free ones", func(s *script) {
+			s.ready()
+			p := s.w.pools[0].DeepCopy()
+			p.ResourceVersion = s.w.api.live(s.w.api.keyOf(p)).GetResourceVersion()
+			p.Spec.MaxSlots, p.Spec.MinIdle = 1, 0
+			must(s.w.api.Update(s.w.ctx, p))
+			s.w.pools[0] = p
+			s.w.op.pools = noop
+			s.w.checkSettled("test")
+		}},
 		{"a bot Deploying without a slot", "invariant 5", func(s *script) {
 			s.ready()
 			s.queued("b", 0)

@@ -2,9 +2,9 @@
 // drives the real reconcilers of package controllers (pool, slot, bot and the dispatcher)
 // directly, without a manager, through long random interleavings of bot arrivals, bot
 // containers that report phases, beat, go silent, crash or finish, Coolify faults and outages,
-// store outages, clock jumps, stale cache reads, hand deletions and operator restarts, and
-// checks the invariants of the design after every step (see invariants_test.go for which
-// invariant is checked where).
+// store outages, clock jumps, stale cache reads, hand deletions, resized pools and operator
+// restarts, and checks the invariants of the design after every step (see invariants_test.go
+// for which invariant is checked where).
 //
 // The world it runs in:
 //
@@ -14,7 +14,7 @@
 //     BotPoolSlot.spec (botRef only goes from empty to a bot or back);
 //   - the reconcilers read through a cache that lags behind the API server by a random number
 //     of writes per object, as the manager's informers do (each object only moves forward),
-//     never by more than a second of model time;
+//     by no more than a second of model time (plus the latency of Coolify calls in flight);
 //   - Coolify is the simulator of coolify/sim on the same fake clock, spoken to by the real
 //     coolify.Client over an in-process transport (its retry waits pass instantly);
 //   - the store is store/memory: lost at a restart in "embedded" epochs, kept (and subject to
@@ -34,10 +34,7 @@
 // What it does not model: two reconciles running at once (a stale cache read stands for a
 // concurrent writer), the manager's watches and predicates (reconciles are picked at random,
 // which covers every order but not "this event triggers that reconcile"; the settle points
-// cover progress), pools being deleted or resized, credentials going bad, and Coolify's
-// deployment records lagging behind running containers (so a deployment that is slow while
-// its bot already beats, the case of invariant 8, is rare; the invariant is checked whenever a
-// deployment is failed).
+// cover progress), pools being deleted, and credentials going bad.
 //
 // Run it longer than make test does with
 //

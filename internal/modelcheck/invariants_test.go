@@ -17,8 +17,11 @@ import (
 //
 //	 1 one bot per slot, one slot per bot ............ every step (checkState); the CEL rule on
 //	                                                   every slot write (apiServer.admit)
-//	 2 unique names, at most maxSlots per pool ....... every step (also: one slot per Coolify
-//	                                                   application, one application per slot name)
+//	 2 unique names, at most maxSlots per pool ....... every step (a pool above a lowered
+//	                                                   maxSlots never grows; also: one slot per
+//	                                                   Coolify application, one application per
+//	                                                   slot name); at settle points, no free slot
+//	                                                   kept above maxSlots
 //	 3 no bot Queued beside a free Idle slot ......... after every dispatch that read a synced
 //	                                                   cache; at every settle point
 //	 4 queue order ................................... on every binding a dispatch wrote
@@ -34,9 +37,11 @@ import (
 //	10 a store outage fails nobody ................... on every write while the store is down
 //
 // and beyond the list: a slot turns Busy only once its container ran (writes), a bot never
-// leaves Done or Fatal (writes), the store's UNIQUE rules never refuse a projection (every
-// step), every Coolify application belongs to a slot and an Idle slot's container is stopped
-// (settle points and the end), every bot ends terminal or running (the end).
+// leaves Done or Fatal (writes), a bot fails with HeartbeatTimeout only after that long without
+// a beat the bot API accepted (writes), the store's UNIQUE rules never refuse a projection
+// (every step), bindings are mirrored both ways, every Coolify application belongs to a slot
+// and an Idle slot's container is stopped (settle points and the end), every bot ends
+// terminal or running, and with every bot deleted nothing stays bound or running (the end).
 
 func (w *world) violate(format string, args ...any) {
 	w.violations = append(w.violations, fmt.Sprintf("step %d (%s): ", w.step, w.clk.Now().Format(time.RFC3339))+fmt.Sprintf(format, args...))
@@ -50,6 +55,7 @@ func (w *world) checkState() {
 	byBot := map[types.UID][]string{}
 	byApp := map[string][]string{}
 	perPool := map[string]int{}
+	defer func() { w.perPool = perPool }()
 	for _, s := range slots {
 		if ref := s.Spec.BotRef; ref != nil {
 			byBot[ref.UID] = append(byBot[ref.UID], s.Name)
@@ -69,11 +75,15 @@ func (w *world) checkState() {
 			w.violate("invariant 1: application %s belongs to slots %v", app, names)
 		}
 	}
-	// 2: never more than maxSlots slots per pool; one live application per slot name.
+	// 2: never more than maxSlots slots per pool (a pool whose maxSlots was lowered below the
+	// slots it had shrinks as they come free, and never grows meanwhile); one live
+	// application per slot name.
 	for _, p := range w.pools {
-		if perPool[p.Name] > int(p.Spec.MaxSlots) {
-			w.violate("invariant 2: pool %s holds %d slots, maxSlots is %d", p.Name, perPool[p.Name], p.Spec.MaxSlots)
+		n, ceiling := perPool[p.Name], w.ceiling[p.Name]
+		if n > ceiling {
+			w.violate("invariant 2: pool %s holds %d slots, maxSlots is %d (at most %d since it was lowered)", p.Name, n, p.Spec.MaxSlots, ceiling)
 		}
+		w.ceiling[p.Name] = max(int(p.Spec.MaxSlots), min(ceiling, n))
 	}
 	seen := map[string]string{}
 	for _, a := range w.sim.Apps() {
@@ -165,8 +175,11 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 		w.counts["write: slot deleted"]++
 		// A slot that failed maxRecoveryAttempts times is retired on its own record, without
 		// reading Coolify; while every Coolify call fails, that record cannot grow (below).
-		retired := o.Status.Phase == v1.SlotError && o.Status.RecoveryAttempts >= w.pool(o.Spec.Pool).Spec.Timing.MaxRecoveryAttempts
-		if w.faults.coolifyDown() && !retired && !w.byHand {
+		// A pool above a lowered maxSlots deletes free slots, also without reading Coolify.
+		pool := w.pool(o.Spec.Pool)
+		retired := o.Status.Phase == v1.SlotError && o.Status.RecoveryAttempts >= pool.Spec.Timing.MaxRecoveryAttempts
+		shrunk := o.Status.Phase == v1.SlotIdle && o.Spec.BotRef == nil && w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots)
+		if w.faults.coolifyDown() && !retired && !shrunk && !w.byHand {
 			w.violate("invariant 9: slot %s (%s, %d recoveries) was deleted while every Coolify call fails (%s)",
 				o.Name, o.Status.Phase, o.Status.RecoveryAttempts, w.faults.coolify)
 		}
@@ -487,6 +500,19 @@ func (w *world) checkSettled(when string) {
 	}
 	for _, p := range w.pools {
 		w.checkQueueServed(p.Name, when)
+		var n int
+		var free []string
+		for _, s := range slots {
+			if s.Spec.Pool == p.Name {
+				n++
+				if s.Spec.BotRef == nil && s.Status.Phase == v1.SlotIdle {
+					free = append(free, s.Name)
+				}
+			}
+		}
+		if n > int(p.Spec.MaxSlots) && len(free) > 0 {
+			w.violate("invariant 2 (%s): pool %s holds %d slots, maxSlots is %d, and keeps the free ones %v", when, p.Name, n, p.Spec.MaxSlots, free)
+		}
 	}
 	for _, a := range w.sim.Apps() {
 		if !a.Deleting && appSlot[a.UUID] == "" {

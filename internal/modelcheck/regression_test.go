@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -355,4 +356,34 @@ func TestRegressionWaveOffersTheSlotItJustBound(t *testing.T) {
 	if ref := s.w.liveSlot("pool-zoom-001").Spec.BotRef; ref == nil || ref.Name != "high" {
 		t.Fatalf("pool-zoom-001 bound to %v, want the high-priority bot", ref)
 	}
+}
+
+// Found by the model check with seed 301 at step 2178, once pools could be resized: with
+// maxSlots lowered below the slots a pool still held busy, the pool's free count (idle plus
+// room) went negative, and routing a bot without poolRef crashed the bot controller on a nil
+// pool when the count was -1 (and passed the pool over, "no pool serves this bot", when it was
+// lower).
+func TestRegressionRoutingToAPoolAboveItsMaxSlots(t *testing.T) {
+	s := newScript(t, pairPool)
+	s.running("one")
+	s.running("two")
+	key := objKey{kind: kindPool, NamespacedName: types.NamespacedName{Namespace: namespace, Name: "solo"}}
+	pool := s.w.api.live(key).(*v1.BotPool).DeepCopy()
+	pool.Spec.MaxSlots, pool.Spec.MinIdle = 1, 0
+	must(s.w.api.Update(s.w.ctx, pool))
+	s.sync()
+	s.pool("solo")
+	if c := s.w.api.live(key).(*v1.BotPool).Status.Slots; c == nil || c.Total-c.Idle != 2 {
+		t.Fatalf("pool status %+v, want two slots in use", c)
+	}
+	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "routed"},
+		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/routed", MaxDuration: "1h"}} // no poolRef
+	must(s.w.api.Create(s.w.ctx, b))
+	s.sync()
+	s.bot("routed")
+	s.bot("routed")
+	if st := s.w.liveBot("routed").Status; st.Phase != v1.BotQueued || st.Pool != "solo" {
+		t.Fatalf("bot routed is %s in pool %q, want Queued in solo", st.Phase, st.Pool)
+	}
+	s.check()
 }

@@ -65,9 +65,13 @@ type world struct {
 	op       *operator
 	log      *ringLog
 
-	pools  []*v1.BotPool
-	images map[string]string // platform → image
-	bots   int               // bots created so far (names are never reused)
+	pools []*v1.BotPool // as last written
+	// ceiling is how many slots a pool may hold: maxSlots, or more right after maxSlots was
+	// lowered below the slots it had, coming down as they go (invariant 2).
+	ceiling map[string]int
+	perPool map[string]int    // slots per pool after the last step
+	images  map[string]string // platform → image
+	bots    int               // bots created so far (names are never reused)
 
 	cmu        sync.Mutex
 	containers map[string]*container // running containers by application uuid
@@ -113,7 +117,7 @@ func newWorld(seed uint64, pools func(*world)) *world {
 		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6d6f64656c)), clk: clocktesting.NewFakeClock(epoch),
 		images: map[string]string{}, containers: map[string]*container{}, lastStart: map[string]time.Time{}, deletedByHand: map[string]bool{},
 		beats: map[string]time.Time{}, bindAt: map[string]time.Time{}, botTimers: map[string]time.Time{},
-		counts: map[string]int{}, log: newRingLog(400),
+		counts: map[string]int{}, log: newRingLog(400), ceiling: map[string]int{},
 	}
 	w.ctx = ctrl.LoggerInto(context.Background(), logr.New(&ringSink{r: w.log, clk: w.clk}))
 
@@ -198,6 +202,7 @@ func (w *world) addPool(name string, platform v1.Platform, maxSlots, minIdle, ma
 	}
 	must(w.api.Create(w.ctx, p))
 	w.pools = append(w.pools, p)
+	w.ceiling[name] = int(maxSlots)
 }
 
 // timing is the pool timing the API server would default, with some timers shortened so that
