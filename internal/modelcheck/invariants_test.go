@@ -188,6 +188,9 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 		w.violate("invariant 9: slot %s counted a failed recovery (%d) while every Coolify call fails (%s): %s",
 			n.Name, n.Status.RecoveryAttempts, w.faults.coolify, n.Status.Message)
 	}
+	if o != nil && n != nil && n.Status.SkippedRecoveries > o.Status.SkippedRecoveries {
+		w.counts["slot recovery skipped (its bot beats)"]++
+	}
 	if o == nil || n == nil || o.Status.Phase == n.Status.Phase {
 		return
 	}
