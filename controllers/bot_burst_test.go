@@ -84,8 +84,9 @@ func TestThousandBotsOnAHundredSlots(t *testing.T) {
 		}
 		return n
 	}
-	// Wave 0: the pool grows to 100, 100 bots are bound, 900 wait.
-	kubetest.Eventually(t, 60*time.Second, func() error {
+	// Wave 0: the pool grows to 100, 100 bots are bound, 900 wait. The deadlines are generous:
+	// this checks correctness under -race on a shared machine; speed is make bench's job.
+	kubetest.Eventually(t, 3*time.Minute, func() error {
 		bs := bots()
 		if n := countPhase(bs, v1.BotDeploying); n != maxSlots || countPhase(bs, v1.BotQueued) != total-maxSlots {
 			return fmt.Errorf("%d deploying, %d queued", n, countPhase(bs, v1.BotQueued))
@@ -125,7 +126,7 @@ func TestThousandBotsOnAHundredSlots(t *testing.T) {
 				finish(t, &bs[i])
 			}
 		}
-		kubetest.Eventually(t, 60*time.Second, func() error {
+		kubetest.Eventually(t, 3*time.Minute, func() error {
 			bs := bots()
 			free := 0
 			for _, s := range listSlots(t, sc.ns) {

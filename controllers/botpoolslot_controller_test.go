@@ -696,10 +696,14 @@ func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
 		}
 		return n
 	}
-	before := deploys()
-	time.Sleep(500 * time.Millisecond) // the error backoff would have tried several times by now
-	if n := deploys() - before; n > 0 {
-		t.Errorf("%d deploys tried again within half a second of stalling, want none before stalledRetry", n)
+	// The Stalled status write itself wakes the slot once more (one more refused deploy); after
+	// that it must wait for stalledRetry, where the error backoff (50 ms, doubling) would have
+	// tried several more times within these two seconds.
+	time.Sleep(time.Second)
+	settled := deploys()
+	time.Sleep(time.Second)
+	if n := deploys() - settled; n > 0 {
+		t.Errorf("%d more deploys within a second once stalled, want none before stalledRetry", n)
 	}
 	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{})
 	sc.nudge()
