@@ -106,8 +106,8 @@ soak: ## Run the long soak and chaos test (hundreds of bots, faults, restarts); 
 MODELCHECK_STEPS ?= 1000000
 
 .PHONY: modelcheck
-modelcheck: ## Run the randomized model check for longer than make test does (MODELCHECK_STEPS steps).
-	BOTPOOL_MODELCHECK_STEPS=$(MODELCHECK_STEPS) go test -count=1 -timeout 60m -v ./internal/modelcheck/
+modelcheck: ## Run the randomized model check on new random seeds for MODELCHECK_STEPS steps (make test runs fixed seeds).
+	BOTPOOL_MODELCHECK_RANDOM=1 BOTPOOL_MODELCHECK_STEPS=$(MODELCHECK_STEPS) go test -count=1 -timeout 60m -v ./internal/modelcheck/
 
 ##@ Build
 
