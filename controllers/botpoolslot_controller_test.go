@@ -434,6 +434,9 @@ func TestFailedReadsActOnNothing(t *testing.T) {
 	for _, op := range []string{"list-applications", "get-application-by-uuid", "get-deployment-by-uuid", "list-deployments-by-app-uuid", "list-deployments"} {
 		sc.sim.SetFault(op, sim.Fault{})
 	}
+	// Failed reads are retried after transientRetry of real time (with the error backoff up to
+	// 30 s): look now rather than wait for that timer.
+	sc.nudge()
 	sc.phase(v1.SlotBusy)
 	if b := sc.bot(bot.Name); b.Status.Phase.Terminal() {
 		t.Errorf("bot failed: %s", b.Status.Reason)
