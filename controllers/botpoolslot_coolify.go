@@ -133,6 +133,14 @@ func (b *BulkReader) Invalidate(tag string) {
 	b.mu.Unlock()
 }
 
+// Deleting reports whether we asked Coolify to delete the application within tombstoneTTL.
+func (b *BulkReader) Deleting(tag, uuid string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.deleted[tag+"/"+uuid]
+	return ok && b.Clock.Since(at) <= tombstoneTTL
+}
+
 // Deleted records that we asked Coolify to delete an application: lists hide it from now on.
 func (b *BulkReader) Deleted(tag, uuid string) {
 	b.mu.Lock()

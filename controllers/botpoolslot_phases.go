@@ -632,21 +632,39 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 			}
 		}
 		if uuid := s.slot.Status.ApplicationUUID; uuid != "" {
-			if s.slot.Status.Phase == v1.SlotDeploying {
-				r.cancelDeployment(ctx, s)
+			tag := poolTagOf(s.slot.Namespace, s.slot.Spec.Pool)
+			if !r.Coolify.Deleting(tag, uuid) {
+				if s.slot.Status.Phase == v1.SlotDeploying {
+					r.cancelDeployment(ctx, s)
+				}
+				// Stop and delete answer 404 once the application is gone: that is success here.
+				if err := s.api.Stop(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+					return fmt.Errorf("stopping the application before deleting it: %w", err)
+				}
+				if err := s.api.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+					return fmt.Errorf("deleting the application: %w", err)
+				}
+				r.Coolify.Deleted(tag, uuid)
 			}
-			// Stop and delete answer 404 once the application is gone: that is success here.
-			if err := s.api.Stop(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrNotFound) {
-				return fmt.Errorf("stopping the application before deleting it: %w", err)
+			// Coolify deletes in the background and lists the application until it has. The
+			// slot keeps its name, by keeping its finalizer, until then: a replacement of the
+			// same name adopts an application by name, and must never adopt one on its way
+			// out, even after a restart forgot what this process deleted.
+			if _, err := s.api.GetApplication(ctx, uuid); !errors.Is(err, coolify.ErrNotFound) {
+				if err != nil {
+					return fmt.Errorf("checking that the application is deleted: %w", err)
+				}
+				s.slot.Status.Message = "Waiting for Coolify to delete application " + uuid
+				s.after(deleteCheck)
+				return nil
 			}
-			if err := s.api.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
-				return fmt.Errorf("deleting the application: %w", err)
-			}
-			r.Coolify.Deleted(poolTagOf(s.slot.Namespace, s.slot.Spec.Pool), uuid)
 		}
 	}
 	return r.dropFinalizer(ctx, s)
 }
+
+// deleteCheck is how often a deleted slot looks whether Coolify has deleted its application.
+const deleteCheck = 5 * time.Second
 
 func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
 	if s.pool != nil {

@@ -132,7 +132,7 @@ func runManager(e *kubetest.Env) error {
 	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, Store: managerStore, ScheduleLead: time.Minute}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Metrics: metrics}).SetupWithManager(mgr); err != nil {
+	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: metrics}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	// The bot API, as in the manager: slots' containers (simulated bots) call it.
@@ -168,6 +168,11 @@ func newSim(cfg sim.Config) *sim.Server {
 	cfg.RandSeed = simSeed.Add(1)
 	if cfg.RateLimit == 0 {
 		cfg.RateLimit = -1
+	}
+	if cfg.DeleteDelay == 0 {
+		// The suite's clock moves only when a test steps it, and a deleted slot waits for
+		// Coolify's background deletion: without a step it would wait for good.
+		cfg.DeleteDelay = -1
 	}
 	return sim.Start(sim.New(cfg))
 }

@@ -37,7 +37,8 @@ const (
 	tickInterval       = 10 * time.Millisecond
 )
 
-// Config tunes the simulator. Zero values take the defaults above.
+// Config tunes the simulator. Zero values take the defaults above; a negative duration means
+// at once (done by the next request, even on a clock that does not move).
 type Config struct {
 	Clock clock.Clock
 	// Speed divides every simulated duration (pulls, status lag, deletes): 1000 turns a
@@ -129,8 +130,11 @@ func New(cfg Config) *Sim {
 		cfg.Speed = 1
 	}
 	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
+		switch {
+		case *d == 0:
 			*d = v
+		case *d < 0:
+			*d = 0 // at once: the next request sees it done
 		}
 	}
 	def(&cfg.ColdPull, DefaultColdPull)

@@ -387,3 +387,51 @@ func TestRegressionRoutingToAPoolAboveItsMaxSlots(t *testing.T) {
 	}
 	s.check()
 }
+
+// Found by the model check with seed 4184053470628878 at the drained end of a 25,000-step run:
+// a slot retired after failing too often had its application deleted and its finalizer
+// dropped at once. Coolify deletes in the background and still listed the application when
+// the operator restarted (forgetting what it had deleted) and the pool created the
+// replacement slot of the same name: the replacement adopted, by name, the application on its
+// way out, deployed a bot to it, and turned Busy on a deployment whose container never ran.
+func TestRegressionReplacementAdoptsAnApplicationBeingDeleted(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo")
+	s.pool("solo")
+	name := s.only().Name
+	s.slot(name)
+	s.slot(name)
+	first := s.only()
+	old := first.Status.ApplicationUUID
+	if first.Status.Phase != v1.SlotIdle || old == "" {
+		t.Fatalf("slot %s, want Idle with an application", describeSlot(first))
+	}
+	s.w.byHand = true // as the slot controller's own retirement does
+	must(s.w.api.Delete(s.w.ctx, first.DeepCopy()))
+	s.w.byHand = false
+	s.sync()
+	s.slot(name)
+	if a, ok := s.w.sim.App(old); !ok || !a.Deleting {
+		t.Fatalf("application %s: present %v, want being deleted", old, ok)
+	}
+	s.w.restart() // forgets which applications this process deleted
+
+	for range 60 {
+		s.pool("solo")
+		s.slot(name)
+		for _, sl := range s.w.liveSlots() {
+			if sl.UID != first.UID && sl.Status.ApplicationUUID == old {
+				t.Fatalf("replacement slot %s adopted application %s while Coolify was deleting it", sl.Name, old)
+			}
+		}
+		if sl := s.w.liveSlot(name); sl != nil && sl.UID != first.UID && sl.Status.Phase == v1.SlotIdle {
+			if _, ok := s.w.sim.App(old); ok {
+				t.Fatalf("replacement Idle on %s while the old application %s is still listed", sl.Status.ApplicationUUID, old)
+			}
+			s.check()
+			return
+		}
+		s.advance(2 * time.Second)
+	}
+	t.Fatalf("no replacement slot became Idle: %v", s.w.liveSlots())
+}
