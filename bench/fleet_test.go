@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -93,7 +91,7 @@ func (f *fleet) run(c sim.Container) error {
 		}
 		// Free (the manager's cache has not seen the binding yet), or transient: ask again,
 		// within the slot's limit of 20 requests a second.
-		if !errors.Is(err, botclient.ErrSlotFree) && !transient(err) {
+		if !errors.Is(err, botclient.ErrSlotFree) && !botclient.Retryable(err) {
 			return fmt.Errorf("config: %w", err)
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
@@ -151,7 +149,7 @@ func retry(ctx context.Context, call func() error, format string, args ...any) e
 		if err == nil {
 			return nil
 		}
-		if !transient(err) || attempt == 8 {
+		if !botclient.Retryable(err) || attempt == 8 {
 			return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
 		}
 		if err := sleep(ctx, wait); err != nil {
@@ -159,20 +157,6 @@ func retry(ctx context.Context, call func() error, format string, args ...any) e
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
-}
-
-// transient reports whether a bot would try err's request again: the operator asked it to
-// (503 with Retry-After, 429), or it got no answer in time.
-func transient(err error) bool {
-	if errors.Is(err, context.Canceled) {
-		return false
-	}
-	var apiErr *botclient.Error
-	if errors.As(err, &apiErr) {
-		return apiErr.StatusCode == http.StatusServiceUnavailable || apiErr.StatusCode == http.StatusTooManyRequests
-	}
-	var netErr net.Error
-	return errors.As(err, &netErr)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -1,16 +1,9 @@
 package bench
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"botpool.dev/botpool/botapi/botclient"
 )
 
 // The measuring helpers decide every figure the benchmarks print, so they are tested on
@@ -183,25 +176,5 @@ func TestReportVerdicts(t *testing.T) {
 	}
 	if strings.Count(out, "MISS") != 2 || strings.Count(out, "PASS") != 1 {
 		t.Errorf("verdicts wrong:\n%s", out)
-	}
-}
-
-func TestTransient(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		want bool
-	}{
-		{&botclient.Error{StatusCode: http.StatusServiceUnavailable}, true},
-		{&botclient.Error{StatusCode: http.StatusTooManyRequests}, true},
-		{fmt.Errorf("wrapped: %w", &botclient.Error{StatusCode: http.StatusServiceUnavailable}), true},
-		{&botclient.Error{StatusCode: http.StatusConflict}, false},
-		{&botclient.Error{StatusCode: http.StatusForbidden}, false},
-		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
-		{context.Canceled, false},
-		{errors.New("decoding the answer"), false},
-	} {
-		if got := transient(c.err); got != c.want {
-			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
-		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -57,6 +58,26 @@ func (e *Error) Is(target error) bool {
 		return e.StatusCode == http.StatusTooManyRequests
 	}
 	return false
+}
+
+// Retryable reports whether a request that failed with err is worth another try, after a
+// pause (or the Retry-After the answer carried): the operator asked for it (429, 503 while it
+// restarts or its store is away), a proxy in between failed (502, 504), or no answer came at
+// all. A cancelled context is not retried, nor is any other answer: a 4xx will not change.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		switch apiErr.StatusCode {
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr)
 }
 
 // Client talks to the operator's bot API for one slot.

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
@@ -131,7 +130,7 @@ func (r *run) play(ctx context.Context) error {
 func (r *run) config(ctx context.Context) (botclient.Config, error) {
 	for {
 		cfg, err := r.cl.Config(ctx)
-		retry := errors.Is(err, botclient.ErrSlotFree) || transient(err)
+		retry := errors.Is(err, botclient.ErrSlotFree) || botclient.Retryable(err)
 		if err == nil || !retry {
 			return cfg, err
 		}
@@ -187,7 +186,7 @@ func (r *run) retry(ctx context.Context, call func() error) error {
 	wait := r.b.PollEvery
 	for attempt := 1; ; attempt++ {
 		err := call()
-		if err == nil || !transient(err) || attempt == r.b.Retries {
+		if err == nil || !botclient.Retryable(err) || attempt == r.b.Retries {
 			return err
 		}
 		if err := sleep(ctx, wait); err != nil {
@@ -195,20 +194,6 @@ func (r *run) retry(ctx context.Context, call func() error) error {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
-}
-
-// transient errors are worth another try: the operator restarting (connection refused), a
-// store outage (503), the per-slot rate limit (429).
-func transient(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	var apiErr *botclient.Error
-	if errors.As(err, &apiErr) {
-		return apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500
-	}
-	var netErr net.Error
-	return errors.As(err, &netErr)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -193,11 +192,11 @@ func TestRun(t *testing.T) {
 		wantErr: "config: bot API answered 401",
 	}, {
 		name:    "transient errors that do not stop give up after Retries",
-		api:     &fakeAPI{statusCodes: []int{500, 500, 500}},
+		api:     &fakeAPI{statusCodes: []int{503, 503, 503}},
 		b:       Behaviour{PollEvery: time.Millisecond, Retries: 3},
 		want:    Result{Bot: "standup"},
 		calls:   []string{"config", "JoiningCall", "JoiningCall", "JoiningCall"},
-		wantErr: "reporting JoiningCall: bot API answered 500",
+		wantErr: "reporting JoiningCall: bot API answered 503",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := start(t, tc.api)
@@ -271,25 +270,5 @@ func TestRunStopsWithItsContainer(t *testing.T) {
 				t.Fatal("still running 5s after its container stopped")
 			}
 		})
-	}
-}
-
-func TestTransient(t *testing.T) {
-	for err, want := range map[error]bool{
-		&botclient.Error{StatusCode: 503}:                     true,
-		&botclient.Error{StatusCode: 429}:                     true,
-		&botclient.Error{StatusCode: 409}:                     false,
-		&botclient.Error{StatusCode: 404}:                     false,
-		fmt.Errorf("GET /x: %w", context.Canceled):            false,
-		errors.New("invalid character 'x' looking for value"): false,
-	} {
-		if got := transient(err); got != want {
-			t.Errorf("transient(%v) = %v, want %v", err, got, want)
-		}
-	}
-	// A refused connection is what a restarting operator looks like.
-	_, err := botclient.New("http://127.0.0.1:1", testApp, testToken, nil).Config(context.Background())
-	if err == nil || !transient(err) {
-		t.Errorf("connection refused (%v) is not transient", err)
 	}
 }
