@@ -231,7 +231,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Bot controller: %w", err)
 	}
-	if err := (&controllers.Dispatcher{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Metrics: m}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: m}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the dispatcher: %w", err)
 	}
 	return nil

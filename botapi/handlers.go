@@ -99,12 +99,7 @@ func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, a
 		// Liveness is upserted on every authorized beat, so a record lost in an outage is
 		// whole again on the next one. A store outage never fails the bot: the beat is
 		// buffered (or, at worst, missing data reads as "unknown", never as "dead").
-		err := s.cfg.Liveness.RecordHeartbeat(r.Context(), store.Heartbeat{
-			BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, At: s.cfg.Clock.Now(),
-		})
-		if !store.Accepted(err) {
-			s.cfg.Log.Error(err, "Recording a heartbeat failed", "bot", bot.Name, "namespace", bot.Namespace)
-		}
+		s.recordBeat(r.Context(), bot)
 		if lvl := bot.Annotations[v1.AnnotationLogLevel]; logLevels[lvl] {
 			resp.LogLevel = lvl
 		}
@@ -113,6 +108,16 @@ func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, a
 		resp.Action = s.actionFor(bot)
 	}
 	return http.StatusOK, resp, nil
+}
+
+// recordBeat records that the bot is alive now.
+func (s *Server) recordBeat(ctx context.Context, bot *v1.Bot) {
+	err := s.cfg.Liveness.RecordHeartbeat(ctx, store.Heartbeat{
+		BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, At: s.cfg.Clock.Now(),
+	})
+	if !store.Accepted(err) {
+		s.cfg.Log.Error(err, "Recording a heartbeat failed", "bot", bot.Name, "namespace", bot.Namespace)
+	}
 }
 
 // actionFor decides the answer to a heartbeat of a bound bot.
@@ -167,6 +172,9 @@ func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any,
 			return 0, nil, err
 		}
 	}
+	if !v1.BotPhase(rep.Phase).Terminal() {
+		s.recordBeat(r.Context(), bot) // Alive, which the report sets, must agree with the store
+	}
 	phase, err := s.applyStatus(r.Context(), bot, rep)
 	if err != nil {
 		return 0, nil, err
@@ -206,15 +214,23 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, rep botclient.Sta
 		if rep.RecordingLocation != "" {
 			bot.Status.RecordingLocation = rep.RecordingLocation
 		}
+		now := s.cfg.Clock.Now()
 		if reported.Terminal() {
-			now := metav1.NewTime(s.cfg.Clock.Now())
-			bot.Status.FinishedAt = &now
+			bot.Status.FinishedAt = &metav1.Time{Time: now}
 			if reported == v1.BotFatal {
 				bot.Status.Reason = v1.ReasonBotReported
 				if rep.Reason != "" {
 					bot.Status.Reason = v1.BotReason(rep.Reason)
 				}
 			}
+			bot.SetFinishedConditions()
+		} else {
+			// A report is a sign of life from a running container: the same write says so,
+			// instead of the controller writing Alive (and startedAt) after it.
+			if bot.Status.StartedAt == nil {
+				bot.Status.StartedAt = &metav1.Time{Time: now}
+			}
+			bot.MarkAlive(now)
 		}
 		return s.cfg.Client.Status().Patch(ctx, bot, patch)
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -434,6 +435,17 @@ func TestStatus(t *testing.T) {
 			t.Fatalf("report %s: %+v, %v", phase, resp, err)
 		}
 	}
+	// A report is a sign of life: the write that stores it says so too (no write of the
+	// controller's after it), and the store agrees.
+	var got v1.Bot
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), &got))
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionTrue ||
+		c.Reason != v1.ReasonHeartbeatReceived || got.Status.StartedAt == nil || got.Status.LastHeartbeat == nil {
+		t.Errorf("after the reports Alive = %v, startedAt %v, lastHeartbeat %v; want True, both set", c, got.Status.StartedAt, got.Status.LastHeartbeat)
+	}
+	if n := h.live.beatsOf(b.UID); n != 5 {
+		t.Errorf("the store has %d beats of the reporting bot, want one per report (5)", n)
+	}
 	if _, err := c.ReportStatus(ctx, "standup", botclient.StatusReport{Phase: "JoiningCall"}); !errors.Is(err, botclient.ErrConflict) {
 		t.Errorf("going back to JoiningCall: %v, want 409", err)
 	}
@@ -450,11 +462,11 @@ func TestStatus(t *testing.T) {
 		t.Errorf("Fatal after Done: %v, want 409", err)
 	}
 
-	var got v1.Bot
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), &got))
 	if got.Status.Phase != v1.BotDone || got.Status.RecordingLocation != done.RecordingLocation || got.Status.FinishedAt == nil {
 		t.Errorf("status after Done = %+v", got.Status)
 	}
+	wantFinished(t, &got, metav1.ConditionTrue)
 	if len(h.live.events) != 1 || h.live.events[0].Type != "speakerTimeframes" || h.live.events[0].BotUID != b.UID {
 		t.Errorf("speaker timeframes were not stored as one event: %+v", h.live.events)
 	}
@@ -468,6 +480,7 @@ func TestStatus(t *testing.T) {
 	if got.Status.Phase != v1.BotFatal || got.Status.Reason != "RemovedFromMeeting" || got.Status.Message != "host removed the bot" {
 		t.Errorf("status after Fatal = %+v", got.Status)
 	}
+	wantFinished(t, &got, metav1.ConditionFalse)
 	if _, err := c2.ReportStatus(ctx, "standup", botclient.StatusReport{Phase: "InCall"}); !errors.Is(err, botclient.ErrForbidden) {
 		t.Errorf("status of another slot's bot: %v, want 403", err)
 	}
@@ -476,6 +489,18 @@ func TestStatus(t *testing.T) {
 	wantStatus(t, "unknown phase", code, body, 400, "is not one a bot reports")
 	code, body = h.call("POST", "/v1/bots/kicked/status", s2.token, "")
 	wantStatus(t, "empty body", code, body, 400, "empty body")
+}
+
+// wantFinished checks the conditions the write that ended the bot carries: Ready (ready),
+// Bound False, both Finished, and no Alive.
+func wantFinished(t *testing.T, b *v1.Bot, ready metav1.ConditionStatus) {
+	t.Helper()
+	r := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
+	bound := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionBound)
+	if r == nil || r.Status != ready || r.Reason != v1.ReasonFinished || bound == nil || bound.Status != metav1.ConditionFalse ||
+		meta.FindStatusCondition(b.Status.Conditions, v1.ConditionAlive) != nil {
+		t.Errorf("conditions of a bot that ended %s: %+v; want Ready=%s and Bound=False (Finished), no Alive", b.Status.Phase, b.Status.Conditions, ready)
+	}
 }
 
 // TestStatusDoesNotOverwriteAConcurrentChange: the cache still says InCall, but the

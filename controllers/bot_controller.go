@@ -35,7 +35,6 @@ const (
 	reasonScheduled = "Scheduled"
 	reasonBound     = "Bound"
 	reasonRunning   = "Running"
-	reasonFinished  = "Finished"
 )
 
 // noPoolRetry: a bot without a matching pool looks again this often (pools are watched too).
@@ -50,11 +49,11 @@ const aliveRecheck = 10 * time.Second
 // meeting and its slot is released.
 const botFinalizer = "botpool.dev/slot"
 
-// Reasons of the Alive condition.
+// Reasons of the Alive condition besides v1.ReasonHeartbeatReceived. A bot that has not beaten
+// yet has no Alive condition until its first beat or the end of its grace period: saying "no
+// heartbeat yet" would cost a status write per bot for what its phase already tells.
 const (
-	reasonBeating     = "HeartbeatReceived"
 	reasonSilent      = "HeartbeatMissed"
-	reasonNoBeatYet   = "NoHeartbeatYet"
 	reasonStoreNoData = "LivenessUnknown"
 )
 
@@ -99,11 +98,6 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if err := r.Client.Get(ctx, req.NamespacedName, bot); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if bot.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(bot, botFinalizer) {
-		if err := r.Client.Update(ctx, bot); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
 	before := bot.DeepCopy()
 	defer func() {
 		if !equality.Semantic.DeepEqual(before.Status, bot.Status) {
@@ -119,6 +113,9 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		} else if bot.DeletionTimestamp.IsZero() {
 			r.project(ctx, bot)
 		}
+		if err == nil {
+			err = r.hold(ctx, bot)
+		}
 		if err != nil {
 			res = ctrl.Result{}
 		}
@@ -133,8 +130,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		st.Phase = v1.BotPending
 	}
 	if st.Phase.Terminal() {
-		r.setConditions(bot, nil)
-		meta.RemoveStatusCondition(&st.Conditions, v1.ConditionAlive)
+		bot.SetFinishedConditions()
 		if cb, ok := callback.ForBot(bot); ok && r.Callbacks != nil {
 			r.Callbacks.Enqueue(cb)
 		}
@@ -190,6 +186,18 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	r.fail(bot, v1.ReasonSlotLost, "The bot's slot is gone")
 	r.setConditions(bot, nil)
 	return ctrl.Result{}, nil
+}
+
+// hold adds the finalizer that keeps a deleted bot for its graceful leave and the release of
+// its slot. It runs after the pass's status write, not before: a new bot is in the queue (and
+// can be bound) after one write instead of two, and the write answered with the version this
+// update builds on. A bot deleted in between needs no leave: it was not running yet, and a
+// slot bound to a bot that is gone is released.
+func (r *BotReconciler) hold(ctx context.Context, bot *v1.Bot) error {
+	if !bot.DeletionTimestamp.IsZero() || bot.Status.Phase.Terminal() || !controllerutil.AddFinalizer(bot, botFinalizer) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Update(ctx, bot))
 }
 
 // reconcileDelete lets a deleted bot leave gracefully: while it is bound, heartbeats answer
@@ -285,22 +293,21 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 		// beats unless this process started meanwhile (then it waits one more timeout).
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat since the container started %s ago", silent.Round(time.Second)))
 		return ctrl.Result{}
-	case !beat:
-		alive(metav1.ConditionFalse, reasonNoBeatYet, "No heartbeat yet")
-	case silent > grace:
+	case silent > grace && beat:
 		if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionFalse {
 			st.LastHeartbeat = &metav1.Time{Time: last}
 		}
-		alive(metav1.ConditionFalse, reasonSilent, fmt.Sprintf("No heartbeat for %s", silent.Round(time.Second)))
-	default:
-		if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionTrue {
-			st.LastHeartbeat = &metav1.Time{Time: last}
-		}
-		alive(metav1.ConditionTrue, reasonBeating, "Heartbeats arrive")
+		// A message naming the last beat, not the silence so far: it stays the same on every
+		// look, and only a flip is written.
+		alive(metav1.ConditionFalse, reasonSilent, "No heartbeat since "+last.UTC().Format(time.RFC3339))
+	case silent > grace:
+		alive(metav1.ConditionFalse, reasonSilent, "No heartbeat since the container started at "+since.UTC().Format(time.RFC3339))
+	case beat:
+		bot.MarkAlive(last)
 	}
 	// Look again when the next rule could fire; no status write unless something flips.
 	next := min(grace, timeout-silent)
-	if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c.Status != metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionTrue {
 		next = min(next, aliveRecheck)
 	}
 	return ctrl.Result{RequeueAfter: max(next, time.Second)}
@@ -446,12 +453,7 @@ func (r *BotReconciler) setConditions(bot *v1.Bot, slot *v1.BotPoolSlot) {
 	}
 	switch {
 	case st.Phase.Terminal():
-		status := metav1.ConditionTrue
-		if st.Phase == v1.BotFatal {
-			status = metav1.ConditionFalse
-		}
-		set(v1.ConditionReady, status, reasonFinished, fmt.Sprintf("The bot ended %s %s", st.Phase, st.Reason))
-		set(v1.ConditionBound, metav1.ConditionFalse, reasonFinished, "Finished")
+		bot.SetFinishedConditions()
 	case st.Phase == v1.BotScheduled:
 		set(v1.ConditionReady, metav1.ConditionFalse, reasonScheduled, "Waiting for its start time")
 	case slot == nil:

@@ -433,22 +433,23 @@ func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, ms
 	s.transitions = append(s.transitions, t)
 }
 
-// flush reports the transitions of a pass once its status is stored: a log line, an Event,
-// a row in the audit log and metrics; then the slot's projection.
+// flush reports the transitions of a pass once its status is stored: a log line, a row in the
+// audit log and metrics, an Event for a transition with a cause (an error, a recovery, a lost
+// application); then the slot's projection. The routine cycle (Idle, Deploying, Busy,
+// Releasing) has no Events: four API writes per bot for what the audit log, the status and
+// the bot's own Bound Event already tell.
 func (r *BotPoolSlotReconciler) flush(ctx context.Context, s *slotScope) {
 	log := ctrl.LoggerFrom(ctx)
 	for _, t := range s.transitions {
 		log.Info("Slot transition", "slot", t.Slot, "pool", t.Pool, "bot", t.BotName, "appUUID", t.ApplicationUUID,
 			"from", t.From, "to", t.To, "reason", t.Reason, "correlationID", t.CorrelationID)
-		typ := corev1.EventTypeNormal
-		if t.To == string(v1.SlotError) {
-			typ = corev1.EventTypeWarning
+		if t.Reason != "" {
+			typ := corev1.EventTypeNormal
+			if t.To == string(v1.SlotError) {
+				typ = corev1.EventTypeWarning
+			}
+			r.Recorder.Eventf(s.slot, s.related(), typ, t.Reason, "Transition", "%s → %s: %s", orNone(t.From), t.To, s.slot.Status.Message)
 		}
-		reason := t.Reason
-		if reason == "" {
-			reason = t.To
-		}
-		r.Recorder.Eventf(s.slot, s.related(), typ, reason, "Transition", "%s → %s: %s", orNone(t.From), t.To, s.slot.Status.Message)
 		if err := r.Store.RecordTransition(ctx, t); !store.Accepted(err) {
 			log.Error(err, "Recording a slot transition failed")
 		}

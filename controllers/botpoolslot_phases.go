@@ -593,6 +593,7 @@ func (r *BotPoolSlotReconciler) failBot(ctx context.Context, bot *v1.Bot, slot *
 	if bot.Status.ApplicationUUID == "" {
 		bot.Status.ApplicationUUID = slot.Status.ApplicationUUID
 	}
+	bot.SetFinishedConditions() // in the same write: ending a bot costs one
 	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, bot, patch))
 }
 

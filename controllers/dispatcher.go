@@ -6,11 +6,9 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -37,10 +35,9 @@ const bindWorkers = 16
 // rule on botRef refuses to rebind a bound slot. Waves run per pool, never two at once for
 // one pool, and free slots and new waiters each trigger one.
 type Dispatcher struct {
-	Client   client.Client
-	Clock    clock.PassiveClock
-	Recorder events.EventRecorder
-	Metrics  *Metrics
+	Client  client.Client
+	Clock   clock.PassiveClock
+	Metrics *Metrics
 
 	// bound remembers the bots this dispatcher bound that the cache may not show yet, so a
 	// fast second wave never binds one bot twice (invariant 1).
@@ -256,7 +253,6 @@ func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot
 	d.mu.Unlock()
 	d.Metrics.acquired(d.Clock.Since(bot.CreationTimestamp.Time))
 	d.Metrics.queueWait(d.Clock.Since(queuedAt(bot)))
-	d.Recorder.Eventf(slot, bot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound bot %s", bot.Name)
 	return nil
 }
 

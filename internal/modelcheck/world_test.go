@@ -253,7 +253,7 @@ func (w *world) newOperator() *operator {
 		Gate: &controllers.DeployGate{Clock: w.clk}, BotAPIURL: "http://botapi.model", Jitter: w.rng.Float64}
 	bots := &controllers.BotReconciler{Client: c, Clock: w.clk, Recorder: discardEvents{}, Store: w.store,
 		ScheduleLead: 2 * time.Minute}
-	disp := &controllers.Dispatcher{Client: c, Clock: w.clk, Recorder: discardEvents{}, Metrics: metrics}
+	disp := &controllers.Dispatcher{Client: c, Clock: w.clk, Metrics: metrics}
 	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
 		Scheme: w.scheme, Logger: logr.Discard(), Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)},
