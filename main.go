@@ -37,6 +37,7 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
 	"botpool.dev/botpool/store/postgres"
@@ -198,7 +199,8 @@ func openStore(ctx context.Context, log logr.Logger, o options) (store.Store, er
 
 // setupControllers registers the reconcilers with what they share: one Coolify client per
 // instance and user (one rate limiter), one bulk reader, one deployment gate.
-func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o options) error {
+// writes is shared by the Bot controller and the bot API, the two writers of a Bot's status.
+func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, writes *cachelag.Tracker, o options) error {
 	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing for the controllers: %w", err)
 	}
@@ -228,6 +230,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 	}
 	if err := (&controllers.BotReconciler{
 		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, Store: st, ScheduleLead: o.scheduleLead,
+		Writes: writes,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Bot controller: %w", err)
 	}
@@ -252,7 +255,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	if err := botapi.IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing for the bot API: %w", err)
 	}
-	if err := setupControllers(ctx, mgr, st, o); err != nil {
+	writes := &cachelag.Tracker{}
+	if err := setupControllers(ctx, mgr, st, writes, o); err != nil {
 		return err
 	}
 	if err := mgr.Add(botapi.New(botapi.Config{
@@ -260,6 +264,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 		Cache:      mgr.GetCache(),
 		Client:     mgr.GetClient(),
 		APIReader:  mgr.GetAPIReader(),
+		Writes:     writes,
 		Liveness:   st,
 		Clock:      clock.RealClock{},
 		Log:        ctrl.Log.WithName("botapi"),

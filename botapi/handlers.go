@@ -137,29 +137,29 @@ func (s *Server) actionFor(bot *v1.Bot) botclient.Action {
 // boundBot authenticates the calling slot, decodes the body into v (at most limit bytes) and
 // returns the bot named in the path, which must be the one bound to the slot: a copy of its own,
 // which the caller may change (a status patch does).
-func (s *Server) boundBot(r *http.Request, limit int64, v any) (*v1.Bot, error) {
+func (s *Server) boundBot(r *http.Request, limit int64, v any) (*v1.Bot, *v1.BotPoolSlot, error) {
 	slot, err := s.authenticate(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := readBody(r, limit, v, false); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	name := r.PathValue("name")
 	bot, rel, err := s.botFor(r.Context(), slot, name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if rel != bound {
-		return nil, forbidden(name)
+		return nil, nil, forbidden(name)
 	}
-	return bot.DeepCopy(), nil
+	return bot.DeepCopy(), slot, nil
 }
 
 // handleStatus validates a reported phase against the Bot's and patches it into its status.
 func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 	var rep botclient.StatusReport
-	bot, err := s.boundBot(r, maxStatusBody, &rep)
+	bot, slot, err := s.boundBot(r, maxStatusBody, &rep)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -175,7 +175,7 @@ func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any,
 	if !v1.BotPhase(rep.Phase).Terminal() {
 		s.recordBeat(r.Context(), bot) // Alive, which the report sets, must agree with the store
 	}
-	phase, err := s.applyStatus(r.Context(), bot, rep)
+	phase, err := s.applyStatus(r.Context(), bot, slot, rep)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -185,10 +185,12 @@ func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any,
 // applyStatus patches the reported phase into the Bot with an optimistic lock: a concurrent
 // change by the controller (say, Fatal after a heartbeat timeout) is never overwritten; the
 // report is validated again against the fresh object instead.
-func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, rep botclient.StatusReport) (v1.BotPhase, error) {
+func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolSlot, rep botclient.StatusReport) (v1.BotPhase, error) {
 	reported := v1.BotPhase(rep.Phase)
 	uid := bot.UID
-	first := true
+	// The cache may still hold a version a write of ours replaced: a patch built on it would
+	// be refused, so read the current one first.
+	first := !s.cfg.Writes.Stale(uid, bot.ResourceVersion)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !first {
 			if err := s.cfg.APIReader.Get(ctx, client.ObjectKeyFromObject(bot), bot); err != nil {
@@ -215,6 +217,11 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, rep botclient.Sta
 			bot.Status.RecordingLocation = rep.RecordingLocation
 		}
 		now := s.cfg.Clock.Now()
+		if slot != nil && bot.Status.SlotName == "" {
+			// A short run can end before the controller mirrored its binding: the bot's
+			// record of where it ran must not depend on that.
+			bot.Status.SlotName, bot.Status.ApplicationUUID = slot.Name, slot.Status.ApplicationUUID
+		}
 		if reported.Terminal() {
 			bot.Status.FinishedAt = &metav1.Time{Time: now}
 			if reported == v1.BotFatal {
@@ -232,7 +239,12 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, rep botclient.Sta
 			}
 			bot.MarkAlive(now)
 		}
-		return s.cfg.Client.Status().Patch(ctx, bot, patch)
+		old := bot.ResourceVersion
+		if err := s.cfg.Client.Status().Patch(ctx, bot, patch); err != nil {
+			return err
+		}
+		s.cfg.Writes.Wrote(uid, old)
+		return nil
 	})
 	if apierrors.IsNotFound(err) {
 		return "", errorf(http.StatusGone, "bot "+bot.Name+" no longer exists: exit")
@@ -243,7 +255,7 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, rep botclient.Sta
 // handleEvents appends the bot's events to the store.
 func (s *Server) handleEvents(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 	var req botclient.EventsRequest
-	bot, err := s.boundBot(r, maxEventsBody, &req)
+	bot, _, err := s.boundBot(r, maxEventsBody, &req)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -27,6 +27,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 )
 
@@ -46,9 +47,14 @@ type Config struct {
 	Client client.Client
 	// APIReader reads past the cache, to retry a status patch that lost a conflict.
 	APIReader client.Reader
-	Liveness  Liveness
-	Clock     clock.PassiveClock
-	Log       logr.Logger
+	// Writes, shared with the bot controller, remembers the bot versions this process's writes
+	// replaced: a status patch is built on a fresh read instead of a cached version it would
+	// only conflict with, and the controller waits for the cache after ours. nil remembers
+	// nothing.
+	Writes   *cachelag.Tracker
+	Liveness Liveness
+	Clock    clock.PassiveClock
+	Log      logr.Logger
 	// Registerer receives the API's metrics; nil registers none.
 	Registerer prometheus.Registerer
 

@@ -466,6 +466,7 @@ func TestStatus(t *testing.T) {
 	if got.Status.Phase != v1.BotDone || got.Status.RecordingLocation != done.RecordingLocation || got.Status.FinishedAt == nil {
 		t.Errorf("status after Done = %+v", got.Status)
 	}
+
 	wantFinished(t, &got, metav1.ConditionTrue)
 	if len(h.live.events) != 1 || h.live.events[0].Type != "speakerTimeframes" || h.live.events[0].BotUID != b.UID {
 		t.Errorf("speaker timeframes were not stored as one event: %+v", h.live.events)
@@ -473,12 +474,17 @@ func TestStatus(t *testing.T) {
 
 	// Fatal carries the bot's reason; another bot's status is forbidden.
 	s2, b2, c2 := h.boundBot("pool-zoom-002", "kicked")
+	// A run so short that the controller never mirrored the binding: the report records it.
+	h.updateBotStatus(b2, func(b *v1.Bot) { b.Status.SlotName, b.Status.ApplicationUUID = "", "" })
 	if _, err := c2.ReportStatus(ctx, "kicked", botclient.StatusReport{Phase: "Fatal", Reason: "RemovedFromMeeting", Message: "host removed the bot"}); err != nil {
 		t.Fatal(err)
 	}
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b2), &got))
 	if got.Status.Phase != v1.BotFatal || got.Status.Reason != "RemovedFromMeeting" || got.Status.Message != "host removed the bot" {
 		t.Errorf("status after Fatal = %+v", got.Status)
+	}
+	if got.Status.SlotName != s2.slot.Name || got.Status.ApplicationUUID != s2.app {
+		t.Errorf("the bot that ran in %s (%s) records slot %q (%q)", s2.slot.Name, s2.app, got.Status.SlotName, got.Status.ApplicationUUID)
 	}
 	wantFinished(t, &got, metav1.ConditionFalse)
 	if _, err := c2.ReportStatus(ctx, "standup", botclient.StatusReport{Phase: "InCall"}); !errors.Is(err, botclient.ErrForbidden) {
@@ -515,7 +521,7 @@ func TestStatusDoesNotOverwriteAConcurrentChange(t *testing.T) {
 	h.updateBotStatus(b, func(b *v1.Bot) { b.Status.Phase = v1.BotFatal; b.Status.Reason = v1.ReasonHeartbeatTimeout })
 
 	srv := New(Config{Cache: objCache, Client: env.Client, APIReader: env.Client, Liveness: h.live, Clock: h.clock})
-	_, err := srv.applyStatus(ctx, stale, botclient.StatusReport{Phase: "CallEnded"})
+	_, err := srv.applyStatus(ctx, stale, nil, botclient.StatusReport{Phase: "CallEnded"})
 	var ae *apiError
 	if !errors.As(err, &ae) || ae.code != http.StatusConflict {
 		t.Fatalf("applying CallEnded over a Fatal the cache had not seen: %v, want 409", err)

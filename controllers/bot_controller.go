@@ -26,6 +26,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 )
 
@@ -78,6 +79,10 @@ type BotReconciler struct {
 	// its slot is warm when the meeting starts.
 	ScheduleLead time.Duration
 
+	// Writes remembers the bot versions this process's writes replaced, the bot API's
+	// included: a pass waits for the cache instead of acting on one. nil remembers nothing.
+	Writes *cachelag.Tracker
+
 	started time.Time // see watchLiveness
 	// projected holds, per bot uid, the record last handed to the store: each pass writes the
 	// projection when it differs, not only when the pass changed the status, so a write lost
@@ -98,7 +103,13 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if err := r.Client.Get(ctx, req.NamespacedName, bot); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if r.Writes.Stale(bot.UID, bot.ResourceVersion) {
+		// A write of ours (or of the bot API's) replaced this version: a pass on it would
+		// judge the past, and its patch could only conflict.
+		return ctrl.Result{RequeueAfter: cacheWait}, nil
+	}
 	before := bot.DeepCopy()
+	var newSlot *v1.BotPoolSlot // bound since the last write: its Event follows the write
 	defer func() {
 		if !equality.Semantic.DeepEqual(before.Status, bot.Status) {
 			bot.Status.ObservedGeneration = bot.Generation
@@ -106,6 +117,10 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 			patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
 			switch perr := r.Client.Status().Patch(ctx, bot, patch); {
 			case perr == nil:
+				r.Writes.Wrote(bot.UID, before.ResourceVersion)
+				if newSlot != nil {
+					r.Recorder.Eventf(bot, newSlot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound to slot %s", newSlot.Name)
+				}
 				r.project(ctx, bot)
 			case !apierrors.IsNotFound(perr):
 				err = errors.Join(err, perr)
@@ -155,6 +170,9 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		return ctrl.Result{}, err
 	}
 	if slot != nil {
+		if st.SlotName != slot.Name {
+			newSlot = slot
+		}
 		r.mirror(bot, slot, now)
 		r.setConditions(bot, slot)
 		return r.watchLiveness(ctx, bot, pool, slot, now), nil
@@ -197,7 +215,12 @@ func (r *BotReconciler) hold(ctx context.Context, bot *v1.Bot) error {
 	if !bot.DeletionTimestamp.IsZero() || bot.Status.Phase.Terminal() || !controllerutil.AddFinalizer(bot, botFinalizer) {
 		return nil
 	}
-	return client.IgnoreNotFound(r.Client.Update(ctx, bot))
+	old := bot.ResourceVersion
+	if err := r.Client.Update(ctx, bot); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.Writes.Wrote(bot.UID, old)
+	return nil
 }
 
 // reconcileDelete lets a deleted bot leave gracefully: while it is bound, heartbeats answer
@@ -416,9 +439,6 @@ func (r *BotReconciler) boundSlot(ctx context.Context, bot *v1.Bot) (*v1.BotPool
 // reports its own phases through the bot API.
 func (r *BotReconciler) mirror(bot *v1.Bot, slot *v1.BotPoolSlot, now time.Time) {
 	st := &bot.Status
-	if st.SlotName != slot.Name {
-		r.Recorder.Eventf(bot, slot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound to slot %s", slot.Name)
-	}
 	st.SlotName, st.QueuePosition, st.EstimatedWait = slot.Name, 0, nil
 	if slot.Status.ApplicationUUID != "" {
 		st.ApplicationUUID = slot.Status.ApplicationUUID

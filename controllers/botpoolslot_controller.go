@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +30,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 )
 
@@ -85,10 +85,10 @@ type BotPoolSlotReconciler struct {
 	// started is when this controller was set up: see liveness.
 	started time.Time
 
-	// replaced remembers, per slot uid, the resourceVersion our last write replaced. A pass
-	// that still reads it from the cache would act on a past state (say, judge a deployment
-	// it just cancelled), so it waits for the cache instead.
-	replaced sync.Map
+	// replaced remembers the slot versions our writes replaced. A pass that still reads one
+	// from the cache would act on a past state (say, judge a deployment it just cancelled), so
+	// it waits for the cache instead.
+	replaced cachelag.Tracker
 	// projected holds, per slot (namespace/name), the record last handed to the store: a pass
 	// writes the projection when it differs, not only when the pass changed the status, so a
 	// write lost between the status patch and the store (a crash, a cancelled request) or a
@@ -96,31 +96,14 @@ type BotPoolSlotReconciler struct {
 	projected sync.Map
 }
 
-// staleRead reports whether the cache still holds a version of slot that one of our writes
-// replaced. Every replaced version is remembered (a finalizer update and a status patch in
-// one pass replace two), until the cache returns a version that is none of them.
+// staleRead reports whether the cache still holds a version of slot one of our writes replaced.
 func (r *BotPoolSlotReconciler) staleRead(slot *v1.BotPoolSlot) bool {
-	v, ok := r.replaced.Load(slot.UID)
-	if !ok {
-		return false
-	}
-	if slices.Contains(v.([]string), slot.ResourceVersion) {
-		return true
-	}
-	r.replaced.Delete(slot.UID)
-	return false
+	return r.replaced.Stale(slot.UID, slot.ResourceVersion)
 }
 
 // wrote records that a write replaced version old of slot.
 func (r *BotPoolSlotReconciler) wrote(slot *v1.BotPoolSlot, old string) {
-	var versions []string
-	if v, ok := r.replaced.Load(slot.UID); ok {
-		versions = v.([]string)
-	}
-	if len(versions) >= 8 {
-		versions = versions[1:]
-	}
-	r.replaced.Store(slot.UID, append(slices.Clone(versions), old))
+	r.replaced.Wrote(slot.UID, old)
 }
 
 func (r *BotPoolSlotReconciler) gateRetry() time.Duration {

@@ -24,6 +24,7 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
@@ -129,7 +130,8 @@ func runManager(e *kubetest.Env) error {
 	if err := mgr.Add(callbacks); err != nil {
 		return err
 	}
-	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, Store: managerStore, ScheduleLead: time.Minute}).SetupWithManager(mgr); err != nil {
+	writes := &cachelag.Tracker{}
+	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, Store: managerStore, ScheduleLead: time.Minute, Writes: writes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: metrics}).SetupWithManager(mgr); err != nil {
@@ -140,7 +142,7 @@ func runManager(e *kubetest.Env) error {
 		return err
 	}
 	if err := mgr.Add(botapi.New(botapi.Config{
-		Addr: botAPIAddr, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Addr: botAPIAddr, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Writes: writes,
 		Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
 	})); err != nil {
 		return err

@@ -30,6 +30,7 @@ import (
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -251,8 +252,9 @@ func (w *world) newOperator() *operator {
 	slots := &controllers.BotPoolSlotReconciler{Client: c, APIReader: w.api, Connector: conn, Store: w.store,
 		Clock: w.clk, Recorder: discardEvents{}, Metrics: metrics, Coolify: bulk,
 		Gate: &controllers.DeployGate{Clock: w.clk}, BotAPIURL: "http://botapi.model", Jitter: w.rng.Float64}
+	writes := &cachelag.Tracker{} // the Bot controller's and the bot API's, as in the manager
 	bots := &controllers.BotReconciler{Client: c, Clock: w.clk, Recorder: discardEvents{}, Store: w.store,
-		ScheduleLead: 2 * time.Minute}
+		ScheduleLead: 2 * time.Minute, Writes: writes}
 	disp := &controllers.Dispatcher{Client: c, Clock: w.clk, Metrics: metrics}
 	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
 		Scheme: w.scheme, Logger: logr.Discard(), Metrics: metricsserver.Options{BindAddress: "0"},
@@ -264,7 +266,7 @@ func (w *world) newOperator() *operator {
 	must(bots.SetupWithManager(mgr))
 	must(disp.SetupWithManager(mgr))
 	op := &operator{pools: pools, slots: slots, bots: bots, disp: disp}
-	op.botAPI = botapi.New(botapi.Config{Cache: c, Client: c, APIReader: w.api, Liveness: w.store,
+	op.botAPI = botapi.New(botapi.Config{Cache: c, Client: c, APIReader: w.api, Writes: writes, Liveness: w.store,
 		Clock: w.clk, Log: logr.Discard(), HeartbeatInterval: heartbeatInterval}).Handler()
 	return op
 }
