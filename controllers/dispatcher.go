@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -50,6 +51,8 @@ type Dispatcher struct {
 	taken map[types.UID]takenSlot
 	// drain tracks, per pool, how fast its queue moves: the basis of estimatedWait.
 	drain map[types.NamespacedName]*drainRate
+	// positioned is when each pool's queue positions were last written.
+	positioned map[types.NamespacedName]time.Time
 }
 
 type takenSlot struct {
@@ -122,7 +125,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	n := min(len(free), len(queue))
 	if n == 0 {
-		return ctrl.Result{}, d.updatePositions(ctx, key, queue)
+		return d.updatePositions(ctx, key, queue, 0)
 	}
 
 	var wg sync.WaitGroup
@@ -153,14 +156,31 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
 	}
 	d.observe(key, bound, len(queue) > bound)
-	if err := d.updatePositions(ctx, key, queue[bound:]); err != nil {
-		return ctrl.Result{}, err
-	}
 	if bound < n {
 		// Some slots were taken meanwhile: look again soon rather than wait for an event.
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
-	return ctrl.Result{}, nil
+	if len(queue) == bound {
+		return ctrl.Result{}, nil
+	}
+	// The waiters' positions moved. While a queue drains, a wave per freed slot writing them
+	// would cost more API writes than the bindings (the first ten places move every time) and
+	// hold the pool's next wave: they are written at most every positionEvery, and by the
+	// wave that follows a busy one (which binds nothing unless a slot came free meanwhile).
+	if d.positionsDue(key) {
+		return d.updatePositions(ctx, key, queue[bound:], positionEvery)
+	}
+	return ctrl.Result{RequeueAfter: positionEvery}, nil
+}
+
+// positionEvery bounds how often a draining queue's positions are written.
+const positionEvery = time.Second
+
+// positionsDue reports whether a wave that bound bots should write the queue's positions.
+func (d *Dispatcher) positionsDue(pool types.NamespacedName) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Clock.Since(d.positioned[pool]) >= positionEvery
 }
 
 // freeSlots lists the pool's Idle, unbound slots, least recently used first.
@@ -260,10 +280,21 @@ func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot
 // with the wait the pool's observed drain rate predicts for each. The writes go out
 // bindWorkers at a time: a wave holds its pool until they are done, and a slot freed
 // meanwhile waits for the next wave, so they must not take a round trip each.
-func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedName, queue []*v1.Bot) error {
+//
+// A write refused for a conflict (the bot changed since the cache showed it: its finalizer was
+// just added, say) is tried again by another wave soon; the result asks for it, else for a
+// wave after next (0: none).
+func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedName, queue []*v1.Bot, next time.Duration) (ctrl.Result, error) {
+	d.mu.Lock()
+	if d.positioned == nil {
+		d.positioned = map[types.NamespacedName]time.Time{}
+	}
+	d.positioned[pool] = d.Clock.Now()
+	d.mu.Unlock()
 	per := d.perBinding(pool)
 	var g errgroup.Group
 	g.SetLimit(bindWorkers)
+	var conflicts atomic.Bool
 	for i, b := range queue {
 		pos := int32(i + 1)
 		if !positionChanged(b.Status.QueuePosition, pos) {
@@ -276,14 +307,25 @@ func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedN
 			if per > 0 {
 				b.Status.EstimatedWait = &metav1.Duration{Duration: (time.Duration(pos) * per).Round(time.Second)}
 			}
-			if err := d.Client.Status().Patch(ctx, b, patch); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				return err
+			err := d.Client.Status().Patch(ctx, b, patch)
+			if apierrors.IsConflict(err) {
+				conflicts.Store(true)
+				return nil
 			}
-			return nil
+			return client.IgnoreNotFound(err)
 		})
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return ctrl.Result{}, err
+	}
+	if conflicts.Load() {
+		next = positionRetry
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
 }
+
+// positionRetry: how soon a wave tries again the positions a conflict refused.
+const positionRetry = 100 * time.Millisecond
 
 // SetupWithManager registers the dispatcher: a wave runs when a pool's slot turns free or a
 // bot of the pool starts to wait.
