@@ -424,6 +424,9 @@ func TestFailedReadsActOnNothing(t *testing.T) {
 		sc.sim.SetFault(op, sim.Fault{ErrorRate: 1})
 	}
 	bot, _ := sc.bind("patient")
+	// The deployment starts before the clock moves: a slot that deployed only after the steps
+	// (a loaded suite) would be "just deployed" when the reads return, and wait a poll.
+	sc.phase(v1.SlotDeploying)
 	for range 10 {
 		step(time.Minute) // past the cold pull and deployGracePeriod, short of deployingTimeout
 		s := listSlots(t, sc.ns)[0]
