@@ -140,23 +140,12 @@ func (f *fleet) run(c sim.Container) error {
 	return nil
 }
 
-// retry runs call until it succeeds, fails for good, or met 8 transient errors, backing off
-// from 50ms to 2s between attempts: what a bot image does (docs/botapi.md).
+// retry is what a bot image does (docs/botapi.md): up to 8 tries, 50 ms to 2 s apart.
 func retry(ctx context.Context, call func() error, format string, args ...any) error {
-	wait := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := call()
-		if err == nil {
-			return nil
-		}
-		if !botclient.Retryable(err) || attempt == 8 {
-			return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return err
-		}
-		wait = min(2*wait, 2*time.Second)
+	if err := botclient.Retry(ctx, 8, 50*time.Millisecond, 2*time.Second, call); err != nil {
+		return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
 	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -145,7 +145,7 @@ func (sc *scenario) botFails(name string, reason string) {
 }
 
 // finish reports a bot Done, as the bot API does for its container.
-func finish(t *testing.T, bot *v1.Bot) {
+func finish(t testing.TB, bot *v1.Bot) {
 	t.Helper()
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		b := &v1.Bot{}

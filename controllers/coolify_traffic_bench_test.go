@@ -217,22 +217,9 @@ func (sc *trafficScenario) finishAll() {
 	sc.tb.Helper()
 	for _, b := range sc.bots() {
 		if !b.Status.Phase.Terminal() {
-			finishBot(sc.tb, &b)
+			finish(sc.tb, &b)
 		}
 	}
-}
-
-// finishBot is the suite's finish for benchmarks too.
-func finishBot(tb testing.TB, bot *v1.Bot) {
-	tb.Helper()
-	kubetest.Eventually(tb, 10*time.Second, func() error {
-		b := &v1.Bot{}
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), b); err != nil {
-			return err
-		}
-		b.Status.Phase = v1.BotDone
-		return env.Client.Status().Update(context.Background(), b)
-	})
 }
 
 // mark is a position in the request log; since returns the requests answered after it.

@@ -80,6 +80,27 @@ func Retryable(err error) bool {
 	return errors.As(err, &netErr)
 }
 
+// Retry calls call until it succeeds, fails with an error that is not Retryable, or has been
+// tried attempts times (at least once), and returns its last error. It waits first between
+// tries, doubling up to most: what a bot should do with the operator's 429s and 503s.
+func Retry(ctx context.Context, attempts int, first, most time.Duration, call func() error) error {
+	wait := first
+	for attempt := 1; ; attempt++ {
+		err := call()
+		if err == nil || !Retryable(err) || attempt >= attempts {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, most)
+	}
+}
+
 // Client talks to the operator's bot API for one slot.
 type Client struct {
 	base    string

@@ -181,19 +181,9 @@ func (r *run) report(ctx context.Context, phase string) error {
 	return nil
 }
 
-// retry runs call until it succeeds, fails for good, or has met Retries transient errors.
+// retry tries call up to Retries times, PollEvery to 5 s apart, while it fails transiently.
 func (r *run) retry(ctx context.Context, call func() error) error {
-	wait := r.b.PollEvery
-	for attempt := 1; ; attempt++ {
-		err := call()
-		if err == nil || !botclient.Retryable(err) || attempt == r.b.Retries {
-			return err
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return err
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
+	return botclient.Retry(ctx, r.b.Retries, r.b.PollEvery, 5*time.Second, call)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
