@@ -55,6 +55,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--bot-api-url=botpool:8082"}, "--bot-api-url"},
 		{[]string{"--coolify-rate-limit=0"}, "--coolify-rate-limit must be at least 1"},
 		{[]string{"--database-url=postgres://u:secret@db:notaport/x"}, "--database-url"},
+		{[]string{"--cluster-name=staging-eu1"}, ""},
+		{[]string{"--cluster-name=Staging_EU"}, "--cluster-name"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
 	}
 	for _, tt := range tests {

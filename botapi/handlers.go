@@ -106,6 +106,11 @@ func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, a
 	}
 	if rel == bound {
 		resp.Action = s.actionFor(bot)
+		if resp.Action == botclient.ActionContinue && !slot.DeletionTimestamp.IsZero() {
+			// The slot is being deleted (its pool deleted or pruned, its namespace going): the
+			// bot leaves gracefully before the slot controller deletes its application.
+			resp.Action = botclient.ActionLeave
+		}
 	}
 	return http.StatusOK, resp, nil
 }

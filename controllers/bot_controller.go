@@ -189,6 +189,11 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		st.Phase = v1.BotQueued
 		st.QueuedAt = &metav1.Time{Time: now}
 	}
+	if st.Phase == v1.BotQueued && st.QueuedAt == nil {
+		// A status written by hand (or restored from a backup) says Queued without queuedAt:
+		// the wait starts now instead of the reconcile panicking on it, for good.
+		st.QueuedAt = &metav1.Time{Time: now}
+	}
 	if st.Phase == v1.BotQueued {
 		deadline := st.QueuedAt.Add(queueTimeout(bot, pool))
 		if !now.Before(deadline) {
