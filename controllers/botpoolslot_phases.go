@@ -703,16 +703,19 @@ func (r *BotPoolSlotReconciler) drain(ctx context.Context, s *slotScope) (done b
 			r.Recorder.Eventf(s.slot, bot, corev1.EventTypeNormal, v1.ReasonDraining, "Delete",
 				"Slot deleted: asking bot %s to leave before deleting application %s", bot.Name, st.ApplicationUUID)
 		}
-		grace := v1.DefaultLeaveGracePeriod
+		grace, poll := v1.DefaultLeaveGracePeriod, v1.DefaultDeploymentPollInterval
 		if s.pool != nil {
 			grace = s.pool.Spec.Timing.LeaveGracePeriod.OrDefault(grace)
+			poll = s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(poll)
 		}
 		if bot.Status.Phase == v1.BotLeaving || bot.Status.Phase == v1.BotCallEnded {
 			grace *= 2
 		}
 		if left := st.DrainingSince.Add(grace).Sub(now); left > 0 {
 			st.Message = "Deleted: waiting up to " + left.Round(time.Second).String() + " for bot " + bot.Name + " to leave its meeting"
-			s.after(left)
+			// Look again at the poll cadence (a Get from the cache): a bot reporting Leaving
+			// earns more time, and the deadline is kept by the injected clock.
+			s.after(min(left, r.jittered(poll)))
 			return false, nil
 		}
 		msg += "; the bot did not leave within leaveGracePeriod"
