@@ -244,6 +244,7 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolS
 			}
 			bot.MarkAlive(now)
 		}
+		bot.Status.TruncateTexts()
 		old := bot.ResourceVersion
 		if err := s.cfg.Client.Status().Patch(ctx, bot, patch); err != nil {
 			return err

@@ -111,6 +111,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	before := bot.DeepCopy()
 	var newSlot *v1.BotPoolSlot // bound since the last write: its Event follows the write
 	defer func() {
+		bot.Status.TruncateTexts()
 		if !equality.Semantic.DeepEqual(before.Status, bot.Status) {
 			bot.Status.ObservedGeneration = bot.Generation
 			// Optimistic lock: the bot API patches phases the bot reports; never overwrite one.

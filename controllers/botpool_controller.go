@@ -112,7 +112,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 			setPoolStatus(s, r.Clock.Now(), err == nil)
 			r.Metrics.observePool(pool)
 		}
-		truncateConditions(pool.Status.Conditions)
+		v1.TruncateConditions(pool.Status.Conditions)
 		if controllerutil.ContainsFinalizer(pool, poolFinalizer) && !equality.Semantic.DeepEqual(before.Status, pool.Status) {
 			err = errors.Join(err, client.IgnoreNotFound(r.Client.Status().Patch(ctx, pool, client.MergeFrom(before))))
 		}

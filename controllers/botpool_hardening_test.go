@@ -91,7 +91,7 @@ func TestOwnerMarkAndAdoption(t *testing.T) {
 func TestTruncateSlotStatus(t *testing.T) {
 	st := v1.BotPoolSlotStatus{Message: strings.Repeat("m", 5000), Reason: strings.Repeat("R", 500),
 		Conditions: []metav1.Condition{{Type: v1.ConditionStalled, Message: strings.Repeat("c", 40000)}}}
-	truncateSlotStatus(&st)
+	st.TruncateTexts()
 	if len(st.Message) > v1.MaxMessageLength || len(st.Reason) > v1.MaxReasonLength || len(st.Conditions[0].Message) > v1.MaxConditionMessageLength {
 		t.Errorf("lengths after truncation: message %d, reason %d, condition %d", len(st.Message), len(st.Reason), len(st.Conditions[0].Message))
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
 )
@@ -79,19 +77,4 @@ func instanceOf(api coolify.API) string {
 	}
 	sum := sha256.Sum256([]byte(b.BaseURL()))
 	return "sha256:" + hex.EncodeToString(sum[:8])
-}
-
-// truncateSlotStatus cuts a slot's free texts to the CRD's limits before the status write: a
-// text over a limit (an upstream error message, say) would have the write refused, every time.
-func truncateSlotStatus(st *v1.BotPoolSlotStatus) {
-	st.Message = v1.Truncate(st.Message, v1.MaxMessageLength)
-	st.Reason = v1.Truncate(st.Reason, v1.MaxReasonLength)
-	truncateConditions(st.Conditions)
-}
-
-// truncateConditions cuts condition messages to metav1.Condition's limit.
-func truncateConditions(conds []metav1.Condition) {
-	for i := range conds {
-		conds[i].Message = v1.Truncate(conds[i].Message, v1.MaxConditionMessageLength)
-	}
 }

@@ -187,7 +187,7 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
 		}
 		setSlotConditions(slot)
-		truncateSlotStatus(&slot.Status)
+		slot.Status.TruncateTexts()
 		if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
 			slot.Status.ObservedGeneration = slot.Generation
 			switch perr := r.Client.Status().Patch(ctx, slot, client.MergeFrom(before)); {

@@ -610,6 +610,7 @@ func (r *BotPoolSlotReconciler) failBot(ctx context.Context, bot *v1.Bot, slot *
 		bot.Status.ApplicationUUID = slot.Status.ApplicationUUID
 	}
 	bot.SetFinishedConditions() // in the same write: ending a bot costs one
+	bot.Status.TruncateTexts()
 	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, bot, patch))
 }
 

@@ -1,6 +1,10 @@
 package v1alpha1
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // Length limits of the free-text status fields, as the CRDs declare them. A write over a
 // limit is refused by the API server, and refused again on every retry: every writer cuts its
@@ -29,4 +33,27 @@ func Truncate(s string, limit int) string {
 		cut--
 	}
 	return s[:cut] + ellipsis
+}
+
+// TruncateConditions cuts condition messages to metav1.Condition's limit.
+func TruncateConditions(conds []metav1.Condition) {
+	for i := range conds {
+		conds[i].Message = Truncate(conds[i].Message, MaxConditionMessageLength)
+	}
+}
+
+// TruncateTexts cuts the slot status's free texts to the CRD's limits: every writer calls it
+// before its status write.
+func (st *BotPoolSlotStatus) TruncateTexts() {
+	st.Message = Truncate(st.Message, MaxMessageLength)
+	st.Reason = Truncate(st.Reason, MaxReasonLength)
+	TruncateConditions(st.Conditions)
+}
+
+// TruncateTexts cuts the bot status's free texts to the CRD's limits: every writer calls it
+// before its status write.
+func (st *BotStatus) TruncateTexts() {
+	st.Message = Truncate(st.Message, MaxMessageLength)
+	st.Reason = BotReason(Truncate(string(st.Reason), MaxReasonLength))
+	TruncateConditions(st.Conditions)
 }
