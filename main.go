@@ -12,11 +12,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -66,7 +68,10 @@ type options struct {
 	// pprofAddr serves net/http/pprof when set: for profiling (the benchmarks use it); off by
 	// default, as profiles expose the process's internals.
 	pprofAddr string
-	zap       zap.Options
+	// clusterName is this cluster's identity in every pool's Coolify tag; empty uses the
+	// kube-system namespace's uid (see clusterIdentity).
+	clusterName string
+	zap         zap.Options
 }
 
 func parseFlags(args []string) (options, error) {
@@ -85,6 +90,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.botAPIURL, "bot-api-url", "http://botpool-bot-api.botpool-system.svc:8082", "URL bot containers reach the bot API at; set as BOTPOOL_API_URL on every slot's application.")
 	fs.DurationVar(&o.scheduleLead, "schedule-lead", 2*time.Minute, "How long before its startTime a scheduled Bot joins the queue, so its slot is warm when the meeting starts.")
 	fs.IntVar(&o.coolifyRateLimit, "coolify-rate-limit", coolify.DefaultRateLimit, "Requests per minute to one Coolify instance per URL and token, shared by all pools using them (Coolify's own limit is 200 per user).")
+	fs.StringVar(&o.clusterName, "cluster-name", "", "This cluster's identity in the Coolify tags of its pools' applications, so clusters sharing a Coolify team never adopt or delete each other's applications; empty uses the kube-system namespace's uid. Set it to keep a pool's applications when the cluster is rebuilt.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -109,6 +115,9 @@ func (o options) validate() error {
 	if o.scheduleLead < 0 {
 		errs = append(errs, fmt.Errorf("--schedule-lead must not be negative, got %s", o.scheduleLead))
 	}
+	if o.clusterName != "" && !clusterNamePattern.MatchString(o.clusterName) {
+		errs = append(errs, fmt.Errorf("--cluster-name %q: want 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit", o.clusterName))
+	}
 	if o.coolifyRateLimit < 1 {
 		errs = append(errs, fmt.Errorf("--coolify-rate-limit must be at least 1, got %d", o.coolifyRateLimit))
 	}
@@ -123,6 +132,28 @@ func (o options) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// The manager reads the kube-system namespace once, for clusterIdentity.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
+
+// clusterNamePattern is a DNS label: readable in logs, safe in any tag.
+var clusterNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// clusterIdentity is this cluster's identity in every pool's Coolify tag: --cluster-name when
+// given, else the uid of the kube-system namespace. That uid is unique per cluster, stable for
+// the cluster's life (across manager upgrades, reinstalls and leader changes) and needs no
+// configuration, so two clusters sharing a Coolify team are told apart by default. A cluster
+// rebuilt from scratch gets a new uid: set --cluster-name to the old identity to keep it.
+func clusterIdentity(ctx context.Context, r client.Reader, name string) (string, error) {
+	if name != "" {
+		return "name:" + name, nil
+	}
+	var ns corev1.Namespace
+	if err := r.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &ns); err != nil {
+		return "", fmt.Errorf("reading the kube-system namespace for this cluster's identity (or set --cluster-name): %w", err)
+	}
+	return "uid:" + string(ns.UID), nil
 }
 
 func newScheme() *runtime.Scheme {
@@ -205,6 +236,11 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, wri
 		return fmt.Errorf("indexing for the controllers: %w", err)
 	}
 	clk := clock.RealClock{}
+	cluster, err := clusterIdentity(ctx, mgr.GetAPIReader(), o.clusterName)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.Info("Cluster identity for Coolify tags", "clusterID", cluster)
 	registry := coolify.NewRegistry(o.coolifyRateLimit,
 		coolify.WithMetrics(coolify.NewMetrics(metrics.Registry)), coolify.WithLogger(ctrl.Log.WithName("coolify")))
 	connector := &controllers.SecretConnector{Reader: mgr.GetAPIReader(), Registry: registry, Clock: clk, RefreshAfter: time.Minute}
@@ -213,14 +249,14 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, wri
 	recorder := mgr.GetEventRecorder("botpool")
 	if err := (&controllers.BotPoolReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
-		Clock: clk, Recorder: recorder, Metrics: m,
+		Clock: clk, Recorder: recorder, Metrics: m, ClusterID: cluster,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BotPool controller: %w", err)
 	}
 	if err := (&controllers.BotPoolSlotReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: st,
 		Clock: clk, Recorder: recorder, Metrics: m, Coolify: bulk, Gate: &controllers.DeployGate{Clock: clk},
-		BotAPIURL: o.botAPIURL,
+		BotAPIURL: o.botAPIURL, ClusterID: cluster,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BotPoolSlot controller: %w", err)
 	}

@@ -13,6 +13,9 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
 	"botpool.dev/botpool/internal/kubetest"
@@ -55,6 +58,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--bot-api-url=botpool:8082"}, "--bot-api-url"},
 		{[]string{"--coolify-rate-limit=0"}, "--coolify-rate-limit must be at least 1"},
 		{[]string{"--database-url=postgres://u:secret@db:notaport/x"}, "--database-url"},
+		{[]string{"--cluster-name=staging-eu1"}, ""},
+		{[]string{"--cluster-name=Staging_EU"}, "--cluster-name"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
 	}
 	for _, tt := range tests {
@@ -209,5 +214,22 @@ func TestOpenStore(t *testing.T) {
 
 	if _, err := openStore(ctx, log, options{databaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}); err == nil {
 		t.Error("an unreachable database at start must fail the manager with a clear error")
+	}
+}
+
+// TestClusterIdentity: --cluster-name wins; else the kube-system namespace's uid; a manager
+// that cannot read it says to set --cluster-name.
+func TestClusterIdentity(t *testing.T) {
+	ctx := context.Background()
+	kubeSystem := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system", UID: "c1a5-7e12"}}
+	c := fake.NewClientBuilder().WithObjects(kubeSystem).Build()
+	if id, err := clusterIdentity(ctx, c, ""); err != nil || id != "uid:c1a5-7e12" {
+		t.Errorf("default identity %q, %v; want the kube-system uid", id, err)
+	}
+	if id, err := clusterIdentity(ctx, c, "staging"); err != nil || id != "name:staging" {
+		t.Errorf("named identity %q, %v", id, err)
+	}
+	if _, err := clusterIdentity(ctx, fake.NewClientBuilder().Build(), ""); err == nil || !strings.Contains(err.Error(), "--cluster-name") {
+		t.Errorf("without kube-system: %v, want an error naming --cluster-name", err)
 	}
 }

@@ -106,6 +106,11 @@ func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, a
 	}
 	if rel == bound {
 		resp.Action = s.actionFor(bot)
+		if resp.Action == botclient.ActionContinue && !slot.DeletionTimestamp.IsZero() {
+			// The slot is being deleted (its pool deleted or pruned, its namespace going): the
+			// bot leaves gracefully before the slot controller deletes its application.
+			resp.Action = botclient.ActionLeave
+		}
 	}
 	return http.StatusOK, resp, nil
 }
@@ -239,6 +244,7 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolS
 			}
 			bot.MarkAlive(now)
 		}
+		bot.Status.TruncateTexts()
 		old := bot.ResourceVersion
 		if err := s.cfg.Client.Status().Patch(ctx, bot, patch); err != nil {
 			return err

@@ -111,6 +111,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	before := bot.DeepCopy()
 	var newSlot *v1.BotPoolSlot // bound since the last write: its Event follows the write
 	defer func() {
+		bot.Status.TruncateTexts()
 		if !equality.Semantic.DeepEqual(before.Status, bot.Status) {
 			bot.Status.ObservedGeneration = bot.Generation
 			// Optimistic lock: the bot API patches phases the bot reports; never overwrite one.
@@ -187,6 +188,11 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	}
 	if st.Phase == v1.BotPending || st.Phase == v1.BotScheduled {
 		st.Phase = v1.BotQueued
+		st.QueuedAt = &metav1.Time{Time: now}
+	}
+	if st.Phase == v1.BotQueued && st.QueuedAt == nil {
+		// A status written by hand (or restored from a backup) says Queued without queuedAt:
+		// the wait starts now instead of the reconcile panicking on it, for good.
 		st.QueuedAt = &metav1.Time{Time: now}
 	}
 	if st.Phase == v1.BotQueued {

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -55,6 +57,13 @@ type BotPoolReconciler struct {
 	// OrphanCheck is how old the application list may be for the orphan check
 	// (default DefaultAppCheck).
 	OrphanCheck time.Duration
+	// ClusterID is this cluster's identity, part of every pool tag (see clusterPoolTag).
+	ClusterID string
+}
+
+// tag is the Coolify tag of the pool's applications created by this cluster.
+func (r *BotPoolReconciler) tag(pool *v1.BotPool) string {
+	return clusterPoolTag(r.ClusterID, pool.Namespace, pool.Name)
 }
 
 // poolScope is what one reconcile of a pool observed and did; status is computed from it.
@@ -68,6 +77,11 @@ type poolScope struct {
 	// connErr is a problem reaching Coolify: a person must fix it when stalled is set.
 	connErr error
 	stalled string // a Stalled reason, or ""
+	// moved counts the slots whose application lives on another Coolify instance than the
+	// credentials now name (stalled is then ReasonCoolifyInstanceChanged).
+	moved int
+	// draining counts, for a deleted pool, the slots whose bots are still leaving.
+	draining int
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -75,7 +89,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	pool := &v1.BotPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Metrics.forgetPool(req.Namespace, req.Name)
+			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -87,21 +101,28 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if !pool.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, s)
-	}
 
 	before := pool.DeepCopy()
 	defer func() {
-		setPoolStatus(s, r.Clock.Now(), err == nil)
-		r.Metrics.observePool(pool)
-		if !equality.Semantic.DeepEqual(before.Status, pool.Status) {
-			err = errors.Join(err, r.Client.Status().Patch(ctx, pool, client.MergeFrom(before)))
+		if !pool.DeletionTimestamp.IsZero() {
+			if controllerutil.ContainsFinalizer(pool, poolFinalizer) {
+				setDrainingStatus(s, r.Clock.Now())
+			}
+		} else {
+			setPoolStatus(s, r.Clock.Now(), err == nil)
+			r.Metrics.observePool(pool)
+		}
+		v1.TruncateConditions(pool.Status.Conditions)
+		if controllerutil.ContainsFinalizer(pool, poolFinalizer) && !equality.Semantic.DeepEqual(before.Status, pool.Status) {
+			err = errors.Join(err, client.IgnoreNotFound(r.Client.Status().Patch(ctx, pool, client.MergeFrom(before))))
 		}
 		if err != nil {
 			res = ctrl.Result{} // the error's backoff decides when to retry
 		}
 	}()
+	if !pool.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	}
 
 	if err := r.connect(ctx, s); err != nil {
 		return ctrl.Result{}, err
@@ -149,6 +170,10 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 	s.connErr = err
 	switch {
 	case err == nil:
+		if s.moved = movedSlots(s.slots, instanceOf(api)); s.moved > 0 {
+			s.stalled = v1.ReasonCoolifyInstanceChanged
+			break
+		}
 		return nil
 	case errors.Is(err, errCredentialsNotFound):
 		s.stalled = v1.ReasonCredentialsNotFound
@@ -273,8 +298,19 @@ func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name string) *v1.BotPoolSl
 }
 
 // reconcileDelete deletes the pool's slots and lets the pool go once they are gone. Each
-// slot's own finalizer stops and deletes its Coolify application first.
+// slot's own finalizer lets its running bot leave (heartbeats answer "leave" once the slot is
+// deleted; see the slot's drain), then stops and deletes its Coolify application. The
+// dispatcher binds nothing to a deleted pool, and a deleted slot is never free.
 func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) error {
+	for i := range s.slots {
+		if sl := &s.slots[i]; sl.Spec.BotRef != nil && sl.Status.Phase == v1.SlotBusy {
+			s.draining++
+		}
+	}
+	if c := meta.FindStatusCondition(s.pool.Status.Conditions, v1.ConditionReconciling); (c == nil || c.Reason != v1.ReasonDraining) && s.draining > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonDraining, "Delete",
+			"Pool deleted: asking %d running bot(s) to leave before deleting their applications", s.draining)
+	}
 	for i := range s.slots {
 		if s.slots[i].DeletionTimestamp.IsZero() {
 			if err := r.Client.Delete(ctx, &s.slots[i]); client.IgnoreNotFound(err) != nil {
@@ -301,12 +337,41 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 		return nil
 	}
 	if controllerutil.RemoveFinalizer(s.pool, poolFinalizer) {
+		status := s.pool.Status
 		if err := r.Client.Update(ctx, s.pool); client.IgnoreNotFound(err) != nil {
 			return err
 		}
+		s.pool.Status = status
 	}
-	r.Metrics.forgetPool(s.pool.Namespace, s.pool.Name)
+	r.forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name})
 	return nil
+}
+
+// forget drops what this process remembers about a pool that is gone: its metrics, its cached
+// application lists and its Coolify client. The maps would otherwise only grow as pools come
+// and go.
+func (r *BotPoolReconciler) forget(pool types.NamespacedName) {
+	r.Metrics.forgetPool(pool.Namespace, pool.Name)
+	if r.Coolify != nil {
+		r.Coolify.Invalidate(clusterPoolTag(r.ClusterID, pool.Namespace, pool.Name))
+		r.Coolify.Invalidate(poolTagOf(pool.Namespace, pool.Name))
+	}
+	if f, ok := r.Connector.(interface{ Forget(types.NamespacedName) }); ok {
+		f.Forget(pool)
+	}
+}
+
+// movedSlots counts the slots whose application was recorded on another Coolify instance than
+// instance.
+func movedSlots(slots []v1.BotPoolSlot, instance string) int {
+	n := 0
+	for i := range slots {
+		st := &slots[i].Status
+		if instance != "" && st.ApplicationUUID != "" && st.CoolifyInstance != "" && st.CoolifyInstance != instance {
+			n++
+		}
+	}
+	return n
 }
 
 // SetupWithManager registers the controller: pools, the slots they own, and bots whose pool

@@ -284,7 +284,7 @@ func TestPoolDeletionDeletesItsSlots(t *testing.T) {
 	// Through the slots' finalizers, the pool's applications are gone from Coolify too.
 	step(11 * time.Second)
 	for _, app := range coolifySim.Apps() {
-		if slices.Contains(app.Tags, poolTag(pool)) {
+		if slices.Contains(app.Tags, clusterPoolTag(suiteCluster, pool.Namespace, pool.Name)) {
 			t.Errorf("application %s (%s) of the deleted pool still exists", app.Name, app.UUID)
 		}
 	}

@@ -16,8 +16,14 @@ import (
 // belong to no slot: left by a slot deleted while Coolify was unreachable, or by someone's
 // hand. Only a successful list may delete anything (invariant 9), and every candidate is
 // checked against a live list of slots, never the cache alone.
+//
+// The tag carries this cluster's identity, so another cluster's pool of the same namespace and
+// name is never swept; and since Coolify's filter may be ignored (older servers list the whole
+// team), each candidate must carry the pool's owner mark on our side too. Only a stopped
+// application is deleted: a running one may serve a meeting (of a cluster whose identity
+// changed, say), so it gets a Warning Event and is left alone.
 func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) error {
-	tag := poolTag(s.pool)
+	tag := r.tag(s.pool)
 	apps, err := r.Coolify.Apps(ctx, s.api, tag, orDefault(r.OrphanCheck, DefaultAppCheck))
 	if err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed; no orphan check this time", "error", err.Error())
@@ -30,7 +36,7 @@ func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) 
 	var candidates []coolify.Application
 	prefix := slotPrefix(s.pool.Spec.Platform)
 	for name, app := range apps {
-		if _, isSlot := slotNumber(prefix, name); isSlot && !owned[name] {
+		if _, isSlot := slotNumber(prefix, name); isSlot && !owned[name] && carriesTag(&app, tag) {
 			candidates = append(candidates, app)
 		}
 	}
@@ -50,6 +56,12 @@ func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) 
 	var errs []error
 	for _, app := range candidates {
 		if owned[app.Name] {
+			continue
+		}
+		if app.State() != coolify.StateExited {
+			r.Recorder.Eventf(s.pool, nil, "Warning", "OrphanRunning", "Cleanup",
+				"Application %s (%s) carries the pool's tag but no slot owns it, and it is %s: not deleted; stop or delete it in Coolify if it is not in use",
+				app.Name, app.UUID, app.Status)
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleting an orphaned application", "appUUID", app.UUID, "name", app.Name)

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -63,6 +64,33 @@ func stalledMessage(s *poolScope) string {
 		return "The Coolify API is disabled: enable it under Settings → Advanced → API Access"
 	case v1.ReasonPermissionDenied:
 		return "The token in Secret " + secret + " lacks an ability: botpool needs read, write and deploy"
+	case v1.ReasonCoolifyInstanceChanged:
+		return fmt.Sprintf("Secret %s now names another Coolify instance than the one holding %d of this pool's applications: "+
+			"restore its url; to move the pool, delete it (or scale it to zero) with the old url in place, then switch. "+
+			"Annotate the pool with %s=true to let the old applications go", secret, s.moved, AnnotationOrphanApplication)
 	}
 	return ""
+}
+
+// setDrainingStatus reports a deleted pool's progress: Ready False and Reconciling True with
+// reason Draining while running bots are still leaving, Deleting once only the applications'
+// cleanup remains.
+func setDrainingStatus(s *poolScope, now time.Time) {
+	p := s.pool
+	counts := countSlots(s.slots)
+	p.Status.Slots = &counts
+	p.Status.Queued = int32(s.waiting)
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
+			LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	reason, msg := "Deleting", fmt.Sprintf("Deleting %d slot(s) and their Coolify applications", len(s.slots))
+	if s.draining > 0 {
+		reason = v1.ReasonDraining
+		msg = fmt.Sprintf("Deleting: %d bot(s) still leaving their meetings (up to leaveGracePeriod) before their applications are deleted", s.draining)
+	}
+	set(v1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	set(v1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
 }

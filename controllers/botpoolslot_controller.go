@@ -77,6 +77,8 @@ type BotPoolSlotReconciler struct {
 	Gate      *DeployGate
 	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL.
 	BotAPIURL string
+	// ClusterID is this cluster's identity, part of every pool tag (see clusterPoolTag).
+	ClusterID string
 	// Jitter returns a number in [0,1) for the ±20% poll jitter; nil uses math/rand.
 	Jitter func() float64
 	// GateRetry and AppCheck override DefaultGateRetry and DefaultAppCheck.
@@ -185,6 +187,7 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
 		}
 		setSlotConditions(slot)
+		slot.Status.TruncateTexts()
 		if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
 			slot.Status.ObservedGeneration = slot.Generation
 			switch perr := r.Client.Status().Patch(ctx, slot, client.MergeFrom(before)); {
@@ -214,6 +217,14 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		r.setStalled(s, unreachableReason(err), "Cannot reach Coolify: see the pool's conditions")
 		s.after(stalledRetry)
+		return ctrl.Result{}, nil
+	}
+	if !r.sameInstance(s) {
+		if !slot.DeletionTimestamp.IsZero() && r.orphanAllowed(ctx, slot) {
+			ctrl.LoggerFrom(ctx).Info("Deleting the slot without cleaning its old Coolify instance, as annotated")
+			return ctrl.Result{}, r.dropFinalizer(ctx, s)
+		}
+		r.instanceChanged(ctx, s)
 		return ctrl.Result{}, nil
 	}
 	if !slot.DeletionTimestamp.IsZero() {
@@ -350,12 +361,65 @@ func (r *BotPoolSlotReconciler) connect(ctx context.Context, s *slotScope) error
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: s.slot.Spec.Pool}, pool); err != nil {
 		return fmt.Errorf("pool %s: %w", s.slot.Spec.Pool, err)
 	}
+	s.pool = pool // known even without credentials: a deleted slot drains by its timing
 	api, err := r.Connector.ForPool(ctx, pool)
 	if err != nil {
 		return err
 	}
-	s.pool, s.api = pool, api
+	s.api = api
 	return nil
+}
+
+// appTag is the Coolify tag of the slot's application: the one recorded with it, the legacy
+// tag (no cluster identity) for an application recorded before tags had one, and this
+// cluster's pool tag for an application still to create.
+func (r *BotPoolSlotReconciler) appTag(s *slotScope) string {
+	st := &s.slot.Status
+	switch {
+	case st.ApplicationTag != "" && st.ApplicationUUID != "":
+		return st.ApplicationTag
+	case st.ApplicationUUID != "":
+		return poolTagOf(s.slot.Namespace, s.slot.Spec.Pool)
+	}
+	return clusterPoolTag(r.ClusterID, s.slot.Namespace, s.slot.Spec.Pool)
+}
+
+// reasonInstanceChanged: the pool's credentials name another Coolify instance than the one
+// holding the slot's application.
+const reasonInstanceChanged = v1.ReasonCoolifyInstanceChanged
+
+// sameInstance checks that the pool's client talks to the Coolify instance holding the slot's
+// application. An application recorded before instances were recorded is taken to live on the
+// current one. On another instance every call would answer 404, read as "deleted behind our
+// back": the slot would create a new application and the old one, with valid bot credentials
+// in its env, would leak. The slot stalls instead until a person restores the credentials or
+// lets the application go (AnnotationOrphanApplication).
+func (r *BotPoolSlotReconciler) sameInstance(s *slotScope) bool {
+	st := &s.slot.Status
+	now := instanceOf(s.api)
+	if st.ApplicationUUID == "" || now == "" {
+		return true
+	}
+	if st.CoolifyInstance == "" {
+		st.CoolifyInstance = now
+		return true
+	}
+	return st.CoolifyInstance == now
+}
+
+// instanceChanged stalls a slot whose application lives on another Coolify instance than the
+// pool's credentials now name.
+func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScope) {
+	msg := "The pool's credentials Secret " + s.pool.Spec.Coolify.CredentialsSecretRef.Name +
+		" now names another Coolify instance than the one holding application " + s.slot.Status.ApplicationUUID +
+		": restore its url (the application is cleaned up, then the slot moves), or annotate the slot with " +
+		AnnotationOrphanApplication + "=true to let the old application go"
+	if c := meta.FindStatusCondition(s.slot.Status.Conditions, v1.ConditionStalled); c == nil || c.Reason != reasonInstanceChanged {
+		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, reasonInstanceChanged, "Connect", "%s", msg)
+	}
+	ctrl.LoggerFrom(ctx).Info("Coolify instance changed under the slot", "appUUID", s.slot.Status.ApplicationUUID)
+	r.setStalled(s, reasonInstanceChanged, msg)
+	s.after(stalledRetry)
 }
 
 // releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6).

@@ -69,6 +69,8 @@ func (sc *scenario) teardown() {
 		return
 	}
 	kubetest.Eventually(sc.t, 15*time.Second, func() error {
+		// A running bot is given leaveGracePeriod (by the suite's clock) to leave first.
+		clk.Step(time.Second)
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(sc.pool), &v1.BotPool{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pool %s not deleted yet (%w)", sc.pool.Name, err)
@@ -209,10 +211,10 @@ func TestSlotLifecycle(t *testing.T) {
 		t.Fatalf("no application %s in Coolify", idle.Status.ApplicationUUID)
 	}
 	if app.Name != idle.Name || app.Env["POOL_SLOT_UUID"] != app.UUID || app.Env["BOTPOOL_API_URL"] == "" ||
-		app.Env["BOTPOOL_SLOT_TOKEN"] == "" || len(app.Tags) != 1 || app.Tags[0] != poolTag(sc.pool) {
+		app.Env["BOTPOOL_SLOT_TOKEN"] == "" || len(app.Tags) != 1 || app.Tags[0] != sc.tag() {
 		t.Errorf("application %+v: want the slot's name, tag and env", app)
 	}
-	if app.Description != "[IDLE] Available - never used" {
+	if app.Description != marked("[IDLE] Available - never used", ownerMark(sc.tag(), sc.pool)) {
 		t.Errorf("description %q", app.Description)
 	}
 
@@ -553,7 +555,8 @@ func TestOrphanedApplicationsAreDeleted(t *testing.T) {
 	create := func(name string) string {
 		uuid, err := sc.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
 			ProjectUUID: fixture.ProjectUUID, ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName,
-			Image: sc.pool.Spec.Image, Name: name, Tags: []string{poolTag(sc.pool)},
+			Image: sc.pool.Spec.Image, Name: name, Tags: []string{sc.tag()},
+			Description: marked("[IDLE]", ownerMark(sc.tag(), sc.pool)),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -30,11 +30,12 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 	}
 	st := &s.slot.Status
 	if st.ApplicationUUID == "" {
-		uuid, err := r.findOrCreateApp(ctx, s)
+		tag := r.appTag(s)
+		uuid, err := r.findOrCreateApp(ctx, s, tag)
 		if err != nil {
 			return err
 		}
-		st.ApplicationUUID = uuid
+		st.ApplicationUUID, st.ApplicationTag, st.CoolifyInstance = uuid, tag, instanceOf(s.api)
 	}
 	env, err := r.slotEnv(ctx, s, token)
 	if err != nil {
@@ -53,14 +54,29 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 	return nil
 }
 
-func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScope) (string, error) {
-	tag := poolTag(s.pool)
+// findOrCreateApp adopts the application a crash left between its create and its record, or
+// creates one. Adoption is by name only after checking on our side that the application is
+// this slot's (owner mark: cluster, namespace, pool, project, server; and the pool's image):
+// Coolify's list carries no tags, an old server ignores the tag filter, and another cluster
+// may run a pool of the same name in the same Coolify team.
+func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScope, tag string) (string, error) {
 	r.Coolify.Invalidate(tag) // adopting needs the truth, not a cached list
-	apps, err := r.Coolify.Apps(ctx, s.api, tag, 0)
+	listed, err := s.api.ListApplications(ctx, tag)
 	if err != nil {
 		return "", fmt.Errorf("listing the pool's applications: %w", err)
 	}
-	if app, ok := apps[s.slot.Name]; ok {
+	for i := range listed {
+		app := &listed[i]
+		if app.Name != s.slot.Name || r.Coolify.Deleting(tag, app.UUID) {
+			continue
+		}
+		if !adoptable(app, tag, s.pool) {
+			if carriesTag(app, tag) {
+				r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, "AdoptionRefused", "Create",
+					"Application %s has this slot's name and the pool's tag but another image or placement: not adopted", app.UUID)
+			}
+			continue
+		}
 		ctrl.LoggerFrom(ctx).Info("Adopting existing application", "appUUID", app.UUID)
 		return app.UUID, nil
 	}
@@ -70,7 +86,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		EnvironmentName: p.Coolify.EnvironmentName, EnvironmentUUID: p.Coolify.EnvironmentUUID,
 		DestinationUUID: p.Coolify.DestinationUUID,
 		Image:           p.Image, Tag: p.ImageTag, PortsExposes: "3000", Name: s.slot.Name,
-		Description: description(v1.SlotCreating, "", time.Time{}, ""),
+		Description: marked(description(v1.SlotCreating, "", time.Time{}, ""), ownerMark(tag, s.pool)),
 		LimitsCPUs:  p.Resources.CPUs, LimitsMemory: p.Resources.Memory, Tags: []string{tag},
 	})
 	r.Coolify.Invalidate(tag)
@@ -290,11 +306,11 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	}
 	var app *coolify.Application
 	if dep == nil {
-		apps, err := r.Coolify.Apps(ctx, s.api, poolTag(s.pool), poll)
+		apps, err := r.Coolify.Apps(ctx, s.api, r.appTag(s), poll)
 		if err != nil {
 			return r.pollLater(ctx, s, err, poll)
 		}
-		if a, ok := apps[s.slot.Name]; ok {
+		if a, ok := apps[s.slot.Name]; ok && a.UUID == st.ApplicationUUID {
 			app = &a
 		}
 	}
@@ -362,7 +378,7 @@ func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg st
 func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope, maxAge time.Duration) (*coolify.Deployment, error) {
 	st := &s.slot.Status
 	if st.DeploymentUUID != "" {
-		active, err := r.Coolify.ActiveDeployments(ctx, s.api, poolTag(s.pool), maxAge)
+		active, err := r.Coolify.ActiveDeployments(ctx, s.api, r.appTag(s), maxAge)
 		if err != nil {
 			return nil, err
 		}
@@ -456,13 +472,13 @@ func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
 // missing one is confirmed with a GET before acting: a list can be older than our own create.
 func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lostReason string) error {
 	s.after(r.jittered(r.appCheck()))
-	apps, err := r.Coolify.Apps(ctx, s.api, poolTag(s.pool), r.appCheck())
+	apps, err := r.Coolify.Apps(ctx, s.api, r.appTag(s), r.appCheck())
 	if err != nil {
 		// A failed list never acts (invariant 9); the next check tries again.
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed", "error", err.Error())
 		return nil //nolint:nilerr // not a reconcile failure: nothing may act on it
 	}
-	if _, ok := apps[s.slot.Name]; ok {
+	if a, ok := apps[s.slot.Name]; ok && a.UUID == s.slot.Status.ApplicationUUID {
 		return nil
 	}
 	if _, err := s.api.GetApplication(ctx, s.slot.Status.ApplicationUUID); !errors.Is(err, coolify.ErrNotFound) {
@@ -594,6 +610,7 @@ func (r *BotPoolSlotReconciler) failBot(ctx context.Context, bot *v1.Bot, slot *
 		bot.Status.ApplicationUUID = slot.Status.ApplicationUUID
 	}
 	bot.SetFinishedConditions() // in the same write: ending a bot costs one
+	bot.Status.TruncateTexts()
 	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, bot, patch))
 }
 
@@ -615,25 +632,20 @@ func (r *BotPoolSlotReconciler) describe(ctx context.Context, s *slotScope, phas
 	if len(msg) > 0 {
 		m = msg[0]
 	}
-	if err := s.api.SetDescription(ctx, uuid, description(phase, bot, at, m)); err != nil {
+	if err := s.api.SetDescription(ctx, uuid, marked(description(phase, bot, at, m), ownerMark(r.appTag(s), s.pool))); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Setting the application's description failed")
 	}
 }
 
-// reconcileDelete cleans Coolify before the slot goes: cancel, stop and delete the
-// application, and fail a bot still bound with SlotLost.
+// reconcileDelete cleans Coolify before the slot goes: it lets a running bot leave first (see
+// drain), then cancels, stops and deletes the application.
 func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScope) error {
 	if controllerutil.ContainsFinalizer(s.slot, slotFinalizer) {
-		if ref := s.slot.Spec.BotRef; ref != nil {
-			bot := &v1.Bot{}
-			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: ref.Name}, bot); err == nil && bot.UID == ref.UID {
-				if err := r.failBot(ctx, bot, s.slot, v1.ReasonSlotLost, "Slot "+s.slot.Name+" was deleted"); err != nil {
-					return err
-				}
-			}
+		if done, err := r.drain(ctx, s); err != nil || !done {
+			return err
 		}
 		if uuid := s.slot.Status.ApplicationUUID; uuid != "" {
-			tag := poolTagOf(s.slot.Namespace, s.slot.Spec.Pool)
+			tag := r.appTag(s)
 			if !r.Coolify.Deleting(tag, uuid) {
 				if s.slot.Status.Phase == v1.SlotDeploying {
 					r.cancelDeployment(ctx, s)
@@ -664,6 +676,57 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 	return r.dropFinalizer(ctx, s)
 }
 
+// drain lets the bot of a deleted slot leave its meeting before the application goes: a
+// deleted pool, a GitOps prune or a namespace deletion must not cut live calls. While the
+// slot is deleted, the bot API answers the bot's heartbeats with "leave"; the application is
+// deleted once the bot ended (or let go), or leaveGracePeriod after the drain began — twice
+// that for a bot that reports Leaving or CallEnded, being on its way out. A bot not yet in
+// its call has nothing to leave and fails with SlotLost at once. done says the caller may
+// delete the application now.
+func (r *BotPoolSlotReconciler) drain(ctx context.Context, s *slotScope) (done bool, err error) {
+	ref := s.slot.Spec.BotRef
+	if ref == nil {
+		return true, nil
+	}
+	bot := &v1.Bot{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: ref.Name}, bot); err != nil {
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}
+	if bot.UID != ref.UID || bot.Status.Phase.Terminal() {
+		return true, nil
+	}
+	st := &s.slot.Status
+	msg := "Slot " + s.slot.Name + " was deleted"
+	if st.Phase == v1.SlotBusy {
+		now := r.Clock.Now()
+		if st.DrainingSince == nil {
+			st.DrainingSince = &metav1.Time{Time: now}
+			r.Recorder.Eventf(s.slot, bot, corev1.EventTypeNormal, v1.ReasonDraining, "Delete",
+				"Slot deleted: asking bot %s to leave before deleting application %s", bot.Name, st.ApplicationUUID)
+		}
+		grace, poll := v1.DefaultLeaveGracePeriod, v1.DefaultDeploymentPollInterval
+		if s.pool != nil {
+			grace = s.pool.Spec.Timing.LeaveGracePeriod.OrDefault(grace)
+			poll = s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(poll)
+		}
+		if bot.Status.Phase == v1.BotLeaving || bot.Status.Phase == v1.BotCallEnded {
+			grace *= 2
+		}
+		if left := st.DrainingSince.Add(grace).Sub(now); left > 0 {
+			st.Message = "Deleted: waiting up to " + left.Round(time.Second).String() + " for bot " + bot.Name + " to leave its meeting"
+			// Look again at the poll cadence (a Get from the cache): a bot reporting Leaving
+			// earns more time, and the deadline is kept by the injected clock.
+			s.after(min(left, r.jittered(poll)))
+			return false, nil
+		}
+		msg += "; the bot did not leave within leaveGracePeriod"
+	}
+	if s.bot == nil {
+		s.bot = bot
+	}
+	return true, r.failBot(ctx, bot, s.slot, v1.ReasonSlotLost, msg)
+}
+
 // deleteCheck is how often a deleted slot looks whether Coolify has deleted its application.
 const deleteCheck = 5 * time.Second
 
@@ -678,7 +741,11 @@ func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope)
 	if err := r.Client.Update(ctx, s.slot); client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	r.wrote(s.slot, old)
+	if s.slot.DeletionTimestamp.IsZero() {
+		r.wrote(s.slot, old)
+	} else {
+		r.replaced.Forget(s.slot.UID) // the slot is gone: nothing to wait for
+	}
 	s.slot.Status = status
 	r.unproject(ctx, s.slot.Namespace, s.slot.Name)
 	return nil

@@ -108,3 +108,11 @@ func (c *SecretConnector) LastKnown(pool types.NamespacedName) coolify.API {
 	}
 	return nil
 }
+
+// Forget drops the cached client of a pool that is gone (called once its slots and
+// applications are deleted), so the cache does not grow with every pool ever seen.
+func (c *SecretConnector) Forget(pool types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.clients, pool)
+}

@@ -109,9 +109,14 @@ func (d *Dispatcher) perBinding(pool types.NamespacedName) time.Duration {
 func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pool := &v1.BotPool{}
 	if err := d.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			d.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
+		// A deleted pool binds nothing more: its running bots are leaving (see the slot's drain).
+		d.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	free, err := d.freeSlots(ctx, pool)
@@ -171,6 +176,15 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return d.updatePositions(ctx, key, queue[bound:], positionEvery)
 	}
 	return ctrl.Result{RequeueAfter: positionEvery}, nil
+}
+
+// forget drops a deleted pool's drain rate and position time: per-pool state that would
+// otherwise only grow as pools come and go.
+func (d *Dispatcher) forget(pool types.NamespacedName) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.drain, pool)
+	delete(d.positioned, pool)
 }
 
 // positionEvery bounds how often a draining queue's positions are written.

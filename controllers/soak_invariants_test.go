@@ -262,7 +262,7 @@ func served(b *v1.Bot, snap *soakSnapshot) bool {
 
 // poolApps are the simulator's applications that carry the pool's tag, by uuid.
 func (o *soakObserver) poolApps() map[string]sim.AppInfo {
-	tag := poolTag(o.pool)
+	tag := clusterPoolTag(suiteCluster, o.pool.Namespace, o.pool.Name)
 	out := map[string]sim.AppInfo{}
 	for _, a := range o.sim.Apps() {
 		for _, t := range a.Tags {

@@ -55,6 +55,10 @@ var botAPIAddr = func() string {
 	return l.Addr().String()
 }()
 
+// suiteCluster is the suite's cluster identity: every pool tag of the suite carries it, as in a
+// manager (which takes the kube-system namespace's uid by default).
+const suiteCluster = "uid:envtest"
+
 // testRegistry hands out clients without a practical rate limit: the simulator's own limit
 // is off, and tests about rate limits build their own.
 var testRegistry = coolify.NewRegistry(1_000_000)
@@ -112,6 +116,7 @@ func runManager(e *kubetest.Env) error {
 	pools := &BotPoolReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics, OrphanCheck: 100 * time.Millisecond,
+		ClusterID: suiteCluster,
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return err
@@ -120,7 +125,7 @@ func runManager(e *kubetest.Env) error {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: managerStore,
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
 		Coolify: bulk, Gate: &DeployGate{Clock: clk},
-		BotAPIURL: "http://" + botAPIAddr,
+		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster,
 		GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
 	}
 	if err := slots.SetupWithManager(mgr); err != nil {

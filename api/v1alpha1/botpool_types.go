@@ -321,3 +321,12 @@ func (t Timing) SkipLimit() int32 {
 	}
 	return *t.MaxSkippedRecoveries
 }
+
+// Reasons of the pool's and its slots' conditions about deletion and the Coolify instance.
+const (
+	// ReasonDraining: the pool is being deleted and waits for its running bots to leave.
+	ReasonDraining = "Draining"
+	// ReasonCoolifyInstanceChanged: the credentials Secret names another Coolify instance
+	// than the one holding the pool's applications.
+	ReasonCoolifyInstanceChanged = "CoolifyInstanceChanged"
+)

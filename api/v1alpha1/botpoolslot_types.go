@@ -73,6 +73,25 @@ type BotPoolSlotStatus struct {
 	// +optional
 	ApplicationUUID string `json:"applicationUUID,omitempty"`
 
+	// ApplicationTag is the Coolify tag the application carries (the pool's tag with this
+	// cluster's identity). Empty on applications created before tags carried a cluster
+	// identity: those carry the legacy tag. Written by the slot controller only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ApplicationTag string `json:"applicationTag,omitempty"`
+
+	// CoolifyInstance identifies the Coolify instance holding the application: a hash of its
+	// base URL (never the token). A pool whose credentials now name another instance stalls
+	// instead of leaking the application. Written by the slot controller only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CoolifyInstance string `json:"coolifyInstance,omitempty"`
+
+	// DrainingSince is when the deleted slot first asked its running bot to leave; the
+	// application is deleted once the bot left or leaveGracePeriod passed.
+	// +optional
+	DrainingSince *metav1.Time `json:"drainingSince,omitempty"`
+
 	// DeploymentUUID is the Coolify deployment in flight or last run.
 	// +optional
 	DeploymentUUID string `json:"deploymentUUID,omitempty"`

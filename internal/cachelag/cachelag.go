@@ -59,3 +59,14 @@ func (t *Tracker) Stale(uid types.UID, version string) bool {
 	delete(t.replaced, uid)
 	return false
 }
+
+// Forget drops what is remembered of the object uid: it is gone (its last finalizer removed),
+// so no read will ever show a newer version and clear it.
+func (t *Tracker) Forget(uid types.UID) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.replaced, uid)
+}

@@ -1,0 +1,80 @@
+package controllers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+)
+
+// clusterPoolTag is the Coolify tag of a pool's applications when this cluster has an
+// identity: the cluster, the namespace and the pool's name all go into the hash, so two
+// clusters (staging and production) with the same namespace and pool on one Coolify team never
+// list, adopt or delete each other's applications. Without an identity it is the legacy tag.
+func clusterPoolTag(cluster, namespace, name string) string {
+	if cluster == "" {
+		return poolTagOf(namespace, name)
+	}
+	sum := sha256.Sum256([]byte(cluster + "\x00" + namespace + "/" + name))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return strings.ToLower("botpool-" + name + "-" + hex.EncodeToString(sum[:5]))
+}
+
+// ownerMark is what the operator puts at the end of every description it writes on a slot's
+// application: the tag and a hash of the placement (project and server). Coolify's list
+// answers carry neither tags nor project or server uuids, and older servers ignore the tag
+// filter, so this mark is how the operator checks on its own side that an application is its
+// own before it adopts or deletes one.
+func ownerMark(tag string, pool *v1.BotPool) string {
+	sum := sha256.Sum256([]byte(pool.Spec.Coolify.ProjectUUID + "/" + pool.Spec.Coolify.ServerUUID))
+	return " {" + tag + "@" + hex.EncodeToString(sum[:3]) + "}"
+}
+
+// marked appends the owner mark to a description, cutting the description so the whole stays
+// within Coolify's 255 characters.
+func marked(desc, mark string) string {
+	return v1.Truncate(desc, maxDescription-len(mark)) + mark
+}
+
+// maxDescription is Coolify's limit on an application's description (longer ones answer 500).
+const maxDescription = 255
+
+// carriesTag reports whether the application's description carries the owner mark of tag,
+// whatever the placement: the orphan sweep's check that the list filter was honoured.
+func carriesTag(app *coolify.Application, tag string) bool {
+	return strings.Contains(app.Description, " {"+tag+"@")
+}
+
+// adoptable reports whether an application found under the slot's name is the one this slot
+// created: it carries the exact owner mark (cluster, namespace, pool, project and server) and
+// runs the pool's image. A same-named application of another cluster, pool or placement is
+// never adopted.
+func adoptable(app *coolify.Application, tag string, pool *v1.BotPool) bool {
+	if !strings.HasSuffix(app.Description, ownerMark(tag, pool)) {
+		return false
+	}
+	want := pool.Spec.ImageTag
+	if want == "" {
+		want = "latest"
+	}
+	got := app.DockerRegistryImageTag
+	if got == "" {
+		got = "latest"
+	}
+	return app.DockerRegistryImageName == pool.Spec.Image && got == want
+}
+
+// instanceOf identifies the Coolify instance a client talks to: a hash of its base URL, never
+// the token (nor any password a URL may carry). "" when the client does not say.
+func instanceOf(api coolify.API) string {
+	b, ok := api.(interface{ BaseURL() string })
+	if !ok {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(b.BaseURL()))
+	return "sha256:" + hex.EncodeToString(sum[:8])
+}
