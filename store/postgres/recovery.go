@@ -32,6 +32,10 @@ func (s *Store) recoverLoop() {
 			if s.replayCtx.Err() != nil {
 				return // closing
 			}
+			// Connections may carry what made the writes fail: a session opened read-only (a
+			// database set read-only, a primary demoted to a replica) stays so. Start afresh
+			// on every attempt.
+			s.pool.Reset()
 			s.mu.Lock()
 			s.lastErr = err.Error()
 			s.mu.Unlock()
