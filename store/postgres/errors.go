@@ -51,13 +51,13 @@ func (k errKind) String() string {
 func unavailableCode(code string) bool {
 	switch {
 	case strings.HasPrefix(code, "08"), // connection_exception
-		strings.HasPrefix(code, "53"), // insufficient_resources: disk full, out of memory, too many connections
-		strings.HasPrefix(code, "57"), // operator_intervention: admin/crash shutdown, cannot connect now, query canceled
-		strings.HasPrefix(code, "58"), // system_error: I/O error
-		code == "25006",               // read_only_sql_transaction: a read-only database or a demoted primary
+		strings.HasPrefix(code, "53"),                     // insufficient_resources: disk full, out of memory, too many connections
+		strings.HasPrefix(code, "57"),                     // operator_intervention: admin/crash shutdown, cannot connect now, query canceled
+		strings.HasPrefix(code, "58"),                     // system_error: I/O error
+		code == "25006",                                   // read_only_sql_transaction: a read-only database or a demoted primary
 		code == "40001", code == "40P01", code == "40003", // serialization failure, deadlock, completion unknown
-		code == "55P03",               // lock_not_available
-		code == "55006":               // object_in_use
+		code == "55P03", // lock_not_available
+		code == "55006": // object_in_use
 		return true
 	}
 	return false
