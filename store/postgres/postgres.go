@@ -55,6 +55,7 @@ type config struct {
 	maxBackoff    time.Duration
 	writeTimeout  time.Duration
 	closeTimeout  time.Duration
+	pruneBatch    int
 }
 
 // Option configures a Store.
@@ -116,7 +117,10 @@ type Store struct {
 	offset atomic.Int64
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Pruner = (*Store)(nil)
+)
 
 // New connects to dsn, migrates the schema and starts the store. It fails when the server
 // cannot be reached now; an outage after New returns never fails a caller.
@@ -131,6 +135,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		maxBackoff:    DefaultMaxBackoff,
 		writeTimeout:  DefaultWriteTimeout,
 		closeTimeout:  DefaultCloseTimeout,
+		pruneBatch:    DefaultPruneBatch,
 	}
 	for _, o := range opts {
 		o(&cfg)
