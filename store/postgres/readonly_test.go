@@ -124,3 +124,36 @@ func TestHeartbeatsOfSkewedReplicasShareOneClock(t *testing.T) {
 		t.Fatalf("the slow replica reads the fast one's beat as %v old, want about 0", age)
 	}
 }
+
+// TestAnyRefusedHeartbeatMakesLivenessUnknown: whatever the reason the database refuses a
+// heartbeat batch, even one the store does not know as an outage (here a column renamed behind
+// its back), the beats are buffered and liveness is unknown until they are written; they are
+// never refused and only logged while older beats are read as current.
+func TestAnyRefusedHeartbeatMakesLivenessUnknown(t *testing.T) {
+	s, dsn := newStore(t, fastOptions(nil)...)
+	ctx := t.Context()
+	old := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+	if err := s.RecordHeartbeat(ctx, storetest.Beat("a", old)); err != nil {
+		t.Fatal(err)
+	}
+	admin := sqlConn(t, dsn)
+	rename := func(from, to string) {
+		t.Helper()
+		if _, err := admin.Exec(context.Background(), `ALTER TABLE bots RENAME COLUMN `+from+` TO `+to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rename("last_heartbeat", "hidden")
+	if err := s.RecordHeartbeat(ctx, storetest.Beat("a", time.Time{})); !errors.Is(err, store.ErrBuffered) {
+		t.Fatalf("a heartbeat the database refused: err = %v, want ErrBuffered", err)
+	}
+	if got, err := s.LastHeartbeats(ctx, []types.UID{"a"}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("liveness after a refused beat = %v (err %v), want ErrUnavailable", got, err)
+	}
+	rename("hidden", "last_heartbeat")
+	waitAvailable(t, s, true)
+	got, err := s.LastHeartbeats(ctx, []types.UID{"a"})
+	if err != nil || !got["a"].After(old) {
+		t.Fatalf("liveness after the column is back = %v (err %v), want the buffered beat", got["a"], err)
+	}
+}
