@@ -72,6 +72,12 @@ type options struct {
 	// kube-system namespace's uid (see clusterIdentity).
 	clusterName string
 	zap         zap.Options
+	// retention is how long the store keeps events, transitions and finished bots; the job
+	// runs every retentionInterval on the leader.
+	retention         store.Retention
+	retentionInterval time.Duration
+	// eventQuota bounds the events one bot and one namespace may store.
+	eventQuota botapi.EventQuota
 }
 
 func parseFlags(args []string) (options, error) {
@@ -91,6 +97,15 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.scheduleLead, "schedule-lead", 2*time.Minute, "How long before its startTime a scheduled Bot joins the queue, so its slot is warm when the meeting starts.")
 	fs.IntVar(&o.coolifyRateLimit, "coolify-rate-limit", coolify.DefaultRateLimit, "Requests per minute to one Coolify instance per URL and token, shared by all pools using them (Coolify's own limit is 200 per user).")
 	fs.StringVar(&o.clusterName, "cluster-name", "", "This cluster's identity in the Coolify tags of its pools' applications, so clusters sharing a Coolify team never adopt or delete each other's applications; empty uses the kube-system namespace's uid. Set it to keep a pool's applications when the cluster is rebuilt.")
+	fs.DurationVar(&o.retention.Events, "retention-events", 720*time.Hour, "How long the store keeps bot events; 0 keeps them forever, else at least 1h.")
+	fs.DurationVar(&o.retention.Transitions, "retention-transitions", 2160*time.Hour, "How long the store keeps the audit log of slot transitions; 0 keeps it forever, else at least 1h.")
+	fs.DurationVar(&o.retention.FinishedBots, "retention-finished-bots", 720*time.Hour, "How long the store keeps the projection of a finished bot; 0 keeps it forever, else at least 1h.")
+	fs.DurationVar(&o.retentionInterval, "retention-interval", time.Hour, "How often the leader deletes what is past its retention, in small batches.")
+	fs.Float64Var(&o.eventQuota.BotEvents, "event-quota-bot-events", 20, "Events per second one bot may store (bursts of --event-quota-window); 0 is unlimited.")
+	fs.Float64Var(&o.eventQuota.BotBytes, "event-quota-bot-bytes", 64<<10, "Bytes of event data per second one bot may store; 0 is unlimited.")
+	fs.Float64Var(&o.eventQuota.NamespaceEvents, "event-quota-namespace-events", 200, "Events per second the bots of one namespace may store together; 0 is unlimited.")
+	fs.Float64Var(&o.eventQuota.NamespaceBytes, "event-quota-namespace-bytes", 1<<20, "Bytes of event data per second the bots of one namespace may store together; 0 is unlimited.")
+	fs.DurationVar(&o.eventQuota.Window, "event-quota-window", 30*time.Second, "The burst of the event quotas: this long's worth of their rates at once.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -123,6 +138,15 @@ func (o options) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.botAPIAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--bot-api-bind-address %q: %w", o.botAPIAddr, err))
+	}
+	if err := o.retention.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--retention-*: %w", err))
+	}
+	if o.retentionInterval < time.Minute {
+		errs = append(errs, fmt.Errorf("--retention-interval must be at least 1m, got %s", o.retentionInterval))
+	}
+	if err := o.eventQuota.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--event-quota-*: %w", err))
 	}
 	if o.databaseURL != "" {
 		// Parse only: a typo should stop the manager at start, not at the first heartbeat.
@@ -295,13 +319,19 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	if err := setupControllers(ctx, mgr, st, writes, o); err != nil {
 		return err
 	}
+	if pruner, ok := st.(store.Pruner); ok && o.retention.Enabled() {
+		if err := mgr.Add(&store.RetentionJob{Store: pruner, Retention: o.retention, Interval: o.retentionInterval,
+			Clock: clock.RealClock{}, Log: ctrl.Log.WithName("retention")}); err != nil {
+			return fmt.Errorf("adding the retention job: %w", err)
+		}
+	}
 	if err := mgr.Add(botapi.New(botapi.Config{
 		Addr:       o.botAPIAddr,
 		Cache:      mgr.GetCache(),
 		Client:     mgr.GetClient(),
 		APIReader:  mgr.GetAPIReader(),
 		Writes:     writes,
-		Liveness:   st,
+		Liveness:   botapi.WithEventQuota(st, o.eventQuota, clock.RealClock{}, metrics.Registry),
 		Clock:      clock.RealClock{},
 		Log:        ctrl.Log.WithName("botapi"),
 		Registerer: metrics.Registry,

@@ -39,6 +39,9 @@ func TestParseFlags(t *testing.T) {
 	if !defaults.leaderElect || defaults.kubeAPIQPS < 100 || defaults.kubeAPIBurst < 200 || defaults.databaseURL != "" {
 		t.Errorf("defaults = %+v: want leader election on, an API client far above client-go's 20/30 QPS, the in-memory store", defaults)
 	}
+	if !defaults.retention.Enabled() || defaults.eventQuota.BotEvents == 0 || defaults.eventQuota.NamespaceBytes == 0 {
+		t.Errorf("defaults = %+v: want a retention and event quotas, not unbounded growth", defaults)
+	}
 
 	t.Setenv("BOTPOOL_DATABASE_URL", "postgres://botpool@db:5432/botpool")
 	fromEnv, err := parseFlags(nil)
@@ -61,6 +64,12 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--cluster-name=staging-eu1"}, ""},
 		{[]string{"--cluster-name=Staging_EU"}, "--cluster-name"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
+		{[]string{"--retention-events=0", "--retention-transitions=8760h", "--retention-finished-bots=24h"}, ""},
+		{[]string{"--retention-events=30m"}, "retention of events must be 0 (keep forever) or at least 1h0m0s"},
+		{[]string{"--retention-interval=1s"}, "--retention-interval must be at least 1m"},
+		{[]string{"--event-quota-bot-events=0", "--event-quota-namespace-bytes=0"}, ""},
+		{[]string{"--event-quota-bot-bytes=-1"}, "bot bytes per second must be a finite number"},
+		{[]string{"--event-quota-window=0s"}, "the window must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

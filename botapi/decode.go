@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/store"
 )
 
 // Size caps of request bodies: a bot has no reason to send more, and a cap keeps a broken or
@@ -61,6 +63,9 @@ func decodeStatusReport(r io.Reader) (botclient.StatusReport, error) {
 	if rep.Reason != "" && !reasonPattern.MatchString(rep.Reason) {
 		return rep, errors.New("reason must be a CamelCase word of at most 128 letters and digits")
 	}
+	if operatorReasons[v1.BotReason(rep.Reason)] {
+		return rep, fmt.Errorf("reason %q is the operator's to give, not a bot's: report what the bot saw (e.g. Kicked, WaitingRoomTimeout)", rep.Reason)
+	}
 	if err := checkText("message", rep.Message, 1024); err != nil {
 		return rep, err
 	}
@@ -97,6 +102,11 @@ func decodeEvents(r io.Reader) ([]botclient.Event, error) {
 		if len(e.Data) > maxEventData {
 			return nil, fmt.Errorf("events[%d].data is larger than %d bytes", i, maxEventData)
 		}
+		// Valid JSON the store's jsonb refuses (a NUL, a lone surrogate) is the bot's error to
+		// fix: a 400, not a 503 the bot would retry forever.
+		if err := store.CheckJSONB(e.Data); err != nil {
+			return nil, fmt.Errorf("events[%d].data: %w", i, err)
+		}
 	}
 	return req.Events, nil
 }
@@ -108,5 +118,22 @@ func checkText(field, s string, maxLen int) error {
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("%s is not valid UTF-8", field)
 	}
+	if strings.ContainsRune(s, 0) {
+		// Speakers become event data, which the store's jsonb cannot hold with a NUL.
+		return fmt.Errorf("%s contains a NUL character", field)
+	}
 	return nil
+}
+
+// operatorReasons are the reasons the operator gives when it ends a bot. A bot reporting one
+// would pass its own failure off as the operator's (a HeartbeatTimeout, a SlotLost) in
+// status, metrics and callbacks.
+var operatorReasons = map[v1.BotReason]bool{
+	v1.ReasonQueueTimeout:     true,
+	v1.ReasonDeploymentFailed: true,
+	v1.ReasonHeartbeatTimeout: true,
+	v1.ReasonDeployingTimeout: true,
+	v1.ReasonSlotLost:         true,
+	v1.ReasonMaxDuration:      true,
+	v1.ReasonPoolNotFound:     true,
 }

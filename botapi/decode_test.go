@@ -23,6 +23,13 @@ func TestDecodeStatusReport(t *testing.T) {
 		{`{"phase":"InCall","message":"` + strings.Repeat("x", 1025) + `"}`, "message is longer than 1024"},
 		{`{"phase":"Done","speakerTimeframes":[{"speaker":"A","start":"2026-01-01T10:01:00Z","end":"2026-01-01T10:00:00Z"}]}`, "end is before start"},
 		{`[1,2]`, "invalid JSON"},
+		// A bot may not pass its failure off as the operator's.
+		{`{"phase":"Fatal","reason":"HeartbeatTimeout"}`, `reason "HeartbeatTimeout" is the operator's`},
+		{`{"phase":"Fatal","reason":"SlotLost"}`, `reason "SlotLost" is the operator's`},
+		{`{"phase":"Fatal","reason":"QueueTimeout"}`, `reason "QueueTimeout" is the operator's`},
+		{`{"phase":"Fatal","reason":"Kicked"}`, ""},
+		// Speakers are stored as event data, which cannot hold a NUL.
+		{`{"phase":"Done","speakerTimeframes":[{"speaker":"A\u0000","start":"2026-01-01T10:00:00Z","end":"2026-01-01T10:00:01Z"}]}`, "speaker contains a NUL"},
 	}
 	for _, tt := range tests {
 		_, err := decodeStatusReport(strings.NewReader(tt.body))
@@ -46,6 +53,10 @@ func TestDecodeEvents(t *testing.T) {
 		{`{"events":[{"type":"a b"}]}`, "events[0].type"},
 		{`{"events":[{"type":"log","data":"` + strings.Repeat("x", maxEventData) + `"}]}`, "larger than"},
 		{`{"events":[{"type":"log","level":"info"}]}`, `unknown field "level"`},
+		// Valid JSON that Postgres's jsonb refuses: a 400 with a clear message, not a 503 loop.
+		{`{"events":[{"type":"log","data":{"line":"a\u0000b"}}]}`, "events[0].data: data contains a NUL character"},
+		{`{"events":[{"type":"log"},{"type":"log","data":"\ud800"}]}`, "events[1].data: data contains a lone UTF-16 high surrogate"},
+		{`{"events":[{"type":"log","data":"\\u0000"}]}`, ""}, // the text \u0000, escaped: fine
 	}
 	for _, tt := range tests {
 		_, err := decodeEvents(strings.NewReader(tt.body))

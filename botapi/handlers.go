@@ -98,8 +98,15 @@ func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, a
 	if bot != nil {
 		// Liveness is upserted on every authorized beat, so a record lost in an outage is
 		// whole again on the next one. A store outage never fails the bot: the beat is
-		// buffered (or, at worst, missing data reads as "unknown", never as "dead").
-		s.recordBeat(r.Context(), bot)
+		// buffered, the answer says so, and liveness reads "unknown", never "dead", until it
+		// is written. A beat the store did not take at all is a 503: the bot beats again.
+		switch err := s.recordBeat(r.Context(), bot); {
+		case errors.Is(err, store.ErrBuffered):
+			resp.Buffered = true
+		case err != nil:
+			return 0, nil, &apiError{code: http.StatusServiceUnavailable,
+				msg: "the operator could not record this heartbeat; send it again", retryAfter: time.Second}
+		}
 		if lvl := bot.Annotations[v1.AnnotationLogLevel]; logLevels[lvl] {
 			resp.LogLevel = lvl
 		}
@@ -115,14 +122,16 @@ func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, a
 	return http.StatusOK, resp, nil
 }
 
-// recordBeat records that the bot is alive now.
-func (s *Server) recordBeat(ctx context.Context, bot *v1.Bot) {
+// recordBeat records that the bot is alive now: nil once stored, store.ErrBuffered when it
+// waits for the database, another error (logged) when the store did not take it.
+func (s *Server) recordBeat(ctx context.Context, bot *v1.Bot) error {
 	err := s.cfg.Liveness.RecordHeartbeat(ctx, store.Heartbeat{
 		BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, At: s.cfg.Clock.Now(),
 	})
 	if !store.Accepted(err) {
 		s.cfg.Log.Error(err, "Recording a heartbeat failed", "bot", bot.Name, "namespace", bot.Namespace)
 	}
+	return err
 }
 
 // actionFor decides the answer to a heartbeat of a bound bot.
@@ -178,7 +187,9 @@ func (s *Server) handleStatus(_ http.ResponseWriter, r *http.Request) (int, any,
 		}
 	}
 	if !v1.BotPhase(rep.Phase).Terminal() {
-		s.recordBeat(r.Context(), bot) // Alive, which the report sets, must agree with the store
+		// Alive, which the report sets, must agree with the store; a beat the store did not
+		// take is logged, and the report still counts (the next heartbeat is what matters).
+		_ = s.recordBeat(r.Context(), bot)
 	}
 	phase, err := s.applyStatus(r.Context(), bot, slot, rep)
 	if err != nil {
@@ -271,20 +282,36 @@ func (s *Server) handleEvents(_ http.ResponseWriter, r *http.Request) (int, any,
 	return http.StatusAccepted, botclient.EventsResponse{Accepted: len(req.Events)}, nil
 }
 
+// maxEventSkew is how far a bot's clock may disagree with the operator's in an event's time.
+const maxEventSkew = time.Minute
+
 func (s *Server) appendEvents(ctx context.Context, bot *v1.Bot, events []botclient.Event) error {
 	now := s.cfg.Clock.Now()
+	// An event cannot predate its Bot: a time before it, beyond the skew, would backdate the
+	// audit log (and dodge the retention of recent rows) without limit.
+	earliest := bot.CreationTimestamp.Add(-maxEventSkew)
 	rows := make([]store.BotEvent, len(events))
 	for i, e := range events {
 		at := e.At
-		if at.IsZero() || at.After(now.Add(time.Minute)) {
+		if at.IsZero() || at.After(now.Add(maxEventSkew)) || at.Before(earliest) {
 			at = now // a container's clock is not trusted beyond small skew
 		}
 		rows[i] = store.BotEvent{BotUID: bot.UID, Namespace: bot.Namespace, Name: bot.Name, Type: e.Type, Data: e.Data, At: at}
 	}
-	if err := s.cfg.Liveness.AppendBotEvents(ctx, rows); !store.Accepted(err) {
-		return err
+	err := s.cfg.Liveness.AppendBotEvents(ctx, rows)
+	var quota *QuotaError
+	switch {
+	case store.Accepted(err):
+		return nil
+	case errors.As(err, &quota):
+		// Whole seconds, rounded up: a Retry-After of 0 would invite the bot straight back.
+		wait := max(time.Second, (quota.RetryAfter+time.Second-1)/time.Second*time.Second)
+		return &apiError{code: http.StatusTooManyRequests, msg: quota.Error(), retryAfter: wait}
+	case errors.Is(err, store.ErrInvalid):
+		// The store refused the data itself: sending it again would not help.
+		return errorf(http.StatusBadRequest, "the store refused these events: "+err.Error())
 	}
-	return nil
+	return err
 }
 
 // readBody enforces the content type and size cap, then decodes strictly (and validates, for

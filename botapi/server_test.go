@@ -359,12 +359,20 @@ func TestHeartbeat(t *testing.T) {
 		t.Errorf("61m into a 1h meeting: %s, want leave", resp.Action)
 	}
 
-	// A store outage never fails the bot: the beat is answered normally.
+	// A store outage never fails the bot: the beat is answered normally, and the answer says
+	// it waits for the database (liveness reads "unknown" meanwhile).
 	h.live.err = store.ErrBuffered
-	if _, err := c.Heartbeat(ctx, "standup"); err != nil {
-		t.Errorf("beat during a store outage: %v", err)
+	if resp, err := c.Heartbeat(ctx, "standup"); err != nil || !resp.Buffered || resp.Action != botclient.ActionLeave {
+		t.Errorf("beat during a store outage: %+v, %v; want the action, marked buffered", resp, err)
 	}
+	// A beat the store did not take at all is a 503 the bot retries, not a silent 200.
+	h.live.err = errors.New("store closed")
+	code, body := h.call("POST", "/v1/bots/standup/heartbeat", s.token, "")
+	wantStatus(t, "beat the store refused", code, body, 503, "could not record this heartbeat")
 	h.live.err = nil
+	if resp, err := c.Heartbeat(ctx, "standup"); err != nil || resp.Buffered {
+		t.Errorf("beat after the outage: %+v, %v; want a stored beat", resp, err)
+	}
 
 	// Another bot, never bound to this slot: forbidden.
 	h.bot("intruder")
@@ -385,7 +393,7 @@ func TestHeartbeat(t *testing.T) {
 		t.Errorf("a released bot's beat was not recorded")
 	}
 
-	code, body := h.call("POST", "/v1/bots/standup/heartbeat", s.token, `{"extra":true}`)
+	code, body = h.call("POST", "/v1/bots/standup/heartbeat", s.token, `{"extra":true}`)
 	wantStatus(t, "unknown field", code, body, 400, `unknown field \"extra\"`)
 	code, body = h.call("POST", "/v1/bots/standup/heartbeat", "", "")
 	wantStatus(t, "no token", code, body, 401, "missing bearer token")
@@ -546,8 +554,26 @@ func TestEvents(t *testing.T) {
 	if len(h.live.events) != 2 || h.live.events[1].At != h.clock.Now() {
 		t.Errorf("stored events = %+v (a timestamp far in the future is replaced by now)", h.live.events)
 	}
+	// Nor may a bot backdate its events without limit: not before its Bot existed.
+	resp, err = c.SendEvents(ctx, "standup",
+		botclient.Event{Type: "log", At: h.clock.Now().Add(-24 * time.Hour), Data: json.RawMessage(`"from yesterday"`)},
+		botclient.Event{Type: "log", At: h.clock.Now().Add(-time.Second), Data: json.RawMessage(`"a second ago"`)})
+	if err != nil || resp.Accepted != 2 {
+		t.Fatalf("events: %+v, %v", resp, err)
+	}
+	if got := h.live.events[2:]; len(got) != 2 || !got[0].At.Equal(h.clock.Now()) || !got[1].At.Equal(h.clock.Now().Add(-time.Second)) {
+		t.Errorf("stored events = %+v (a time before the bot existed is replaced by now; a recent one kept)", got)
+	}
+	// Data the JSON decoder takes but the store cannot keep is the bot's to fix: 400, not a 503
+	// it would send again forever.
+	code, body := h.call("POST", "/v1/bots/standup/events", s.token, `{"events":[{"type":"log","data":"a\u0000b"}]}`)
+	wantStatus(t, "NUL in data", code, body, 400, "NUL character")
+	h.live.err = fmt.Errorf("%w: insert_events: untranslatable character", store.ErrInvalid)
+	code, body = h.call("POST", "/v1/bots/standup/events", s.token, `{"events":[{"type":"log"}]}`)
+	wantStatus(t, "data the store refused", code, body, 400, "the store refused these events")
+	h.live.err = nil
 
-	code, body := h.call("POST", "/v1/bots/standup/events", s.token, `{"events":[]}`)
+	code, body = h.call("POST", "/v1/bots/standup/events", s.token, `{"events":[]}`)
 	wantStatus(t, "no events", code, body, 400, "between 1 and 100")
 	big := `{"events":[` + strings.Repeat(`{"type":"log","data":"`+strings.Repeat("x", 10000)+`"},`, 60) + `{"type":"log"}]}`
 	code, body = h.call("POST", "/v1/bots/standup/events", s.token, big)

@@ -59,7 +59,79 @@ func (e BotEvent) Validate() error {
 	if len(e.Data) > 0 && !json.Valid(e.Data) {
 		return invalid("bot event %q: data is not JSON", e.Type)
 	}
+	if err := CheckJSONB(e.Data); err != nil {
+		return invalid("bot event %q: %v", e.Type, err)
+	}
 	return nil
+}
+
+// CheckJSONB refuses valid JSON that Postgres's jsonb does not take: a NUL character
+// (\u0000) or a lone UTF-16 surrogate (\ud800) escaped in a string or a key. Both are valid
+// JSON, so without this check the database refused them after the bot API had accepted them:
+// the bot was answered 503 and sent them again forever, and a replay after an outage lost the
+// rows around them. Both stores refuse them, so they agree. data must be valid JSON.
+func CheckJSONB(data []byte) error {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			i++
+			if i >= len(data) || data[i] != 'u' {
+				continue // a one-letter escape: \n, \", \\ …
+			}
+			r, ok := hex4(data, i+1)
+			i += 4
+			switch {
+			case !ok:
+				return errors.New("malformed \\u escape")
+			case r == 0:
+				return errors.New("data contains a NUL character (\\u0000), which the store cannot keep")
+			case r >= 0xdc00 && r <= 0xdfff:
+				return errors.New("data contains a lone UTF-16 low surrogate escape, which the store cannot keep")
+			case r >= 0xd800 && r <= 0xdbff:
+				// A high surrogate must be followed by a low one: \ud83d\ude00.
+				if i+6 >= len(data) || data[i+1] != '\\' || data[i+2] != 'u' {
+					return errors.New("data contains a lone UTF-16 high surrogate escape, which the store cannot keep")
+				}
+				lo, ok := hex4(data, i+3)
+				if !ok || lo < 0xdc00 || lo > 0xdfff {
+					return errors.New("data contains a lone UTF-16 high surrogate escape, which the store cannot keep")
+				}
+				i += 6
+			}
+		}
+	}
+	return nil
+}
+
+// hex4 reads the four hex digits of a \u escape at data[at:].
+func hex4(data []byte, at int) (rune, bool) {
+	if at+4 > len(data) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range data[at : at+4] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
 }
 
 // Timestamp is how both implementations store a time: a zero time becomes now, and precision

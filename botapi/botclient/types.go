@@ -51,6 +51,10 @@ const (
 type HeartbeatResponse struct {
 	Action   Action `json:"action"`
 	LogLevel string `json:"logLevel"`
+	// Buffered is true when the operator could not store this beat now (its database is down
+	// or refuses writes): the beat waits in the operator's memory and, until it is written,
+	// nobody is failed for missing heartbeats. Nothing to do but keep beating.
+	Buffered bool `json:"buffered,omitempty"`
 }
 
 // Phases a bot reports about itself.

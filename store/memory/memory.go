@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,6 +40,10 @@ type Store struct {
 	slotByBot   map[types.UID]slotKey
 	transitions []store.Transition
 	events      []store.BotEvent
+	// finished queues the uids of bots upserted as finished, oldest first: beyond the history
+	// limit the oldest finished bots are forgotten, so a manager that never deletes its Bots
+	// (or never runs the retention job) does not grow without bound.
+	finished []types.UID
 }
 
 // botEntry is one row of the Postgres bots table: a projection and the liveness beside it.
@@ -75,7 +80,10 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Pruner = (*Store)(nil)
+)
 
 // lock takes the write lock, refusing calls after Close.
 func (s *Store) lock() error {
@@ -151,8 +159,57 @@ func (s *Store) UpsertBot(_ context.Context, rec store.BotRecord) error {
 		b = &botEntry{}
 		s.bots[rec.UID] = b
 	}
+	if rec.FinishedAt != nil && b.rec.FinishedAt == nil {
+		s.finished = append(s.finished, rec.UID)
+		if len(s.finished) > s.historyLimit {
+			s.forgetFinished(s.finished[0])
+			s.finished = s.finished[1:]
+		}
+	}
 	b.rec = rec
 	return nil
+}
+
+// forgetFinished drops a bot queued as finished, unless it was recreated since (a beat or an
+// upsert without FinishedAt).
+func (s *Store) forgetFinished(uid types.UID) {
+	if b, ok := s.bots[uid]; ok && b.rec.FinishedAt != nil {
+		delete(s.bots, uid)
+	}
+}
+
+// Prune implements store.Pruner: history older than the cutoffs, bots finished before theirs,
+// and bots known only from a late heartbeat (no projection) that has not beaten since.
+func (s *Store) Prune(_ context.Context, c store.Cutoffs) (store.Pruned, error) {
+	if err := s.lock(); err != nil {
+		return store.Pruned{}, err
+	}
+	defer s.mu.Unlock()
+	var p store.Pruned
+	if !c.Events.IsZero() {
+		s.events, p.Events = keepSince(s.events, c.Events, func(e store.BotEvent) time.Time { return e.At })
+	}
+	if !c.Transitions.IsZero() {
+		s.transitions, p.Transitions = keepSince(s.transitions, c.Transitions, func(t store.Transition) time.Time { return t.At })
+	}
+	if !c.FinishedBots.IsZero() {
+		for uid, b := range s.bots {
+			finished := b.rec.FinishedAt != nil && b.rec.FinishedAt.Before(c.FinishedBots)
+			orphan := b.rec.Phase == "" && b.rec.CreatedAt.IsZero() && b.lastHeartbeat.Before(c.FinishedBots)
+			if finished || orphan {
+				delete(s.bots, uid)
+				p.Bots++
+			}
+		}
+		s.finished = slices.DeleteFunc(s.finished, func(uid types.UID) bool { _, ok := s.bots[uid]; return !ok })
+	}
+	return p, nil
+}
+
+// keepSince keeps the rows at or after since, returning them and how many went.
+func keepSince[T any](rows []T, since time.Time, at func(T) time.Time) ([]T, int) {
+	kept := slices.DeleteFunc(rows, func(r T) bool { return at(r).Before(since) })
+	return kept, len(rows) - len(kept)
 }
 
 // DeleteBot implements store.Store.
@@ -164,7 +221,7 @@ func (s *Store) DeleteBot(_ context.Context, uid types.UID) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	delete(s.bots, uid)
+	delete(s.bots, uid) // its uid may stay queued in finished: forgetting it later is a no-op
 	return nil
 }
 

@@ -143,8 +143,12 @@ func (s *Store) flushBatch(b *beatBatch, available bool) error {
 			s.m.flushDuration.Observe(time.Since(start).Seconds())
 			return nil
 		}
-		if classify(err) != kindConnection {
-			return err
+		// Any failed heartbeat write means liveness is unknown, whatever the error: a beat
+		// refused and only logged would leave older beats in the database for the controllers
+		// to read, and fail live bots. So the beats are buffered and the store is unavailable
+		// (its reads answer "unknown") until the recovery loop has written them.
+		if kind := classify(err); kind != kindConnection {
+			s.cfg.log.Error(err, "The database refused a heartbeat batch; liveness is unknown until it is written", "kind", kind.String(), "beats", len(beats))
 		}
 		s.mu.Lock()
 		s.markUnavailableLocked(err)
@@ -178,7 +182,7 @@ func (s *Store) execBeats(ctx context.Context, beats []store.Heartbeat) error {
 	names := make([]string, len(beats))
 	ats := make([]time.Time, len(beats))
 	for i, hb := range beats {
-		uids[i], namespaces[i], names[i], ats[i] = string(hb.BotUID), hb.Namespace, hb.Name, hb.At
+		uids[i], namespaces[i], names[i], ats[i] = string(hb.BotUID), hb.Namespace, hb.Name, s.toDB(hb.At)
 	}
 	_, err := s.pool.Exec(ctx, upsertBeatsSQL, uids, namespaces, names, ats)
 	return err
@@ -206,7 +210,7 @@ func (s *Store) LastHeartbeats(ctx context.Context, uids []types.UID) (map[types
 			if err := rows.Scan(&uid, &at); err != nil {
 				return err
 			}
-			out[types.UID(uid)] = at
+			out[types.UID(uid)] = s.fromDB(at)
 		}
 		return rows.Err()
 	})

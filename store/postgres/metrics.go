@@ -14,6 +14,8 @@ type metrics struct {
 	errors        *prometheus.CounterVec
 	statements    *prometheus.CounterVec
 	replayed      prometheus.Counter
+	rejected      *prometheus.CounterVec
+	pruned        *prometheus.CounterVec
 	collectors    []prometheus.Collector
 }
 
@@ -31,7 +33,7 @@ func newMetrics(s *Store) *metrics {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "botpool_store_errors_total",
-			Help: "Failed statements by kind: connection (buffered), conflict (returned as ErrConflict), other.",
+			Help: "Failed statements by kind: connection (the server cannot write now: buffered), conflict (returned as ErrConflict), invalid (data the server refuses, returned as ErrInvalid), other.",
 		}, []string{"kind"}),
 		statements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "botpool_store_statements_total",
@@ -41,7 +43,25 @@ func newMetrics(s *Store) *metrics {
 			Name: "botpool_store_replayed_total",
 			Help: "Buffered writes written after an outage.",
 		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_store_rejected_rows_total",
+			Help: "Buffered transitions and events the database refused at replay, isolated and given up one by one; the rows around them were written.",
+		}, []string{"table"}),
+		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_store_pruned_rows_total",
+			Help: "Rows deleted by the retention job, by table.",
+		}, []string{"table"}),
 	}
+	for _, table := range []string{"slot_transitions", "bot_events"} {
+		m.rejected.WithLabelValues(table)
+	}
+	for _, table := range []string{"slot_transitions", "bot_events", "bots"} {
+		m.pruned.WithLabelValues(table)
+	}
+	offset := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "botpool_store_clock_offset_seconds",
+		Help: "The database's clock minus this replica's, as last measured: heartbeats are kept in the database's time and read back in this replica's.",
+	}, func() float64 { return s.clockOffset().Seconds() })
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "botpool_store_up",
 		Help: "1 while Postgres is reachable and nothing waits in the outage buffer, else 0.",
@@ -59,10 +79,10 @@ func newMetrics(s *Store) *metrics {
 		Name: "botpool_store_dropped_total",
 		Help: "Buffered writes given up: oldest transitions and events beyond the buffer limit, and replays the server kept refusing.",
 	}, func() float64 { return float64(s.Status().Dropped) })
-	for _, kind := range []errKind{kindConnection, kindConflict, kindOther} {
+	for _, kind := range []errKind{kindConnection, kindConflict, kindInvalid, kindOther} {
 		m.errors.WithLabelValues(kind.String())
 	}
-	m.collectors = []prometheus.Collector{m.batchSize, m.flushDuration, m.errors, m.statements, m.replayed, up, buffered, dropped}
+	m.collectors = []prometheus.Collector{m.batchSize, m.flushDuration, m.errors, m.statements, m.replayed, m.rejected, m.pruned, up, buffered, dropped, offset}
 	return m
 }
 

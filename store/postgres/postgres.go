@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -54,6 +55,7 @@ type config struct {
 	maxBackoff    time.Duration
 	writeTimeout  time.Duration
 	closeTimeout  time.Duration
+	pruneBatch    int
 }
 
 // Option configures a Store.
@@ -108,9 +110,17 @@ type Store struct {
 	stopReplay  context.CancelFunc // interrupts a replay in progress at Close
 	replayCtx   context.Context
 	wg          sync.WaitGroup
+
+	// offset is the database's clock minus this replica's (nanoseconds, whole microseconds):
+	// heartbeats are stored in the database's time and read back in the reader's, so replicas
+	// whose clocks disagree judge liveness alike (see clock.go).
+	offset atomic.Int64
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Pruner = (*Store)(nil)
+)
 
 // New connects to dsn, migrates the schema and starts the store. It fails when the server
 // cannot be reached now; an outage after New returns never fails a caller.
@@ -125,6 +135,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		maxBackoff:    DefaultMaxBackoff,
 		writeTimeout:  DefaultWriteTimeout,
 		closeTimeout:  DefaultCloseTimeout,
+		pruneBatch:    DefaultPruneBatch,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -157,6 +168,10 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		done:        make(chan struct{}),
 	}
 	s.replayCtx, s.stopReplay = context.WithCancel(context.Background())
+	if err := s.syncClock(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("reading the clock of %s: %w", where, err)
+	}
 	s.m = newMetrics(s)
 	if err := s.m.register(cfg.registerer); err != nil {
 		pool.Close()
@@ -243,6 +258,8 @@ func (s *Store) write(ctx context.Context, op string, bufferIt func(*buffer), ex
 		return store.ErrBuffered
 	case kindConflict:
 		return conflictError(err)
+	case kindInvalid:
+		return fmt.Errorf("%w: %s: %w", store.ErrInvalid, op, err)
 	default:
 		return fmt.Errorf("%s: %w", op, err)
 	}

@@ -32,6 +32,10 @@ func (s *Store) recoverLoop() {
 			if s.replayCtx.Err() != nil {
 				return // closing
 			}
+			// Connections may carry what made the writes fail: a session opened read-only (a
+			// database set read-only, a primary demoted to a replica) stays so. Start afresh
+			// on every attempt.
+			s.pool.Reset()
 			s.mu.Lock()
 			s.lastErr = err.Error()
 			s.mu.Unlock()
@@ -114,24 +118,72 @@ func (s *Store) replay(ctx context.Context, snap snapshot) error {
 		s.mu.Unlock()
 	}
 	if len(snap.rows) > 0 {
-		err := s.exec(ctx, "replay_rows", func(ctx context.Context) error { return s.execInsertRows(ctx, snap.rows) })
-		if err != nil && (classify(err) == kindConnection || ctx.Err() != nil) {
-			return err
+		rejected, err := s.replayRows(ctx, snap.rows)
+		if err != nil {
+			return err // an outage: what was written is written again, idempotently (row ids)
 		}
 		s.mu.Lock()
 		s.buf.ackRows(snap.rows[len(snap.rows)-1].seq)
-		if err != nil {
-			// Rows are validated before they are buffered; a refusal here is a bug, and
-			// retrying it forever would stall the recovery.
-			s.buf.dropped += int64(len(snap.rows))
-			s.lastErr = err.Error()
-			s.cfg.log.Info("Gave up buffered transitions and events the database refused", "rows", len(snap.rows), "error", err.Error())
-		} else {
-			s.m.replayed.Add(float64(len(snap.rows)))
+		s.m.replayed.Add(float64(len(snap.rows) - len(rejected)))
+		for _, r := range rejected {
+			// Rows are validated before they are buffered; one the server refuses anyway (a
+			// number beyond jsonb's range…) is given up alone, and the rows around it, other
+			// tenants' audit log among them, are written.
+			s.buf.dropped++
+			s.m.rejected.WithLabelValues(r.table()).Inc()
+			s.lastErr = r.err.Error()
+			s.cfg.log.Info("Gave up a buffered row the database refused", "table", r.table(),
+				"namespace", r.namespace(), "error", r.err.Error())
 		}
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// rejectedRow is a buffered row the server refused for its own data, with the refusal.
+type rejectedRow struct {
+	row
+	err error
+}
+
+// replayRows writes rows in one statement; when the server refuses the statement for the data
+// of some row, it halves the rows until it has found the ones at fault, writes the others and
+// returns the rejected (a bad row among n costs about 2·log2(n) statements). It returns an
+// error only for an outage, which stops the replay with nothing given up.
+func (s *Store) replayRows(ctx context.Context, rows []row) ([]rejectedRow, error) {
+	err := s.exec(ctx, "replay_rows", func(ctx context.Context) error { return s.execInsertRows(ctx, rows) })
+	switch {
+	case err == nil:
+		return nil, nil
+	case classify(err) == kindConnection || ctx.Err() != nil:
+		return nil, err
+	case len(rows) == 1:
+		return []rejectedRow{{row: rows[0], err: err}}, nil
+	}
+	mid := len(rows) / 2
+	first, err := s.replayRows(ctx, rows[:mid])
+	if err != nil {
+		return nil, err
+	}
+	second, err := s.replayRows(ctx, rows[mid:])
+	if err != nil {
+		return nil, err
+	}
+	return append(first, second...), nil
+}
+
+func (r row) table() string {
+	if r.transition != nil {
+		return "slot_transitions"
+	}
+	return "bot_events"
+}
+
+func (r row) namespace() string {
+	if r.transition != nil {
+		return r.transition.Namespace
+	}
+	return r.event.Namespace
 }
 
 func (s *Store) execOp(ctx context.Context, op keyedOp) error {

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"BotEvents", testBotEvents},
 		{"InvalidRecords", testInvalidRecords},
 		{"StatusAvailable", testStatusAvailable},
+		{"Retention", testRetention},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
