@@ -97,7 +97,7 @@ func newEnv(opts Options) *env {
 	if opts.Jitter == nil {
 		opts.Jitter = func(d time.Duration) time.Duration { return d }
 	}
-	opts.OnResult = func(c Callback, err error) { e.results <- result{c, err} }
+	opts.OnResult = func(r Result) { e.results <- result{r.Callback, r.Err} }
 	e.n = New(opts)
 	return e
 }
