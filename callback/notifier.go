@@ -139,7 +139,7 @@ type Notifier struct {
 	// a receiver dropping below PerReceiver needs no signal.
 	work      *sync.Cond
 	stopped   bool
-	active    map[string]*item     // queued, waiting for a retry or in flight
+	active    map[string]*item          // queued, waiting for a retry or in flight
 	receivers map[string]*receiverQueue // receivers holding at least one active callback
 	// order is the round-robin ring of receivers with ready callbacks; next is where the next
 	// take starts looking.
