@@ -15,6 +15,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
+
+	"botpool.dev/botpool/internal/egress"
 )
 
 // Defaults of Options.
@@ -79,8 +81,13 @@ type Callback struct {
 // Options configure a Notifier; zero fields take the defaults.
 type Options struct {
 	// Client sends the requests; when nil, a client with RequestTimeout as its timeout that
-	// does not follow redirects.
+	// dials through Egress, ignores proxy settings and follows no redirects.
 	Client *http.Client
+	// Egress decides which addresses the default client may connect to. The zero policy
+	// refuses loopback, link-local (cloud metadata), multicast and private addresses; a
+	// refused destination is a permanent failure (ErrRejected wrapping egress.ErrRefused),
+	// never retried. Ignored when Client is set.
+	Egress egress.Policy
 	// Clock schedules retries; the real clock when nil. Tests pass a fake clock.
 	Clock clock.WithTicker
 	// Logger receives one line per final failure and, at V(1), per retry and success.
@@ -185,7 +192,8 @@ func New(opts Options) *Notifier {
 	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
 	if opts.Client == nil {
 		opts.Client = &http.Client{
-			Timeout: opts.RequestTimeout,
+			Timeout:   opts.RequestTimeout,
+			Transport: opts.Egress.Transport(),
 			// A redirected POST turns into a GET, possibly to another host: treat 3xx as a
 			// receiver error instead of following it.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

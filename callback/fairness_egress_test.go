@@ -1,11 +1,16 @@
 package callback
 
 import (
+	"errors"
 	"net/http"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"botpool.dev/botpool/internal/egress"
 )
 
 // blocking is a receiver whose requests hang until release is closed (or the request ends).
@@ -118,5 +123,43 @@ func TestResultIsKeptForTheController(t *testing.T) {
 	e.clk.Step(time.Hour)
 	if _, ok := e.n.Result(cb.Key); ok {
 		t.Error("the result outlived DedupTTL")
+	}
+}
+
+// TestRefusedDestinationIsAPermanentFailure: the default policy refuses loopback (and
+// link-local, private…) at connect time; the callback fails at once, without a retry, with an
+// error saying why, and the receiver never sees a request.
+func TestRefusedDestinationIsAPermanentFailure(t *testing.T) {
+	rc := newReceiver(t, statuses(200))
+	e := startNotifier(t, Options{Egress: egress.Policy{Allowed: []netip.Prefix{}}}) // the manager's default
+	e.n.Enqueue(callbackTo(rc.url(), "k"))
+	r := e.result(t)
+	if !errors.Is(r.err, ErrRejected) || !errors.Is(r.err, egress.ErrRefused) {
+		t.Fatalf("result error %v, want ErrRejected wrapping egress.ErrRefused", r.err)
+	}
+	if !strings.Contains(r.err.Error(), "loopback") {
+		t.Errorf("error %q does not say why the destination was refused", r.err)
+	}
+	if n := rc.count(); n != 0 {
+		t.Errorf("the refused receiver got %d requests", n)
+	}
+	if got := e.attempts(); got != 1 {
+		t.Errorf("attempts = %v, want 1 (no retry)", got)
+	}
+}
+
+// TestRedirectsAreNotFollowed: a receiver cannot bounce the POST to another address.
+func TestRedirectsAreNotFollowed(t *testing.T) {
+	target := newReceiver(t, statuses(200))
+	redirecting := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.url(), http.StatusTemporaryRedirect)
+	})
+	e := startNotifier(t, Options{})
+	e.n.Enqueue(callbackTo(redirecting.url(), "k"))
+	if r := e.result(t); !errors.Is(r.err, ErrRejected) {
+		t.Fatalf("result error %v, want ErrRejected", r.err)
+	}
+	if n := target.count(); n != 0 {
+		t.Errorf("the redirect target got %d requests", n)
 	}
 }
