@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -38,6 +39,7 @@ import (
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/cachelag"
+	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
 	"botpool.dev/botpool/store/postgres"
@@ -66,7 +68,11 @@ type options struct {
 	// pprofAddr serves net/http/pprof when set: for profiling (the benchmarks use it); off by
 	// default, as profiles expose the process's internals.
 	pprofAddr string
-	zap       zap.Options
+	// callbackAllowPrivate lets callbacks reach private (RFC 1918, ULA, CGNAT) addresses;
+	// callbackAllowedCIDRs lets the listed prefixes through even when a rule refuses them.
+	callbackAllowPrivate bool
+	callbackAllowedCIDRs string
+	zap                  zap.Options
 }
 
 func parseFlags(args []string) (options, error) {
@@ -85,6 +91,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.botAPIURL, "bot-api-url", "http://botpool-bot-api.botpool-system.svc:8082", "URL bot containers reach the bot API at; set as BOTPOOL_API_URL on every slot's application.")
 	fs.DurationVar(&o.scheduleLead, "schedule-lead", 2*time.Minute, "How long before its startTime a scheduled Bot joins the queue, so its slot is warm when the meeting starts.")
 	fs.IntVar(&o.coolifyRateLimit, "coolify-rate-limit", coolify.DefaultRateLimit, "Requests per minute to one Coolify instance per URL and token, shared by all pools using them (Coolify's own limit is 200 per user).")
+	fs.BoolVar(&o.callbackAllowPrivate, "callback-allow-private-networks", false, "Let Bot callbacks reach private addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7): in-cluster receivers. Loopback and link-local stay refused.")
+	fs.StringVar(&o.callbackAllowedCIDRs, "callback-allowed-cidrs", "", "Comma-separated CIDR prefixes Bot callbacks may reach even though they are loopback, link-local or private, e.g. 10.20.0.0/16 for one receiver network.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -108,6 +116,9 @@ func (o options) validate() error {
 	}
 	if o.scheduleLead < 0 {
 		errs = append(errs, fmt.Errorf("--schedule-lead must not be negative, got %s", o.scheduleLead))
+	}
+	if _, err := egress.ParsePrefixes(o.callbackAllowedCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("--callback-allowed-cidrs: %w", err))
 	}
 	if o.coolifyRateLimit < 1 {
 		errs = append(errs, fmt.Errorf("--coolify-rate-limit must be at least 1, got %d", o.coolifyRateLimit))
@@ -224,13 +235,24 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, wri
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BotPoolSlot controller: %w", err)
 	}
-	callbacks := callback.New(callback.Options{Clock: clk, Logger: ctrl.Log.WithName("callback"), Registerer: metrics.Registry})
+	allowed, err := egress.ParsePrefixes(o.callbackAllowedCIDRs) // validated by parseFlags
+	if err != nil {
+		return fmt.Errorf("--callback-allowed-cidrs: %w", err)
+	}
+	// The notifier reports each outcome to the Bot controller, the one writer of
+	// status.callback, through this channel; see docs/callbacks.md.
+	callbackDone := make(chan event.GenericEvent, 1024)
+	callbacks := callback.New(callback.Options{
+		Clock: clk, Logger: ctrl.Log.WithName("callback"), Registerer: metrics.Registry,
+		Egress:   egress.Policy{Allowed: allowed, AllowPrivate: o.callbackAllowPrivate},
+		OnResult: controllers.WakeOnCallback(callbackDone),
+	})
 	if err := mgr.Add(callbacks); err != nil {
 		return fmt.Errorf("adding the callback notifier: %w", err)
 	}
 	if err := (&controllers.BotReconciler{
-		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, Store: st, ScheduleLead: o.scheduleLead,
-		Writes: writes,
+		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, CallbackDone: callbackDone,
+		Store: st, ScheduleLead: o.scheduleLead, Writes: writes,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Bot controller: %w", err)
 	}

@@ -89,6 +89,8 @@ func TestDefaults(t *testing.T) {
 		"--max-concurrent-reconciles=8",
 		"--coolify-rate-limit=200",
 		"--schedule-lead=2m",
+		"--callback-allow-private-networks=false",
+		"--callback-allowed-cidrs=",
 		"--zap-log-level=info",
 		"--zap-encoder=json",
 	}
@@ -164,6 +166,7 @@ func TestNonDefaultValues(t *testing.T) {
 		"--bot-api-url=https://bots.example.com",
 		"--kube-api-qps=750.5", "--kube-api-burst=2000000", "--max-concurrent-reconciles=16",
 		"--coolify-rate-limit=150", "--schedule-lead=5m30s",
+		"--callback-allow-private-networks=true", "--callback-allowed-cidrs=10.20.0.0/16,fd00::/8",
 		"--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 	} {
 		if !slices.Contains(c.Args, arg) {
@@ -366,6 +369,8 @@ func TestRejected(t *testing.T) {
 		{"zero Coolify rate limit", "coolifyRateLimit: 0\n", nil, []string{"/coolifyRateLimit"}},
 		{"schedule lead without a unit", "scheduleLead: 120\n", nil, []string{"/scheduleLead"}},
 		{"schedule lead in words", "scheduleLead: 2 minutes\n", nil, []string{"/scheduleLead"}},
+		{"callback CIDR as a word", "callbacks:\n  allowedCIDRs: [cluster]\n", nil, []string{"/callbacks/allowedCIDRs/0"}},
+		{"callback CIDRs as a string", "callbacks:\n  allowedCIDRs: 10.0.0.0/8\n", nil, []string{"/callbacks/allowedCIDRs"}},
 		{"PDB minAvailable", "podDisruptionBudget:\n  minAvailable: half\n", nil, []string{"/podDisruptionBudget/minAvailable"}},
 		{"scrape interval", "metrics:\n  serviceMonitor:\n    interval: 30\n", nil, []string{"/metrics/serviceMonitor/interval"}},
 		{"replicas without leader election", "replicaCount: 2\nleaderElection:\n  enabled: false\ndatabase:\n  existingSecret: pg\n", nil,
