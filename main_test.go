@@ -54,6 +54,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--bot-api-bind-address=8082"}, "--bot-api-bind-address"},
 		{[]string{"--bot-api-url=botpool:8082"}, "--bot-api-url"},
 		{[]string{"--coolify-rate-limit=0"}, "--coolify-rate-limit must be at least 1"},
+		{[]string{"--callback-allow-private-networks", "--callback-allowed-cidrs=10.20.0.0/16, fd00::/8,192.0.2.7"}, ""},
+		{[]string{"--callback-allowed-cidrs=10.0.0.1/8"}, "--callback-allowed-cidrs"},
+		{[]string{"--callback-allowed-cidrs=cluster"}, "--callback-allowed-cidrs"},
 		{[]string{"--database-url=postgres://u:secret@db:notaport/x"}, "--database-url"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
 	}
