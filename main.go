@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -40,6 +41,7 @@ import (
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/cachelag"
+	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
 	"botpool.dev/botpool/store/postgres"
@@ -71,13 +73,17 @@ type options struct {
 	// clusterName is this cluster's identity in every pool's Coolify tag; empty uses the
 	// kube-system namespace's uid (see clusterIdentity).
 	clusterName string
-	zap         zap.Options
 	// retention is how long the store keeps events, transitions and finished bots; the job
 	// runs every retentionInterval on the leader.
 	retention         store.Retention
 	retentionInterval time.Duration
 	// eventQuota bounds the events one bot and one namespace may store.
 	eventQuota botapi.EventQuota
+	// callbackAllowPrivate lets callbacks reach private (RFC 1918, ULA, CGNAT) addresses;
+	// callbackAllowedCIDRs lets the listed prefixes through even when a rule refuses them.
+	callbackAllowPrivate bool
+	callbackAllowedCIDRs string
+	zap                  zap.Options
 }
 
 func parseFlags(args []string) (options, error) {
@@ -106,6 +112,8 @@ func parseFlags(args []string) (options, error) {
 	fs.Float64Var(&o.eventQuota.NamespaceEvents, "event-quota-namespace-events", 200, "Events per second the bots of one namespace may store together; 0 is unlimited.")
 	fs.Float64Var(&o.eventQuota.NamespaceBytes, "event-quota-namespace-bytes", 1<<20, "Bytes of event data per second the bots of one namespace may store together; 0 is unlimited.")
 	fs.DurationVar(&o.eventQuota.Window, "event-quota-window", 30*time.Second, "The burst of the event quotas: this long's worth of their rates at once.")
+	fs.BoolVar(&o.callbackAllowPrivate, "callback-allow-private-networks", false, "Let Bot callbacks reach private addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7): in-cluster receivers. Loopback and link-local stay refused.")
+	fs.StringVar(&o.callbackAllowedCIDRs, "callback-allowed-cidrs", "", "Comma-separated CIDR prefixes Bot callbacks may reach even though they are loopback, link-local or private, e.g. 10.20.0.0/16 for one receiver network.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -132,6 +140,9 @@ func (o options) validate() error {
 	}
 	if o.clusterName != "" && !clusterNamePattern.MatchString(o.clusterName) {
 		errs = append(errs, fmt.Errorf("--cluster-name %q: want 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit", o.clusterName))
+	}
+	if _, err := egress.ParsePrefixes(o.callbackAllowedCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("--callback-allowed-cidrs: %w", err))
 	}
 	if o.coolifyRateLimit < 1 {
 		errs = append(errs, fmt.Errorf("--coolify-rate-limit must be at least 1, got %d", o.coolifyRateLimit))
@@ -284,13 +295,24 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, wri
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BotPoolSlot controller: %w", err)
 	}
-	callbacks := callback.New(callback.Options{Clock: clk, Logger: ctrl.Log.WithName("callback"), Registerer: metrics.Registry})
+	allowed, err := egress.ParsePrefixes(o.callbackAllowedCIDRs) // validated by parseFlags
+	if err != nil {
+		return fmt.Errorf("--callback-allowed-cidrs: %w", err)
+	}
+	// The notifier reports each outcome to the Bot controller, the one writer of
+	// status.callback, through this channel; see docs/callbacks.md.
+	callbackDone := make(chan event.GenericEvent, 1024)
+	callbacks := callback.New(callback.Options{
+		Clock: clk, Logger: ctrl.Log.WithName("callback"), Registerer: metrics.Registry,
+		Egress:   egress.Policy{Allowed: allowed, AllowPrivate: o.callbackAllowPrivate},
+		OnResult: controllers.WakeOnCallback(callbackDone),
+	})
 	if err := mgr.Add(callbacks); err != nil {
 		return fmt.Errorf("adding the callback notifier: %w", err)
 	}
 	if err := (&controllers.BotReconciler{
-		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, Store: st, ScheduleLead: o.scheduleLead,
-		Writes: writes,
+		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, CallbackDone: callbackDone,
+		Store: st, ScheduleLead: o.scheduleLead, Writes: writes,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Bot controller: %w", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"botpool.dev/botpool/internal/egress"
 )
 
 // maxResponseBody is how much of a response is read before closing it: enough to let the
@@ -52,7 +54,8 @@ func (n *Notifier) attempt(ctx context.Context, it *item) attemptResult {
 	resp, err := n.client.Do(req)
 	n.metrics.duration.Observe(n.clock.Since(start).Seconds())
 	if err != nil {
-		return attemptResult{err: fmt.Errorf("POST %s: %w", redactURL(it.cb.URL), redactError(err)), retryable: true}
+		// A destination the egress policy refuses stays refused: retrying only repeats it.
+		return attemptResult{err: fmt.Errorf("POST %s: %w", redactURL(it.cb.URL), redactError(err)), retryable: !errors.Is(err, egress.ErrRefused)}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
 	_ = resp.Body.Close() // the status is all we need; a close error changes nothing

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"botpool.dev/botpool/internal/egress"
 )
+
+// allowLoopback lets the notifier reach httptest servers, which the default policy refuses.
+var allowLoopback = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 
 var epoch = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
@@ -93,11 +99,14 @@ func startNotifier(t *testing.T, opts Options) *env {
 func newEnv(opts Options) *env {
 	e := &env{clk: clocktesting.NewFakeClock(epoch), reg: prometheus.NewRegistry(), results: make(chan result, 100)}
 	opts.Clock = e.clk
+	if opts.Egress.Allowed == nil {
+		opts.Egress = allowLoopback // the receivers are httptest servers
+	}
 	opts.Registerer = e.reg
 	if opts.Jitter == nil {
 		opts.Jitter = func(d time.Duration) time.Duration { return d }
 	}
-	opts.OnResult = func(c Callback, err error) { e.results <- result{c, err} }
+	opts.OnResult = func(r Result) { e.results <- result{r.Callback, r.Err} }
 	e.n = New(opts)
 	return e
 }

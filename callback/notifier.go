@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,28 +15,45 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
+
+	"botpool.dev/botpool/internal/egress"
 )
 
 // Defaults of Options.
 const (
-	DefaultWorkers        = 4
-	DefaultQueueCapacity  = 10000
-	DefaultMaxAttempts    = 8
-	DefaultBackoffBase    = time.Second
-	DefaultBackoffCap     = 5 * time.Minute
-	DefaultRequestTimeout = 10 * time.Second
-	DefaultDedupTTL       = time.Hour
-	DefaultDedupSize      = 100000
+	DefaultWorkers          = 16
+	DefaultPerReceiver      = 2
+	DefaultQueueCapacity    = 10000
+	DefaultReceiverCapacity = 1000
+	DefaultMaxAttempts      = 8
+	DefaultBackoffBase      = time.Second
+	DefaultBackoffCap       = 5 * time.Minute
+	DefaultRequestTimeout   = 10 * time.Second
+	DefaultDedupTTL         = time.Hour
+	DefaultDedupSize        = 100000
 )
 
 var (
-	// ErrRejected is wrapped by the OnResult error of a callback the receiver refused in a way
-	// that retrying cannot fix (a 4xx other than 408 and 429, a redirect) or whose URL is invalid.
+	// ErrRejected is wrapped by the Result error of a callback the receiver refused in a way
+	// that retrying cannot fix (a 4xx other than 408 and 429, a redirect), whose URL is invalid,
+	// or whose destination the egress policy refuses.
 	ErrRejected = errors.New("callback rejected")
-	// ErrGaveUp is wrapped by the OnResult error of a callback that still failed after
+	// ErrGaveUp is wrapped by the Result error of a callback that still failed after
 	// MaxAttempts attempts.
 	ErrGaveUp = errors.New("callback attempts exhausted")
 )
+
+// Result is the final outcome of one callback, handed to OnResult and kept for DedupTTL for
+// Notifier.Result.
+type Result struct {
+	Callback Callback
+	// Err is nil after a 2xx, else wraps ErrRejected or ErrGaveUp.
+	Err error
+	// Attempts is how many requests were made (0 for an invalid URL).
+	Attempts int
+	// At is when the outcome was reached, on the notifier's clock.
+	At time.Time
+}
 
 // Payload is the JSON body POSTed to the callback URL.
 type Payload struct {
@@ -62,19 +81,31 @@ type Callback struct {
 // Options configure a Notifier; zero fields take the defaults.
 type Options struct {
 	// Client sends the requests; when nil, a client with RequestTimeout as its timeout that
-	// does not follow redirects.
+	// dials through Egress, ignores proxy settings and follows no redirects.
 	Client *http.Client
+	// Egress decides which addresses the default client may connect to. The zero policy
+	// refuses loopback, link-local (cloud metadata), multicast and private addresses; a
+	// refused destination is a permanent failure (ErrRejected wrapping egress.ErrRefused),
+	// never retried. Ignored when Client is set.
+	Egress egress.Policy
 	// Clock schedules retries; the real clock when nil. Tests pass a fake clock.
 	Clock clock.WithTicker
 	// Logger receives one line per final failure and, at V(1), per retry and success.
 	Logger logr.Logger
 	// Registerer receives the botpool_callback_* metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// Workers is how many requests may be in flight at once.
+	// Workers is how many requests may be in flight at once, over all receivers.
 	Workers int
+	// PerReceiver is how many requests may be in flight at once to one receiver (the URL's
+	// host and port). Workers take receivers round-robin, so a slow or black-holed receiver
+	// holds at most PerReceiver workers and delays only its own callbacks.
+	PerReceiver int
 	// QueueCapacity bounds the callbacks held at once (queued, waiting for a retry or in flight);
-	// Enqueue drops beyond it.
+	// Enqueue refuses beyond it.
 	QueueCapacity int
+	// ReceiverCapacity bounds the callbacks held at once for one receiver, so a receiver that
+	// never answers cannot fill QueueCapacity for the others.
+	ReceiverCapacity int
 	// MaxAttempts is how many requests a callback gets, the first one included.
 	MaxAttempts int
 	// BackoffBase and BackoffCap bound the delay before retry n: a random duration in
@@ -90,10 +121,10 @@ type Options struct {
 	// DedupTTL and DedupSize bound the memory of finished keys that Enqueue ignores.
 	DedupTTL  time.Duration
 	DedupSize int
-	// OnResult, when set, is called once per callback with nil after a 2xx or the final error
-	// (wrapping ErrRejected or ErrGaveUp). It runs on a worker, so it must return quickly.
-	// It is not called for callbacks dropped at Enqueue or abandoned at shutdown.
-	OnResult func(c Callback, err error)
+	// OnResult, when set, is called once per callback with its final outcome. It runs on a
+	// worker, so it must return quickly (the manager uses it to wake the bot's reconcile). It
+	// is not called for callbacks refused at Enqueue or abandoned at shutdown.
+	OnResult func(Result)
 }
 
 // Notifier delivers callbacks in the background. Build it with New, add it to the manager
@@ -105,17 +136,24 @@ type Notifier struct {
 	log     logr.Logger
 	metrics *metrics
 
-	// ready holds callbacks due now. Its capacity equals QueueCapacity and every callback in it
-	// is counted in active, so a send while len(active) <= QueueCapacity never blocks.
-	ready chan *item
 	// wake tells the scheduler that the delay heap changed.
 	wake    chan struct{}
 	started atomic.Bool
 
-	mu      sync.Mutex
-	active  map[string]*item // queued, waiting for a retry or in flight
-	delayed delayHeap        // callbacks waiting for their next attempt
-	recent  *recentSet       // finished keys
+	mu sync.Mutex
+	// work is signalled when a callback becomes ready and broadcast at shutdown; idle workers
+	// wait on it. A worker that finishes a request looks for the next one before it waits, so
+	// a receiver dropping below PerReceiver needs no signal.
+	work      *sync.Cond
+	stopped   bool
+	active    map[string]*item          // queued, waiting for a retry or in flight
+	receivers map[string]*receiverQueue // receivers holding at least one active callback
+	// order is the round-robin ring of receivers with ready callbacks; next is where the next
+	// take starts looking.
+	order   []*receiverQueue
+	next    int
+	delayed delayHeap  // callbacks waiting for their next attempt
+	recent  *recentSet // finished keys and their results
 	// dropping is set while Enqueue drops, so a full queue logs once per episode rather than
 	// once per reconcile of every finished bot.
 	dropping bool
@@ -125,8 +163,28 @@ type Notifier struct {
 // while the item sits in the heap and owned by the worker while it is in flight.
 type item struct {
 	cb       Callback
+	rcv      *receiverQueue
 	attempts int
 	due      time.Time
+}
+
+// receiverQueue is the per-destination state; guarded by Notifier.mu.
+type receiverQueue struct {
+	key      string
+	ready    []*item // due now, oldest first
+	inFlight int
+	held     int  // active callbacks of this receiver: ready, waiting or in flight
+	inOrder  bool // listed in Notifier.order
+}
+
+// receiverKey names a callback's receiver: the URL's host and port, lowercased. Callbacks with
+// an unparsable URL share one key; they fail at once without a request.
+func receiverKey(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(u.Host)
 }
 
 // New builds a Notifier; it sends nothing until Start.
@@ -134,7 +192,8 @@ func New(opts Options) *Notifier {
 	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
 	if opts.Client == nil {
 		opts.Client = &http.Client{
-			Timeout: opts.RequestTimeout,
+			Timeout:   opts.RequestTimeout,
+			Transport: opts.Egress.Transport(),
 			// A redirected POST turns into a GET, possibly to another host: treat 3xx as a
 			// receiver error instead of following it.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -147,7 +206,9 @@ func New(opts Options) *Notifier {
 		opts.Logger = logr.Discard()
 	}
 	setDefault(&opts.Workers, DefaultWorkers)
+	setDefault(&opts.PerReceiver, DefaultPerReceiver)
 	setDefault(&opts.QueueCapacity, DefaultQueueCapacity)
+	setDefault(&opts.ReceiverCapacity, DefaultReceiverCapacity)
 	setDefault(&opts.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&opts.BackoffBase, DefaultBackoffBase)
 	setDefault(&opts.BackoffCap, DefaultBackoffCap)
@@ -156,17 +217,19 @@ func New(opts Options) *Notifier {
 	if opts.Jitter == nil {
 		opts.Jitter = fullJitter
 	}
-	return &Notifier{
-		opts:    opts,
-		clock:   opts.Clock,
-		client:  opts.Client,
-		log:     opts.Logger,
-		metrics: newMetrics(opts.Registerer),
-		ready:   make(chan *item, opts.QueueCapacity),
-		wake:    make(chan struct{}, 1),
-		active:  map[string]*item{},
-		recent:  newRecentSet(opts.DedupTTL, opts.DedupSize),
+	n := &Notifier{
+		opts:      opts,
+		clock:     opts.Clock,
+		client:    opts.Client,
+		log:       opts.Logger,
+		metrics:   newMetrics(opts.Registerer),
+		wake:      make(chan struct{}, 1),
+		active:    map[string]*item{},
+		receivers: map[string]*receiverQueue{},
+		recent:    newRecentSet(opts.DedupTTL, opts.DedupSize),
 	}
+	n.work = sync.NewCond(&n.mu)
+	return n
 }
 
 func setDefault[T int | time.Duration](v *T, def T) {
@@ -184,7 +247,8 @@ func fullJitter(d time.Duration) time.Duration {
 
 // Enqueue accepts c for delivery and returns at once. It returns true when c is queued or is a
 // duplicate of a callback queued, in flight or finished within DedupTTL, and false when the
-// queue is full: the caller may try again on a later reconcile.
+// queue, or the queue of c's receiver, is full: the caller must try again later (the bot
+// controller requeues the bot).
 func (n *Notifier) Enqueue(c Callback) bool {
 	if c.Key == "" {
 		c.Key = c.Body.UID + "/" + c.Body.Phase
@@ -197,20 +261,93 @@ func (n *Notifier) Enqueue(c Callback) bool {
 	if n.recent.contains(c.Key, n.clock.Now()) {
 		return true
 	}
-	if len(n.active) >= n.opts.QueueCapacity {
+	key := receiverKey(c.URL)
+	rcv := n.receivers[key]
+	if len(n.active) >= n.opts.QueueCapacity || (rcv != nil && rcv.held >= n.opts.ReceiverCapacity) {
 		n.metrics.deliveries.WithLabelValues(resultDropped).Inc()
 		if !n.dropping {
-			n.log.Info("Callback queue full, dropping callbacks until it drains", "capacity", n.opts.QueueCapacity, "key", c.Key)
+			n.log.Info("Callback queue full, refusing callbacks until it drains", "capacity", n.opts.QueueCapacity,
+				"receiverCapacity", n.opts.ReceiverCapacity, "receiver", key, "key", c.Key)
 			n.dropping = true
 		}
 		return false
 	}
 	n.dropping = false
-	it := &item{cb: c}
+	if rcv == nil {
+		rcv = &receiverQueue{key: key}
+		n.receivers[key] = rcv
+	}
+	rcv.held++
+	it := &item{cb: c, rcv: rcv}
 	n.active[c.Key] = it
 	n.metrics.queueDepth.Set(float64(len(n.active)))
-	n.ready <- it // never blocks: see the comment on ready
+	n.makeReady(it)
 	return true
+}
+
+// Result returns the final outcome of the callback with key, while it is remembered (DedupTTL).
+// The bot controller records it on the Bot, which is what keeps the callback from being sent
+// again after the memory expires or the process restarts.
+func (n *Notifier) Result(key string) (Result, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.recent.get(key, n.clock.Now())
+}
+
+// makeReady puts it at the end of its receiver's ready queue and wakes a worker; n.mu is held.
+func (n *Notifier) makeReady(it *item) {
+	r := it.rcv
+	r.ready = append(r.ready, it)
+	if !r.inOrder {
+		r.inOrder = true
+		n.order = append(n.order, r)
+	}
+	n.work.Signal()
+}
+
+// take hands out the next ready callback, round-robin over receivers below PerReceiver; nil
+// when there is none. n.mu is held.
+func (n *Notifier) take() *item {
+	for i := 0; i < len(n.order); i++ {
+		idx := (n.next + i) % len(n.order)
+		r := n.order[idx]
+		if r.inFlight >= n.opts.PerReceiver {
+			continue
+		}
+		it := r.ready[0]
+		r.ready[0] = nil
+		r.ready = r.ready[1:]
+		r.inFlight++
+		if len(r.ready) == 0 {
+			r.inOrder = false
+			n.order = append(n.order[:idx], n.order[idx+1:]...)
+			n.next = idx // the receiver after this one moved into its place
+		} else {
+			n.next = idx + 1
+		}
+		if len(n.order) > 0 {
+			n.next %= len(n.order)
+		} else {
+			n.next = 0
+		}
+		return it
+	}
+	return nil
+}
+
+// release ends a request of it's receiver; done says it left the notifier (delivered, failed
+// for good, or abandoned) rather than waiting for a retry. n.mu is held.
+func (n *Notifier) release(it *item, done bool) {
+	r := it.rcv
+	r.inFlight--
+	if !done {
+		return
+	}
+	delete(n.active, it.cb.Key)
+	n.metrics.queueDepth.Set(float64(len(n.active)))
+	if r.held--; r.held == 0 {
+		delete(n.receivers, r.key)
+	}
 }
 
 // NeedLeaderElection makes the manager run the Notifier on the leader only, so two replicas
@@ -224,8 +361,15 @@ func (n *Notifier) Start(ctx context.Context) error {
 		return errors.New("callback notifier already started")
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-ctx.Done()
+		n.mu.Lock()
+		n.stopped = true
+		n.work.Broadcast()
+		n.mu.Unlock()
+	})
 	for range n.opts.Workers {
-		wg.Go(func() { n.work(ctx) })
+		wg.Go(func() { n.worker(ctx) })
 	}
 	wg.Go(func() { n.schedule(ctx) })
 	wg.Wait()
@@ -239,14 +383,21 @@ func (n *Notifier) Start(ctx context.Context) error {
 	return nil
 }
 
-func (n *Notifier) work(ctx context.Context) {
+func (n *Notifier) worker(ctx context.Context) {
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case it := <-n.ready:
-			n.process(ctx, it)
+		n.mu.Lock()
+		var it *item
+		for !n.stopped {
+			if it = n.take(); it != nil {
+				break
+			}
+			n.work.Wait()
 		}
+		n.mu.Unlock()
+		if it == nil {
+			return
+		}
+		n.process(ctx, it)
 	}
 }
 
@@ -263,8 +414,7 @@ func (n *Notifier) process(ctx context.Context, it *item) {
 	case ctx.Err() != nil:
 		// Shutting down: the request was cut by us, not refused by the receiver.
 		n.mu.Lock()
-		delete(n.active, it.cb.Key)
-		n.metrics.queueDepth.Set(float64(len(n.active)))
+		n.release(it, true)
 		n.mu.Unlock()
 	case !res.retryable:
 		log.Error(res.err, "Callback rejected, not retrying")
@@ -282,14 +432,14 @@ func (n *Notifier) process(ctx context.Context, it *item) {
 // finish records the outcome and remembers the key, whatever the outcome: a rejected or
 // exhausted callback is not retried by the reconciler's next Enqueue either.
 func (n *Notifier) finish(it *item, err error, result string) {
+	res := Result{Callback: it.cb, Err: err, Attempts: it.attempts, At: n.clock.Now()}
 	n.mu.Lock()
-	delete(n.active, it.cb.Key)
-	n.recent.add(it.cb.Key, n.clock.Now())
-	n.metrics.queueDepth.Set(float64(len(n.active)))
+	n.release(it, true)
+	n.recent.add(it.cb.Key, res, res.At)
 	n.mu.Unlock()
 	n.metrics.deliveries.WithLabelValues(result).Inc()
 	if n.opts.OnResult != nil {
-		n.opts.OnResult(it.cb, err)
+		n.opts.OnResult(res)
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 
 func TestRecentSetForgetsAfterTTL(t *testing.T) {
 	s := newRecentSet(time.Hour, 10)
-	s.add("a", epoch)
-	s.add("b", epoch.Add(30*time.Minute))
+	s.add("a", Result{}, epoch)
+	s.add("b", Result{}, epoch.Add(30*time.Minute))
 	if !s.contains("a", epoch.Add(59*time.Minute)) {
 		t.Error("a forgotten before its TTL")
 	}
@@ -19,7 +19,7 @@ func TestRecentSetForgetsAfterTTL(t *testing.T) {
 	if !s.contains("b", epoch.Add(time.Hour)) {
 		t.Error("b forgotten before its TTL")
 	}
-	s.add("b", epoch.Add(time.Hour)) // refreshed
+	s.add("b", Result{}, epoch.Add(time.Hour)) // refreshed
 	if !s.contains("b", epoch.Add(time.Hour+45*time.Minute)) {
 		t.Error("a refreshed key expired on its first timestamp")
 	}
@@ -28,7 +28,7 @@ func TestRecentSetForgetsAfterTTL(t *testing.T) {
 func TestRecentSetIsBounded(t *testing.T) {
 	s := newRecentSet(time.Hour, 3)
 	for i := range 5 {
-		s.add(fmt.Sprint(i), epoch)
+		s.add(fmt.Sprint(i), Result{}, epoch)
 	}
 	if len(s.entries) != 3 || s.order.Len() != 3 {
 		t.Fatalf("%d entries, %d in order; want 3", len(s.entries), s.order.Len())

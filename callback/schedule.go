@@ -26,6 +26,7 @@ func (h *delayHeap) Pop() any {
 // retryAfter parks it in the delay heap; the scheduler hands it back to the workers when due.
 func (n *Notifier) retryAfter(it *item, delay time.Duration) {
 	n.mu.Lock()
+	n.release(it, false)
 	it.due = n.clock.Now().Add(delay)
 	heap.Push(&n.delayed, it)
 	n.mu.Unlock()
@@ -75,7 +76,7 @@ func (n *Notifier) releaseDue() (time.Duration, bool) {
 			return wait, true
 		}
 		heap.Pop(&n.delayed)
-		n.ready <- next // never blocks: see the comment on Notifier.ready
+		n.makeReady(next)
 	}
 	return 0, false
 }

@@ -20,9 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
@@ -73,6 +75,9 @@ type BotReconciler struct {
 	Recorder events.EventRecorder
 	// Callbacks delivers a finished bot's callbackURL; nil delivers none.
 	Callbacks CallbackQueue
+	// CallbackDone wakes the bot whose callback the notifier finished (WakeOnCallback), so its
+	// outcome reaches status.callback at once; nil relies on the periodic recheck.
+	CallbackDone <-chan event.GenericEvent
 	// Store holds heartbeats and the bots' projection.
 	Store BotLiveness
 	// ScheduleLead is how long before its startTime a scheduled bot enters the queue, so that
@@ -89,18 +94,27 @@ type BotReconciler struct {
 	// (a crash or a cancelled request between the status patch and the store, a patch whose
 	// answer was lost) is made by the next pass: the projection catches up.
 	projected sync.Map
+	// callbackRefusals counts, per bot, the passes whose callback the notifier refused for a
+	// full queue (queueRefusals); see notify.
+	callbackRefusals sync.Map
 }
 
 // CallbackQueue takes a finished bot's callback; it never blocks and ignores repeats, so a
 // reconcile may hand it over on every pass.
 type CallbackQueue interface {
+	// Enqueue accepts c, or returns false when the queue is full (try again later).
 	Enqueue(c callback.Callback) bool
+	// Result is the final outcome of the callback with key, while the notifier remembers it.
+	Result(key string) (callback.Result, bool)
 }
 
 // Reconcile implements reconcile.Reconciler.
 func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	bot := &v1.Bot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bot); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.callbackRefusals.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if r.Writes.Stale(bot.UID, bot.ResourceVersion) {
@@ -110,6 +124,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	}
 	before := bot.DeepCopy()
 	var newSlot *v1.BotPoolSlot // bound since the last write: its Event follows the write
+	var callbackEvent func()    // the recorded callback outcome's Event, after the write too
 	defer func() {
 		bot.Status.TruncateTexts()
 		if !equality.Semantic.DeepEqual(before.Status, bot.Status) {
@@ -121,6 +136,9 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 				r.Writes.Wrote(bot.UID, before.ResourceVersion)
 				if newSlot != nil {
 					r.Recorder.Eventf(bot, newSlot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound to slot %s", newSlot.Name)
+				}
+				if callbackEvent != nil {
+					callbackEvent()
 				}
 				r.project(ctx, bot)
 			case !apierrors.IsNotFound(perr):
@@ -147,11 +165,14 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	}
 	if st.Phase.Terminal() {
 		bot.SetFinishedConditions()
-		if cb, ok := callback.ForBot(bot); ok && r.Callbacks != nil {
-			r.Callbacks.Enqueue(cb)
-		}
+		var again time.Duration
+		again, callbackEvent = r.notify(bot, now)
 		// The slot controller releases a finished bot's slot; here only its time to live.
-		return r.expire(ctx, bot, now)
+		res, err = r.expire(ctx, bot, now)
+		if again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
+			res.RequeueAfter = again
+		}
+		return res, err
 	}
 	pool, err := r.resolvePool(ctx, bot)
 	if err != nil {
@@ -493,14 +514,17 @@ func (r *BotReconciler) setConditions(bot *v1.Bot, slot *v1.BotPoolSlot) {
 // pool may serve bots that found none).
 func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.started = r.Clock.Now()
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.Bot{}).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).
 		// A new or changed pool may serve bots that found none; its status updates cannot,
 		// and each would list every bot of the namespace.
 		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingBots), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(r)
+		WithOptions(controller.Options{RateLimiter: errorBackoff()})
+	if r.CallbackDone != nil {
+		b = b.WatchesRawSource(source.Channel(r.CallbackDone, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }
 
 func slotToBot(_ context.Context, o client.Object) []reconcile.Request {

@@ -192,7 +192,8 @@ func TestScheduledBotEntersTheQueueAtItsTime(t *testing.T) {
 }
 
 // TestCallbackIsDeliveredDespiteAFailingReceiver: a finished bot's callbackURL gets
-// {bot, phase, reason}; a receiver that fails at first gets it on a retry, once.
+// {bot, phase, reason}; a receiver that fails at first gets it on a retry, once; the Bot
+// records the delivery in status.callback.
 func TestCallbackIsDeliveredDespiteAFailingReceiver(t *testing.T) {
 	var mu sync.Mutex
 	var got []callback.Payload
@@ -226,10 +227,16 @@ func TestCallbackIsDeliveredDespiteAFailingReceiver(t *testing.T) {
 		return nil
 	})
 	mu.Lock()
-	defer mu.Unlock()
-	if got[0].Bot != "reporting" || got[0].Phase != string(v1.BotDone) || got[0].Namespace != sc.ns {
-		t.Errorf("payload %+v", got[0])
+	first := got[0]
+	mu.Unlock()
+	if first.Bot != "reporting" || first.Phase != string(v1.BotDone) || first.Namespace != sc.ns {
+		t.Errorf("payload %+v", first)
 	}
+	// The notifier's outcome reaches the Bot through the controller (the manager's wiring).
+	waitBot(t, bot, "callback recorded", func(b *v1.Bot) bool {
+		c := b.Status.Callback
+		return c != nil && c.State == v1.CallbackDelivered && c.Phase == v1.BotDone && c.Attempts == 3
+	})
 }
 
 // running is a bot whose container runs: bound, its slot Busy, started.

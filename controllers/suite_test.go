@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -131,12 +132,14 @@ func runManager(e *kubetest.Env) error {
 	if err := slots.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	callbacks := callback.New(callback.Options{Clock: clk, BackoffBase: time.Second, BackoffCap: 5 * time.Second})
+	callbackDone := make(chan event.GenericEvent, 1024)
+	callbacks := callback.New(callback.Options{Clock: clk, BackoffBase: time.Second, BackoffCap: 5 * time.Second,
+		Egress: allowLoopback, OnResult: WakeOnCallback(callbackDone)}) // receivers are httptest servers
 	if err := mgr.Add(callbacks); err != nil {
 		return err
 	}
 	writes := &cachelag.Tracker{}
-	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, Store: managerStore, ScheduleLead: time.Minute, Writes: writes}).SetupWithManager(mgr); err != nil {
+	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, CallbackDone: callbackDone, Store: managerStore, ScheduleLead: time.Minute, Writes: writes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: metrics}).SetupWithManager(mgr); err != nil {

@@ -223,6 +223,12 @@ type BotStatus struct {
 	// +kubebuilder:validation:MaxLength=2048
 	RecordingLocation string `json:"recordingLocation,omitempty"`
 
+	// Callback records the outcome of the POST to spec.callbackURL, written by the bot
+	// controller once the notifier reports it. A bot whose callback is recorded for its phase
+	// is never sent that callback again, across restarts and leader changes.
+	// +optional
+	Callback *CallbackStatus `json:"callback,omitempty"`
+
 	// Conditions: Ready, Bound, Alive.
 	// +optional
 	// +listType=map
@@ -230,6 +236,46 @@ type BotStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// CallbackState is the final state of a bot's callback.
+// +kubebuilder:validation:Enum=Delivered;Failed
+type CallbackState string
+
+// Callback states.
+const (
+	// CallbackDelivered: the receiver answered 2xx.
+	CallbackDelivered CallbackState = "Delivered"
+	// CallbackFailed: the receiver refused it (a 4xx, a redirect), the egress policy refused the
+	// destination, every attempt failed, or the notifier's queue stayed full; lastError says which.
+	// It is not tried again.
+	CallbackFailed CallbackState = "Failed"
+)
+
+// CallbackStatus is the outcome of a bot's callback.
+type CallbackStatus struct {
+	// Phase is the bot phase the callback reported (Done or Fatal).
+	// +required
+	Phase BotPhase `json:"phase"`
+
+	// State is Delivered or Failed.
+	// +required
+	State CallbackState `json:"state"`
+
+	// Attempts is how many requests were made; 0 when none could be (an invalid URL, a queue
+	// that stayed full).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Attempts int32 `json:"attempts,omitempty"`
+
+	// LastError is the last failure, truncated; empty after a delivery.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	LastError string `json:"lastError,omitempty"`
+
+	// Time is when the outcome was reached.
+	// +required
+	Time metav1.Time `json:"time"`
 }
 
 // Bot is one meeting to join: the operator gives it a warm slot, starts it and returns the

@@ -98,6 +98,8 @@ func TestDefaults(t *testing.T) {
 		"--event-quota-namespace-events=200",
 		"--event-quota-namespace-bytes=1048576",
 		"--event-quota-window=30s",
+		"--callback-allow-private-networks=false",
+		"--callback-allowed-cidrs=",
 		"--zap-log-level=info",
 		"--zap-encoder=json",
 	}
@@ -176,6 +178,7 @@ func TestNonDefaultValues(t *testing.T) {
 		"--retention-events=0", "--retention-transitions=8760h", "--retention-finished-bots=48h", "--retention-interval=15m",
 		"--event-quota-bot-events=2.5", "--event-quota-bot-bytes=10000", "--event-quota-namespace-events=0",
 		"--event-quota-namespace-bytes=20000000", "--event-quota-window=1m",
+		"--callback-allow-private-networks=true", "--callback-allowed-cidrs=10.20.0.0/16,fd00::/8",
 		"--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 	} {
 		if !slices.Contains(c.Args, arg) {
@@ -381,6 +384,8 @@ func TestRejected(t *testing.T) {
 		{"retention without a unit", "retention:\n  events: 30\n", nil, []string{"/retention/events"}},
 		{"negative event quota", "eventQuota:\n  botEventsPerSecond: -1\n", nil, []string{"/eventQuota/botEventsPerSecond"}},
 		{"unknown event quota", "eventQuota:\n  perPod: 1\n", nil, []string{"perPod"}},
+		{"callback CIDR as a word", "callbacks:\n  allowedCIDRs: [cluster]\n", nil, []string{"/callbacks/allowedCIDRs/0"}},
+		{"callback CIDRs as a string", "callbacks:\n  allowedCIDRs: 10.0.0.0/8\n", nil, []string{"/callbacks/allowedCIDRs"}},
 		{"PDB minAvailable", "podDisruptionBudget:\n  minAvailable: half\n", nil, []string{"/podDisruptionBudget/minAvailable"}},
 		{"scrape interval", "metrics:\n  serviceMonitor:\n    interval: 30\n", nil, []string{"/metrics/serviceMonitor/interval"}},
 		{"replicas without leader election", "replicaCount: 2\nleaderElection:\n  enabled: false\ndatabase:\n  existingSecret: pg\n", nil,

@@ -1,0 +1,339 @@
+package controllers
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/internal/egress"
+	"botpool.dev/botpool/store"
+)
+
+// allowLoopback lets notifiers reach httptest servers, which the default policy refuses.
+var allowLoopback = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+
+// callbackRig is a Bot reconciler on a fake client and a fake clock, for single passes over one
+// finished bot; the notifier, when there is one, is real and posts to an httptest receiver.
+type callbackRig struct {
+	t      *testing.T
+	clk    *clocktesting.FakeClock
+	client client.Client
+	events *recordedEvents
+	bot    *v1.Bot
+	done   chan event.GenericEvent // the notifier's wake-ups
+}
+
+func newCallbackRig(t *testing.T, url string) *callbackRig {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := v1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	finished := metav1.NewTime(clk.Now())
+	bot := &v1.Bot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "standup", UID: types.UID("uid-standup")},
+		Spec:       v1.BotSpec{MeetingURL: "https://zoom.us/j/1", CallbackURL: url},
+		Status:     v1.BotStatus{Phase: v1.BotDone, FinishedAt: &finished},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.Bot{}).WithObjects(bot).Build()
+	return &callbackRig{t: t, clk: clk, client: c, events: &recordedEvents{}, bot: bot, done: make(chan event.GenericEvent, 10)}
+}
+
+// notifier starts a notifier on the rig's clock; it stops with the test.
+func (rg *callbackRig) notifier(opts callback.Options) *callback.Notifier {
+	rg.t.Helper()
+	opts.Clock = rg.clk
+	opts.OnResult = WakeOnCallback(rg.done)
+	n := callback.New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = n.Start(ctx) }()
+	rg.t.Cleanup(func() { cancel(); <-stopped })
+	return n
+}
+
+// reconciler is a fresh Bot controller (a restarted or newly elected manager) using q.
+func (rg *callbackRig) reconciler(q CallbackQueue) *BotReconciler {
+	return &BotReconciler{Client: rg.client, Clock: rg.clk, Recorder: rg.events, Callbacks: q, Store: nopLiveness{}}
+}
+
+func (rg *callbackRig) pass(r *BotReconciler) ctrl.Result {
+	rg.t.Helper()
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rg.bot)})
+	if err != nil {
+		rg.t.Fatalf("Reconcile: %v", err)
+	}
+	return res
+}
+
+func (rg *callbackRig) get() *v1.Bot {
+	rg.t.Helper()
+	b := &v1.Bot{}
+	if err := rg.client.Get(context.Background(), client.ObjectKeyFromObject(rg.bot), b); err != nil {
+		rg.t.Fatal(err)
+	}
+	return b
+}
+
+// wake waits for the notifier to report an outcome for the rig's bot.
+func (rg *callbackRig) wake() {
+	rg.t.Helper()
+	select {
+	case ev := <-rg.done:
+		if ev.Object.GetName() != rg.bot.Name || ev.Object.GetNamespace() != rg.bot.Namespace {
+			rg.t.Fatalf("wake-up for %s/%s, want %s/%s", ev.Object.GetNamespace(), ev.Object.GetName(), rg.bot.Namespace, rg.bot.Name)
+		}
+	case <-time.After(10 * time.Second):
+		rg.t.Fatal("the notifier reported no outcome within 10s")
+	}
+}
+
+type nopLiveness struct{}
+
+func (nopLiveness) LastHeartbeats(context.Context, []types.UID) (map[types.UID]time.Time, error) {
+	return nil, nil
+}
+func (nopLiveness) UpsertBot(context.Context, store.BotRecord) error { return nil }
+
+type recordedEvents struct {
+	mu      sync.Mutex
+	reasons []string
+	notes   []string
+}
+
+func (e *recordedEvents) Eventf(_, _ runtime.Object, typ, reason, _, note string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reasons = append(e.reasons, typ+"/"+reason)
+	e.notes = append(e.notes, note)
+}
+
+func (e *recordedEvents) has(typReason string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.reasons {
+		if r == typReason {
+			return true
+		}
+	}
+	return false
+}
+
+// countingReceiver answers 200 and counts requests.
+func countingReceiver(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { n.Add(1) }))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+// TestDeliveredCallbackIsNeverResent: once delivered, the outcome is recorded on the Bot, and
+// neither the end of the notifier's one-hour memory nor a restart (a new notifier and a new
+// controller, the same Bot) sends the callback again. Before, every resync after the hour, every
+// restart and every leader change sent it once more.
+func TestDeliveredCallbackIsNeverResent(t *testing.T) {
+	srv, requests := countingReceiver(t)
+	rg := newCallbackRig(t, srv.URL+"/hook")
+	q := &countingQueue{CallbackQueue: rg.notifier(callback.Options{Egress: allowLoopback})}
+	r := rg.reconciler(q)
+
+	if res := rg.pass(r); res.RequeueAfter != callbackRecheck {
+		t.Errorf("a queued callback's bot requeues after %s, want the recheck %s", res.RequeueAfter, callbackRecheck)
+	}
+	rg.wake()
+	rg.pass(r) // the wake-up's pass records the outcome
+	got := rg.get().Status.Callback
+	if got == nil || got.State != v1.CallbackDelivered || got.Phase != v1.BotDone || got.Attempts != 1 || got.LastError != "" || !got.Time.Equal(&metav1.Time{Time: rg.clk.Now()}) {
+		t.Fatalf("status.callback = %+v, want Delivered for Done after 1 attempt, now", got)
+	}
+	if !rg.events.has("Normal/" + reasonCallbackDelivered) {
+		t.Errorf("events %v lack %s", rg.events.reasons, reasonCallbackDelivered)
+	}
+
+	rg.clk.Step(2 * time.Hour) // past the notifier's memory of delivered keys
+	if res := rg.pass(r); res.RequeueAfter != 0 {
+		t.Errorf("a recorded callback's bot requeues after %s", res.RequeueAfter)
+	}
+	restartedQueue := &countingQueue{CallbackQueue: rg.notifier(callback.Options{Egress: allowLoopback})}
+	restarted := rg.reconciler(restartedQueue)
+	rg.pass(restarted)
+	rg.pass(restarted)
+	// Deterministic: a recorded callback is not even handed to a notifier (a resend would
+	// happen in the background, after these checks).
+	if n := q.enqueued.Load(); n != 1 {
+		t.Errorf("the first notifier got the callback %d times, want 1", n)
+	}
+	if n := restartedQueue.enqueued.Load(); n != 0 {
+		t.Errorf("the restarted notifier got a recorded callback %d times", n)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("the receiver got %d requests, want 1", n)
+	}
+	select {
+	case <-rg.done:
+		t.Fatal("a notifier finished a second callback")
+	default:
+	}
+}
+
+// TestFullCallbackQueueDoesNotLoseTheCallback: a callback the notifier refuses because its
+// queue is full is handed over again by a requeue once there is room, and delivered. Before,
+// the refusal was ignored and nothing ever tried again.
+func TestFullCallbackQueueDoesNotLoseTheCallback(t *testing.T) {
+	release := make(chan struct{})
+	blocked := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(blocked.Close)
+	t.Cleanup(func() { close(release) })
+	srv, requests := countingReceiver(t)
+	rg := newCallbackRig(t, srv.URL+"/hook")
+	n := rg.notifier(callback.Options{Egress: allowLoopback, QueueCapacity: 1})
+	r := rg.reconciler(n)
+
+	// Another bot's callback fills the queue.
+	if !n.Enqueue(callback.Callback{URL: blocked.URL, Key: "other/Done", Body: callback.Payload{Bot: "other", Namespace: "team-a"}}) {
+		t.Fatal("the first callback was refused")
+	}
+	if res := rg.pass(r); res.RequeueAfter != callbackQueueRetry {
+		t.Fatalf("refused callback: requeue after %s, want %s", res.RequeueAfter, callbackQueueRetry)
+	}
+	if res := rg.pass(r); res.RequeueAfter != 2*callbackQueueRetry {
+		t.Fatalf("refused again: requeue after %s, want %s", res.RequeueAfter, 2*callbackQueueRetry)
+	}
+	if rg.get().Status.Callback != nil {
+		t.Fatal("a refused callback was recorded")
+	}
+
+	release <- struct{}{} // the other callback is delivered: room again
+	select {
+	case <-rg.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other callback was not delivered within 10s")
+	}
+	if res := rg.pass(r); res.RequeueAfter != callbackRecheck {
+		t.Fatalf("accepted callback: requeue after %s, want %s", res.RequeueAfter, callbackRecheck)
+	}
+	rg.wake()
+	rg.pass(r)
+	if got := rg.get().Status.Callback; got == nil || got.State != v1.CallbackDelivered {
+		t.Fatalf("status.callback = %+v, want Delivered", got)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("the receiver got %d requests, want 1", n)
+	}
+}
+
+// countingQueue counts the callbacks handed to a notifier.
+type countingQueue struct {
+	CallbackQueue
+	enqueued atomic.Int32
+}
+
+func (q *countingQueue) Enqueue(c callback.Callback) bool {
+	q.enqueued.Add(1)
+	return q.CallbackQueue.Enqueue(c)
+}
+
+// refusingQueue is a notifier whose queue is always full.
+type refusingQueue struct{ calls int }
+
+func (q *refusingQueue) Enqueue(callback.Callback) bool { q.calls++; return false }
+func (q *refusingQueue) Result(string) (callback.Result, bool) {
+	return callback.Result{}, false
+}
+
+// TestCallbackQueueFullGivesUpVisibly: a queue that stays full is tried a bounded number of
+// times with growing delays; then the callback is recorded Failed with a Warning, and not
+// tried again.
+func TestCallbackQueueFullGivesUpVisibly(t *testing.T) {
+	rg := newCallbackRig(t, "https://hooks.example.com/x")
+	q := &refusingQueue{}
+	r := rg.reconciler(q)
+	var last time.Duration
+	for i := 1; i < maxCallbackQueueTries; i++ {
+		res := rg.pass(r)
+		if res.RequeueAfter < last || res.RequeueAfter == 0 || res.RequeueAfter > callbackQueueRetryCap {
+			t.Fatalf("try %d: requeue after %s (previous %s)", i, res.RequeueAfter, last)
+		}
+		last = res.RequeueAfter
+	}
+	if res := rg.pass(r); res.RequeueAfter != 0 {
+		t.Errorf("the last try requeues after %s", res.RequeueAfter)
+	}
+	got := rg.get().Status.Callback
+	if got == nil || got.State != v1.CallbackFailed || !strings.Contains(got.LastError, "queue") {
+		t.Fatalf("status.callback = %+v, want Failed saying the queue was full", got)
+	}
+	if !rg.events.has("Warning/" + reasonCallbackFailed) {
+		t.Errorf("events %v lack a Warning %s", rg.events.reasons, reasonCallbackFailed)
+	}
+	rg.pass(r)
+	if q.calls != maxCallbackQueueTries {
+		t.Errorf("Enqueue called %d times, want %d", q.calls, maxCallbackQueueTries)
+	}
+}
+
+// TestRefusedCallbackDestinationIsRecorded: a callbackURL on loopback (an in-cluster or node
+// address, the metadata endpoint…) is refused by the egress policy at once, and the Bot says
+// so: Failed, one attempt, the reason, a Warning. It is not retried.
+func TestRefusedCallbackDestinationIsRecorded(t *testing.T) {
+	srv, requests := countingReceiver(t)
+	rg := newCallbackRig(t, srv.URL+"/hook")
+	r := rg.reconciler(rg.notifier(callback.Options{})) // the manager's default policy
+	rg.pass(r)
+	rg.wake()
+	rg.pass(r)
+	got := rg.get().Status.Callback
+	if got == nil || got.State != v1.CallbackFailed || got.Attempts != 1 || !strings.Contains(got.LastError, "loopback") {
+		t.Fatalf("status.callback = %+v, want Failed after 1 attempt naming loopback", got)
+	}
+	if !strings.Contains(got.LastError, "POST") {
+		t.Errorf("lastError %q does not say which request failed", got.LastError)
+	}
+	if !rg.events.has("Warning/" + reasonCallbackFailed) {
+		t.Errorf("events %v lack a Warning %s", rg.events.reasons, reasonCallbackFailed)
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("the refused receiver got %d requests", n)
+	}
+}
+
+func TestTruncateMessage(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"0123456789abc", 10, "0123456…"},
+		{"ééééé", 6, "é…"}, // never a broken rune
+	} {
+		if got := truncateMessage(tt.in, tt.n); got != tt.want || len(got) > tt.n {
+			t.Errorf("truncateMessage(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+		}
+	}
+}
