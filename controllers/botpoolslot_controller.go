@@ -204,6 +204,11 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}()
 
+	// Before anything that may wait on Coolify: a slot made before slots recorded their token's
+	// hash has running containers whose every call is refused until it does.
+	if err := r.backfillTokenHash(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	// Releasing a finished bot's slot needs only the API server: never wait on Coolify for it.
 	if released, err := r.releaseOrphan(ctx, s); err != nil || released {
 		return ctrl.Result{}, err
