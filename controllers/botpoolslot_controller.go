@@ -262,6 +262,8 @@ func unreachableReason(err error) string {
 		return v1.ReasonCredentialsNotFound
 	case errors.Is(err, errCredentialsInvalid):
 		return v1.ReasonCredentialsInvalid
+	case errors.Is(err, errCredentialsNotAllowed):
+		return v1.ReasonCredentialsNotAllowed
 	}
 	return v1.ReasonCoolifyUnreachable
 }
@@ -273,6 +275,8 @@ const (
 	reasonRequestRefused = "RequestRefused"
 	// reasonSlotEnvNotFound: the pool's slotEnvFrom Secret does not exist.
 	reasonSlotEnvNotFound = "SlotEnvSecretNotFound"
+	// reasonSlotEnvNotAllowed: the slotEnvFrom Secret lacks the label v1.LabelAllowPoolUse.
+	reasonSlotEnvNotAllowed = "SlotEnvSecretNotAllowed"
 )
 
 // errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
@@ -294,6 +298,10 @@ func needsPerson(err error) (reason string, ok bool) {
 		return reasonRequestRefused, true
 	case errors.Is(err, errSlotEnvNotFound):
 		return reasonSlotEnvNotFound, true
+	case errors.Is(err, errCredentialsNotAllowed):
+		return v1.ReasonCredentialsNotAllowed, true
+	case errors.Is(err, errSecretNotAllowed): // the only other Secret a slot reads
+		return reasonSlotEnvNotAllowed, true
 	}
 	return "", false
 }

@@ -173,6 +173,9 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 			}
 			return nil, fmt.Errorf("slotEnvFrom Secret %s: %w", ref.Name, err)
 		}
+		if err := allowedForPools(&secret); err != nil {
+			return nil, fmt.Errorf("the pool's slotEnvFrom: %w", err)
+		}
 		for k, v := range secret.Data {
 			env[k] = string(v)
 		}
