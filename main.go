@@ -67,6 +67,8 @@ type options struct {
 	// default, as profiles expose the process's internals.
 	pprofAddr string
 	zap       zap.Options
+	// skipNameValidation lets a test run a second manager in one process (no flag).
+	skipNameValidation bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -182,7 +184,7 @@ func managerOptions(o options) ctrl.Options {
 		LeaderElectionID:              "botpool-manager.botpool.dev",
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles},
+		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles, SkipNameValidation: &o.skipNameValidation},
 	}
 }
 
