@@ -84,6 +84,8 @@ type options struct {
 	callbackAllowPrivate bool
 	callbackAllowedCIDRs string
 	zap                  zap.Options
+	// skipNameValidation lets a test run a second manager in one process (no flag).
+	skipNameValidation bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -204,28 +206,7 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 	cfg.QPS = float32(o.kubeAPIQPS)
 	cfg.Burst = o.kubeAPIBurst
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: newScheme(),
-		// Cache only the slot token Secrets, never every Secret of the cluster: memory, and
-		// the least privilege an informer can have. Other Secrets (Coolify credentials) are
-		// read directly when needed.
-		Cache: cache.Options{
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Secret{}: {Label: botapi.TokenSecretSelector},
-			},
-			// Nothing reads managedFields, and they are a large share of every cached object:
-			// with ten thousand Bots, tens of MiB, and more to copy on every read that copies.
-			DefaultTransform: cache.TransformStripManagedFields(),
-		},
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress:        o.probeAddr,
-		PprofBindAddress:              o.pprofAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              "botpool-manager.botpool.dev",
-		LeaderElectionNamespace:       o.leaderElectionNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles},
-	})
+	mgr, err := ctrl.NewManager(cfg, managerOptions(o))
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
@@ -245,6 +226,32 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("adding readyz check: %w", err)
 	}
 	return mgr, nil
+}
+
+// managerOptions are the manager's settings from the flags.
+func managerOptions(o options) ctrl.Options {
+	return ctrl.Options{
+		Scheme: newScheme(),
+		Cache: cache.Options{
+			// Nothing reads managedFields, and they are a large share of every cached object:
+			// with ten thousand Bots, tens of MiB, and more to copy on every read that copies.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
+		// No Secret is ever cached: anyone who may create a Secret could otherwise fill the
+		// manager's memory, and an informer needs list and watch on every Secret. The few the
+		// manager reads (credentials, slotEnvFrom, its own token Secrets) are read from the API
+		// server when needed; this makes a Secret read through the manager's client do the same
+		// instead of starting an informer behind its back.
+		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "botpool-manager.botpool.dev",
+		LeaderElectionNamespace:       o.leaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles, SkipNameValidation: &o.skipNameValidation},
+	}
 }
 
 // openStore connects the store: Postgres when a database URL is given (migrated at start,

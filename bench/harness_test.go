@@ -157,7 +157,8 @@ func newScenario(b *testing.B, fl *fleet) *scenario {
 	if err := sc.c.Create(ctx, ns); err != nil {
 		b.Fatal(err)
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "coolify"},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "coolify",
+		Labels: map[string]string{v1.LabelAllowPoolUse: "true"}},
 		StringData: map[string]string{"url": sc.sim.URL, "token": simToken}}
 	if err := sc.c.Create(ctx, secret); err != nil {
 		b.Fatal(err)

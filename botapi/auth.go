@@ -3,59 +3,65 @@ package botapi
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
 // authenticate finds the slot whose token the request carries. Every failure is the same 401
-// so a caller learns nothing about which part was wrong.
+// so a caller learns nothing about which part was wrong. A client address that failed too
+// often is refused with 429 before any lookup (see authFailures).
 func (s *Server) authenticate(r *http.Request) (*v1.BotPoolSlot, error) {
+	from := clientKey(r.RemoteAddr)
+	if wait := s.authFailures.blocked(from, s.cfg.Clock.Now()); wait > 0 {
+		return nil, &apiError{code: http.StatusTooManyRequests, msg: "too many requests with invalid tokens from this address", retryAfter: wait}
+	}
+	slot, err := s.findSlot(r)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.code == http.StatusUnauthorized {
+		s.authFailures.failed(from, s.cfg.Clock.Now())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !s.allow(slot.UID) {
+		return nil, &apiError{code: http.StatusTooManyRequests, msg: "too many requests from this slot", retryAfter: time.Second}
+	}
+	return slot, nil
+}
+
+// findSlot finds the slot whose recorded token hash (status.tokenSHA256, written by the slot
+// controller alone) is the hash of the request's token.
+func (s *Server) findSlot(r *http.Request) (*v1.BotPoolSlot, error) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
 		return nil, errorf(http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <BOTPOOL_SLOT_TOKEN>")
 	}
 	invalid := errorf(http.StatusUnauthorized, "invalid token")
+	hash := TokenHash([]byte(token))
 
 	// Every bot calls through here, several times a minute each: the lookups read the cached
 	// objects without the defensive deep copy, which was most of a heartbeat's CPU. That is safe
 	// because nothing here changes what it reads, and an informer replaces cached objects rather
 	// than changing them; a caller that changes a bot copies it first (boundBot).
-	var secrets corev1.SecretList
-	if err := s.cfg.Cache.List(r.Context(), &secrets, client.MatchingFields{indexTokenHash: tokenHash([]byte(token))}, client.UnsafeDisableDeepCopy); err != nil {
+	var slots v1.BotPoolSlotList
+	if err := s.cfg.Cache.List(r.Context(), &slots, client.MatchingFields{indexTokenHash: hash}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
-	var secret *corev1.Secret
-	for i := range secrets.Items {
-		// The index lookup matched a hash; the comparison of the token itself is constant-time.
-		if subtle.ConstantTimeCompare(secrets.Items[i].Data[TokenKey], []byte(token)) == 1 {
-			secret = &secrets.Items[i]
-			break
-		}
-	}
-	if secret == nil {
+	// Two slots recording one hash is no token the operator issued (it issues each one fresh):
+	// someone copied a status. Neither is served.
+	if len(slots.Items) != 1 {
 		return nil, invalid
 	}
-	slot := &v1.BotPoolSlot{}
-	key := client.ObjectKey{Namespace: secret.Namespace, Name: secret.Labels[v1.LabelSlot]}
-	if err := s.cfg.Cache.Get(r.Context(), key, slot, client.UnsafeDisableDeepCopy); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, invalid // the Secret outlived its slot for a moment
-		}
-		return nil, err
-	}
-	if !metav1.IsControlledBy(secret, slot) {
-		return nil, invalid // a Secret of an earlier slot of the same name
-	}
-	if !s.allow(slot.UID) {
-		return nil, &apiError{code: http.StatusTooManyRequests, msg: "too many requests from this slot", retryAfter: time.Second}
+	slot := &slots.Items[0]
+	if subtle.ConstantTimeCompare([]byte(slot.Status.TokenSHA256), []byte(hash)) != 1 {
+		return nil, invalid
 	}
 	return slot, nil
 }

@@ -60,7 +60,7 @@ type fleetBot struct {
 	token string
 }
 
-// newFleet creates n slots, each with its token Secret and a bound bot, and waits until the
+// newFleet creates n slots, each with its token Secret, its hash and a bound bot, and waits until the
 // API's cache holds them all.
 func newFleet(tb testing.TB, ns string, n int) []fleetBot {
 	tb.Helper()
@@ -89,16 +89,21 @@ func newFleet(tb testing.TB, ns string, n int) []fleetBot {
 		tb.Fatal(err)
 	}
 	kubetest.Eventually(tb, 2*time.Minute, func() error {
-		var secrets corev1.SecretList
 		var slots v1.BotPoolSlotList
 		var bots v1.BotList
-		for _, l := range []client.ObjectList{&secrets, &slots, &bots} {
+		for _, l := range []client.ObjectList{&slots, &bots} {
 			if err := objCache.List(ctx, l, client.InNamespace(ns)); err != nil {
 				return err
 			}
 		}
-		if len(secrets.Items) != n || len(slots.Items) != n || len(bots.Items) != n {
-			return fmt.Errorf("the cache holds %d token Secrets, %d slots and %d bots of %d", len(secrets.Items), len(slots.Items), len(bots.Items), n)
+		withToken := 0
+		for i := range slots.Items {
+			if slots.Items[i].Status.TokenSHA256 != "" {
+				withToken++
+			}
+		}
+		if withToken != n || len(bots.Items) != n {
+			return fmt.Errorf("the cache holds %d slots with a token and %d bots of %d", withToken, len(bots.Items), n)
 		}
 		return nil
 	})
@@ -130,6 +135,10 @@ func createBoundBot(ctx context.Context, ns string, i int) (fleetBot, error) {
 		return fleetBot{}, err
 	}
 	if err := env.Client.Create(ctx, secret); err != nil {
+		return fleetBot{}, err
+	}
+	s.Status.TokenSHA256 = TokenHash([]byte(token))
+	if err := env.Client.Status().Update(ctx, s); err != nil {
 		return fleetBot{}, err
 	}
 	return fleetBot{name: name, uid: b.UID, token: token}, nil

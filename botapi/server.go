@@ -3,8 +3,9 @@
 // the containers; every replica of the manager serves this API (it needs no leadership), and
 // heartbeats go to the store, not to the API server.
 //
-// Auth is a per-slot bearer token kept in a Secret owned by the slot: it authorizes only the
-// bot currently bound to that slot.
+// Auth is a per-slot bearer token the slot controller issued (kept in a Secret owned by the
+// slot, its hash recorded in the slot's status): it authorizes only the bot currently bound to
+// that slot.
 package botapi
 
 import (
@@ -20,12 +21,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
@@ -63,10 +62,12 @@ type Config struct {
 	// SlotRate and SlotBurst limit the requests of one slot's container (default 20/s, 40).
 	SlotRate  rate.Limit
 	SlotBurst int
+	// AuthFailureRate and AuthFailureBurst limit the failed authentications of one client
+	// address (an IPv6 /64); past them every request from it gets 429 until the budget
+	// refills (default 1/s, 30).
+	AuthFailureRate  rate.Limit
+	AuthFailureBurst int
 }
-
-// TokenSecretSelector selects the slot token Secrets: the manager's cache holds only these.
-var TokenSecretSelector = labels.SelectorFromSet(labels.Set{v1.LabelSlotToken: "true"})
 
 // Server is the bot API.
 type Server struct {
@@ -75,6 +76,10 @@ type Server struct {
 
 	mu       sync.Mutex
 	limiters map[types.UID]*rate.Limiter
+
+	// authFailures is checked before a request's token is: unauthenticated callers meet a
+	// limit too, not only the slots.
+	authFailures *failureLimiter
 }
 
 // New returns a server; call Start (or use Handler) to serve.
@@ -85,10 +90,14 @@ func New(cfg Config) *Server {
 	if cfg.SlotRate <= 0 {
 		cfg.SlotRate, cfg.SlotBurst = 20, 40
 	}
+	if cfg.AuthFailureRate <= 0 {
+		cfg.AuthFailureRate, cfg.AuthFailureBurst = 1, 30
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{}}
+	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{},
+		authFailures: newFailureLimiter(cfg.AuthFailureRate, cfg.AuthFailureBurst)}
 }
 
 // Handler returns the API's routes.

@@ -37,10 +37,7 @@ var (
 func TestMain(m *testing.M) {
 	kubetest.Main(m, func(e *kubetest.Env) {
 		env = e
-		c, err := cache.New(e.Config, cache.Options{
-			Scheme:   e.Scheme,
-			ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: TokenSecretSelector}},
-		})
+		c, err := cache.New(e.Config, cache.Options{Scheme: e.Scheme})
 		if err != nil {
 			panic(err)
 		}
@@ -122,7 +119,8 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	return h
 }
 
-// slotFixture is a slot with its application, token Secret and (optionally) a bound bot.
+// slotFixture is a slot with its application, token (its Secret, its hash in the status) and
+// (optionally) a bound bot.
 type slotFixture struct {
 	slot  *v1.BotPoolSlot
 	token string
@@ -134,10 +132,10 @@ func (h *harness) slot(name string) *slotFixture {
 	ctx := context.Background()
 	s := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name}, Spec: v1.BotPoolSlotSpec{Pool: "pool"}}
 	must(h.t, env.Client.Create(ctx, s))
-	s.Status = v1.BotPoolSlotStatus{Phase: v1.SlotIdle, ApplicationUUID: "app-" + name + "-" + h.ns}
-	must(h.t, env.Client.Status().Update(ctx, s))
 	token, err := NewToken()
 	must(h.t, err)
+	s.Status = v1.BotPoolSlotStatus{Phase: v1.SlotIdle, ApplicationUUID: "app-" + name + "-" + h.ns, TokenSHA256: TokenHash([]byte(token))}
+	must(h.t, env.Client.Status().Update(ctx, s))
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: TokenSecretName(name),
 			Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: name}},
@@ -146,17 +144,7 @@ func (h *harness) slot(name string) *slotFixture {
 	must(h.t, controllerutil.SetControllerReference(s, secret, env.Scheme))
 	must(h.t, env.Client.Create(ctx, secret))
 	f := &slotFixture{slot: s, token: token, app: s.Status.ApplicationUUID}
-	h.eventually(func() error { // the cache has seen the slot's status and Secret
-		var got v1.BotPoolSlot
-		if err := objCache.Get(ctx, client.ObjectKeyFromObject(s), &got); err != nil || got.Status.ApplicationUUID == "" {
-			return fmt.Errorf("slot not in cache yet: %w", err)
-		}
-		var secrets corev1.SecretList
-		if err := objCache.List(ctx, &secrets, client.MatchingFields{indexTokenHash: tokenHash([]byte(token))}); err != nil || len(secrets.Items) != 1 {
-			return fmt.Errorf("token Secret not in cache yet (%d found): %w", len(secrets.Items), err)
-		}
-		return nil
-	})
+	h.synced(s) // the cache has seen the slot's status
 	return f
 }
 

@@ -7,22 +7,23 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
-// A slot's token lives in a Secret owned by the slot, named SecretName(slot), labelled with
-// v1alpha1.LabelSlotToken and v1alpha1.LabelSlot, under the key TokenKey. The slot controller
-// creates it; the bot API finds it by the token's hash through a cache index.
+// A slot's token lives in a Secret owned by the slot, named TokenSecretName(slot), labelled with
+// v1alpha1.LabelSlotToken and v1alpha1.LabelSlot, under the key TokenKey; the slot controller
+// creates it and records the token's SHA-256 in the slot's status.tokenSHA256. The bot API
+// finds the slot by that hash through a cache index and never reads Secrets: a Secret anyone
+// else wrote, whatever its labels and owner references, authenticates nothing.
 const (
 	// TokenKey is the Secret key holding the token.
 	TokenKey = "token"
 	// tokenPrefix makes leaked tokens recognisable to secret scanners.
 	tokenPrefix = "bpt_"
 
-	indexTokenHash = "botpool.dev/token-sha256"
+	indexTokenHash = "status.tokenSHA256"
 	indexAppUUID   = "status.applicationUUID"
 )
 
@@ -38,14 +39,15 @@ func NewToken() (string, error) {
 	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-func tokenHash(token []byte) string {
+// TokenHash is the hex SHA-256 of a token, as recorded in a slot's status.tokenSHA256.
+func TokenHash(token []byte) string {
 	sum := sha256.Sum256(token)
 	return hex.EncodeToString(sum[:])
 }
 
 // IndexFields registers the cache indexes the bot API looks things up by: slots by their
-// application uuid and token Secrets by the hash of their token. Call it before the cache
-// starts.
+// application uuid and by the hash of the token the operator issued them. Call it before the
+// cache starts.
 func IndexFields(ctx context.Context, indexer client.FieldIndexer) error {
 	if err := indexer.IndexField(ctx, &v1.BotPoolSlot{}, indexAppUUID, func(o client.Object) []string {
 		if uuid := o.(*v1.BotPoolSlot).Status.ApplicationUUID; uuid != "" {
@@ -55,11 +57,10 @@ func IndexFields(ctx context.Context, indexer client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
-	return indexer.IndexField(ctx, &corev1.Secret{}, indexTokenHash, func(o client.Object) []string {
-		s := o.(*corev1.Secret)
-		if s.Labels[v1.LabelSlotToken] != "true" || len(s.Data[TokenKey]) == 0 {
-			return nil
+	return indexer.IndexField(ctx, &v1.BotPoolSlot{}, indexTokenHash, func(o client.Object) []string {
+		if h := o.(*v1.BotPoolSlot).Status.TokenSHA256; h != "" {
+			return []string{h}
 		}
-		return []string{tokenHash(s.Data[TokenKey])}
+		return nil
 	})
 }

@@ -179,6 +179,8 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 		s.stalled = v1.ReasonCredentialsNotFound
 	case errors.Is(err, errCredentialsInvalid):
 		s.stalled = v1.ReasonCredentialsInvalid
+	case errors.Is(err, errCredentialsNotAllowed):
+		s.stalled = v1.ReasonCredentialsNotAllowed
 	case errors.Is(err, coolify.ErrUnauthorized):
 		s.stalled = v1.ReasonCredentialsRejected
 	case errors.Is(err, coolify.ErrAPIDisabled):

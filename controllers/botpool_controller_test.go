@@ -156,6 +156,7 @@ func TestPoolStallsOnCredentialProblems(t *testing.T) {
 	}{
 		{fmt.Errorf("%w: coolify", errCredentialsNotFound), v1.ReasonCredentialsNotFound},
 		{fmt.Errorf("%w: no token", errCredentialsInvalid), v1.ReasonCredentialsInvalid},
+		{fmt.Errorf("%w: no opt-in label", errCredentialsNotAllowed), v1.ReasonCredentialsNotAllowed},
 		{fmt.Errorf("get-version: %w", coolify.ErrUnauthorized), v1.ReasonCredentialsRejected},
 		{fmt.Errorf("get-version: %w", coolify.ErrAPIDisabled), v1.ReasonAPIDisabled},
 	}

@@ -56,6 +56,9 @@ func stalledMessage(s *poolScope) string {
 	switch s.stalled {
 	case v1.ReasonCredentialsNotFound:
 		return "Secret " + secret + " with the keys url and token does not exist in this namespace"
+	case v1.ReasonCredentialsNotAllowed:
+		return "Secret " + secret + " lacks the label " + v1.LabelAllowPoolUse + "=true, which lets BotPools send its data to Coolify; if that is what it is for, run: " +
+			allowCommand(s.pool.Namespace, secret)
 	case v1.ReasonCredentialsInvalid:
 		return "Secret " + secret + " must hold a Coolify base URL under url and an API token under token"
 	case v1.ReasonCredentialsRejected:

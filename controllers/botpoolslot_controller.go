@@ -207,6 +207,11 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}()
 
+	// Before anything that may wait on Coolify: a slot made before slots recorded their token's
+	// hash has running containers whose every call is refused until it does.
+	if err := r.backfillTokenHash(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	// Releasing a finished bot's slot needs only the API server: never wait on Coolify for it.
 	if released, err := r.releaseOrphan(ctx, s); err != nil || released {
 		return ctrl.Result{}, err
@@ -268,6 +273,8 @@ func unreachableReason(err error) string {
 		return v1.ReasonCredentialsNotFound
 	case errors.Is(err, errCredentialsInvalid):
 		return v1.ReasonCredentialsInvalid
+	case errors.Is(err, errCredentialsNotAllowed):
+		return v1.ReasonCredentialsNotAllowed
 	}
 	return v1.ReasonCoolifyUnreachable
 }
@@ -279,6 +286,8 @@ const (
 	reasonRequestRefused = "RequestRefused"
 	// reasonSlotEnvNotFound: the pool's slotEnvFrom Secret does not exist.
 	reasonSlotEnvNotFound = "SlotEnvSecretNotFound"
+	// reasonSlotEnvNotAllowed: the slotEnvFrom Secret lacks the label v1.LabelAllowPoolUse.
+	reasonSlotEnvNotAllowed = "SlotEnvSecretNotAllowed"
 )
 
 // errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
@@ -300,6 +309,10 @@ func needsPerson(err error) (reason string, ok bool) {
 		return reasonRequestRefused, true
 	case errors.Is(err, errSlotEnvNotFound):
 		return reasonSlotEnvNotFound, true
+	case errors.Is(err, errCredentialsNotAllowed):
+		return v1.ReasonCredentialsNotAllowed, true
+	case errors.Is(err, errSecretNotAllowed): // the only other Secret a slot reads
+		return reasonSlotEnvNotAllowed, true
 	}
 	return "", false
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -213,6 +214,9 @@ func TestSlotLifecycle(t *testing.T) {
 	if app.Name != idle.Name || app.Env["POOL_SLOT_UUID"] != app.UUID || app.Env["BOTPOOL_API_URL"] == "" ||
 		app.Env["BOTPOOL_SLOT_TOKEN"] == "" || len(app.Tags) != 1 || app.Tags[0] != sc.tag() {
 		t.Errorf("application %+v: want the slot's name, tag and env", app)
+	}
+	if idle.Status.TokenSHA256 != botapi.TokenHash([]byte(app.Env["BOTPOOL_SLOT_TOKEN"])) {
+		t.Errorf("the slot records token hash %q, not the hash of the token in its env", idle.Status.TokenSHA256)
 	}
 	if app.Description != marked("[IDLE] Available - never used", ownerMark(sc.tag(), sc.pool)) {
 		t.Errorf("description %q", app.Description)
@@ -677,13 +681,24 @@ func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
 		}
 	}
 	sc.slot("Stalled "+reasonSlotEnvNotFound, stalledFor(reasonSlotEnvNotFound))
-	if err := env.Client.Create(ctx, &corev1.Secret{
+	// Without the opt-in label the Secret is refused, and the slot says how to opt in.
+	botEnv := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "bot-env"},
 		StringData: map[string]string{"LOG_LEVEL": "debug"},
-	}); err != nil {
+	}
+	if err := env.Client.Create(ctx, botEnv); err != nil {
 		t.Fatal(err)
 	}
 	sc.nudge() // a stalled slot looks again every stalledRetry of real time: do not wait for it
+	refused := sc.slot("Stalled "+reasonSlotEnvNotAllowed, stalledFor(reasonSlotEnvNotAllowed))
+	if c := meta.FindStatusCondition(refused.Status.Conditions, v1.ConditionStalled); !strings.Contains(c.Message, allowCommand(sc.ns, "bot-env")) {
+		t.Errorf("Stalled message %q does not say the command that opts in", c.Message)
+	}
+	botEnv.Labels = map[string]string{v1.LabelAllowPoolUse: "true"}
+	if err := env.Client.Update(ctx, botEnv); err != nil {
+		t.Fatal(err)
+	}
+	sc.nudge()
 	idle := sc.phase(v1.SlotIdle)
 	if meta.FindStatusCondition(idle.Status.Conditions, v1.ConditionStalled) != nil {
 		t.Errorf("an Idle slot still says Stalled: %+v", idle.Status.Conditions)

@@ -97,40 +97,85 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 	return uuid, nil
 }
 
-// ensureToken returns the slot's bot API token, creating its Secret on first use.
+// ensureToken returns the slot's bot API token, issuing a new one when the slot has none it
+// can trust: it records the hash of the token it issues in status.tokenSHA256, and the bot
+// API accepts that token alone. The Secret only keeps the token for the next time the
+// application's env is set; it is read past the cache (the manager caches no Secrets) and
+// served only while it still holds the token whose hash the slot recorded, so a Secret someone
+// else wrote or changed is replaced, never believed.
 func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name)}
-	err := r.Client.Get(ctx, key, secret)
-	if err == nil && !metav1.IsControlledBy(secret, slot) {
-		// Left by an earlier slot of the same name (a retired slot the pool replaced): its
-		// token must not serve this slot, and garbage collection will delete it anyway.
+	err := r.APIReader.Get(ctx, key, secret)
+	switch {
+	case err == nil && issuedToken(slot, secret):
+		return string(secret.Data[botapi.TokenKey]), nil
+	case err == nil:
+		// Left by an earlier slot of the same name (a retired slot the pool replaced), written
+		// by someone else, or created by this controller before a crash kept it from recording
+		// the hash: its token must not serve this slot. The next one is issued while no
+		// container has the old one (the application's env is set after this).
 		uid := secret.UID
 		if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return "", fmt.Errorf("deleting a stale token Secret: %w", err)
+			return "", fmt.Errorf("deleting a token Secret the slot did not record: %w", err)
 		}
-		secret, err = &corev1.Secret{}, apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
-	}
-	if apierrors.IsNotFound(err) {
-		token, terr := botapi.NewToken()
-		if terr != nil {
-			return "", terr
-		}
-		secret.Namespace, secret.Name = key.Namespace, key.Name
-		secret.Labels = map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: slot.Name, v1.LabelPool: slot.Spec.Pool}
-		secret.Data = map[string][]byte{botapi.TokenKey: []byte(token)}
-		if err := controllerutil.SetControllerReference(slot, secret, r.Client.Scheme()); err != nil {
-			return "", err
-		}
-		err = r.Client.Create(ctx, secret)
-		if apierrors.IsAlreadyExists(err) { // the stale one is still being deleted: try again
-			return "", fmt.Errorf("slot token Secret %s exists already: %w", key.Name, err)
-		}
-	}
-	if err != nil {
+	case !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("slot token Secret: %w", err)
 	}
-	return string(secret.Data[botapi.TokenKey]), nil
+	token, err := botapi.NewToken()
+	if err != nil {
+		return "", err
+	}
+	secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: slot.Name, v1.LabelPool: slot.Spec.Pool}},
+		Data: map[string][]byte{botapi.TokenKey: []byte(token)}}
+	if err := controllerutil.SetControllerReference(slot, secret, r.Client.Scheme()); err != nil {
+		return "", err
+	}
+	if err := r.Client.Create(ctx, secret); err != nil {
+		// AlreadyExists: the replaced one is still being deleted; the next pass tries again.
+		return "", fmt.Errorf("creating slot token Secret %s: %w", key.Name, err)
+	}
+	slot.Status.TokenSHA256 = botapi.TokenHash([]byte(token))
+	return token, nil
+}
+
+// issuedToken reports whether secret holds the token whose hash the slot recorded.
+func issuedToken(slot *v1.BotPoolSlot, secret *corev1.Secret) bool {
+	tok := secret.Data[botapi.TokenKey]
+	return slot.Status.TokenSHA256 != "" && len(tok) > 0 && metav1.IsControlledBy(secret, slot) &&
+		botapi.TokenHash(tok) == slot.Status.TokenSHA256
+}
+
+// backfillTokenHash records the hash of the token of a slot made before slots recorded one
+// (an upgrade): its containers run with the token of its Secret, which cannot change under
+// them, so the Secret is believed once — if it is the one this controller names, labels and
+// controls through the slot. A slot that records a hash, or never got an application (so no
+// container has a token yet; create issues one), needs nothing.
+//
+// A legacy slot whose Secret is missing or foreign gets no hash and its containers no access
+// (as before, when the bot API looked the Secret up); a free one goes back through create,
+// which issues a token and sets it in the application's env before any bot deploys.
+func (r *BotPoolSlotReconciler) backfillTokenHash(ctx context.Context, s *slotScope) error {
+	slot := s.slot
+	if slot.Status.TokenSHA256 != "" || slot.Status.ApplicationUUID == "" || !slot.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name)}, secret)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading the slot's token Secret: %w", err)
+	}
+	tok := secret.Data[botapi.TokenKey]
+	if err == nil && len(tok) > 0 && metav1.IsControlledBy(secret, slot) &&
+		secret.Labels[v1.LabelSlotToken] == "true" && secret.Labels[v1.LabelSlot] == slot.Name {
+		slot.Status.TokenSHA256 = botapi.TokenHash(tok)
+		return nil
+	}
+	if slot.Status.Phase == v1.SlotIdle && slot.Spec.BotRef == nil {
+		r.moveTo(s, v1.SlotCreating, "", "Issuing a new bot API token: the slot's token Secret is missing or not the operator's")
+	}
+	return nil
 }
 
 // slotEnv is the environment of every container of the slot.
@@ -143,6 +188,9 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 				return nil, fmt.Errorf("the pool's slotEnvFrom Secret %s: %w", ref.Name, errSlotEnvNotFound)
 			}
 			return nil, fmt.Errorf("slotEnvFrom Secret %s: %w", ref.Name, err)
+		}
+		if err := allowedForPools(&secret); err != nil {
+			return nil, fmt.Errorf("the pool's slotEnvFrom: %w", err)
 		}
 		for k, v := range secret.Data {
 			env[k] = string(v)

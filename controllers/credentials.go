@@ -27,6 +27,8 @@ const (
 var (
 	errCredentialsNotFound = errors.New("credentials Secret not found")
 	errCredentialsInvalid  = errors.New("credentials Secret incomplete")
+	// errCredentialsNotAllowed: the Secret lacks the opt-in label (see allowedForPools).
+	errCredentialsNotAllowed = errors.New("credentials Secret not allowed")
 )
 
 // Connector gives a controller the Coolify API of a pool.
@@ -81,6 +83,9 @@ func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (coolif
 			return nil, fmt.Errorf("%w: %s", errCredentialsNotFound, key.Name)
 		}
 		return nil, fmt.Errorf("reading credentials Secret %s: %w", key.Name, err)
+	}
+	if err := allowedForPools(&secret); err != nil {
+		return nil, fmt.Errorf("%w: %w", errCredentialsNotAllowed, err)
 	}
 	url, token := string(secret.Data[credentialsURLKey]), string(secret.Data[credentialsTokenKey])
 	if url == "" || token == "" {

@@ -8,7 +8,10 @@
 // +kubebuilder:rbac:groups=botpool.dev,resources=bots;botpoolslots;botpools,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=botpool.dev,resources=bots/status;botpoolslots/status;botpools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=botpool.dev,resources=bots/finalizers;botpoolslots/finalizers;botpools/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// Secrets: get (credentials, slotEnvFrom and the slots' own token Secrets, each read past the
+// cache: the manager caches no Secrets, so needs no list or watch), create and delete (a
+// slot's token Secret; a token is replaced, never updated).
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 package controllers

@@ -86,6 +86,7 @@ type BotPoolSpec struct {
 
 	// SlotEnvFrom names a Secret in the pool's namespace whose keys become environment
 	// variables of every slot's container (set once, when the slot's application is created).
+	// The Secret must carry the label botpool.dev/allow-pool-use=true, or the slots stall.
 	// +optional
 	SlotEnvFrom *SecretReference `json:"slotEnvFrom,omitempty"`
 
@@ -106,7 +107,8 @@ type BotPoolSpec struct {
 type CoolifyPlacement struct {
 	// CredentialsSecretRef names a Secret in the pool's namespace with the keys `url` (the
 	// Coolify base URL, e.g. https://coolify.example.com) and `token` (an API token with the
-	// read, write and deploy abilities).
+	// read, write and deploy abilities). The Secret must carry the label
+	// botpool.dev/allow-pool-use=true, or the pool stalls.
 	// +required
 	CredentialsSecretRef SecretReference `json:"credentialsSecretRef"`
 

@@ -91,6 +91,12 @@ type BotPoolSlotStatus struct {
 	// application is deleted once the bot left or leaveGracePeriod passed.
 	// +optional
 	DrainingSince *metav1.Time `json:"drainingSince,omitempty"`
+	// TokenSHA256 is the hex SHA-256 of the bot API token the operator issued to this slot's
+	// containers (kept in the Secret <slot>-token). Written by the slot controller only; the
+	// bot API accepts exactly the token with this hash, never another Secret's.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	TokenSHA256 string `json:"tokenSHA256,omitempty"`
 
 	// DeploymentUUID is the Coolify deployment in flight or last run.
 	// +optional

@@ -41,6 +41,8 @@ const (
 	ReasonCredentialsNotFound = "CredentialsSecretNotFound"
 	// ReasonCredentialsInvalid: the credentials Secret lacks `url` or `token`, or the URL is bad.
 	ReasonCredentialsInvalid = "CredentialsSecretInvalid"
+	// ReasonCredentialsNotAllowed: the credentials Secret lacks the label LabelAllowPoolUse.
+	ReasonCredentialsNotAllowed = "CredentialsSecretNotAllowed"
 	// ReasonCredentialsRejected: Coolify refused the token (401).
 	ReasonCredentialsRejected = "CredentialsRejected"
 	// ReasonAPIDisabled: the Coolify API is switched off (Settings → Advanced → API Access).

@@ -20,8 +20,8 @@ import (
 
 // informerCache is the manager's cache as the reconcilers see it: every object at a version
 // the API server had, never older than a version it showed before, but possibly behind the
-// newest — per object, as informers deliver events. Like the manager's, it holds Secrets only
-// when they carry the slot-token label. Its indexes are the controllers' and the bot API's own
+// newest — per object, as informers deliver events. Like the manager's, it holds no Secrets.
+// Its indexes are the controllers' and the bot API's own
 // (registered through client.FieldIndexer).
 type informerCache struct {
 	api *apiServer
@@ -48,11 +48,8 @@ func (c *informerCache) IndexField(_ context.Context, obj client.Object, field s
 	return nil
 }
 
-func cached(k objKey, o client.Object) bool {
-	if k.kind != kindSecret {
-		return true
-	}
-	return o.GetLabels()[v1.LabelSlotToken] == "true"
+func cached(k objKey, _ client.Object) bool {
+	return k.kind != kindSecret
 }
 
 // sync brings one object to the API server's current version (or drops it).

@@ -1,0 +1,105 @@
+package botapi
+
+import (
+	"math"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// maxFailureKeys bounds the per-address failure limiters: past it, addresses without one share
+// a single overflow limiter, so a caller spraying addresses (an IPv6 range) costs memory for a
+// bounded number of them and still meets a limit.
+const maxFailureKeys = 16384
+
+// failureLimiter limits failed authentications per client address. It counts only failures:
+// many bots may call from one address (every container of a Coolify server, or a load
+// balancer's), and their valid requests must not use up each other's budget. Once an address's
+// failures exceed the budget, every request from it is refused with 429 before the token is
+// looked at, until the budget refills.
+type failureLimiter struct {
+	rate  rate.Limit
+	burst int
+
+	mu       sync.Mutex
+	byKey    map[string]*rate.Limiter
+	overflow *rate.Limiter
+}
+
+func newFailureLimiter(r rate.Limit, burst int) *failureLimiter {
+	return &failureLimiter{rate: r, burst: burst, byKey: map[string]*rate.Limiter{}, overflow: rate.NewLimiter(r, burst)}
+}
+
+// lookup returns the key's limiter, or the overflow one when the map is full; with create, a
+// new key gets its own limiter while there is room. Call with mu held.
+func (f *failureLimiter) lookup(key string, now time.Time, create bool) *rate.Limiter {
+	if l, ok := f.byKey[key]; ok {
+		return l
+	}
+	if len(f.byKey) >= maxFailureKeys {
+		// A full bucket holds no state a fresh one would not.
+		for k, l := range f.byKey {
+			if l.TokensAt(now) >= float64(f.burst) {
+				delete(f.byKey, k)
+			}
+		}
+		if len(f.byKey) >= maxFailureKeys {
+			return f.overflow
+		}
+	}
+	if !create {
+		return nil
+	}
+	l := rate.NewLimiter(f.rate, f.burst)
+	f.byKey[key] = l
+	return l
+}
+
+// blocked returns how long requests from key must wait, or 0 when they may be served.
+func (f *failureLimiter) blocked(key string, now time.Time) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.lookup(key, now, false)
+	if l == nil {
+		return 0
+	}
+	tokens := l.TokensAt(now)
+	if tokens >= 1 {
+		return 0
+	}
+	// Whole seconds, at least one: Retry-After has no finer unit, and 0 would invite a retry
+	// that is refused again.
+	secs := math.Ceil((1 - tokens) / float64(f.rate))
+	return time.Duration(max(secs, 1)) * time.Second
+}
+
+// failed records a failed authentication from key.
+func (f *failureLimiter) failed(key string, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookup(key, now, true).AllowN(now, 1)
+}
+
+// clientKey is the address a request's failures are counted under: the peer's IP, with IPv6
+// addresses grouped by their /64 (one host usually owns a whole /64 and could change
+// addresses within it at will). The peer is the TCP peer: X-Forwarded-For is the caller's to
+// write and not trusted.
+func clientKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}

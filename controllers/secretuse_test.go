@@ -1,0 +1,91 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+)
+
+// TestCredentialsSecretNeedsOptIn: a pool may use a credentials Secret only when the Secret
+// carries the opt-in label; the refusal names the exact command that opts in.
+func TestCredentialsSecretNeedsOptIn(t *testing.T) {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "coolify"},
+		Data: map[string][]byte{"url": []byte("https://coolify.example.com"), "token": []byte("1|abc")}}
+	c := fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(secret).Build()
+	conn := &SecretConnector{Reader: c, Registry: coolify.NewRegistry(1000), Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), RefreshAfter: time.Minute}
+	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pool"},
+		Spec: v1.BotPoolSpec{Coolify: v1.CoolifyPlacement{CredentialsSecretRef: v1.SecretReference{Name: "coolify"}}}}
+
+	_, err := conn.ForPool(context.Background(), pool)
+	if !errors.Is(err, errCredentialsNotAllowed) {
+		t.Fatalf("an unlabelled credentials Secret: %v, want errCredentialsNotAllowed", err)
+	}
+	const cmd = "kubectl label secret coolify -n team botpool.dev/allow-pool-use=true"
+	if !strings.Contains(err.Error(), cmd) {
+		t.Errorf("error %q does not say the command %q", err, cmd)
+	}
+	if msg := stalledMessage(&poolScope{pool: pool, stalled: v1.ReasonCredentialsNotAllowed}); !strings.Contains(msg, cmd) {
+		t.Errorf("the pool's Stalled message %q does not say the command %q", msg, cmd)
+	}
+	if reason := unreachableReason(err); reason != v1.ReasonCredentialsNotAllowed {
+		t.Errorf("the slot's reason: %s, want %s", reason, v1.ReasonCredentialsNotAllowed)
+	}
+
+	secret.Labels = map[string]string{v1.LabelAllowPoolUse: "true"}
+	if err := c.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ForPool(context.Background(), pool); err != nil {
+		t.Errorf("a labelled credentials Secret: %v", err)
+	}
+}
+
+// TestSlotEnvSecretNeedsOptIn: a slotEnvFrom Secret without the opt-in label never reaches a
+// container's env; the slot stalls with its own reason and the command that opts in.
+func TestSlotEnvSecretNeedsOptIn(t *testing.T) {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "db-password"},
+		Data: map[string][]byte{"PASSWORD": []byte("hunter2")}}
+	c := fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(secret).Build()
+	r := &BotPoolSlotReconciler{Client: c, APIReader: c}
+	s := &slotScope{
+		slot: &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pool-zoom-001"}},
+		pool: &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pool"},
+			Spec: v1.BotPoolSpec{SlotEnvFrom: &v1.SecretReference{Name: "db-password"}}},
+	}
+	vars, err := r.slotEnv(context.Background(), s, "bpt_x")
+	if err == nil {
+		t.Fatalf("an unlabelled slotEnvFrom Secret reached the env: %v", vars)
+	}
+	if reason, ok := needsPerson(err); !ok || reason != reasonSlotEnvNotAllowed {
+		t.Errorf("reason %q (needs a person: %v), want %s", reason, ok, reasonSlotEnvNotAllowed)
+	}
+	if cmd := "kubectl label secret db-password -n team botpool.dev/allow-pool-use=true"; !strings.Contains(err.Error(), cmd) {
+		t.Errorf("error %q does not say the command %q", err, cmd)
+	}
+
+	secret.Labels = map[string]string{v1.LabelAllowPoolUse: "true"}
+	if err := c.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	vars, err = r.slotEnv(context.Background(), s, "bpt_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range vars {
+		found = found || (e.Key == "PASSWORD" && e.Value == "hunter2")
+	}
+	if !found {
+		t.Errorf("a labelled Secret's keys are not in the env: %v", vars)
+	}
+}

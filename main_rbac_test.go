@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi"
+	"botpool.dev/botpool/internal/kubetest"
+)
+
+// managerRole is config/rbac/role.yaml, the ClusterRole generated from the RBAC markers.
+func managerRole(t *testing.T) *rbacv1.ClusterRole {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(data, &role); err != nil {
+		t.Fatal(err)
+	}
+	return &role
+}
+
+// TestSecretVerbs: the manager may get Secrets and create and delete its slots' token Secrets;
+// nothing more. No list or watch (it caches no Secret), no update or patch (a token is
+// replaced, never changed).
+func TestSecretVerbs(t *testing.T) {
+	var verbs []string
+	for _, r := range managerRole(t).Rules {
+		if slices.Contains(r.APIGroups, "") && (slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*")) {
+			verbs = append(verbs, r.Verbs...)
+		}
+	}
+	slices.Sort(verbs)
+	if want := []string{"create", "delete", "get"}; !slices.Equal(verbs, want) {
+		t.Errorf("Secret verbs %v, want %v", verbs, want)
+	}
+}
+
+// TestManagerCachesNoSecrets: the manager's client reads Secrets from the API server, never
+// through an informer (which would hold every Secret it may see, and need list and watch).
+func TestManagerCachesNoSecrets(t *testing.T) {
+	o := managerOptions(options{})
+	if _, ok := o.Cache.ByObject[&corev1.Secret{}]; ok {
+		t.Error("the cache options configure an informer for Secrets")
+	}
+	for obj := range o.Cache.ByObject {
+		if _, ok := obj.(*corev1.Secret); ok {
+			t.Error("the cache options configure an informer for Secrets")
+		}
+	}
+	if o.Client.Cache == nil || !slices.ContainsFunc(o.Client.Cache.DisableFor, func(obj client.Object) bool {
+		_, ok := obj.(*corev1.Secret)
+		return ok
+	}) {
+		t.Error("the manager's client would read Secrets through the cache, starting an informer")
+	}
+}
+
+// TestManagerRunsWithItsRole runs the whole manager as a user bound to exactly the generated
+// ClusterRole: it must become ready (an informer on Secrets could not sync without list and
+// watch) and authenticate bots by the token hash their slot records.
+func TestManagerRunsWithItsRole(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	user := "botpool-manager-" + ns
+	role := managerRole(t)
+	role.ObjectMeta = metav1.ObjectMeta{Name: user}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
+	for _, obj := range []client.Object{role, binding} {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
+	}
+
+	// A slot whose token the manager would have issued.
+	token, err := botapi.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool-zoom-001"}, Spec: v1.BotPoolSlotSpec{Pool: "absent"}}
+	if err := env.Client.Create(ctx, slot); err != nil {
+		t.Fatal(err)
+	}
+	slot.Status = v1.BotPoolSlotStatus{ApplicationUUID: "app-" + ns, TokenSHA256: botapi.TokenHash([]byte(token))}
+	if err := env.Client.Status().Update(ctx, slot); err != nil {
+		t.Fatal(err)
+	}
+
+	probeAddr, botAPIAddr := freeAddr(t), freeAddr(t)
+	o, err := parseFlags([]string{"--leader-elect=false", "--health-probe-bind-address=" + probeAddr,
+		"--metrics-bind-address=0", "--bot-api-bind-address=" + botAPIAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.skipNameValidation = true // TestManagerServesProbes runs one in this process too
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, cfg, o) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("manager did not stop within 30s")
+		}
+	})
+
+	kubetest.Eventually(t, 60*time.Second, func() error {
+		resp, err := http.Get("http://" + probeAddr + "/readyz")
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz answered %d", resp.StatusCode)
+		}
+		return nil
+	})
+	call := func(tok string) (int, error) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+botAPIAddr+"/v1/slots/app-"+ns+"/config", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		if code, err := call(token); err != nil || code != http.StatusNotFound {
+			return fmt.Errorf("the slot's token: %d, %v; want 404 (no bot bound)", code, err)
+		}
+		return nil
+	})
+	if code, err := call("bpt_forged"); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d, %v; want 401", code, err)
+	}
+}
