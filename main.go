@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"time"
@@ -38,6 +39,7 @@ import (
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/cachelag"
+	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
 	"botpool.dev/botpool/store/postgres"
@@ -61,6 +63,16 @@ type options struct {
 	botAPIURL string
 	// coolifyRateLimit is requests per minute per Coolify user, shared by all its pools.
 	coolifyRateLimit int
+	// coolifyMaxInFlight bounds the requests in flight to one Coolify instance, so a slow or
+	// black-holed instance holds at most that many reconciles.
+	coolifyMaxInFlight int
+	// reconcileTimeout bounds every reconcile; nothing may hold a worker for longer.
+	reconcileTimeout time.Duration
+	// coolifyAllowPrivate lets Coolify URLs reach private ranges (RFC 1918, fc00::/7,
+	// 100.64.0.0/10); egressAllowedCIDRs are exceptions to the egress policy.
+	coolifyAllowPrivate bool
+	egressAllowedCIDRs  string
+	egressAllowed       []netip.Prefix
 	// scheduleLead is how long before its startTime a scheduled bot joins the queue.
 	scheduleLead time.Duration
 	// pprofAddr serves net/http/pprof when set: for profiling (the benchmarks use it); off by
@@ -85,11 +97,19 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.botAPIURL, "bot-api-url", "http://botpool-bot-api.botpool-system.svc:8082", "URL bot containers reach the bot API at; set as BOTPOOL_API_URL on every slot's application.")
 	fs.DurationVar(&o.scheduleLead, "schedule-lead", 2*time.Minute, "How long before its startTime a scheduled Bot joins the queue, so its slot is warm when the meeting starts.")
 	fs.IntVar(&o.coolifyRateLimit, "coolify-rate-limit", coolify.DefaultRateLimit, "Requests per minute to one Coolify instance per URL and token, shared by all pools using them (Coolify's own limit is 200 per user).")
+	fs.IntVar(&o.coolifyMaxInFlight, "coolify-max-in-flight", coolify.DefaultMaxInFlight, "Requests in flight at once to one Coolify instance (base URL), whatever the token; more calls fail fast and are requeued, so one slow instance cannot hold every reconcile.")
+	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", time.Minute, "Longest one reconcile may run; its context is cancelled then and the object retried.")
+	fs.BoolVar(&o.coolifyAllowPrivate, "coolify-allow-private-networks", false, "Let Coolify URLs reach private addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10): needed when Coolify runs in the cluster or on the LAN. Loopback and link-local (cloud metadata) stay refused.")
+	fs.StringVar(&o.egressAllowedCIDRs, "egress-allowed-cidrs", "", "Comma-separated CIDR prefixes the manager may reach at URLs users configure even though the egress policy would refuse them (e.g. 10.0.5.0/24 for one Coolify host, 127.0.0.1/32 for a local simulator).")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	return o, o.validate()
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	o.egressAllowed, _ = egress.ParsePrefixes(o.egressAllowedCIDRs) // validated above
+	return o, nil
 }
 
 func (o options) validate() error {
@@ -112,6 +132,15 @@ func (o options) validate() error {
 	if o.coolifyRateLimit < 1 {
 		errs = append(errs, fmt.Errorf("--coolify-rate-limit must be at least 1, got %d", o.coolifyRateLimit))
 	}
+	if o.coolifyMaxInFlight < 1 {
+		errs = append(errs, fmt.Errorf("--coolify-max-in-flight must be at least 1, got %d", o.coolifyMaxInFlight))
+	}
+	if o.reconcileTimeout < 5*time.Second {
+		errs = append(errs, fmt.Errorf("--reconcile-timeout must be at least 5s (a Coolify call may take %s), got %s", coolify.DefaultCallBudget, o.reconcileTimeout))
+	}
+	if _, err := egress.ParsePrefixes(o.egressAllowedCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("--egress-allowed-cidrs: %w", err))
+	}
 	if _, _, err := net.SplitHostPort(o.botAPIAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--bot-api-bind-address %q: %w", o.botAPIAddr, err))
 	}
@@ -123,6 +152,11 @@ func (o options) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// egressPolicy is where the manager may connect at URLs users configure (Coolify URLs).
+func (o options) egressPolicy() egress.Policy {
+	return egress.Policy{Allowed: o.egressAllowed, AllowPrivate: o.coolifyAllowPrivate}
 }
 
 func newScheme() *runtime.Scheme {
@@ -158,7 +192,8 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 		LeaderElectionID:              "botpool-manager.botpool.dev",
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles},
+		Controller: config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles,
+			ReconciliationTimeout: o.reconcileTimeout},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -206,7 +241,9 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, wri
 	}
 	clk := clock.RealClock{}
 	registry := coolify.NewRegistry(o.coolifyRateLimit,
-		coolify.WithMetrics(coolify.NewMetrics(metrics.Registry)), coolify.WithLogger(ctrl.Log.WithName("coolify")))
+		coolify.WithMetrics(coolify.NewMetrics(metrics.Registry)), coolify.WithLogger(ctrl.Log.WithName("coolify")),
+		coolify.WithEgress(o.egressPolicy()),
+		coolify.WithInstanceLimits(coolify.InstanceLimits{MaxInFlight: o.coolifyMaxInFlight}))
 	connector := &controllers.SecretConnector{Reader: mgr.GetAPIReader(), Registry: registry, Clock: clk, RefreshAfter: time.Minute}
 	bulk := &controllers.BulkReader{Clock: clk}
 	m := controllers.NewMetrics(metrics.Registry)

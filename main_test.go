@@ -36,6 +36,13 @@ func TestParseFlags(t *testing.T) {
 	if !defaults.leaderElect || defaults.kubeAPIQPS < 100 || defaults.kubeAPIBurst < 200 || defaults.databaseURL != "" {
 		t.Errorf("defaults = %+v: want leader election on, an API client far above client-go's 20/30 QPS, the in-memory store", defaults)
 	}
+	if p := defaults.egressPolicy(); p.AllowPrivate || len(p.Allowed) != 0 || defaults.reconcileTimeout != time.Minute {
+		t.Errorf("defaults = %+v: want a strict egress policy and a one-minute reconcile timeout", defaults)
+	}
+	custom, err := parseFlags([]string{"--coolify-allow-private-networks", "--egress-allowed-cidrs=127.0.0.0/8,::1"})
+	if p := custom.egressPolicy(); err != nil || !p.AllowPrivate || len(p.Allowed) != 2 || p.Allowed[1].String() != "::1/128" {
+		t.Errorf("egress flags: %+v, %v", p, err)
+	}
 
 	t.Setenv("BOTPOOL_DATABASE_URL", "postgres://botpool@db:5432/botpool")
 	fromEnv, err := parseFlags(nil)
@@ -55,6 +62,11 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--bot-api-url=botpool:8082"}, "--bot-api-url"},
 		{[]string{"--coolify-rate-limit=0"}, "--coolify-rate-limit must be at least 1"},
 		{[]string{"--database-url=postgres://u:secret@db:notaport/x"}, "--database-url"},
+		{[]string{"--reconcile-timeout=2m", "--coolify-max-in-flight=2", "--coolify-allow-private-networks", "--egress-allowed-cidrs=10.0.5.0/24, 127.0.0.1"}, ""},
+		{[]string{"--reconcile-timeout=0"}, "--reconcile-timeout must be at least 5s"},
+		{[]string{"--coolify-max-in-flight=0"}, "--coolify-max-in-flight must be at least 1"},
+		{[]string{"--egress-allowed-cidrs=10.1.2.3/8"}, "did you mean 10.0.0.0/8"},
+		{[]string{"--egress-allowed-cidrs=coolify.example"}, "--egress-allowed-cidrs"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
 	}
 	for _, tt := range tests {

@@ -23,6 +23,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/egress"
 )
 
 // poolFinalizer holds a BotPool until its slots (and through their own finalizers, the
@@ -68,6 +69,8 @@ type poolScope struct {
 	// connErr is a problem reaching Coolify: a person must fix it when stalled is set.
 	connErr error
 	stalled string // a Stalled reason, or ""
+	// throttled says why Coolify asked this pass to wait, or "".
+	throttled string
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -93,6 +96,11 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 
 	before := pool.DeepCopy()
 	defer func() {
+		if wait, ok := coolifyWait(err); ok {
+			// Throttled (rate limit, or an instance held back): come back then, no backoff.
+			s.throttled = throttledMessage(err)
+			res, err = ctrl.Result{RequeueAfter: wait}, nil
+		}
 		setPoolStatus(s, r.Clock.Now(), err == nil)
 		r.Metrics.observePool(pool)
 		if !equality.Semantic.DeepEqual(before.Status, pool.Status) {
@@ -160,6 +168,8 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 		s.stalled = v1.ReasonAPIDisabled
 	case errors.Is(err, coolify.ErrForbidden):
 		s.stalled = v1.ReasonPermissionDenied
+	case errors.Is(err, egress.ErrRefused):
+		s.stalled = reasonDestinationRefused
 	default:
 		return fmt.Errorf("reaching Coolify: %w", err)
 	}

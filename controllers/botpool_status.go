@@ -28,6 +28,9 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	case s.stalled != "":
 		set(v1.ConditionStalled, metav1.ConditionTrue, s.stalled, stalledMessage(s))
 		set(v1.ConditionReady, metav1.ConditionFalse, s.stalled, stalledMessage(s))
+	case s.throttled != "":
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
+		set(v1.ConditionReady, metav1.ConditionFalse, reasonCoolifyThrottled, s.throttled)
 	case s.connErr != nil:
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonCoolifyUnreachable,
@@ -63,6 +66,9 @@ func stalledMessage(s *poolScope) string {
 		return "The Coolify API is disabled: enable it under Settings → Advanced → API Access"
 	case v1.ReasonPermissionDenied:
 		return "The token in Secret " + secret + " lacks an ability: botpool needs read, write and deploy"
+	case reasonDestinationRefused:
+		return "The Coolify URL in Secret " + secret + " resolves to an address the operator may not reach " +
+			"(loopback, link-local, or a private range the manager's --coolify-allow-private-networks or --egress-allowed-cidrs does not allow)"
 	}
 	return ""
 }

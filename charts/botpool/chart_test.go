@@ -88,6 +88,10 @@ func TestDefaults(t *testing.T) {
 		"--kube-api-burst=1000",
 		"--max-concurrent-reconciles=8",
 		"--coolify-rate-limit=200",
+		"--coolify-max-in-flight=4",
+		"--coolify-allow-private-networks=false",
+		"--egress-allowed-cidrs=",
+		"--reconcile-timeout=1m",
 		"--schedule-lead=2m",
 		"--zap-log-level=info",
 		"--zap-encoder=json",
@@ -164,6 +168,8 @@ func TestNonDefaultValues(t *testing.T) {
 		"--bot-api-url=https://bots.example.com",
 		"--kube-api-qps=750.5", "--kube-api-burst=2000000", "--max-concurrent-reconciles=16",
 		"--coolify-rate-limit=150", "--schedule-lead=5m30s",
+		"--coolify-max-in-flight=2", "--coolify-allow-private-networks=true",
+		"--egress-allowed-cidrs=10.0.5.0/24,fd00:1::/64", "--reconcile-timeout=90s",
 		"--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 	} {
 		if !slices.Contains(c.Args, arg) {
