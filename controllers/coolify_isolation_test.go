@@ -18,6 +18,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/internal/kubetest"
 )
 
@@ -112,6 +113,11 @@ func TestThrottledIsAWait(t *testing.T) {
 	}
 	if _, ok := coolifyWait(coolify.ErrServer); ok {
 		t.Fatal("a server error counted as a wait")
+	}
+	// A Coolify URL the egress policy refuses is for a person to fix, not a wait.
+	refused := fmt.Errorf("coolify list-servers: %w", fmt.Errorf("dial: %w", egress.ErrRefused))
+	if reason, ok := needsPerson(refused); !ok || reason != reasonDestinationRefused {
+		t.Fatalf("needsPerson(refused) = %q, %v; want %s", reason, ok, reasonDestinationRefused)
 	}
 }
 

@@ -244,7 +244,10 @@ type transportError struct {
 	err error
 }
 
-func (e *transportError) Error() string { return fmt.Sprintf("coolify %s: %v", e.op, e.err) }
+// Error is sanitised too: a redirect's Location or a proxy's text is the server's choice.
+func (e *transportError) Error() string {
+	return fmt.Sprintf("coolify %s: %s", e.op, Sanitize(e.err.Error(), 2*MaxMessageLength))
+}
 func (e *transportError) Unwrap() []error {
 	return []error{ErrTransport, e.err}
 }
