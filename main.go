@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -65,6 +66,16 @@ type options struct {
 	botAPIURL string
 	// coolifyRateLimit is requests per minute per Coolify user, shared by all its pools.
 	coolifyRateLimit int
+	// coolifyMaxInFlight bounds the requests in flight to one Coolify instance, so a slow or
+	// black-holed instance holds at most that many reconciles.
+	coolifyMaxInFlight int
+	// reconcileTimeout bounds every reconcile; nothing may hold a worker for longer.
+	reconcileTimeout time.Duration
+	// coolifyAllowPrivate lets Coolify URLs reach private ranges (RFC 1918, fc00::/7,
+	// 100.64.0.0/10); egressAllowedCIDRs are exceptions to the egress policy.
+	coolifyAllowPrivate bool
+	egressAllowedCIDRs  string
+	egressAllowed       []netip.Prefix
 	// scheduleLead is how long before its startTime a scheduled bot joins the queue.
 	scheduleLead time.Duration
 	// pprofAddr serves net/http/pprof when set: for profiling (the benchmarks use it); off by
@@ -116,11 +127,19 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.eventQuota.Window, "event-quota-window", 30*time.Second, "The burst of the event quotas: this long's worth of their rates at once.")
 	fs.BoolVar(&o.callbackAllowPrivate, "callback-allow-private-networks", false, "Let Bot callbacks reach private addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7): in-cluster receivers. Loopback and link-local stay refused.")
 	fs.StringVar(&o.callbackAllowedCIDRs, "callback-allowed-cidrs", "", "Comma-separated CIDR prefixes Bot callbacks may reach even though they are loopback, link-local or private, e.g. 10.20.0.0/16 for one receiver network.")
+	fs.IntVar(&o.coolifyMaxInFlight, "coolify-max-in-flight", coolify.DefaultMaxInFlight, "Requests in flight at once to one Coolify instance (base URL), whatever the token; more calls fail fast and are requeued, so one slow instance cannot hold every reconcile.")
+	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", time.Minute, "Longest one reconcile may run; its context is cancelled then and the object retried.")
+	fs.BoolVar(&o.coolifyAllowPrivate, "coolify-allow-private-networks", false, "Let Coolify URLs reach private addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10): needed when Coolify runs in the cluster or on the LAN. Loopback and link-local (cloud metadata) stay refused.")
+	fs.StringVar(&o.egressAllowedCIDRs, "egress-allowed-cidrs", "", "Comma-separated CIDR prefixes the manager may reach at URLs users configure even though the egress policy would refuse them (e.g. 10.0.5.0/24 for one Coolify host, 127.0.0.1/32 for a local simulator).")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	return o, o.validate()
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	o.egressAllowed, _ = egress.ParsePrefixes(o.egressAllowedCIDRs) // validated above
+	return o, nil
 }
 
 func (o options) validate() error {
@@ -148,6 +167,15 @@ func (o options) validate() error {
 	}
 	if o.coolifyRateLimit < 1 {
 		errs = append(errs, fmt.Errorf("--coolify-rate-limit must be at least 1, got %d", o.coolifyRateLimit))
+	}
+	if o.coolifyMaxInFlight < 1 {
+		errs = append(errs, fmt.Errorf("--coolify-max-in-flight must be at least 1, got %d", o.coolifyMaxInFlight))
+	}
+	if o.reconcileTimeout < 5*time.Second {
+		errs = append(errs, fmt.Errorf("--reconcile-timeout must be at least 5s (a Coolify call may take %s), got %s", coolify.DefaultCallBudget, o.reconcileTimeout))
+	}
+	if _, err := egress.ParsePrefixes(o.egressAllowedCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("--egress-allowed-cidrs: %w", err))
 	}
 	if _, _, err := net.SplitHostPort(o.botAPIAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--bot-api-bind-address %q: %w", o.botAPIAddr, err))
@@ -191,6 +219,11 @@ func clusterIdentity(ctx context.Context, r client.Reader, name string) (string,
 		return "", fmt.Errorf("reading the kube-system namespace for this cluster's identity (or set --cluster-name): %w", err)
 	}
 	return "uid:" + string(ns.UID), nil
+}
+
+// egressPolicy is where the manager may connect at URLs users configure (Coolify URLs).
+func (o options) egressPolicy() egress.Policy {
+	return egress.Policy{Allowed: o.egressAllowed, AllowPrivate: o.coolifyAllowPrivate}
 }
 
 func newScheme() *runtime.Scheme {
@@ -250,7 +283,8 @@ func managerOptions(o options) ctrl.Options {
 		LeaderElectionID:              "botpool-manager.botpool.dev",
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles, SkipNameValidation: &o.skipNameValidation},
+		Controller: config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles, SkipNameValidation: &o.skipNameValidation,
+			ReconciliationTimeout: o.reconcileTimeout},
 	}
 }
 
@@ -284,7 +318,9 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, wri
 	}
 	ctrl.Log.Info("Cluster identity for Coolify tags", "clusterID", cluster)
 	registry := coolify.NewRegistry(o.coolifyRateLimit,
-		coolify.WithMetrics(coolify.NewMetrics(metrics.Registry)), coolify.WithLogger(ctrl.Log.WithName("coolify")))
+		coolify.WithMetrics(coolify.NewMetrics(metrics.Registry)), coolify.WithLogger(ctrl.Log.WithName("coolify")),
+		coolify.WithEgress(o.egressPolicy()),
+		coolify.WithInstanceLimits(coolify.InstanceLimits{MaxInFlight: o.coolifyMaxInFlight}))
 	connector := &controllers.SecretConnector{Reader: mgr.GetAPIReader(), Registry: registry, Clock: clk, RefreshAfter: time.Minute}
 	bulk := &controllers.BulkReader{Clock: clk}
 	m := controllers.NewMetrics(metrics.Registry)

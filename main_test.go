@@ -42,6 +42,13 @@ func TestParseFlags(t *testing.T) {
 	if !defaults.retention.Enabled() || defaults.eventQuota.BotEvents == 0 || defaults.eventQuota.NamespaceBytes == 0 {
 		t.Errorf("defaults = %+v: want a retention and event quotas, not unbounded growth", defaults)
 	}
+	if p := defaults.egressPolicy(); p.AllowPrivate || len(p.Allowed) != 0 || defaults.reconcileTimeout != time.Minute {
+		t.Errorf("defaults = %+v: want a strict egress policy and a one-minute reconcile timeout", defaults)
+	}
+	custom, err := parseFlags([]string{"--coolify-allow-private-networks", "--egress-allowed-cidrs=127.0.0.0/8,::1"})
+	if p := custom.egressPolicy(); err != nil || !p.AllowPrivate || len(p.Allowed) != 2 || p.Allowed[1].String() != "::1/128" {
+		t.Errorf("egress flags: %+v, %v", p, err)
+	}
 
 	t.Setenv("BOTPOOL_DATABASE_URL", "postgres://botpool@db:5432/botpool")
 	fromEnv, err := parseFlags(nil)
@@ -66,6 +73,11 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--database-url=postgres://u:secret@db:notaport/x"}, "--database-url"},
 		{[]string{"--cluster-name=staging-eu1"}, ""},
 		{[]string{"--cluster-name=Staging_EU"}, "--cluster-name"},
+		{[]string{"--reconcile-timeout=2m", "--coolify-max-in-flight=2", "--coolify-allow-private-networks", "--egress-allowed-cidrs=10.0.5.0/24, 127.0.0.1"}, ""},
+		{[]string{"--reconcile-timeout=0"}, "--reconcile-timeout must be at least 5s"},
+		{[]string{"--coolify-max-in-flight=0"}, "--coolify-max-in-flight must be at least 1"},
+		{[]string{"--egress-allowed-cidrs=10.1.2.3/8"}, "did you mean 10.0.0.0/8"},
+		{[]string{"--egress-allowed-cidrs=coolify.example"}, "--egress-allowed-cidrs"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
 		{[]string{"--retention-events=0", "--retention-transitions=8760h", "--retention-finished-bots=24h"}, ""},
 		{[]string{"--retention-events=30m"}, "retention of events must be 0 (keep forever) or at least 1h0m0s"},

@@ -46,6 +46,8 @@ func startManagerProcess(binary, kubeconfig, dsn, logPath string, extra []string
 		"--bot-api-url=http://" + botAPI,
 		"--database-url=" + dsn,
 		"--coolify-rate-limit=1000000",
+		// The simulated Coolify listens on loopback, which the egress policy refuses by default.
+		"--egress-allowed-cidrs=127.0.0.0/8,::1/128",
 	}, extra...)
 	log, err := os.Create(logPath)
 	if err != nil {

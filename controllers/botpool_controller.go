@@ -25,6 +25,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/egress"
 )
 
 // poolFinalizer holds a BotPool until its slots (and through their own finalizers, the
@@ -82,6 +83,8 @@ type poolScope struct {
 	moved int
 	// draining counts, for a deleted pool, the slots whose bots are still leaving.
 	draining int
+	// throttled says why Coolify asked this pass to wait, or "".
+	throttled string
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -104,6 +107,11 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 
 	before := pool.DeepCopy()
 	defer func() {
+		if wait, ok := coolifyWait(err); ok {
+			// Throttled (rate limit, or an instance held back): come back then, no backoff.
+			s.throttled = throttledMessage(err)
+			res, err = ctrl.Result{RequeueAfter: wait}, nil
+		}
 		if !pool.DeletionTimestamp.IsZero() {
 			if controllerutil.ContainsFinalizer(pool, poolFinalizer) {
 				setDrainingStatus(s, r.Clock.Now())
@@ -187,6 +195,8 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 		s.stalled = v1.ReasonAPIDisabled
 	case errors.Is(err, coolify.ErrForbidden):
 		s.stalled = v1.ReasonPermissionDenied
+	case errors.Is(err, egress.ErrRefused):
+		s.stalled = reasonDestinationRefused
 	default:
 		return fmt.Errorf("reaching Coolify: %w", err)
 	}

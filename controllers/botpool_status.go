@@ -29,6 +29,9 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	case s.stalled != "":
 		set(v1.ConditionStalled, metav1.ConditionTrue, s.stalled, stalledMessage(s))
 		set(v1.ConditionReady, metav1.ConditionFalse, s.stalled, stalledMessage(s))
+	case s.throttled != "":
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
+		set(v1.ConditionReady, metav1.ConditionFalse, reasonCoolifyThrottled, s.throttled)
 	case s.connErr != nil:
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonCoolifyUnreachable,
@@ -71,6 +74,9 @@ func stalledMessage(s *poolScope) string {
 		return fmt.Sprintf("Secret %s now names another Coolify instance than the one holding %d of this pool's applications: "+
 			"restore its url; to move the pool, delete it (or scale it to zero) with the old url in place, then switch. "+
 			"Annotate the pool with %s=true to let the old applications go", secret, s.moved, AnnotationOrphanApplication)
+	case reasonDestinationRefused:
+		return "The Coolify URL in Secret " + secret + " resolves to an address the operator may not reach " +
+			"(loopback, link-local, or a private range the manager's --coolify-allow-private-networks or --egress-allowed-cidrs does not allow)"
 	}
 	return ""
 }

@@ -31,6 +31,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/cachelag"
+	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 )
 
@@ -175,6 +176,13 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	s := &slotScope{slot: slot}
 	before := slot.DeepCopy()
 	defer func() {
+		if wait, ok := coolifyWait(err); ok {
+			// Coolify (or the client guarding it) said "later": a wait, not a failure. The
+			// phase stays; the message says why nothing moves, and the slot comes back then.
+			slot.Status.Message = throttledMessage(err)
+			s.after(wait)
+			err = nil
+		}
 		if err != nil {
 			if reason, ok := needsPerson(err); ok {
 				r.setStalled(s, reason, err.Error())
@@ -288,6 +296,12 @@ const (
 	reasonSlotEnvNotFound = "SlotEnvSecretNotFound"
 	// reasonSlotEnvNotAllowed: the slotEnvFrom Secret lacks the label v1.LabelAllowPoolUse.
 	reasonSlotEnvNotAllowed = "SlotEnvSecretNotAllowed"
+	// reasonDestinationRefused: the Coolify URL resolves to an address the manager's egress
+	// policy refuses (loopback, link-local, or a private range not allowed).
+	reasonDestinationRefused = "DestinationRefused"
+	// reasonCoolifyThrottled: Coolify's rate limit is used up, or the instance is not
+	// answering and the client holds calls back; the pool waits, it is not broken.
+	reasonCoolifyThrottled = "CoolifyThrottled"
 )
 
 // errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
@@ -313,6 +327,8 @@ func needsPerson(err error) (reason string, ok bool) {
 		return v1.ReasonCredentialsNotAllowed, true
 	case errors.Is(err, errSecretNotAllowed): // the only other Secret a slot reads
 		return reasonSlotEnvNotAllowed, true
+	case errors.Is(err, egress.ErrRefused):
+		return reasonDestinationRefused, true
 	}
 	return "", false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -158,17 +159,25 @@ func (b *BulkReader) Deleted(tag, uuid string) {
 //
 // Slots the cache already shows Deploying are counted by the caller; the gate remembers the
 // admissions the cache may not show yet, so concurrent reconciles cannot overshoot the limit.
+//
+// Its maps hold only live state: a pool's admissions go with its last slot's release, a
+// pause once it ends, and what is known of an image once unused for warmTTL.
 type DeployGate struct {
 	Clock clock.PassiveClock
 
 	mu       sync.Mutex
 	admitted map[types.NamespacedName]map[string]time.Time // pool → slot → admitted at
-	warm     map[string]bool                               // pool uid|image:tag → pulled once
-	paused   map[string]time.Time                          // server → no deploys before
+	warm     map[string]time.Time                          // pool uid|image:tag → last seen warm
+	paused   map[string]time.Time                          // Coolify instance|server → no deploys before
+	pruned   time.Time
 }
 
 // admissionTTL bounds how long an admission counts without the cache confirming it.
 const admissionTTL = time.Minute
+
+// warmTTL is how long the gate remembers an image as cached without a deployment of it;
+// forgetting costs one lone deployment (a pull, or a cache hit) the next time.
+const warmTTL = 24 * time.Hour
 
 // imageKey names what "warm" is known about: a pool's image. Pools sharing a server each
 // learn once that the image is cached, which costs at most one lone deployment per pool.
@@ -176,17 +185,39 @@ func imageKey(pool *v1.BotPool) string {
 	return string(pool.UID) + "|" + pool.Spec.Image + ":" + pool.Spec.ImageTag
 }
 
+// serverKey names a Coolify server: server uuids are unique only within one Coolify instance,
+// and a pool on another instance (another tenant's, maybe) must not pause this one's server.
+func serverKey(instance string, pool *v1.BotPool) string {
+	return instance + "|" + pool.Spec.Coolify.ServerUUID
+}
+
+// coolifyInstance names the Coolify instance an API talks to (its base URL), or "" for an
+// API that does not say (test fakes).
+func coolifyInstance(api coolify.API) string {
+	if b, ok := api.(interface{ BaseURL() string }); ok {
+		return b.BaseURL()
+	}
+	return ""
+}
+
 // Admit reports whether slot may start a deployment now. deploying names the pool's slots
-// the cache shows Deploying (slot itself excluded).
-func (g *DeployGate) Admit(pool *v1.BotPool, slot string, deploying []string, warm bool) bool {
+// the cache shows Deploying (slot itself excluded); instance is the pool's Coolify instance.
+func (g *DeployGate) Admit(pool *v1.BotPool, instance, slot string, deploying []string, warm bool) bool {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	now := g.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.admitted == nil {
-		g.admitted, g.warm, g.paused = map[types.NamespacedName]map[string]time.Time{}, map[string]bool{}, map[string]time.Time{}
+		g.admitted = map[types.NamespacedName]map[string]time.Time{}
 	}
-	if now.Before(g.paused[pool.Spec.Coolify.ServerUUID]) {
+	if g.warm == nil {
+		g.warm = map[string]time.Time{}
+	}
+	if g.paused == nil { // Pause may have made it already: never replace it
+		g.paused = map[string]time.Time{}
+	}
+	g.prune(now)
+	if now.Before(g.paused[serverKey(instance, pool)]) {
 		return false
 	}
 	adm := g.admitted[key]
@@ -211,7 +242,9 @@ func (g *DeployGate) Admit(pool *v1.BotPool, slot string, deploying []string, wa
 	if limit < 1 {
 		limit = v1.DefaultMaxConcurrentDeployments
 	}
-	if !warm && !g.warm[imageKey(pool)] {
+	if warm {
+		g.warm[imageKey(pool)] = now
+	} else if _, known := g.warm[imageKey(pool)]; !known {
 		limit = 1 // the first pull of the image on this server runs alone
 	}
 	if len(inFlight) >= limit {
@@ -221,28 +254,106 @@ func (g *DeployGate) Admit(pool *v1.BotPool, slot string, deploying []string, wa
 	return true
 }
 
-// Pause stops new deployments to the pool's server until the given time: Coolify answered
-// that its queue is full, with a Retry-After that holds for every slot on the server.
-func (g *DeployGate) Pause(pool *v1.BotPool, until time.Time) {
+// prune drops ended pauses, expired admissions, empty pools and images not seen warm for
+// warmTTL, at most once a minute. Callers hold g.mu.
+func (g *DeployGate) prune(now time.Time) {
+	if now.Sub(g.pruned) < time.Minute {
+		return
+	}
+	g.pruned = now
+	for k, until := range g.paused {
+		if !now.Before(until) {
+			delete(g.paused, k)
+		}
+	}
+	for k, adm := range g.admitted {
+		for s, at := range adm {
+			if now.Sub(at) > admissionTTL {
+				delete(adm, s)
+			}
+		}
+		if len(adm) == 0 {
+			delete(g.admitted, k)
+		}
+	}
+	for k, at := range g.warm {
+		if now.Sub(at) > warmTTL {
+			delete(g.warm, k)
+		}
+	}
+}
+
+// Pause stops new deployments to the pool's server on its Coolify instance until the given
+// time, but never for more than coolify.MaxPause: Coolify answered that its queue is full,
+// with a Retry-After that holds for every slot on the server (a server that asks for a year
+// is asked again after MaxPause).
+func (g *DeployGate) Pause(pool *v1.BotPool, instance string, until time.Time) {
+	if limit := g.Clock.Now().Add(coolify.MaxPause); until.After(limit) {
+		until = limit
+	}
+	key := serverKey(instance, pool)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.paused == nil {
 		g.paused = map[string]time.Time{}
 	}
-	if until.After(g.paused[pool.Spec.Coolify.ServerUUID]) {
-		g.paused[pool.Spec.Coolify.ServerUUID] = until
+	if until.After(g.paused[key]) {
+		g.paused[key] = until
 	}
 }
 
 // Done releases slot's admission; finished says a deployment of the pool's image completed,
 // so the image is cached on the server from now on.
 func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if adm := g.admitted[types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}]; adm != nil {
+	if adm := g.admitted[key]; adm != nil {
 		delete(adm, slot)
+		if len(adm) == 0 {
+			delete(g.admitted, key)
+		}
 	}
-	if finished && g.warm != nil {
-		g.warm[imageKey(pool)] = true
+	if finished {
+		if g.warm == nil {
+			g.warm = map[string]time.Time{}
+		}
+		g.warm[imageKey(pool)] = g.Clock.Now()
 	}
+}
+
+// size reports how many entries the gate holds, for tests.
+func (g *DeployGate) size() (admitted, warm, paused int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.admitted), len(g.warm), len(g.paused)
+}
+
+// coolifyWait reports whether err says Coolify (or the client guarding it) wants the call
+// made again later, and after how long: a throttled call did not happen, so the caller
+// requeues after the wait instead of failing, backing off or erroring the slot.
+func coolifyWait(err error) (time.Duration, bool) {
+	wait, ok := coolify.RetryAfter(err)
+	if !ok {
+		return 0, false
+	}
+	return min(max(wait, 100*time.Millisecond), coolify.MaxPause), true
+}
+
+// throttledMessage says why a slot or pool waits, in words that stay the same from one pass
+// to the next (no countdown): a changing message would write the status, and the write
+// would bring the object straight back.
+func throttledMessage(err error) string {
+	var we *coolify.WaitError
+	reason := "throttled"
+	if errors.As(err, &we) {
+		reason = we.Reason
+	}
+	switch reason {
+	case coolify.WaitRateLimited, coolify.WaitLimiter:
+		return "Coolify's API rate limit is used up; waiting for it before the next request"
+	case coolify.WaitBulkhead, coolify.WaitBreaker:
+		return "Coolify is not answering in time; the operator holds requests to it back for a while"
+	}
+	return "Waiting for Coolify"
 }

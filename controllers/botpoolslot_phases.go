@@ -226,7 +226,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		}
 		return r.checkApp(ctx, s, "")
 	}
-	if !r.Gate.Admit(s.pool, s.slot.Name, r.deployingSlots(ctx, s), r.imageWarm(ctx, s)) {
+	if !r.Gate.Admit(s.pool, coolifyInstance(s.api), s.slot.Name, r.deployingSlots(ctx, s), r.imageWarm(ctx, s)) {
 		if !strings.HasPrefix(s.slot.Status.Message, "Coolify is busy") {
 			s.slot.Status.Message = "Bot " + s.bot.Name + " bound; waiting for one of the pool's deployment slots"
 		}
@@ -268,11 +268,18 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		r.Gate.Done(s.pool, s.slot.Name, false)
 		r.recreate(s)
 		return nil
+	case errors.Is(err, coolify.ErrThrottled):
+		// Not sent, or refused before it took effect: wait as told (capped), bot still bound.
+		wait, _ := coolifyWait(err)
+		r.Gate.Done(s.pool, s.slot.Name, false)
+		st.Message = throttledMessage(err) + "; deploying bot " + s.bot.Name + " then"
+		s.after(wait)
+		return nil
 	case errors.As(err, &apiErr) && (errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrRateLimited)):
 		// Honour Retry-After for the whole server (by the injected clock), and keep asking
 		// the gate meanwhile: the bot stays bound and waits, it does not fail.
 		r.Gate.Done(s.pool, s.slot.Name, false)
-		r.Gate.Pause(s.pool, now.Add(max(apiErr.RetryAfter, r.gateRetry())))
+		r.Gate.Pause(s.pool, coolifyInstance(s.api), now.Add(max(apiErr.RetryAfter, r.gateRetry())))
 		st.Message = "Coolify is busy (" + apiErr.Message + "); deploying bot " + s.bot.Name + " when it has room"
 		s.after(r.jittered(r.gateRetry()))
 		return nil
@@ -406,6 +413,9 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 func (r *BotPoolSlotReconciler) pollLater(ctx context.Context, s *slotScope, err error, poll time.Duration) error {
 	ctrl.LoggerFrom(ctx).Info("Reading the deployment failed; polling again", "error", err.Error())
 	s.slot.Status.Message = "Deploying bot " + s.bot.Name + "; Coolify did not answer the last poll"
+	if wait, ok := coolifyWait(err); ok {
+		poll = max(poll, wait) // asking sooner would only be refused again
+	}
 	s.after(poll)
 	return nil
 }
@@ -571,7 +581,11 @@ func (r *BotPoolSlotReconciler) stop(ctx context.Context, s *slotScope, doing st
 		return false, nil
 	case transient(err):
 		s.slot.Status.Message = doing + ": Coolify did not answer; retrying"
-		s.after(r.jittered(transientRetry))
+		retry := r.jittered(transientRetry)
+		if wait, ok := coolifyWait(err); ok {
+			retry = wait
+		}
+		s.after(retry)
 		return false, nil
 	}
 	return err == nil, err
@@ -581,7 +595,7 @@ func (r *BotPoolSlotReconciler) stop(ctx context.Context, s *slotScope, doing st
 // reason to fail or delete anything.
 func transient(err error) bool {
 	return errors.Is(err, coolify.ErrServer) || errors.Is(err, coolify.ErrTransport) ||
-		errors.Is(err, coolify.ErrRateLimited) || errors.Is(err, coolify.ErrQueueFull) ||
+		errors.Is(err, coolify.ErrRateLimited) || errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrThrottled) ||
 		errors.Is(err, context.DeadlineExceeded)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/cachelag"
+	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
@@ -61,8 +63,12 @@ var botAPIAddr = func() string {
 const suiteCluster = "uid:envtest"
 
 // testRegistry hands out clients without a practical rate limit: the simulator's own limit
-// is off, and tests about rate limits build their own.
-var testRegistry = coolify.NewRegistry(1_000_000)
+// is off, and tests about rate limits build their own. Its egress policy lets through only
+// loopback, where the simulators listen, as the manager's --egress-allowed-cidrs would.
+var testRegistry = coolify.NewRegistry(1_000_000, coolify.WithEgress(loopbackOnly))
+
+// loopbackOnly is an egress policy that allows the simulators' loopback addresses.
+var loopbackOnly = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 
 func TestMain(m *testing.M) {
 	kubetest.Main(m, func(e *kubetest.Env) {

@@ -290,7 +290,9 @@ func TestMetricsRegisterTwice(t *testing.T) {
 func TestContextCancelStopsWaiting(t *testing.T) {
 	srv, _ := stub(t, 200, nil, `[]`)
 	lim := coolify.NewLimiter(1)
-	c, _ := coolify.New(srv.URL, secretToken, coolify.WithLimiter(lim), coolify.WithVersion("4.3.11"), coolify.WithHTTPClient(checkedHTTP(t)))
+	// A client told to wait as long as it takes: only the context ends the wait.
+	c, _ := coolify.New(srv.URL, secretToken, coolify.WithLimiter(lim), coolify.WithVersion("4.3.11"), coolify.WithHTTPClient(checkedHTTP(t)),
+		coolify.WithMaxWait(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, _ = c.ListServers(ctx) // uses the one token

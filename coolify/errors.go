@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Sentinel errors callers branch on with errors.Is. An *APIError matches the sentinel of its
@@ -97,12 +98,78 @@ func newAPIError(op string, resp *http.Response, body []byte, now time.Time) *AP
 			e.Message = strings.TrimSpace(e.Message + " " + eb.Error)
 		}
 		e.Fields = parseFieldErrors(eb.Errors)
-	} else if len(body) > 0 && len(body) < 200 && !strings.Contains(string(body), "<") {
+	} else if len(body) > 0 && len(body) < MaxMessageLength && !strings.Contains(string(body), "<") {
 		e.Message = strings.TrimSpace(string(body))
 	}
-	e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now)
 	e.kind = classify(resp.StatusCode, e.Message)
+	// Whatever the server sent reaches slot and pool status, Events and logs: keep it short and
+	// printable (a hostile or confused server could send a page, newlines to forge log lines,
+	// or control characters).
+	e.Message = Sanitize(e.Message, MaxMessageLength)
+	e.Fields = sanitizeFields(e.Fields)
+	e.RetryAfter = capPause(parseRetryAfter(resp.Header.Get("Retry-After"), now))
 	return e
+}
+
+// Limits of server text kept in an APIError.
+const (
+	// MaxMessageLength bounds the server's message, and each field error.
+	MaxMessageLength = 200
+	// maxFieldErrors bounds how many 422 fields are kept.
+	maxFieldErrors = 10
+)
+
+// Sanitize makes server text safe to show: valid UTF-8, control characters (newlines
+// included) replaced by spaces, runs of spaces collapsed, at most max runes (an ellipsis
+// marks a cut).
+func Sanitize(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	var b strings.Builder
+	n, space := 0, false
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r) || unicode.IsSpace(r) {
+			space = true
+			continue
+		}
+		if space && b.Len() > 0 {
+			if n++; n > max {
+				break
+			}
+			b.WriteByte(' ')
+		}
+		space = false
+		if n++; n > max {
+			break
+		}
+		b.WriteRune(r)
+	}
+	out := b.String()
+	if n > max {
+		r := []rune(out)
+		out = strings.TrimSpace(string(r[:max-1])) + "…"
+	}
+	return out
+}
+
+func sanitizeFields(fields map[string][]string) map[string][]string {
+	if len(fields) == 0 {
+		return fields
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make(map[string][]string, min(len(keys), maxFieldErrors))
+	for _, k := range keys[:min(len(keys), maxFieldErrors)] {
+		vals := fields[k][:min(len(fields[k]), 3)]
+		clean := make([]string, len(vals))
+		for i, v := range vals {
+			clean[i] = Sanitize(v, MaxMessageLength)
+		}
+		out[Sanitize(k, 64)] = clean
+	}
+	return out
 }
 
 func classify(code int, msg string) error {
@@ -177,7 +244,10 @@ type transportError struct {
 	err error
 }
 
-func (e *transportError) Error() string { return fmt.Sprintf("coolify %s: %v", e.op, e.err) }
+// Error is sanitised too: a redirect's Location or a proxy's text is the server's choice.
+func (e *transportError) Error() string {
+	return fmt.Sprintf("coolify %s: %s", e.op, Sanitize(e.err.Error(), 2*MaxMessageLength))
+}
 func (e *transportError) Unwrap() []error {
 	return []error{ErrTransport, e.err}
 }

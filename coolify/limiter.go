@@ -24,6 +24,8 @@ type Limiter struct {
 	// until is when the server said (429 Retry-After) the user's budget comes back: every
 	// client sharing the limiter holds off until then, not only the one that was refused.
 	until time.Time
+	// lastUsed lets a Registry forget a limiter nobody uses any more.
+	lastUsed time.Time
 }
 
 // NewLimiter allows perMinute requests in any 60-second window. The refill rate leaves room
@@ -37,25 +39,35 @@ func NewLimiter(perMinute int) *Limiter {
 	return &Limiter{lim: rate.NewLimiter(rate.Limit(float64(refill)/60), burst)}
 }
 
-// wait blocks until a request may go, timing by clk so tests can use a fake clock. It returns
-// how long it waited.
-func (l *Limiter) wait(ctx context.Context, clk clock.Clock) (time.Duration, error) {
+// wait blocks until a request may go, timing by clk so tests can use a fake clock, and
+// returns how long it waited. It never waits longer than maxWait: when the server's pause or
+// the pacing would hold the request longer, it returns a *WaitError at once (and gives the
+// reservation back), so a caller is never held for a pause someone else's 429 caused.
+func (l *Limiter) wait(ctx context.Context, clk clock.Clock, op string, maxWait time.Duration) (time.Duration, error) {
 	var paused time.Duration
 	l.mu.Lock()
 	until := l.until
+	l.lastUsed = clk.Now()
 	l.mu.Unlock()
 	if d := until.Sub(clk.Now()); d > 0 {
+		if d > maxWait {
+			return 0, &WaitError{Op: op, Reason: WaitLimiter, Wait: capPause(d)}
+		}
 		if err := sleepCtx(ctx, clk, d); err != nil {
 			return 0, err
 		}
 		paused = d
 	}
-	d, err := l.reserve(ctx, clk)
+	d, err := l.reserve(ctx, clk, op, maxWait)
 	return paused + d, err
 }
 
-// pause holds every request back until at.
-func (l *Limiter) pause(at time.Time) {
+// pause holds every request back until at, but never beyond MaxPause from now: a Retry-After
+// of a year must not switch a user off for a year.
+func (l *Limiter) pause(now, at time.Time) {
+	if limit := now.Add(MaxPause); at.After(limit) {
+		at = limit
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if at.After(l.until) {
@@ -63,7 +75,14 @@ func (l *Limiter) pause(at time.Time) {
 	}
 }
 
-func (l *Limiter) reserve(ctx context.Context, clk clock.Clock) (time.Duration, error) {
+// idleSince reports whether nobody waited on the limiter since t and no pause is pending.
+func (l *Limiter) idleSince(t, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastUsed.Before(t) && !l.until.After(now)
+}
+
+func (l *Limiter) reserve(ctx context.Context, clk clock.Clock, op string, maxWait time.Duration) (time.Duration, error) {
 	now := clk.Now()
 	r := l.lim.ReserveN(now, 1)
 	if !r.OK() {
@@ -72,6 +91,10 @@ func (l *Limiter) reserve(ctx context.Context, clk clock.Clock) (time.Duration, 
 	d := r.DelayFrom(now)
 	if d <= 0 {
 		return 0, nil
+	}
+	if d > maxWait {
+		r.CancelAt(now)
+		return 0, &WaitError{Op: op, Reason: WaitLimiter, Wait: capPause(d)}
 	}
 	if err := sleepCtx(ctx, clk, d); err != nil {
 		r.CancelAt(clk.Now())

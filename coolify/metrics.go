@@ -13,6 +13,7 @@ type Metrics struct {
 	retries   *prometheus.CounterVec
 	throttled *prometheus.CounterVec
 	waits     *prometheus.CounterVec
+	notSent   *prometheus.CounterVec
 }
 
 // NewMetrics builds the collectors and registers them with reg; a nil reg registers nothing.
@@ -41,11 +42,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "botpool_coolify_throttle_waits_total",
 			Help: "Requests that had to wait for the client-side rate limiter.",
 		}, []string{"operation"}),
+		notSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_coolify_calls_deferred_total",
+			Help: "Coolify API calls handed back to the caller to retry later instead of waiting (reason: rate_limited, limiter, bulkhead, breaker).",
+		}, []string{"operation", "reason"}),
 	}
 	m.requests = promreg.Register(reg, m.requests)
 	m.duration = promreg.Register(reg, m.duration)
 	m.retries = promreg.Register(reg, m.retries)
 	m.throttled = promreg.Register(reg, m.throttled)
 	m.waits = promreg.Register(reg, m.waits)
+	m.notSent = promreg.Register(reg, m.notSent)
 	return m
 }

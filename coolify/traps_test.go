@@ -192,7 +192,8 @@ func TestRateLimit429RetryAfterThenSuccess(t *testing.T) {
 	cfg := fast()
 	cfg.RateLimit = 5
 	// No client-side pacing, and a client that sits out the server's minute itself.
-	e := newEnv(t, cfg, coolify.WithLimiter(coolify.NewLimiter(0)), coolify.WithMaxRetryAfter(2*time.Minute))
+	e := newEnv(t, cfg, coolify.WithLimiter(coolify.NewLimiter(0)), coolify.WithMaxWait(2*time.Minute),
+		coolify.WithCallBudget(5*time.Minute))
 	ctx := e.ctx()
 	for i := range 7 {
 		if _, err := e.client.ListServers(ctx); err != nil {
@@ -471,7 +472,10 @@ func TestRateLimit429PausesTheSharedLimiter(t *testing.T) {
 	e := newEnv(t, cfg)
 	reg := coolify.NewRegistry(-1, coolify.WithHTTPClient(e.http), coolify.WithClock(e.clock), coolify.WithVersion("4.3.11"))
 	a, _ := reg.Client(e.url, e.fix.Token, coolify.WithMaxRetries(0))
-	b, _ := reg.Client(e.url, e.fix.Token)
+	// b is told to sit out the server's minute itself; c is a default client, which never
+	// waits that long inside a call.
+	b, _ := reg.Client(e.url, e.fix.Token, coolify.WithMaxWait(2*time.Minute), coolify.WithCallBudget(5*time.Minute))
+	c, _ := reg.Client(e.url, e.fix.Token)
 	ctx := e.ctx()
 	for range 3 {
 		if _, err := a.ListServers(ctx); err != nil {
@@ -482,6 +486,14 @@ func TestRateLimit429PausesTheSharedLimiter(t *testing.T) {
 		t.Fatalf("4th call: %v, want ErrRateLimited", err)
 	}
 	before := e.clock.Now()
+	if _, err := c.ListProjects(ctx); !errors.Is(err, coolify.ErrThrottled) {
+		t.Fatalf("default client during the pause: %v, want ErrThrottled", err)
+	} else if wait, _ := coolify.RetryAfter(err); wait < 59*time.Second || wait > time.Minute {
+		t.Fatalf("default client told to wait %s, want the server's minute", wait)
+	}
+	if e.clock.Since(before) != 0 {
+		t.Fatal("the default client waited for the pause")
+	}
 	if _, err := b.ListProjects(ctx); err != nil {
 		t.Fatalf("other pool: %v", err)
 	}

@@ -88,6 +88,10 @@ func TestDefaults(t *testing.T) {
 		"--kube-api-burst=1000",
 		"--max-concurrent-reconciles=8",
 		"--coolify-rate-limit=200",
+		"--coolify-max-in-flight=4",
+		"--coolify-allow-private-networks=false",
+		"--egress-allowed-cidrs=",
+		"--reconcile-timeout=1m",
 		"--schedule-lead=2m",
 		"--retention-events=720h",
 		"--retention-transitions=2160h",
@@ -179,6 +183,8 @@ func TestNonDefaultValues(t *testing.T) {
 		"--event-quota-bot-events=2.5", "--event-quota-bot-bytes=10000", "--event-quota-namespace-events=0",
 		"--event-quota-namespace-bytes=20000000", "--event-quota-window=1m",
 		"--callback-allow-private-networks=true", "--callback-allowed-cidrs=10.20.0.0/16,fd00::/8",
+		"--coolify-max-in-flight=2", "--coolify-allow-private-networks=true",
+		"--egress-allowed-cidrs=10.0.5.0/24,fd00:1::/64", "--reconcile-timeout=90s",
 		"--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 	} {
 		if !slices.Contains(c.Args, arg) {

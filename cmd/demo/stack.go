@@ -159,6 +159,8 @@ func (s *stack) startManager(ctx context.Context, bin, dsn string, scheduleLead 
 		"--metrics-bind-address="+p.metrics,
 		"--health-probe-bind-address="+p.probes,
 		"--schedule-lead="+scheduleLead.String(),
+		// The simulated Coolify listens on loopback, which the egress policy refuses by default.
+		"--egress-allowed-cidrs=127.0.0.0/8,::1/128",
 	)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

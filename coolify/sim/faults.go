@@ -18,6 +18,9 @@ type Fault struct {
 	// AfterProcessing makes the injected errors happen after the request took effect, like
 	// a proxy timing out on a create that succeeded.
 	AfterProcessing bool
+	// RetryAfter, when set, is sent as the Retry-After header (in seconds) of the injected
+	// errors, as Coolify's throttle does on a 429 (a hostile server may ask for a year).
+	RetryAfter time.Duration
 }
 
 // Crash makes containers of matching images die after they start.
@@ -95,7 +98,7 @@ func (s *Sim) takePullFailure(ref string) bool {
 
 // injected decides whether a request to op fails and with which code, and how long to delay.
 // Callers hold s.mu.
-func (s *Sim) injected(op string) (code int, after bool, latency time.Duration) {
+func (s *Sim) injected(op string) (code int, after bool, latency, retryAfter time.Duration) {
 	for _, key := range []string{op, "*"} {
 		f := s.faults[key]
 		if f == nil {
@@ -108,12 +111,12 @@ func (s *Sim) injected(op string) (code int, after bool, latency time.Duration) 
 		switch {
 		case f.Burst > 0:
 			f.Burst--
-			code, after = f.BurstCode, f.AfterProcessing
+			code, after, retryAfter = f.BurstCode, f.AfterProcessing, f.RetryAfter
 		case f.ErrorRate > 0 && s.rng.Float64() < f.ErrorRate:
-			code, after = 500, f.AfterProcessing
+			code, after, retryAfter = 500, f.AfterProcessing, f.RetryAfter
 		}
 	}
-	return code, after, latency
+	return code, after, latency, retryAfter
 }
 
 func lastSegment(image string) string {

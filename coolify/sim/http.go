@@ -113,7 +113,10 @@ func (s *Sim) serve(rt *route, rc *reqCtx, status int) (code int, body any, late
 	case !rc.can(rt.ability):
 		return http.StatusForbidden, msg{"message": "Missing required permissions: " + rt.ability}, 0
 	}
-	fault, after, latency := s.injected(rt.op)
+	fault, after, latency, retryAfter := s.injected(rt.op)
+	if fault != 0 && retryAfter > 0 {
+		rc.header.Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
+	}
 	if fault != 0 && !after {
 		return fault, faultBody(fault), latency
 	}
@@ -135,8 +138,11 @@ func (s *Sim) serve(rt *route, rc *reqCtx, status int) (code int, body any, late
 }
 
 func faultBody(code int) any {
-	if code == http.StatusServiceUnavailable {
+	switch code {
+	case http.StatusServiceUnavailable:
 		return msgUnavailable
+	case http.StatusTooManyRequests:
+		return msgTooMany
 	}
 	return msgServerError
 }

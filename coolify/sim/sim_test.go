@@ -314,3 +314,17 @@ func BenchmarkDeployCycle(b *testing.B) {
 		h.do(http.MethodPost, "/applications/"+app+"/stop", nil)
 	}
 }
+
+// TestFaultRetryAfter: an injected 429 answers as Coolify's throttle does, with the fault's
+// Retry-After (a hostile server's year included).
+func TestFaultRetryAfter(t *testing.T) {
+	h := newHarness(t, sim.Config{})
+	h.s.SetFault("*", sim.Fault{Burst: 1, BurstCode: http.StatusTooManyRequests, RetryAfter: 365 * 24 * time.Hour})
+	code, hdr, body := h.do(http.MethodGet, "/servers", nil)
+	if code != http.StatusTooManyRequests || hdr.Get("Retry-After") != "31536000" || field(body, "message") != "Too Many Attempts." {
+		t.Fatalf("injected 429: %d %v %v", code, hdr, body)
+	}
+	if code, hdr, _ := h.do(http.MethodGet, "/servers", nil); code != 200 || hdr.Get("Retry-After") != "" {
+		t.Fatalf("after the burst: %d %v", code, hdr)
+	}
+}
