@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
@@ -67,6 +66,9 @@ type options struct {
 	// default, as profiles expose the process's internals.
 	pprofAddr string
 	zap       zap.Options
+
+	// Hardening (issue 13): see hardening.go.
+	hardening hardeningOptions
 }
 
 func parseFlags(args []string) (options, error) {
@@ -85,11 +87,12 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.botAPIURL, "bot-api-url", "http://botpool-bot-api.botpool-system.svc:8082", "URL bot containers reach the bot API at; set as BOTPOOL_API_URL on every slot's application.")
 	fs.DurationVar(&o.scheduleLead, "schedule-lead", 2*time.Minute, "How long before its startTime a scheduled Bot joins the queue, so its slot is warm when the meeting starts.")
 	fs.IntVar(&o.coolifyRateLimit, "coolify-rate-limit", coolify.DefaultRateLimit, "Requests per minute to one Coolify instance per URL and token, shared by all pools using them (Coolify's own limit is 200 per user).")
+	o.hardening.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	return o, o.validate()
+	return o, errors.Join(o.validate(), o.hardening.validate(o))
 }
 
 func (o options) validate() error {
@@ -150,8 +153,10 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 			// Nothing reads managedFields, and they are a large share of every cached object:
 			// with ten thousand Bots, tens of MiB, and more to copy on every read that copies.
 			DefaultTransform: cache.TransformStripManagedFields(),
+			// nil (every namespace) unless --watch-namespaces restricts the informers.
+			DefaultNamespaces: o.hardening.cacheNamespaces(),
 		},
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                       o.hardening.metricsOptions(o.metricsAddr),
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
@@ -269,6 +274,10 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 		Clock:      clock.RealClock{},
 		Log:        ctrl.Log.WithName("botapi"),
 		Registerer: metrics.Registry,
+
+		// Empty: plain HTTP (see --bot-api-tls-cert-file).
+		TLSCertFile: o.hardening.botAPITLSCertFile,
+		TLSKeyFile:  o.hardening.botAPITLSKeyFile,
 	})); err != nil {
 		return fmt.Errorf("adding the bot API: %w", err)
 	}
