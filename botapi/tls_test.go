@@ -161,9 +161,18 @@ func TestTLSBadKeyPairStopsStart(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	s := New(Config{Addr: freeLocalAddr(t), TLSCertFile: certFile, TLSKeyFile: keyFile, Log: logr.Discard()})
-	err := s.Start(t.Context())
-	if err == nil || !strings.Contains(err.Error(), "TLS certificate") {
-		t.Fatalf("Start with no key pair: %v, want a TLS certificate error", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "TLS certificate") {
+			t.Fatalf("Start with no key pair: %v, want a TLS certificate error", err)
+		}
+	case <-time.After(30 * time.Second): // only a broken Start gets here
+		cancel()
+		t.Fatalf("Start is serving without its key pair (then: %v)", <-done)
 	}
 }
 
