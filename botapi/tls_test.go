@@ -192,4 +192,3 @@ func waitFor(t *testing.T, check func() error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
