@@ -185,11 +185,6 @@ func checkSlotBindingPolicy(t *testing.T, env *kubetest.Env, ns, serviceAccount 
 	if err := refused(alice.Patch(ctx, unbound, client.MergeFrom(bound))); err != nil {
 		t.Errorf("unbinding a slot as another user: %v", err)
 	}
-	rebound := bound.DeepCopy()
-	rebound.Spec.BotRef.Name = "other"
-	if err := refused(alice.Update(ctx, rebound)); err != nil {
-		t.Errorf("rebinding a slot as another user: %v", err)
-	}
 	if err := manager.Patch(ctx, unbound, client.MergeFrom(bound)); err != nil {
 		t.Errorf("unbinding a slot as the manager: %v", err)
 	}
