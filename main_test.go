@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,9 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -357,5 +361,113 @@ func TestWatchNamespacesRestrictsReconciles(t *testing.T) {
 	if len(poolB.Finalizers) != 0 || len(poolB.Status.Conditions) != 0 || poolB.Generation != 1 {
 		t.Errorf("the pool in the unwatched namespace %s was reconciled: finalizers %v, conditions %v",
 			nsB, poolB.Finalizers, poolB.Status.Conditions)
+	}
+}
+
+// TestSecureMetrics: with --metrics-secure the metrics answer only over HTTPS, refuse a caller
+// without a token, refuse a ServiceAccount not allowed GET /metrics, and serve one that is.
+func TestSecureMetrics(t *testing.T) {
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	metricsAddr := freeAddr(t)
+	o, err := parseFlags([]string{
+		"--leader-elect=false", "--metrics-secure", "--metrics-bind-address=" + metricsAddr,
+		"--health-probe-bind-address=" + freeAddr(t), "--bot-api-bind-address=" + freeAddr(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, env.Config, o) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager stopped with an error: %v", err)
+		}
+	})
+
+	// token issues a token for a new ServiceAccount, allowed GET /metrics when reader is set.
+	token := func(name string, reader bool) string {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		if err := env.Client.Create(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+		if reader {
+			role := &rbacv1.ClusterRole{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "metrics-reader-"},
+				Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+			}
+			if err := env.Client.Create(ctx, role); err != nil {
+				t.Fatal(err)
+			}
+			binding := &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "metrics-reader-"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}},
+			}
+			if err := env.Client.Create(ctx, binding); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr := &authenticationv1.TokenRequest{}
+		if err := env.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader, stranger := token("prometheus", true), token("stranger", false)
+
+	// The certificate is self-signed: the token, not the certificate, is what is checked here.
+	httpsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // self-signed by design
+	}}
+	get := func(bearer string) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metricsAddr+"/metrics", nil)
+		if err != nil {
+			return 0, err
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := httpsClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	// Serving (liveness), and the authorized reader gets its metrics.
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		code, err := get(reader)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("an authorized reader got %d", code)
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		who, token string
+		want       int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		// controller-runtime's filter answers 500 ("Authentication failed") when the review of
+		// a malformed token errs: refused all the same.
+		{"a forged token", "not-a-token", 0},
+		{"a ServiceAccount without the metrics-reader rule", stranger, http.StatusForbidden},
+	} {
+		code, err := get(tc.token)
+		if err != nil || (tc.want != 0 && code != tc.want) || code < 400 {
+			t.Errorf("%s: %d, %v; want %d (0: any refusal)", tc.who, code, err, tc.want)
+		}
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + metricsAddr + "/metrics")
+	if err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain HTTP still serves the metrics")
+		}
 	}
 }
