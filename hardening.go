@@ -108,8 +108,8 @@ func (h hardeningOptions) metricsOptions(addr string) metricsserver.Options {
 // inClusterHost reports whether a bot API URL's host is one whose traffic stays inside the
 // cluster or a private network, where plain http is an operator's choice rather than an
 // exposure:
-//   - a Service name: ending in .svc, or with .svc. before the cluster domain
-//     (name.ns.svc.cluster.local);
+//   - a Service name: ending in .svc or .svc.cluster.local (a cluster with another domain
+//     uses the .svc form, or --allow-insecure-bot-api-url);
 //   - a single-label name (no dot), which only search domains of a private resolver can
 //     resolve;
 //   - localhost, and IP literals that are loopback, private (10/8, 172.16/12, 192.168/16,
@@ -124,7 +124,7 @@ func inClusterHost(host string) bool {
 		return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || sharedAddressSpace.Contains(ip)
 	}
 	return host == "localhost" || !strings.Contains(host, ".") ||
-		strings.HasSuffix(host, ".svc") || strings.Contains(host, ".svc.")
+		strings.HasSuffix(host, ".svc") || strings.HasSuffix(host, ".svc.cluster.local")
 }
 
 // sharedAddressSpace is RFC 6598's 100.64.0.0/10, used by carrier-grade NAT and by many

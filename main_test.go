@@ -245,6 +245,7 @@ func TestHardeningFlags(t *testing.T) {
 		{"http public IPv6", []string{"--bot-api-url=http://[2001:db8::1]:8082"}, "plain http to a host outside the cluster"},
 		{"svc as a label of a public name", []string{"--bot-api-url=http://svc.example.com"}, "plain http to a host outside the cluster"},
 		{"name ending in svc without the dot", []string{"--bot-api-url=http://mysvc.com"}, "plain http to a host outside the cluster"},
+		{"svc inside a public name", []string{"--bot-api-url=http://bots.svc.example.com"}, "plain http to a host outside the cluster"},
 		{"http public name allowed", []string{"--bot-api-url=http://bots.example.com", "--allow-insecure-bot-api-url"}, ""},
 		{"TLS pair", []string{"--bot-api-tls-cert-file=/tls/tls.crt", "--bot-api-tls-key-file=/tls/tls.key"}, ""},
 		{"TLS cert without key", []string{"--bot-api-tls-cert-file=/tls/tls.crt"}, "set both or neither"},
