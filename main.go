@@ -69,6 +69,9 @@ type options struct {
 
 	// Hardening (issue 13): see hardening.go.
 	hardening hardeningOptions
+	// skipNameValidation lets tests run the manager more than once in one process
+	// (controller names are otherwise unique per process); never set by a flag.
+	skipNameValidation bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -163,7 +166,7 @@ func newManager(cfg *rest.Config, o options) (ctrl.Manager, error) {
 		LeaderElectionID:              "botpool-manager.botpool.dev",
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles},
+		Controller:                    config.Controller{MaxConcurrentReconciles: o.maxConcurrentReconciles, SkipNameValidation: &o.skipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)

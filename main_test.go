@@ -98,6 +98,7 @@ func TestManagerServesProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.skipNameValidation = true // other tests of this package run the manager too
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel) // a failed check must not leave the manager running
 	done := make(chan error, 1)
@@ -333,6 +334,7 @@ func TestWatchNamespacesRestrictsReconciles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.skipNameValidation = true // other tests of this package run the manager too
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- run(runCtx, env.Config, o) }()
@@ -378,6 +380,7 @@ func TestSecureMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.skipNameValidation = true // other tests of this package run the manager too
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- run(runCtx, env.Config, o) }()
