@@ -34,7 +34,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
@@ -95,7 +94,11 @@ type options struct {
 	callbackAllowPrivate bool
 	callbackAllowedCIDRs string
 	zap                  zap.Options
-	// skipNameValidation lets a test run a second manager in one process (no flag).
+
+	// Hardening (issue 13): see hardening.go.
+	hardening hardeningOptions
+	// skipNameValidation lets tests run the manager more than once in one process
+	// (controller names are otherwise unique per process); never set by a flag.
 	skipNameValidation bool
 }
 
@@ -131,11 +134,12 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", time.Minute, "Longest one reconcile may run; its context is cancelled then and the object retried.")
 	fs.BoolVar(&o.coolifyAllowPrivate, "coolify-allow-private-networks", false, "Let Coolify URLs reach private addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10): needed when Coolify runs in the cluster or on the LAN. Loopback and link-local (cloud metadata) stay refused.")
 	fs.StringVar(&o.egressAllowedCIDRs, "egress-allowed-cidrs", "", "Comma-separated CIDR prefixes the manager may reach at URLs users configure even though the egress policy would refuse them (e.g. 10.0.5.0/24 for one Coolify host, 127.0.0.1/32 for a local simulator).")
+	o.hardening.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if err := o.validate(); err != nil {
+	if err := errors.Join(o.validate(), o.hardening.validate(o)); err != nil {
 		return o, err
 	}
 	o.egressAllowed, _ = egress.ParsePrefixes(o.egressAllowedCIDRs) // validated above
@@ -269,6 +273,8 @@ func managerOptions(o options) ctrl.Options {
 			// Nothing reads managedFields, and they are a large share of every cached object:
 			// with ten thousand Bots, tens of MiB, and more to copy on every read that copies.
 			DefaultTransform: cache.TransformStripManagedFields(),
+			// nil (every namespace) unless --watch-namespaces restricts the informers.
+			DefaultNamespaces: o.hardening.cacheNamespaces(),
 		},
 		// No Secret is ever cached: anyone who may create a Secret could otherwise fill the
 		// manager's memory, and an informer needs list and watch on every Secret. The few the
@@ -276,7 +282,7 @@ func managerOptions(o options) ctrl.Options {
 		// server when needed; this makes a Secret read through the manager's client do the same
 		// instead of starting an informer behind its back.
 		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                       o.hardening.metricsOptions(o.metricsAddr),
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
@@ -400,6 +406,10 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 		Clock:      clock.RealClock{},
 		Log:        ctrl.Log.WithName("botapi"),
 		Registerer: metrics.Registry,
+
+		// Empty: plain HTTP (see --bot-api-tls-cert-file).
+		TLSCertFile: o.hardening.botAPITLSCertFile,
+		TLSKeyFile:  o.hardening.botAPITLSKeyFile,
 	})); err != nil {
 		return fmt.Errorf("adding the bot API: %w", err)
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,10 +15,15 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
+
+	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
 
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/pgtest"
@@ -118,6 +125,7 @@ func TestManagerServesProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.skipNameValidation = true // other tests of this package run the manager too
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel) // a failed check must not leave the manager running
 	done := make(chan error, 1)
@@ -255,5 +263,259 @@ func TestClusterIdentity(t *testing.T) {
 	}
 	if _, err := clusterIdentity(ctx, fake.NewClientBuilder().Build(), ""); err == nil || !strings.Contains(err.Error(), "--cluster-name") {
 		t.Errorf("without kube-system: %v, want an error naming --cluster-name", err)
+	}
+}
+
+// TestHardeningFlags: the watched namespaces, bot API TLS, the http:// bot API URL check and
+// the pprof address are validated at start, with errors that name the flag.
+func TestHardeningFlags(t *testing.T) {
+	t.Setenv("BOTPOOL_DATABASE_URL", "")
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"in-cluster Service URL", []string{"--bot-api-url=http://botpool-bot-api.botpool-system.svc:8082"}, ""},
+		{"fully qualified Service URL", []string{"--bot-api-url=http://botpool-bot-api.botpool-system.svc.cluster.local:8082"}, ""},
+		{"single-label name", []string{"--bot-api-url=http://botpool-bot-api:8082"}, ""},
+		{"loopback", []string{"--bot-api-url=http://127.0.0.1:8082"}, ""},
+		{"localhost", []string{"--bot-api-url=http://localhost:8082"}, ""},
+		{"private IPv4", []string{"--bot-api-url=http://10.96.12.7:8082"}, ""},
+		{"private 192.168", []string{"--bot-api-url=http://192.168.1.20:8082"}, ""},
+		{"shared address space", []string{"--bot-api-url=http://100.64.3.4:8082"}, ""},
+		{"IPv6 unique local", []string{"--bot-api-url=http://[fd00::1]:8082"}, ""},
+		{"https public name", []string{"--bot-api-url=https://bots.example.com"}, ""},
+		{"http public name", []string{"--bot-api-url=http://bots.example.com"}, "plain http to a host outside the cluster"},
+		{"http public IP", []string{"--bot-api-url=http://203.0.113.7:8082"}, "plain http to a host outside the cluster"},
+		{"http public IPv6", []string{"--bot-api-url=http://[2001:db8::1]:8082"}, "plain http to a host outside the cluster"},
+		{"svc as a label of a public name", []string{"--bot-api-url=http://svc.example.com"}, "plain http to a host outside the cluster"},
+		{"name ending in svc without the dot", []string{"--bot-api-url=http://mysvc.com"}, "plain http to a host outside the cluster"},
+		{"svc inside a public name", []string{"--bot-api-url=http://bots.svc.example.com"}, "plain http to a host outside the cluster"},
+		{"http public name allowed", []string{"--bot-api-url=http://bots.example.com", "--allow-insecure-bot-api-url"}, ""},
+		{"TLS pair", []string{"--bot-api-tls-cert-file=/tls/tls.crt", "--bot-api-tls-key-file=/tls/tls.key"}, ""},
+		{"TLS cert without key", []string{"--bot-api-tls-cert-file=/tls/tls.crt"}, "set both or neither"},
+		{"TLS key without cert", []string{"--bot-api-tls-key-file=/tls/tls.key"}, "set both or neither"},
+		{"watched namespaces", []string{"--watch-namespaces=team-a, team-b,team-a"}, ""},
+		{"bad namespace", []string{"--watch-namespaces=team-a,Team_B"}, `--watch-namespaces: "Team_B" is not a namespace name`},
+		{"pprof on loopback", []string{"--pprof-bind-address=127.0.0.1:6060"}, ""},
+		{"pprof on localhost", []string{"--pprof-bind-address=localhost:6060"}, ""},
+		{"pprof on every interface", []string{"--pprof-bind-address=:6060"}, "--pprof-bind-address"},
+		{"pprof on a pod address", []string{"--pprof-bind-address=10.0.0.5:6060"}, "--pprof-bind-address"},
+		{"secure metrics", []string{"--metrics-secure"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseFlags(tt.args)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("%v: unexpected error: %v", tt.args, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("%v: error = %v, want one containing %q", tt.args, err, tt.wantErr)
+			}
+		})
+	}
+
+	o, err := parseFlags([]string{"--watch-namespaces= team-a,team-b,,team-a "})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.hardening.cacheNamespaces(); len(got) != 2 || !hasKeys(got, "team-a", "team-b") {
+		t.Errorf("cache namespaces = %v, want team-a and team-b", got)
+	}
+	if all, _ := parseFlags(nil); all.hardening.cacheNamespaces() != nil {
+		t.Errorf("no --watch-namespaces: cache namespaces = %v, want nil (every namespace)", all.hardening.cacheNamespaces())
+	}
+	if m := o.hardening.metricsOptions(":8080"); m.SecureServing || m.FilterProvider != nil {
+		t.Error("metrics are secured without --metrics-secure")
+	}
+	secure, _ := parseFlags([]string{"--metrics-secure"})
+	if m := secure.hardening.metricsOptions(":8443"); !m.SecureServing || m.FilterProvider == nil || m.BindAddress != ":8443" {
+		t.Errorf("--metrics-secure: %+v, want HTTPS with the authentication and authorization filter", m)
+	}
+}
+
+func hasKeys[V any](m map[string]V, keys ...string) bool {
+	for _, k := range keys {
+		if _, ok := m[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// TestWatchNamespacesRestrictsReconciles runs the manager with --watch-namespaces=A: the pool
+// in A is reconciled (it gets its finalizer), the pool in B, created first, is never touched.
+func TestWatchNamespacesRestrictsReconciles(t *testing.T) {
+	ctx := t.Context()
+	nsA, nsB := env.Namespace(t), env.Namespace(t)
+	pool := func(ns string) *botpoolv1alpha1.BotPool {
+		return &botpoolv1alpha1.BotPool{
+			ObjectMeta: metav1.ObjectMeta{Name: "meet", Namespace: ns},
+			Spec: botpoolv1alpha1.BotPoolSpec{
+				Platform: botpoolv1alpha1.PlatformGoogleMeet, Image: "ghcr.io/example/meeting-bot",
+				Coolify: botpoolv1alpha1.CoolifyPlacement{
+					CredentialsSecretRef: botpoolv1alpha1.SecretReference{Name: "coolify-credentials"},
+					ProjectUUID:          "p", ServerUUID: "s", EnvironmentName: "production",
+				},
+			},
+		}
+	}
+	// B's pool exists before the manager starts, so an unrestricted manager would find it in
+	// its first list, before A's pool is even created.
+	poolB := pool(nsB)
+	if err := env.Client.Create(ctx, poolB); err != nil {
+		t.Fatal(err)
+	}
+
+	o, err := parseFlags([]string{
+		"--leader-elect=false", "--watch-namespaces=" + nsA,
+		"--health-probe-bind-address=" + freeAddr(t), "--metrics-bind-address=0",
+		"--bot-api-bind-address=" + freeAddr(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.skipNameValidation = true // other tests of this package run the manager too
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, env.Config, o) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager stopped with an error: %v", err)
+		}
+	})
+
+	poolA := pool(nsA)
+	if err := env.Client.Create(ctx, poolA); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(poolA), poolA); err != nil {
+			return err
+		}
+		if len(poolA.Finalizers) == 0 {
+			return errors.New("the pool in the watched namespace has no finalizer yet")
+		}
+		return nil
+	})
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(poolB), poolB); err != nil {
+		t.Fatal(err)
+	}
+	if len(poolB.Finalizers) != 0 || len(poolB.Status.Conditions) != 0 || poolB.Generation != 1 {
+		t.Errorf("the pool in the unwatched namespace %s was reconciled: finalizers %v, conditions %v",
+			nsB, poolB.Finalizers, poolB.Status.Conditions)
+	}
+}
+
+// TestSecureMetrics: with --metrics-secure the metrics answer only over HTTPS, refuse a caller
+// without a token, refuse a ServiceAccount not allowed GET /metrics, and serve one that is.
+func TestSecureMetrics(t *testing.T) {
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	metricsAddr := freeAddr(t)
+	o, err := parseFlags([]string{
+		"--leader-elect=false", "--metrics-secure", "--metrics-bind-address=" + metricsAddr,
+		"--health-probe-bind-address=" + freeAddr(t), "--bot-api-bind-address=" + freeAddr(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.skipNameValidation = true // other tests of this package run the manager too
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, env.Config, o) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager stopped with an error: %v", err)
+		}
+	})
+
+	// token issues a token for a new ServiceAccount, allowed GET /metrics when reader is set.
+	token := func(name string, reader bool) string {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		if err := env.Client.Create(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+		if reader {
+			role := &rbacv1.ClusterRole{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "metrics-reader-"},
+				Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+			}
+			if err := env.Client.Create(ctx, role); err != nil {
+				t.Fatal(err)
+			}
+			binding := &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "metrics-reader-"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}},
+			}
+			if err := env.Client.Create(ctx, binding); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr := &authenticationv1.TokenRequest{}
+		if err := env.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader, stranger := token("prometheus", true), token("stranger", false)
+
+	// The certificate is self-signed: the token, not the certificate, is what is checked here.
+	httpsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // self-signed by design
+	}}
+	get := func(bearer string) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metricsAddr+"/metrics", nil)
+		if err != nil {
+			return 0, err
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := httpsClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	// Serving (liveness), and the authorized reader gets its metrics.
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		code, err := get(reader)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("an authorized reader got %d", code)
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		who, token string
+		want       int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		// controller-runtime's filter answers 500 ("Authentication failed") when the review of
+		// a malformed token errs: refused all the same.
+		{"a forged token", "not-a-token", 0},
+		{"a ServiceAccount without the metrics-reader rule", stranger, http.StatusForbidden},
+	} {
+		code, err := get(tc.token)
+		if err != nil || (tc.want != 0 && code != tc.want) || code < 400 {
+			t.Errorf("%s: %d, %v; want %d (0: any refusal)", tc.who, code, err, tc.want)
+		}
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + metricsAddr + "/metrics")
+	if err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain HTTP still serves the metrics")
+		}
 	}
 }

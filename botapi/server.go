@@ -10,8 +10,10 @@ package botapi
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -23,6 +25,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"botpool.dev/botpool/botapi/botclient"
@@ -40,6 +43,10 @@ type Liveness interface {
 type Config struct {
 	// Addr is the listen address, e.g. ":8082".
 	Addr string
+	// TLSCertFile and TLSKeyFile, when set, make the API serve HTTPS only, with that PEM key
+	// pair, reloaded when the files change (a renewed kubernetes.io/tls Secret); empty serves
+	// plain HTTP.
+	TLSCertFile, TLSKeyFile string
 	// Cache answers reads; it must have the indexes of IndexFields.
 	Cache client.Reader
 	// Client writes Bot status.
@@ -125,9 +132,25 @@ func (s *Server) Start(ctx context.Context) error {
 		MaxHeaderBytes:    16 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
+	serve := srv.ListenAndServe
+	if s.cfg.TLSCertFile != "" {
+		// Read the key pair now, so a missing or bad one stops the manager at start; the
+		// watcher then swaps in a renewed pair for new connections.
+		certs, err := certwatcher.New(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("loading the bot API's TLS certificate: %w", err)
+		}
+		go func() {
+			if err := certs.Start(ctx); err != nil {
+				s.cfg.Log.Error(err, "Watching the bot API's TLS certificate failed; serving the one loaded last")
+			}
+		}()
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
+		serve = func() error { return srv.ListenAndServeTLS("", "") }
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	s.cfg.Log.Info("Serving the bot API", "addr", s.cfg.Addr)
+	go func() { errc <- serve() }()
+	s.cfg.Log.Info("Serving the bot API", "addr", s.cfg.Addr, "tls", s.cfg.TLSCertFile != "")
 	select {
 	case err := <-errc:
 		return err

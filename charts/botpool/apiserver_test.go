@@ -1,16 +1,22 @@
 package chart_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/internal/kubetest"
 )
 
@@ -42,9 +48,12 @@ func TestAcceptedByAPIServer(t *testing.T) {
 		existing []client.Object
 	}{
 		{"botpool", []string{"--set", "podDisruptionBudget.enabled=true"}, nil},
-		{"pool", []string{"-f", nondefaultValues}, []client.Object{
+		// One slot-binding policy at a time: each lets only its own release's manager bind.
+		{"pool", []string{"-f", nondefaultValues, "--set", "admissionPolicy.enabled=false"}, []client.Object{
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "botpool-operator"}},
 		}},
+		// watchNamespaces (the release's own namespace here, set below): namespaced Roles.
+		{"watch", []string{"-f", hardeningValues, "--set", "admissionPolicy.enabled=false"}, nil},
 	} {
 		t.Run(tc.release, func(t *testing.T) {
 			ctx := t.Context()
@@ -62,7 +71,11 @@ func TestAcceptedByAPIServer(t *testing.T) {
 				}
 			}
 
-			m := templateIn(t, ns.Name, tc.release, tc.args...)
+			args := tc.args
+			if tc.release == "watch" {
+				args = append(slices.Clone(args), "--set", "watchNamespaces={"+ns.Name+"}")
+			}
+			m := templateIn(t, ns.Name, tc.release, args...)
 			for key, o := range m {
 				if o.kind() == "ServiceMonitor" {
 					continue // the Prometheus Operator's CRD is not installed here
@@ -86,6 +99,7 @@ func TestAcceptedByAPIServer(t *testing.T) {
 			// The examples of NOTES.txt are valid objects (the API server checks the CRDs' schema
 			// and CEL rules; no controller runs to act on them).
 			if tc.release == "botpool" {
+				checkSlotBindingPolicy(t, env, ns.Name, "botpool")
 				for _, ex := range notesExamples(t, renderNotes(t)) {
 					ex.SetNamespace(ns.Name)
 					if err := c.Create(ctx, ex); err != nil {
@@ -105,5 +119,73 @@ func TestAcceptedByAPIServer(t *testing.T) {
 				t.Errorf("a pod without security context: %v; want a PodSecurity refusal", err)
 			}
 		})
+	}
+}
+
+// checkSlotBindingPolicy: with the chart's ValidatingAdmissionPolicy in force, a user the API
+// server lets do anything else (system:masters) cannot create a BotPoolSlot or change its
+// spec.botRef, while the manager's ServiceAccount (through the chart's RBAC) can; other edits
+// of a slot stay open to others.
+func checkSlotBindingPolicy(t *testing.T, env *kubetest.Env, ns, serviceAccount string) {
+	t.Helper()
+	ctx := t.Context()
+	as := func(user string, groups ...string) client.Client {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+		c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	manager := as("system:serviceaccount:" + ns + ":" + serviceAccount)
+	alice := as("alice", "system:masters")
+	newSlot := func() *v1.BotPoolSlot {
+		return &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{GenerateName: "meet-", Namespace: ns}, Spec: v1.BotPoolSlotSpec{Pool: "meet"}}
+	}
+	refused := func(err error) error {
+		if err == nil {
+			return errors.New("allowed")
+		}
+		if !strings.Contains(err.Error(), "only the botpool manager") {
+			return fmt.Errorf("refused for another reason: %w", err)
+		}
+		return nil
+	}
+
+	// The API server applies a new policy once it has loaded it: wait for that (liveness).
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		err := alice.Create(ctx, newSlot())
+		if err := refused(err); err != nil {
+			return fmt.Errorf("a slot created by another user: %w", err)
+		}
+		return nil
+	})
+
+	slot := newSlot()
+	if err := manager.Create(ctx, slot); err != nil {
+		t.Fatalf("the manager's ServiceAccount cannot create a slot: %v", err)
+	}
+	// Others may still label it: the binding is untouched.
+	labelled := slot.DeepCopy()
+	labelled.Labels = map[string]string{"team": "meetings"}
+	if err := alice.Patch(ctx, labelled, client.MergeFrom(slot)); err != nil {
+		t.Errorf("labelling a slot as another user: %v", err)
+	}
+	bound := labelled.DeepCopy()
+	bound.Spec.BotRef = &v1.BotReference{Name: "standup", UID: "0f5e1c7e-0000-4000-8000-000000000001"}
+	if err := refused(alice.Patch(ctx, bound, client.MergeFrom(labelled))); err != nil {
+		t.Errorf("binding a slot as another user: %v", err)
+	}
+	if err := manager.Patch(ctx, bound, client.MergeFrom(labelled)); err != nil {
+		t.Fatalf("binding a slot as the manager: %v", err)
+	}
+	unbound := bound.DeepCopy()
+	unbound.Spec.BotRef = nil
+	if err := refused(alice.Patch(ctx, unbound, client.MergeFrom(bound))); err != nil {
+		t.Errorf("unbinding a slot as another user: %v", err)
+	}
+	if err := manager.Patch(ctx, unbound, client.MergeFrom(bound)); err != nil {
+		t.Errorf("unbinding a slot as the manager: %v", err)
 	}
 }

@@ -46,12 +46,18 @@ func TestDefaults(t *testing.T) {
 		"Service/botpool-bot-api",
 		"Service/botpool-metrics",
 		"Deployment/botpool",
+		"ClusterRole/botpool-metrics-auth",
+		"ClusterRoleBinding/botpool-metrics-auth",
+		"ClusterRole/botpool-metrics-reader",
+		"ValidatingAdmissionPolicy/botpool-slot-binding",
+		"ValidatingAdmissionPolicyBinding/botpool-slot-binding",
 	}
 	if got := m.keys(); !sameSet(got, want) {
 		t.Fatalf("rendered objects:\n  %v\nwant\n  %v", sorted(got), sorted(want))
 	}
 	for _, o := range m {
-		namespaced := !slices.Contains([]string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}, o.kind())
+		namespaced := !slices.Contains([]string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, o.kind())
 		if ns := str(o.u, "metadata", "namespace"); namespaced != (ns == namespace) {
 			t.Errorf("%s/%s: namespace %q", o.kind(), o.name(), ns)
 		}
@@ -105,6 +111,9 @@ func TestDefaults(t *testing.T) {
 		"--event-quota-window=30s",
 		"--callback-allow-private-networks=false",
 		"--callback-allowed-cidrs=",
+		"--watch-namespaces=",
+		"--allow-insecure-bot-api-url=false",
+		"--metrics-secure=true",
 		"--zap-log-level=info",
 		"--zap-encoder=json",
 	}

@@ -189,6 +189,10 @@ func templateInErr(t *testing.T, ns, release string, args ...string) (manifest, 
 		}
 		o := object{raw: doc, u: u}
 		key := o.kind() + "/" + o.name()
+		if objNS := str(u, "metadata", "namespace"); objNS != "" && objNS != ns {
+			// An object in another namespace (the Roles of watchNamespaces) is keyed with it.
+			key = o.kind() + "/" + objNS + "/" + o.name()
+		}
 		if _, dup := m[key]; dup {
 			t.Fatalf("%s rendered twice", key)
 		}

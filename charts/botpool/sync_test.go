@@ -173,13 +173,16 @@ func TestEveryManagerFlagRendered(t *testing.T) {
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	(&zap.Options{}).BindFlags(zapFlags)
 
-	m := template(t, "botpool")
-	var d appsv1.Deployment
-	m.decode(t, "Deployment", "botpool", &d)
 	rendered := map[string]bool{}
-	for _, a := range manager(t, d.Spec.Template.Spec).Args {
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		rendered[name] = true
+	// The defaults, and the values that add flags only when set (the bot API's TLS Secret).
+	for _, args := range [][]string{nil, {"--set", "botApi.tls.secretName=bot-api-tls"}} {
+		m := template(t, "botpool", args...)
+		var d appsv1.Deployment
+		m.decode(t, "Deployment", "botpool", &d)
+		for _, a := range manager(t, d.Spec.Template.Spec).Args {
+			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			rendered[name] = true
+		}
 	}
 	managerFlags(t).VisitAll(func(f *flag.Flag) {
 		if zapFlags.Lookup(f.Name) != nil {
@@ -211,56 +214,70 @@ func fullname(release string) string {
 func managerFlags(t *testing.T) *flag.FlagSet {
 	t.Helper()
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join(repoRoot, "main.go"), nil, 0)
+	// Every Go file of package main (main.go and the flag blocks beside it), tests aside.
+	srcs, err := filepath.Glob(filepath.Join(repoRoot, "*.go"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, src := range srcs {
+		if strings.HasSuffix(src, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, src, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
 	}
 	fs := flag.NewFlagSet("botpool", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	bindsZap := false
-	ast.Inspect(f, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok {
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if sel.Sel.Name == "BindFlags" {
+				bindsZap = true
+				return true
+			}
+			recv, ok := sel.X.(*ast.Ident)
+			if !ok || recv.Name != "fs" || !strings.HasSuffix(sel.Sel.Name, "Var") || len(call.Args) < 2 {
+				return true
+			}
+			lit, ok := call.Args[1].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				t.Errorf("%s: a flag whose name is not a literal; teach this test to read it", fset.Position(call.Pos()))
+				return true
+			}
+			name, _ := strconv.Unquote(lit.Value)
+			switch sel.Sel.Name {
+			case "StringVar":
+				fs.String(name, "", "")
+			case "BoolVar":
+				fs.Bool(name, false, "")
+			case "IntVar":
+				fs.Int(name, 0, "")
+			case "Int64Var":
+				fs.Int64(name, 0, "")
+			case "UintVar":
+				fs.Uint(name, 0, "")
+			case "Float64Var":
+				fs.Float64(name, 0, "")
+			case "DurationVar":
+				fs.Duration(name, 0, "")
+			default:
+				t.Errorf("%s: fs.%s(%q): teach this test the flag's type", fset.Position(call.Pos()), sel.Sel.Name, name)
+			}
 			return true
-		}
-		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok {
-			return true
-		}
-		if sel.Sel.Name == "BindFlags" {
-			bindsZap = true
-			return true
-		}
-		recv, ok := sel.X.(*ast.Ident)
-		if !ok || recv.Name != "fs" || !strings.HasSuffix(sel.Sel.Name, "Var") || len(call.Args) < 2 {
-			return true
-		}
-		lit, ok := call.Args[1].(*ast.BasicLit)
-		if !ok || lit.Kind != token.STRING {
-			t.Errorf("%s: a flag whose name is not a literal; teach this test to read it", fset.Position(call.Pos()))
-			return true
-		}
-		name, _ := strconv.Unquote(lit.Value)
-		switch sel.Sel.Name {
-		case "StringVar":
-			fs.String(name, "", "")
-		case "BoolVar":
-			fs.Bool(name, false, "")
-		case "IntVar":
-			fs.Int(name, 0, "")
-		case "Int64Var":
-			fs.Int64(name, 0, "")
-		case "UintVar":
-			fs.Uint(name, 0, "")
-		case "Float64Var":
-			fs.Float64(name, 0, "")
-		case "DurationVar":
-			fs.Duration(name, 0, "")
-		default:
-			t.Errorf("%s: fs.%s(%q): teach this test the flag's type", fset.Position(call.Pos()), sel.Sel.Name, name)
-		}
-		return true
-	})
+		})
+	}
 	for _, want := range []string{"leader-elect", "metrics-bind-address", "health-probe-bind-address", "bot-api-bind-address"} {
 		if fs.Lookup(want) == nil {
 			t.Fatalf("found no --%s in main.go: the flag definitions moved; update managerFlags", want)

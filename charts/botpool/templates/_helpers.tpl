@@ -61,7 +61,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* The in-cluster URL of the bot API: what bot containers use as BOTPOOL_API_URL. */}}
 {{- define "botpool.botApiURL" -}}
-{{- printf "http://%s-bot-api.%s.svc:%v" (include "botpool.fullname" .) .Release.Namespace .Values.botApi.service.port }}
+{{- printf "%s://%s-bot-api.%s.svc:%v" (ternary "https" "http" (not (empty .Values.botApi.tls.secretName))) (include "botpool.fullname" .) .Release.Namespace .Values.botApi.service.port }}
 {{- end }}
 
 {{/*
@@ -99,4 +99,9 @@ on the combinations that would break the operator.
 {{- end }}
 {{- end }}
 {{- $replicas }}
+{{- end }}
+
+{{/* The manager's ServiceAccount as the API server names it in requests. */}}
+{{- define "botpool.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "botpool.serviceAccountName" .) }}
 {{- end }}
