@@ -198,9 +198,14 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		slot.Status.TruncateTexts()
 		if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
 			slot.Status.ObservedGeneration = slot.Generation
+			// The version this write replaces is the slot's now, not before's: an unbind earlier
+			// in this pass moved it on (its new generation changes the conditions, so this write
+			// follows it). Recording before's would leave the unbind's version unmarked, and a
+			// pass that read it from a lagging cache would release the slot a second time.
+			old := slot.ResourceVersion
 			switch perr := r.Client.Status().Patch(ctx, slot, client.MergeFrom(before)); {
 			case perr == nil:
-				r.wrote(slot, before.ResourceVersion)
+				r.wrote(slot, old)
 				r.flush(ctx, s)
 			case !apierrors.IsNotFound(perr): // gone: nothing to report, nothing to project
 				err = errors.Join(err, perr)
