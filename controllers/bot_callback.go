@@ -3,7 +3,6 @@ package controllers
 import (
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,7 +84,7 @@ func (r *BotReconciler) recordCallback(bot *v1.Bot, attempts int, err error, at 
 	rec := &v1.CallbackStatus{Phase: bot.Status.Phase, State: v1.CallbackDelivered, Attempts: int32(min(attempts, 1<<30)), Time: metav1.NewTime(at)}
 	if err != nil {
 		rec.State = v1.CallbackFailed
-		rec.LastError = truncateMessage(err.Error(), maxCallbackError)
+		rec.LastError = v1.Truncate(err.Error(), maxCallbackError)
 	}
 	bot.Status.Callback = rec
 	if err != nil {
@@ -98,19 +97,6 @@ func (r *BotReconciler) recordCallback(bot *v1.Bot, attempts int, err error, at 
 		r.Recorder.Eventf(bot, nil, corev1.EventTypeNormal, reasonCallbackDelivered, "Callback",
 			"Callback for phase %s delivered after %d attempts", rec.Phase, rec.Attempts)
 	}
-}
-
-// truncateMessage cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncateMessage(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
 }
 
 // WakeOnCallback returns the notifier's OnResult for the manager: it wakes the reconcile of the

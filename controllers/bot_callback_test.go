@@ -320,20 +320,3 @@ func TestRefusedCallbackDestinationIsRecorded(t *testing.T) {
 		t.Errorf("the refused receiver got %d requests", n)
 	}
 }
-
-func TestTruncateMessage(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"short", 10, "short"},
-		{"exactly10!", 10, "exactly10!"},
-		{"0123456789abc", 10, "0123456…"},
-		{"ééééé", 6, "é…"}, // never a broken rune
-	} {
-		if got := truncateMessage(tt.in, tt.n); got != tt.want || len(got) > tt.n {
-			t.Errorf("truncateMessage(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
-		}
-	}
-}
