@@ -84,7 +84,8 @@ func TestDeployGateForgets(t *testing.T) {
 // does not parse is reported as invalid without the password (the error reaches the pool's
 // condition, an Event and the log).
 func TestMalformedCredentialsURLIsRedacted(t *testing.T) {
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "coolify"},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "coolify",
+		Labels: map[string]string{v1.LabelAllowPoolUse: "true"}},
 		Data: map[string][]byte{"url": []byte("https://admin:hunter2-secret@coolify.example:port"), "token": []byte("t")}}
 	c := &SecretConnector{Reader: fake.NewClientBuilder().WithObjects(secret).Build(), Registry: coolify.NewRegistry(0),
 		Clock: clocktesting.NewFakeClock(time.Now()), RefreshAfter: time.Minute}

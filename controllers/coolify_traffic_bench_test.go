@@ -64,7 +64,13 @@ func newTrafficScenario(tb testing.TB, name string, setup trafficSetup) *traffic
 	}
 	api, err := testRegistry.Client(sc.sim.URL, sim.DefaultToken)
 	if setup.limit > 0 {
-		api, err = coolify.NewRegistry(setup.limit).Client(sc.sim.URL, sim.DefaultToken, coolify.WithClock(clk))
+		// The limiter's pacing is what this measures: the client sits it out on the fake clock,
+		// which the scenario steps once the operator is quiet. With the production bound (a
+		// longer wait is handed back and requeued, in real time) the reconciles would come back
+		// on the workqueue's real clock while the scenario steps simulated minutes, and bots
+		// would time out in the queue of a cold start that in real time takes two minutes.
+		api, err = coolify.NewRegistry(setup.limit).Client(sc.sim.URL, sim.DefaultToken, coolify.WithClock(clk),
+			coolify.WithMaxWait(time.Hour), coolify.WithCallBudget(time.Hour))
 	}
 	if err != nil {
 		tb.Fatal(err)

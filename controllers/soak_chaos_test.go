@@ -241,9 +241,12 @@ func (s *soak) startPostgres() {
 func (s *soak) openStore() *postgres.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// The fake clock stamps and paces the store; a zero flush interval writes each heartbeat
+	// The fake clock stamps and paces the store, and is the one clock of every store the soak
+	// opens (one per manager restart): without WithSharedClock each would measure another
+	// offset to the database's real clock, and a dead bot's last beat, written before a
+	// restart, would read as younger than it is. A zero flush interval writes each heartbeat
 	// batch at once instead of on a timer only a step of the clock would fire.
-	st, err := postgres.New(ctx, s.dsn, postgres.WithClock(clk), postgres.WithHeartbeatBatch(postgres.DefaultBatchSize, 0),
+	st, err := postgres.New(ctx, s.dsn, postgres.WithClock(clk), postgres.WithSharedClock(), postgres.WithHeartbeatBatch(postgres.DefaultBatchSize, 0),
 		postgres.WithWriteTimeout(2*time.Second))
 	if err != nil {
 		s.t.Fatal(err)

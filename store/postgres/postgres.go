@@ -56,6 +56,8 @@ type config struct {
 	writeTimeout  time.Duration
 	closeTimeout  time.Duration
 	pruneBatch    int
+	// sharedClock: clock is the one clock of every store of the deployment (no translation).
+	sharedClock bool
 }
 
 // Option configures a Store.
@@ -63,6 +65,14 @@ type Option func(*config)
 
 // WithClock sets the clock for timestamps, the flush interval and the recovery backoff.
 func WithClock(c clock.WithTicker) Option { return func(o *config) { o.clock = c } }
+
+// WithSharedClock says the store's clock is the one clock of every store that writes or reads
+// these heartbeats (tests that run several stores, one after another, on one fake clock): beats
+// are kept in it as they are, not translated into the database's time. Without it each store
+// measures its offset to the database's clock when it opens; a fake clock stepped hours ahead
+// of real time would give each store opened later another offset, and beats written before
+// would read as younger than they are.
+func WithSharedClock() Option { return func(o *config) { o.sharedClock = true } }
 
 // WithRegisterer registers the store's metrics (botpool_store_*) with reg; nil registers nothing.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *config) { o.registerer = reg } }
@@ -168,7 +178,9 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		done:        make(chan struct{}),
 	}
 	s.replayCtx, s.stopReplay = context.WithCancel(context.Background())
-	if err := s.syncClock(ctx); err != nil {
+	if cfg.sharedClock {
+		// The offset stays 0: the injected clock is the one clock.
+	} else if err := s.syncClock(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("reading the clock of %s: %w", where, err)
 	}
