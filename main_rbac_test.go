@@ -120,7 +120,10 @@ func TestManagerRunsWithItsRole(t *testing.T) {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Errorf("manager stopped with an error: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("manager did not stop within 30s")
 		}
@@ -148,8 +151,12 @@ func TestManagerRunsWithItsRole(t *testing.T) {
 		return resp.StatusCode, nil
 	}
 	kubetest.Eventually(t, 30*time.Second, func() error {
-		if code, err := call(token); err != nil || code != http.StatusNotFound {
-			return fmt.Errorf("the slot's token: %d, %v; want 404 (no bot bound)", code, err)
+		code, err := call(token)
+		if err != nil {
+			return fmt.Errorf("the slot's token: %w", err)
+		}
+		if code != http.StatusNotFound {
+			return fmt.Errorf("the slot's token: %d; want 404 (no bot bound)", code)
 		}
 		return nil
 	})

@@ -17,13 +17,11 @@ import (
 	"botpool.dev/botpool/coolify"
 )
 
-// poolTag is the Coolify tag every application of a pool carries: one GET /applications?tag=
+// poolTagOf is the Coolify tag every application of a pool carries: one GET /applications?tag=
 // lists them all.
 // The tag is readable (the pool's name) and unique (a hash of namespace and name): names
 // alone collide across namespaces ("a"/"b-c" and "a-b"/"c"), and two pools sharing a tag would
 // adopt or delete each other's applications.
-func poolTag(pool *v1.BotPool) string { return poolTagOf(pool.Namespace, pool.Name) }
-
 func poolTagOf(namespace, name string) string {
 	sum := sha256.Sum256([]byte(namespace + "/" + name))
 	if len(name) > 40 {

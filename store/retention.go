@@ -86,7 +86,8 @@ func (j *RetentionJob) Start(ctx context.Context) error {
 	t := j.Clock.NewTicker(j.Interval)
 	defer t.Stop()
 	for {
-		j.RunOnce(ctx)
+		// RunOnce logs its own failures through j.Log; a failed run is retried at the next tick.
+		_, _ = j.RunOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return nil

@@ -100,7 +100,7 @@ func (p Policy) Dialer(base *net.Dialer) *net.Dialer {
 	d.ControlContext = func(ctx context.Context, network, address string, c syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
-			return fmt.Errorf("%w: cannot parse dialled address %q: %v", ErrRefused, address, err)
+			return fmt.Errorf("%w: cannot parse dialled address %q: %w", ErrRefused, address, err)
 		}
 		if err := p.Check(ap.Addr()); err != nil {
 			return err
@@ -186,7 +186,7 @@ func ParsePrefixes(csv string) ([]netip.Prefix, error) {
 		}
 		pfx, err := netip.ParsePrefix(f)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a CIDR prefix like 10.0.0.0/8: %v", f, err)
+			return nil, fmt.Errorf("%q is not a CIDR prefix like 10.0.0.0/8: %w", f, err)
 		}
 		if m := pfx.Masked(); m != pfx {
 			return nil, fmt.Errorf("%q has bits set past the prefix length; did you mean %s?", f, m)

@@ -91,14 +91,14 @@ func TestDialerRefusesAtConnectTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			c.Close()
+			_ = c.Close()
 		}
 	}()
 	ctx := context.Background()
@@ -121,7 +121,7 @@ func TestDialerRefusesAtConnectTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("allowed dial: %v", err)
 	}
-	c.Close()
+	_ = c.Close()
 	if !baseRan {
 		t.Fatal("the base dialer's Control hook did not run")
 	}
@@ -138,16 +138,21 @@ func TestTransport(t *testing.T) {
 	if tr.Proxy != nil {
 		t.Fatal("Transport must not use a proxy")
 	}
-	_, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
 	if !errors.Is(err, ErrRefused) {
 		t.Fatalf("GET loopback through the strict transport: err = %v, want ErrRefused", err)
 	}
 	tr = Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.Transport()
-	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	resp, err = (&http.Client{Transport: tr}).Get(srv.URL)
 	if err != nil {
 		t.Fatalf("GET through an allowing transport: %v", err)
 	}
-	resp.Body.Close()
+	if err := resp.Body.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestSameHostRedirects(t *testing.T) {
@@ -199,7 +204,10 @@ func TestSameHostRedirectsEndToEnd(t *testing.T) {
 	srv := httptest.NewServer(http.RedirectHandler(otherURL, http.StatusFound))
 	defer srv.Close()
 	c := &http.Client{CheckRedirect: SameHostRedirects}
-	_, err := c.Get(srv.URL)
+	resp, err := c.Get(srv.URL)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
 	if !errors.Is(err, ErrRefused) || otherHit {
 		t.Fatalf("err = %v, other host hit = %v; want ErrRefused and no hit", err, otherHit)
 	}

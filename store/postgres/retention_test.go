@@ -45,7 +45,12 @@ func TestRetentionJobPrunesInBatches(t *testing.T) {
 	jobCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- job.Start(jobCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("the retention job stopped with an error: %v", err)
+		}
+	})
 
 	c := sqlConn(t, dsn)
 	// The first run, at start: the day-old rows go, in batches of three.
