@@ -105,29 +105,15 @@ func TestManagerRunsWithItsRole(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	probeAddr, botAPIAddr := freeAddr(t), freeAddr(t)
+	probeAddr, botAPIAddr := kubetest.FreeLocalAddr(t), kubetest.FreeLocalAddr(t)
 	o, err := parseFlags([]string{"--leader-elect=false", "--health-probe-bind-address=" + probeAddr,
 		"--metrics-bind-address=0", "--bot-api-bind-address=" + botAPIAddr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.skipNameValidation = true // TestManagerServesProbes runs one in this process too
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, cfg, o) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("manager stopped with an error: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("manager did not stop within 30s")
-		}
-	})
+	startManager(t, cfg, o)
 
 	kubetest.Eventually(t, 60*time.Second, func() error {
 		resp, err := http.Get("http://" + probeAddr + "/readyz")

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
@@ -116,10 +116,10 @@ func TestParseFlags(t *testing.T) {
 // reports healthy and, once its caches sync, ready; that it serves the bot API; and that it
 // stops cleanly.
 func TestManagerServesProbes(t *testing.T) {
-	probeAddr, botAPIAddr := freeAddr(t), freeAddr(t)
+	probeAddr, botAPIAddr := kubetest.FreeLocalAddr(t), kubetest.FreeLocalAddr(t)
 	o, err := parseFlags([]string{
 		"--leader-elect=true", "--leader-election-namespace=" + env.Namespace(t),
-		"--health-probe-bind-address=" + probeAddr, "--metrics-bind-address=" + freeAddr(t),
+		"--health-probe-bind-address=" + probeAddr, "--metrics-bind-address=" + kubetest.FreeLocalAddr(t),
 		"--bot-api-bind-address=" + botAPIAddr,
 	})
 	if err != nil {
@@ -168,19 +168,6 @@ func TestManagerServesProbes(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("manager did not stop within 30s of its context ending")
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // TestDeploymentArgsAreKnownFlags keeps config/manager in step with the flags: a renamed flag
@@ -372,22 +359,13 @@ func TestWatchNamespacesRestrictsReconciles(t *testing.T) {
 
 	o, err := parseFlags([]string{
 		"--leader-elect=false", "--watch-namespaces=" + nsA,
-		"--health-probe-bind-address=" + freeAddr(t), "--metrics-bind-address=0",
-		"--bot-api-bind-address=" + freeAddr(t),
+		"--health-probe-bind-address=" + kubetest.FreeLocalAddr(t), "--metrics-bind-address=0",
+		"--bot-api-bind-address=" + kubetest.FreeLocalAddr(t),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.skipNameValidation = true // other tests of this package run the manager too
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, env.Config, o) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with an error: %v", err)
-		}
-	})
+	startManager(t, env.Config, o)
 
 	poolA := pool(nsA)
 	if err := env.Client.Create(ctx, poolA); err != nil {
@@ -416,24 +394,15 @@ func TestWatchNamespacesRestrictsReconciles(t *testing.T) {
 func TestSecureMetrics(t *testing.T) {
 	ctx := t.Context()
 	ns := env.Namespace(t)
-	metricsAddr := freeAddr(t)
+	metricsAddr := kubetest.FreeLocalAddr(t)
 	o, err := parseFlags([]string{
 		"--leader-elect=false", "--metrics-secure", "--metrics-bind-address=" + metricsAddr,
-		"--health-probe-bind-address=" + freeAddr(t), "--bot-api-bind-address=" + freeAddr(t),
+		"--health-probe-bind-address=" + kubetest.FreeLocalAddr(t), "--bot-api-bind-address=" + kubetest.FreeLocalAddr(t),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.skipNameValidation = true // other tests of this package run the manager too
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, env.Config, o) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager stopped with an error: %v", err)
-		}
-	})
+	startManager(t, env.Config, o)
 
 	// token issues a token for a new ServiceAccount, allowed GET /metrics when reader is set.
 	token := func(name string, reader bool) string {
@@ -518,4 +487,25 @@ func TestSecureMetrics(t *testing.T) {
 			t.Error("plain HTTP still serves the metrics")
 		}
 	}
+}
+
+// startManager runs the manager with o against cfg until the test ends, and fails the test if
+// it stops with an error or does not stop once its context ends.
+func startManager(t *testing.T, cfg *rest.Config, o options) {
+	t.Helper()
+	o.skipNameValidation = true // other tests of this package run the manager too
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, o) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("manager stopped with an error: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Error("the manager did not stop within a minute of its context's end")
+		}
+	})
 }

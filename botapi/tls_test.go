@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"botpool.dev/botpool/internal/kubetest"
 )
 
 // testCert is a self-signed certificate for 127.0.0.1, written as PEM files.
@@ -70,26 +72,13 @@ func writeTestCert(t *testing.T, certFile, keyFile string, serial int64) testCer
 	return testCert{pool: pool, serial: cert.SerialNumber}
 }
 
-func freeLocalAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // TestServesTLS: with a key pair the bot API speaks HTTPS only, with that certificate, and
 // picks up a renewed certificate written over the files without a restart.
 func TestServesTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	first := writeTestCert(t, certFile, keyFile, 1)
-	addr := freeLocalAddr(t)
+	addr := kubetest.FreeLocalAddr(t)
 	s := New(Config{Addr: addr, TLSCertFile: certFile, TLSKeyFile: keyFile, Log: logr.Discard()})
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -119,7 +108,7 @@ func TestServesTLS(t *testing.T) {
 		}
 		return resp.TLS.PeerCertificates[0].SerialNumber, nil
 	}
-	waitFor(t, func() error {
+	kubetest.Eventually(t, time.Minute, func() error {
 		serial, err := get(first.pool)
 		if err != nil {
 			return err
@@ -143,7 +132,7 @@ func TestServesTLS(t *testing.T) {
 	// A renewed certificate (as when the kubelet updates a mounted Secret) is served to new
 	// connections.
 	second := writeTestCert(t, certFile, keyFile, 2)
-	waitFor(t, func() error {
+	kubetest.Eventually(t, time.Minute, func() error {
 		serial, err := get(second.pool)
 		if err != nil {
 			return err
@@ -160,7 +149,7 @@ func TestServesTLS(t *testing.T) {
 func TestTLSBadKeyPairStopsStart(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	s := New(Config{Addr: freeLocalAddr(t), TLSCertFile: certFile, TLSKeyFile: keyFile, Log: logr.Discard()})
+	s := New(Config{Addr: kubetest.FreeLocalAddr(t), TLSCertFile: certFile, TLSKeyFile: keyFile, Log: logr.Discard()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -173,22 +162,5 @@ func TestTLSBadKeyPairStopsStart(t *testing.T) {
 	case <-time.After(30 * time.Second): // only a broken Start gets here
 		cancel()
 		t.Fatalf("Start is serving without its key pair (then: %v)", <-done)
-	}
-}
-
-// waitFor polls check until it succeeds (liveness only: the server starting, the watcher
-// reloading), failing after a generous deadline.
-func waitFor(t *testing.T, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after 60s: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

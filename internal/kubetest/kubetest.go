@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -144,4 +145,19 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// FreeLocalAddr returns a loopback address with a port nobody listens on now, for a server a
+// test starts by address (the manager's probes, the bot API).
+func FreeLocalAddr(t testing.TB) string {
+	t.Helper()
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
