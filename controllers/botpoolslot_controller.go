@@ -151,6 +151,10 @@ func (s *slotScope) after(d time.Duration) {
 	}
 }
 
+// statusWriteTimeout bounds the status write that ends a pass, which does not share the pass's
+// context (see Reconcile).
+const statusWriteTimeout = 10 * time.Second
+
 // Reconcile implements reconcile.Reconciler.
 func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	slot := &v1.BotPoolSlot{}
@@ -203,10 +207,15 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			// follows it). Recording before's would leave the unbind's version unmarked, and a
 			// pass that read it from a lagging cache would release the slot a second time.
 			old := slot.ResourceVersion
-			switch perr := r.Client.Status().Patch(ctx, slot, client.MergeFrom(before)); {
+			// On a context of its own: a pass cut off (shutdown, the reconcile timeout) while a
+			// deploy request was out must still record DeployingSince, or the next pass, not
+			// knowing a deployment may be queued, would deploy again and restart the bot.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
+			defer cancel()
+			switch perr := r.Client.Status().Patch(wctx, slot, client.MergeFrom(before)); {
 			case perr == nil:
 				r.wrote(slot, old)
-				r.flush(ctx, s)
+				r.flush(wctx, s)
 			case !apierrors.IsNotFound(perr): // gone: nothing to report, nothing to project
 				err = errors.Join(err, perr)
 			}

@@ -228,7 +228,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 	}
 	if !r.Gate.Admit(s.pool, coolifyInstance(s.api), s.slot.Name, r.deployingSlots(ctx, s), r.imageWarm(ctx, s)) {
 		if !strings.HasPrefix(s.slot.Status.Message, "Coolify is busy") {
-			s.slot.Status.Message = "Bot " + s.bot.Name + " bound; waiting for one of the pool's deployment slots"
+			s.slot.Status.Message = "Bot " + s.bot.Name + " bound; " + gateWaitMessage
 		}
 		s.after(r.jittered(r.gateRetry()))
 		return nil
@@ -285,9 +285,10 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		return nil
 	case err != nil:
 		r.Gate.Done(s.pool, s.slot.Name, false)
-		if st.DeployingSince == nil && transient(err) {
-			// A 5xx or a lost answer may come after the deployment was queued: the next
-			// attempt looks for it before deploying again (see above). A refusal (4xx) did not.
+		if st.DeployingSince == nil && (transient(err) || errors.Is(err, context.Canceled)) {
+			// A 5xx or a lost answer (a timeout, or the pass cut off while the request was out)
+			// may come after the deployment was queued: the next attempt looks for it before
+			// deploying again (see above). A refusal (4xx) did not.
 			st.DeployingSince = &metav1.Time{Time: now}
 		}
 		return fmt.Errorf("deploying: %w", err)
@@ -598,6 +599,9 @@ func transient(err error) bool {
 		errors.Is(err, coolify.ErrRateLimited) || errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrThrottled) ||
 		errors.Is(err, context.DeadlineExceeded)
 }
+
+// gateWaitMessage ends the message of a bound slot the deploy gate holds back.
+const gateWaitMessage = "waiting for one of the pool's deployment slots"
 
 // transientRetry is how soon a step Coolify did not answer is tried again.
 const transientRetry = 10 * time.Second

@@ -279,10 +279,21 @@ func (o *soakObserver) poolApps() map[string]sim.AppInfo {
 // or deleted bot; every slot's application in Coolify and every application of the pool a
 // slot's; no bot waiting while a slot is free; minIdle free slots when nobody waits. With
 // quiet, nothing may run any more: every bot ended and every slot is Idle.
+//
+// A slot Idle and bound is on its way while it waits for the deploy gate behind deployments in
+// flight: the pool's limit of concurrent deployments (one for an image not yet pulled) holds it
+// back until one of them ends, and they end on the simulated clock, which stands still while
+// settle waits in real time.
 func (o *soakObserver) converged(quiet bool) error {
 	snap, err := o.snapshot()
 	if err != nil {
 		return err
+	}
+	deploying := 0
+	for i := range snap.slots {
+		if snap.slots[i].Status.Phase == v1.SlotDeploying {
+			deploying++
+		}
 	}
 	apps := o.poolApps()
 	now := clk.Now()
@@ -311,8 +322,10 @@ func (o *soakObserver) converged(quiet bool) error {
 			// A container stops a moment after the stop request (sim.DefaultStopDelay).
 			stopping := s.Status.PhaseSince != nil && now.Sub(s.Status.PhaseSince.Time) <= sim.DefaultStopDelay
 			switch {
+			case bot != nil && !quiet && deploying > 0 && strings.HasSuffix(s.Status.Message, gateWaitMessage):
+				continue
 			case bot != nil:
-				return fmt.Errorf("slot %s is Idle and bound to bot %s", s.Name, bot.Name)
+				return fmt.Errorf("slot %s is Idle and bound to bot %s, with %d slots Deploying (%s)", s.Name, bot.Name, deploying, s.Status.Message)
 			case app.Running && !stopping:
 				return fmt.Errorf("slot %s is Idle but its container runs (%s)", s.Name, app.TrueStatus)
 			}

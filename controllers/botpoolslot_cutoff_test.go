@@ -1,0 +1,126 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/store/memory"
+)
+
+// cutoffAPI is a Coolify whose deploy request reaches the server (a deployment is queued) but
+// whose answer never comes back: the pass is cut off while it waits.
+type cutoffAPI struct {
+	coolify.API // the calls the test does not expect panic on the nil interface
+
+	mu       sync.Mutex
+	cut      context.CancelFunc // cuts the pass off during Deploy
+	queued   []coolify.Deployment
+	deploys  int
+	clock    *clocktesting.FakeClock
+	describe int
+}
+
+func (a *cutoffAPI) SetDescription(context.Context, string, string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.describe++
+	return nil
+}
+
+func (a *cutoffAPI) Deploy(ctx context.Context, _ string) (coolify.DeployResult, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.deploys++
+	a.queued = append(a.queued, coolify.Deployment{DeploymentUUID: "dep-1", Status: coolify.DeploymentQueued,
+		CreatedAt: a.clock.Now().UTC().Format(time.RFC3339)})
+	a.cut() // the manager stops, or the reconcile timeout fires, with the answer on its way
+	return coolify.DeployResult{}, ctx.Err()
+}
+
+func (a *cutoffAPI) ListApplicationDeployments(context.Context, string, int, int) (int, []coolify.Deployment, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queued), append([]coolify.Deployment(nil), a.queued...), nil
+}
+
+type cutoffConnector struct{ api coolify.API }
+
+func (c cutoffConnector) ForPool(context.Context, *v1.BotPool) (coolify.API, error) {
+	return c.api, nil
+}
+func (c cutoffConnector) LastKnown(client.ObjectKey) coolify.API { return c.api }
+
+// TestADeployCutOffIsRecordedAndNotSentAgain: a pass cut off (context cancelled) while its
+// deploy request was out must still record that a deployment may be queued, so the next pass
+// looks for it instead of deploying again, which would restart the bot's container mid-call.
+// The status write at the end of the pass once shared the cancelled context and was lost, and a
+// cancelled request did not count as one that may have reached Coolify. Single passes on a
+// fake client and the fake clock.
+func TestADeployCutOffIsRecordedAndNotSentAgain(t *testing.T) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1.AddToScheme(scheme))
+	fclk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+
+	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool", UID: "pool-uid"},
+		Spec: v1.BotPoolSpec{Platform: v1.PlatformZoom, MaxSlots: 1, Image: "bot", ImageTag: "1"}}
+	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bot", UID: "bot-uid"},
+		Spec:   v1.BotSpec{MeetingURL: "https://zoom.us/j/1", PoolRef: &v1.PoolReference{Name: "pool"}},
+		Status: v1.BotStatus{Phase: v1.BotDeploying}}
+	since := metav1.NewTime(fclk.Now().Add(-time.Minute))
+	slot := &v1.BotPoolSlot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-zoom-001", UID: "slot-uid", Finalizers: []string{slotFinalizer}},
+		Spec:       v1.BotPoolSlotSpec{Pool: "pool", BotRef: &v1.BotReference{Name: bot.Name, UID: bot.UID}},
+		Status: v1.BotPoolSlotStatus{Phase: v1.SlotIdle, PhaseSince: &since, ApplicationUUID: "app-uuid",
+			TokenSHA256: "0000000000000000000000000000000000000000000000000000000000000000"},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, bot, slot).
+		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
+		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
+		Build()
+	api := &cutoffAPI{clock: fclk}
+	r := &BotPoolSlotReconciler{Client: c, APIReader: c, Connector: cutoffConnector{api}, Store: memory.New(memory.WithClock(fclk)),
+		Clock: fclk, Recorder: discardEvents{}, Metrics: NewMetrics(nil), Gate: &DeployGate{Clock: fclk},
+		Jitter: func() float64 { return 0.5 }}
+	r.started = fclk.Now().Add(-time.Hour) // this process bound the slot: no restart rule applies
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	api.cut = cancel
+	if _, err := r.Reconcile(ctx, req); err == nil {
+		t.Fatal("the cut-off pass reported success")
+	}
+	got := &v1.BotPoolSlot{}
+	if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.DeployingSince == nil {
+		t.Fatalf("after a deploy request cut off, the slot records no deployingSince (phase %s, message %q): the next pass would deploy again",
+			got.Status.Phase, got.Status.Message)
+	}
+
+	fclk.Step(5 * time.Second)
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if api.deploys != 1 || got.Status.Phase != v1.SlotDeploying || got.Status.DeploymentUUID != "dep-1" {
+		t.Fatalf("the next pass sent %d deploy requests and left the slot %s with deployment %q; want 1 request and the queued deployment dep-1 followed",
+			api.deploys, got.Status.Phase, got.Status.DeploymentUUID)
+	}
+}
