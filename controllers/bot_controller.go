@@ -40,6 +40,10 @@ const (
 	reasonRunning   = "Running"
 )
 
+// releaseWait: a deleted bot whose slot is due to let it go looks again this often, in case
+// the release (which brings it back) was missed.
+const releaseWait = 5 * time.Second
+
 // noPoolRetry: a bot without a matching pool looks again this often (pools are watched too).
 const noPoolRetry = time.Minute
 
@@ -174,6 +178,58 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		}
 		return res, err
 	}
+	slot, err := r.boundSlot(ctx, bot)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if slot != nil {
+		// The slot's pool, even while it is deleted (its slots drain): the bot runs there.
+		pool := &v1.BotPool{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+		st.Pool = slot.Spec.Pool
+		if pool.Spec.Platform != "" {
+			st.Platform = pool.Spec.Platform
+		}
+		if st.SlotName != slot.Name {
+			newSlot = slot
+		}
+		r.mirror(bot, slot, now)
+		if slot.Status.Phase == v1.SlotError {
+			// The slot failed under the bot: the bot ends with the slot's reason, and its end
+			// lets the slot release it and recover.
+			r.fail(bot, v1.BotReason(slot.Status.Reason), slot.Status.Message)
+			r.setConditions(bot, nil)
+			return ctrl.Result{}, nil
+		}
+		var drainLeft time.Duration
+		if !slot.DeletionTimestamp.IsZero() {
+			// The slot was deleted: the bot ends once the slot's drain is over, and its end
+			// lets the slot release it and delete the application.
+			if at, known := drainDeadline(slot, bot, pool); known {
+				if drainLeft = at.Sub(now); drainLeft <= 0 {
+					r.fail(bot, v1.ReasonSlotLost, drainedMessage(slot, bot))
+					r.setConditions(bot, nil)
+					return ctrl.Result{}, nil
+				}
+			}
+		}
+		r.setConditions(bot, slot)
+		res := r.watchLiveness(ctx, bot, pool, slot, now)
+		if drainLeft > 0 && (res.RequeueAfter == 0 || drainLeft < res.RequeueAfter) {
+			res.RequeueAfter = drainLeft
+		}
+		return res, nil
+	}
+	if boundBefore(st.Phase) {
+		// Bound before and now without a slot: the slot was deleted outright (its finalizer
+		// removed by hand); a slot deleted the usual way keeps the bot until it ended.
+		r.fail(bot, v1.ReasonSlotLost, "The bot's slot is gone")
+		r.setConditions(bot, nil)
+		return ctrl.Result{}, nil
+	}
+
 	pool, err := r.resolvePool(ctx, bot)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -186,19 +242,6 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		return ctrl.Result{RequeueAfter: noPoolRetry}, nil
 	}
 	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
-
-	slot, err := r.boundSlot(ctx, bot)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if slot != nil {
-		if st.SlotName != slot.Name {
-			newSlot = slot
-		}
-		r.mirror(bot, slot, now)
-		r.setConditions(bot, slot)
-		return r.watchLiveness(ctx, bot, pool, slot, now), nil
-	}
 
 	if start := bot.Spec.StartTime; start != nil && (st.Phase == v1.BotPending || st.Phase == v1.BotScheduled) {
 		if wait := start.Add(-r.ScheduleLead).Sub(now); wait > 0 {
@@ -226,11 +269,16 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		r.setConditions(bot, nil)
 		return ctrl.Result{RequeueAfter: deadline.Sub(now)}, nil
 	}
-	// Bound before and now without a slot: the slot was lost (the slot controller fails the
-	// bot with its reason when it can; this covers a slot deleted outright).
-	r.fail(bot, v1.ReasonSlotLost, "The bot's slot is gone")
-	r.setConditions(bot, nil)
 	return ctrl.Result{}, nil
+}
+
+// boundBefore reports whether a bot in this phase has been bound to a slot (and has not ended).
+func boundBefore(p v1.BotPhase) bool {
+	switch p {
+	case "", v1.BotPending, v1.BotScheduled, v1.BotQueued:
+		return false
+	}
+	return !p.Terminal()
 }
 
 // hold adds the finalizer that keeps a deleted bot for its graceful leave and the release of
@@ -251,34 +299,29 @@ func (r *BotReconciler) hold(ctx context.Context, bot *v1.Bot) error {
 }
 
 // reconcileDelete lets a deleted bot leave gracefully: while it is bound, heartbeats answer
-// "leave" (the bot API sees the deletion), and after leaveGracePeriod the slot is released
-// anyway (the slot controller stops the container). Then the finalizer goes.
+// "leave" (the bot API sees the deletion), and leaveGracePeriod after the request recorded here
+// the slot controller releases the slot anyway (and stops the container); see leaveDeadline.
+// The release brings the bot back, and the finalizer goes.
 func (r *BotReconciler) reconcileDelete(ctx context.Context, bot *v1.Bot) (ctrl.Result, error) {
 	slot, err := r.boundSlot(ctx, bot)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if slot != nil {
-		grace := v1.DefaultLeaveGracePeriod
-		pool := &v1.BotPool{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); err == nil {
-			grace = pool.Spec.Timing.LeaveGracePeriod.OrDefault(grace)
-		}
-		running := slot.Status.Phase == v1.SlotBusy && !bot.Status.Phase.Terminal()
-		if running && bot.Status.LeaveRequestedAt == nil {
+		if botRunsIn(bot, slot) && bot.Status.LeaveRequestedAt == nil {
 			bot.Status.LeaveRequestedAt = &metav1.Time{Time: r.Clock.Now()}
 			bot.Status.Phase = v1.BotLeaving
 		}
-		if running {
-			if left := bot.Status.LeaveRequestedAt.Add(grace).Sub(r.Clock.Now()); left > 0 {
-				return ctrl.Result{RequeueAfter: left}, nil
-			}
+		// Look again when the slot is due to let go, in case its release is missed.
+		pool := &v1.BotPool{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); err != nil {
+			pool = nil // the default grace
 		}
-		patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		slot.Spec.BotRef = nil
-		if err := r.Client.Patch(ctx, slot, patch); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, err
+		wait := releaseWait
+		if at, known := leaveDeadline(bot, slot, pool); known {
+			wait = max(at.Sub(r.Clock.Now()), releaseWait)
 		}
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if controllerutil.RemoveFinalizer(bot, botFinalizer) {
 		if err := r.Client.Update(ctx, bot); client.IgnoreNotFound(err) != nil {
@@ -479,11 +522,11 @@ func (r *BotReconciler) mirror(bot *v1.Bot, slot *v1.BotPoolSlot, now time.Time)
 	}
 }
 
+// fail ends the bot (see v1.Bot.Fail) and says so in an Event.
 func (r *BotReconciler) fail(bot *v1.Bot, reason v1.BotReason, msg string) {
-	now := metav1.NewTime(r.Clock.Now())
-	bot.Status.Phase, bot.Status.Reason, bot.Status.Message, bot.Status.FinishedAt = v1.BotFatal, reason, msg, &now
-	bot.Status.QueuePosition, bot.Status.EstimatedWait = 0, nil
-	r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, string(reason), "Fail", "%s", msg)
+	if bot.Fail(reason, msg, r.Clock.Now()) {
+		r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, string(reason), "Fail", "%s", msg)
+	}
 }
 
 // setConditions derives Ready and Bound from the phase and the bound slot.

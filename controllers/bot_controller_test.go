@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/types"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -127,20 +128,13 @@ func TestQueueTimeout(t *testing.T) {
 	waitBot(t, patient, "still Queued", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotQueued })
 }
 
-// touch changes a label so the bot is reconciled now (its timers are real-time requeues, while
-// the test moves the fake clock).
-func touch(t *testing.T, bot *v1.Bot) {
+// touch changes a label so the object (a bot, a slot) is reconciled now (its timers are
+// real-time requeues, while the test moves the fake clock).
+func touch(t *testing.T, obj client.Object) {
 	t.Helper()
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"test/touched":"`+fmt.Sprint(time.Now().UnixNano())+`"}}}`))
 	kubetest.Eventually(t, 10*time.Second, func() error {
-		b := &v1.Bot{}
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), b); err != nil {
-			return err
-		}
-		if b.Labels == nil {
-			b.Labels = map[string]string{}
-		}
-		b.Labels["test/touched"] = fmt.Sprint(time.Now().UnixNano())
-		return env.Client.Update(context.Background(), b)
+		return env.Client.Patch(context.Background(), obj.DeepCopyObject().(client.Object), patch)
 	})
 }
 
@@ -277,7 +271,7 @@ func TestDeletingARunningBotLetsItLeave(t *testing.T) {
 		t.Fatal("the slot was released before the bot had time to leave")
 	}
 	step(16 * time.Second) // past leaveGracePeriod
-	touch(t, bot)
+	touch(t, slot)         // the slot releases a deleted bot
 	gone(t, bot)
 	sc.slot("released and stopped", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
 	step(5 * time.Second)

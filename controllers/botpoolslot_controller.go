@@ -465,7 +465,9 @@ func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScop
 	s.after(stalledRetry)
 }
 
-// releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6).
+// releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6), or
+// deleted and past its leave (see leaveDeadline). Releasing is the slot controller's alone: the
+// Bot controller of a deleted bot waits for it.
 func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope) (bool, error) {
 	ref := s.slot.Spec.BotRef
 	if ref == nil {
@@ -473,15 +475,35 @@ func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope)
 	}
 	bot := &v1.Bot{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: ref.Name}, bot)
+	why := "the bound bot is finished or gone"
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return false, err
-	case bot.UID == ref.UID && !bot.Status.Phase.Terminal():
+	case bot.UID == ref.UID && !bot.Status.Phase.Terminal() && bot.DeletionTimestamp.IsZero():
 		s.bot = bot
 		return false, nil
+	case bot.UID == ref.UID && !bot.Status.Phase.Terminal():
+		pool := &v1.BotPool{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: s.slot.Spec.Pool}, pool); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return false, err
+			}
+			pool = nil // the default leave grace
+		}
+		at, known := leaveDeadline(bot, s.slot, pool)
+		if now := r.Clock.Now(); !known || now.Before(at) {
+			// Its container runs and was told to leave (or will be, once the Bot controller
+			// records the request: that write brings the slot back).
+			s.bot = bot
+			if known {
+				s.after(at.Sub(now))
+			}
+			return false, nil
+		}
+		why = "the bound bot was deleted and had its time to leave"
 	}
-	return true, r.unbind(ctx, s, "the bound bot is finished or gone")
+	return true, r.unbind(ctx, s, why)
 }
 
 // unbind clears spec.botRef, with the slot's resourceVersion as an optimistic lock. The

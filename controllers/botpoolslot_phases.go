@@ -621,16 +621,16 @@ func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reaso
 	r.Metrics.recovery(reason) // the status update brings the slot back to recover
 }
 
-// recover fails the bound bot with the slot's reason, stops the container and returns the
-// slot to Idle. A slot that failed maxRecoveryAttempts times in a row is deleted with its
-// application; the pool creates a fresh one on demand.
+// recover stops the container of a failed slot and returns it to Idle. A bound bot is ended
+// first, by the Bot controller, with the slot's reason and message (which stay as they are
+// until then); its end brings the slot back, and releaseOrphan lets it go. A slot that failed
+// maxRecoveryAttempts times in a row is deleted with its application; the pool creates a
+// fresh one on demand.
 func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	if s.bot != nil {
-		if err := r.failBot(ctx, s.bot, s.slot, v1.BotReason(st.Reason), st.Message); err != nil {
-			return err
-		}
-		return r.unbind(ctx, s, "the slot failed: "+st.Reason)
+		s.after(r.jittered(transientRetry)) // in case the bot's end is missed: it wakes the slot
+		return nil
 	}
 	if limit := s.pool.Spec.Timing.MaxRecoveryAttempts; limit > 0 && st.RecoveryAttempts >= limit {
 		ctrl.LoggerFrom(ctx).Info("Slot failed too often: deleting it", "recoveryAttempts", st.RecoveryAttempts)
@@ -656,28 +656,6 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	r.describe(ctx, s, v1.SlotIdle, time.Time{})
 	r.moveTo(s, v1.SlotIdle, "Recovered", "Recovered from "+st.Reason)
 	return nil
-}
-
-// failBot ends a bot in Fatal with the slot's reason, unless it already ended, and records the
-// slot and application it failed on for history: a deployment can fail before the bot
-// controller mirrored them. The optimistic lock keeps a concurrent report of the bot (say
-// Done) from being overwritten.
-func (r *BotPoolSlotReconciler) failBot(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolSlot, reason v1.BotReason, msg string) error {
-	if bot.Status.Phase.Terminal() {
-		return nil
-	}
-	patch := client.MergeFromWithOptions(bot.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	now := metav1.NewTime(r.Clock.Now())
-	bot.Status.Phase, bot.Status.Reason, bot.Status.Message, bot.Status.FinishedAt = v1.BotFatal, reason, msg, &now
-	if bot.Status.SlotName == "" {
-		bot.Status.SlotName = slot.Name
-	}
-	if bot.Status.ApplicationUUID == "" {
-		bot.Status.ApplicationUUID = slot.Status.ApplicationUUID
-	}
-	bot.SetFinishedConditions() // in the same write: ending a bot costs one
-	bot.Status.TruncateTexts()
-	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, bot, patch))
 }
 
 // describe sets the application's description for a phase. It is informational: a failure is
@@ -762,35 +740,29 @@ func (r *BotPoolSlotReconciler) drain(ctx context.Context, s *slotScope) (done b
 		return true, nil
 	}
 	st := &s.slot.Status
-	msg := "Slot " + s.slot.Name + " was deleted"
-	if st.Phase == v1.SlotBusy {
-		now := r.Clock.Now()
-		if st.DrainingSince == nil {
-			st.DrainingSince = &metav1.Time{Time: now}
-			r.Recorder.Eventf(s.slot, bot, corev1.EventTypeNormal, v1.ReasonDraining, "Delete",
-				"Slot deleted: asking bot %s to leave before deleting application %s", bot.Name, st.ApplicationUUID)
-		}
-		grace, poll := v1.DefaultLeaveGracePeriod, v1.DefaultDeploymentPollInterval
-		if s.pool != nil {
-			grace = s.pool.Spec.Timing.LeaveGracePeriod.OrDefault(grace)
-			poll = s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(poll)
-		}
-		if bot.Status.Phase == v1.BotLeaving || bot.Status.Phase == v1.BotCallEnded {
-			grace *= 2
-		}
-		if left := st.DrainingSince.Add(grace).Sub(now); left > 0 {
-			st.Message = "Deleted: waiting up to " + left.Round(time.Second).String() + " for bot " + bot.Name + " to leave its meeting"
-			// Look again at the poll cadence (a Get from the cache): a bot reporting Leaving
-			// earns more time, and the deadline is kept by the injected clock.
-			s.after(min(left, r.jittered(poll)))
-			return false, nil
-		}
-		msg += "; the bot did not leave within leaveGracePeriod"
+	if st.Phase == v1.SlotBusy && st.DrainingSince == nil {
+		st.DrainingSince = &metav1.Time{Time: r.Clock.Now()}
+		r.Recorder.Eventf(s.slot, bot, corev1.EventTypeNormal, v1.ReasonDraining, "Delete",
+			"Slot deleted: asking bot %s to leave before deleting application %s", bot.Name, st.ApplicationUUID)
 	}
-	if s.bot == nil {
-		s.bot = bot
+	// The bot leaves, or the Bot controller ends it when the drain is over (drainDeadline);
+	// either brings the slot back, and releaseOrphan lets the ended bot go.
+	s.bot = bot
+	poll := v1.DefaultDeploymentPollInterval
+	if s.pool != nil {
+		poll = s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(poll)
 	}
-	return true, r.failBot(ctx, bot, s.slot, v1.ReasonSlotLost, msg)
+	if at, known := drainDeadline(s.slot, bot, s.pool); known && r.Clock.Now().Before(at) {
+		left := at.Sub(r.Clock.Now())
+		st.Message = "Deleted: waiting up to " + left.Round(time.Second).String() + " for bot " + bot.Name + " to leave its meeting"
+		// Look again at the poll cadence (a Get from the cache): a bot reporting Leaving
+		// earns more time, and the deadline is kept by the injected clock.
+		s.after(min(left, r.jittered(poll)))
+	} else {
+		st.Message = "Deleted: waiting for bot " + bot.Name + " to end"
+		s.after(r.jittered(poll))
+	}
+	return false, nil
 }
 
 // deleteCheck is how often a deleted slot looks whether Coolify has deleted its application.

@@ -30,6 +30,22 @@ func (b *Bot) SetFinishedConditions() {
 	meta.RemoveStatusCondition(&st.Conditions, ConditionAlive)
 }
 
+// Fail ends the bot in Fatal with reason and msg at now, unless it has already ended (a Done
+// reported first stands): it reports whether it did. It is the one way a bot is ended by
+// anything but its own report, so every failure leaves the same status: the queue position and
+// wait cleared, finishedAt set, and the finished conditions, all in the caller's one write.
+func (b *Bot) Fail(reason BotReason, msg string, now time.Time) bool {
+	st := &b.Status
+	if st.Phase.Terminal() {
+		return false
+	}
+	t := metav1.NewTime(now)
+	st.Phase, st.Reason, st.Message, st.FinishedAt = BotFatal, reason, msg, &t
+	st.QueuePosition, st.EstimatedWait = 0, nil
+	b.SetFinishedConditions()
+	return true
+}
+
 // MarkAlive records a sign of life seen at `at`: Alive True, and lastHeartbeat when Alive
 // turns True (it is coarse: the store keeps every beat, the API server only the flips).
 func (b *Bot) MarkAlive(at time.Time) {
