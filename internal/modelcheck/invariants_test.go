@@ -506,7 +506,10 @@ func (w *world) checkSettled(when string) {
 		var n int
 		var free []string
 		for _, s := range slots {
-			if s.Spec.Pool == p.Name {
+			// A slot being deleted is not kept: it may wait a while for Coolify to finish
+			// deleting its application (the finalizer holds until a 404), and the pool has
+			// already let it go.
+			if s.Spec.Pool == p.Name && s.DeletionTimestamp.IsZero() {
 				n++
 				if s.Spec.BotRef == nil && s.Status.Phase == v1.SlotIdle {
 					free = append(free, s.Name)
