@@ -15,17 +15,17 @@ import (
 	"botpool.dev/botpool/coolify/sim"
 )
 
-// soakObserver checks the design's invariants on the soak's namespace while it runs, the
-// pool's convergence once the faults stop, and every failed bot against what the soak did
-// to it. A state the controllers leave within milliseconds (a bot just queued next to a slot
-// just freed) is legal in passing: it counts as a violation only when it lasts grace.
+// soakObserver checks the invariants of docs/invariants.md on the soak's namespace while it
+// runs, the pool's convergence once the faults stop, and every failed bot against what the
+// soak did to it. A state the controllers leave within milliseconds (a bot just queued next
+// to a slot just freed) is legal in passing: it counts as a violation only when it lasts grace.
 //
-// DESIGN.md's invariants, and where they are checked: 1 and 2 every round and continuously
-// (watchOneTwo); 3, 5 and 6 every round, as states that must not last; 4 between rounds
-// (queueOrder); 8, 9 and 10 at the end, on every failed bot (explainFailures: failed for
-// silence while it beat, failed deploying while it beat, or failed for a reason nothing
-// injected). 7 (Alive again within one heartbeat) needs a bot that stops and resumes beating
-// on purpose: TestHeartbeatLossAndReturn checks it.
+// Where each invariant is checked: 1 and 2 every round and continuously (watchOneTwo); 3, 5
+// and 6 every round, as states that must not last; 4 between rounds (queueOrder); 8, 9 and 10
+// at the end, on every failed bot (explainFailures: failed for silence while it beat, failed
+// deploying while it beat, or failed for a reason nothing injected). 7 (Alive again within
+// one heartbeat) needs a bot that stops and resumes beating on purpose:
+// TestHeartbeatLossAndReturn checks it.
 type soakObserver struct {
 	t    *testing.T
 	ns   string

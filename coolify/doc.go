@@ -3,8 +3,8 @@
 // per-instance rate limiter, retries that honour Retry-After, typed errors, version gating and
 // Prometheus metrics.
 //
-// The behaviour it follows is the server's, as written down in shared/coolify/CONTRACT.md, not
-// the published openapi.yaml where the two disagree. Controllers depend on the API interface so
+// The behaviour it follows is the server's, as written down in docs/coolify.md, not the
+// published openapi.yaml where the two disagree. Controllers depend on the API interface so
 // that unit tests can use a hand-written fake; behaviour tests use the simulator in
 // coolify/sim.
 package coolify

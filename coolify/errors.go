@@ -75,7 +75,7 @@ func (e *APIError) Is(target error) bool { return e.kind != nil && target == e.k
 // Kind is the sentinel this error matches, or nil for an unclassified status.
 func (e *APIError) Kind() error { return e.kind }
 
-// Messages the server uses where the status alone is ambiguous (CONTRACT.md).
+// Messages the server uses where the status alone is ambiguous (docs/coolify.md).
 const (
 	msgAPIDisabled = "API is disabled."
 	msgQueueFull   = "Deployment queue is full"

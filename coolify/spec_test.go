@@ -2,7 +2,6 @@ package coolify_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -13,26 +12,15 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 )
 
-// specPath finds shared/coolify/openapi.yaml beside the repository: from this file up to the
-// directory holding go.mod, then ../shared/coolify/openapi.yaml.
+// specPath is the vendored copy of Coolify's published spec (testdata/README.md says which
+// release), found from this file so the tests load it from any working directory.
 func specPath(t testing.TB) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Fatal("runtime.Caller failed")
 	}
-	dir := filepath.Dir(file)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above " + file)
-		}
-		dir = parent
-	}
-	return filepath.Join(dir, "..", "shared", "coolify", "openapi.yaml")
+	return filepath.Join(filepath.Dir(file), "testdata", "openapi.yaml")
 }
 
 type spec struct {
@@ -56,21 +44,9 @@ var (
 //     the API.
 func loadSpec(t testing.TB) *spec {
 	t.Helper()
-	s := findSpec(t)
-	if s == nil {
-		t.Skipf("contract tests need %s (CI has it); not found", specPath(t))
-	}
-	return s
-}
-
-// findSpec is loadSpec for tests that also run without the spec: nil when the file is absent
-// (their traffic is then not checked, and the contract tests themselves skip).
-func findSpec(t testing.TB) *spec {
-	t.Helper()
+	// The spec is part of the repository: a missing file fails instead of skipping, so the
+	// contract checks cannot silently stop running.
 	path := specPath(t)
-	if _, err := os.Stat(path); os.IsNotExist(err) {
-		return nil
-	}
 	specOnce.Do(func() {
 		loader := openapi3.NewLoader()
 		doc, err := loader.LoadFromFile(path)
@@ -152,7 +128,7 @@ func nullableToTypeNull(doc *openapi3.T) {
 func TestSpecLoads(t *testing.T) {
 	s := loadSpec(t)
 	if got := len(s.doc.Paths.Map()); got != 192 {
-		t.Errorf("spec has %d paths, want 192 (SOURCE.md)", got)
+		t.Errorf("spec has %d paths, want 192 (testdata/README.md)", got)
 	}
 	_ = context.Background()
 }

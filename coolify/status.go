@@ -8,7 +8,7 @@ type State string
 // Health is the part after the colon.
 type Health string
 
-// The complete set of states and healths for a single-container image app (CONTRACT.md).
+// The complete set of states and healths for a single-container image app (docs/coolify.md).
 // Values outside it are preserved as they came, so a newer server cannot break parsing.
 const (
 	StateRunning    State = "running"

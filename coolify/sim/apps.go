@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Statuses a single-container image app reports (CONTRACT.md).
+// Statuses a single-container image app reports (docs/coolify.md).
 const (
 	statusExited     = "exited:unhealthy"
 	statusRunning    = "running:unknown"

@@ -48,7 +48,7 @@ type Request struct {
 
 type msg map[string]any
 
-// Messages the real server sends (CONTRACT.md).
+// Messages the real server sends (docs/coolify.md).
 var (
 	msgNotFound     = msg{"message": "Not found.", "docs": "https://coolify.io/docs"}
 	msgServerError  = msg{"message": "Server Error"}

@@ -1,6 +1,6 @@
 // Package sim is an in-process Coolify v4 API for tests, benchmarks and the demo. It serves the
-// endpoints a bot pool uses with the semantics of shared/coolify/CONTRACT.md: abilities, the
-// API switch, the per-user rate limit, strict bodies, asynchronous deletes, deployment queues
+// endpoints a bot pool uses with the semantics docs/coolify.md describes: abilities, the API
+// switch, the per-user rate limit, strict bodies, asynchronous deletes, deployment queues
 // with per-server concurrency and a shared worker pool, image caches, lagging container status,
 // env preview twins, and fault injection.
 //

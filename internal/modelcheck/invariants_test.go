@@ -13,7 +13,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
-// The invariants of DESIGN.md, numbered as there, and where each is checked:
+// The invariants of docs/invariants.md, numbered as there, and where each is checked:
 //
 //	 1 one bot per slot, one slot per bot ............ every step (checkState); the CEL rule on
 //	                                                   every slot write (apiServer.admit)
