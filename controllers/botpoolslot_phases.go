@@ -556,12 +556,12 @@ func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lost
 // releasing stops the container and returns the slot to the pool.
 func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
-	switch stopped, err := r.stop(ctx, s, "Stopping the container"); {
-	case err != nil:
+	stopped, err := r.stop(ctx, s, "Stopping the container")
+	if err != nil {
 		// Not a failure of the pass: the slot moves to Error, whose recovery retries.
 		r.toError(ctx, s, reasonStopFailed, "Stopping the container failed: "+err.Error())
-		return nil
-	case !stopped:
+	}
+	if !stopped { // a definitive failure is not stopped either
 		return nil
 	}
 	now := r.Clock.Now()
