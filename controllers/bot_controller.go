@@ -112,7 +112,21 @@ type CallbackQueue interface {
 	Result(key string) (callback.Result, bool)
 }
 
-// Reconcile implements reconcile.Reconciler.
+// botScope is what one reconcile of a bot observed and decided.
+type botScope struct {
+	bot  *v1.Bot
+	slot *v1.BotPoolSlot // the slot bound to the bot, when there is one
+	// newSlot is the slot bound since the last write: its Event follows the write.
+	newSlot *v1.BotPoolSlot
+	// callbackEvent is the recorded callback outcome's Event, after the write too.
+	callbackEvent func()
+	requeue       time.Duration
+}
+
+func (s *botScope) after(d time.Duration) { s.requeue = earliest(s.requeue, d) }
+
+// Reconcile implements reconcile.Reconciler: load, the body (delete or normal), and one
+// deferred status write computed from what the pass observed and how it ended.
 func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	bot := &v1.Bot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bot); err != nil {
@@ -126,128 +140,112 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		// judge the past, and its patch could only conflict.
 		return ctrl.Result{RequeueAfter: cacheWait}, nil
 	}
-	before := bot.DeepCopy()
-	var newSlot *v1.BotPoolSlot // bound since the last write: its Event follows the write
-	var callbackEvent func()    // the recorded callback outcome's Event, after the write too
-	defer func() {
-		bot.Status.TruncateTexts()
-		if !equality.Semantic.DeepEqual(before.Status, bot.Status) {
-			bot.Status.ObservedGeneration = bot.Generation
-			// Optimistic lock: the bot API patches phases the bot reports; never overwrite one.
-			patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
-			switch perr := r.Client.Status().Patch(ctx, bot, patch); {
-			case perr == nil:
-				r.Writes.Wrote(bot.UID, before.ResourceVersion)
-				if newSlot != nil {
-					r.Recorder.Eventf(bot, newSlot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound to slot %s", newSlot.Name)
-				}
-				if callbackEvent != nil {
-					callbackEvent()
-				}
-				r.project(ctx, bot)
-			case !apierrors.IsNotFound(perr):
-				err = errors.Join(err, perr)
-			}
-		} else if bot.DeletionTimestamp.IsZero() {
-			r.project(ctx, bot)
+	// The finalizer keeps a deleted bot for its graceful leave and the release of its slot;
+	// a bot that ended needs neither.
+	if !bot.Status.Phase.Terminal() {
+		if err := addFinalizer(ctx, r.Client, bot, botFinalizer, func(old string) { r.Writes.Wrote(bot.UID, old) }); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
-		if err == nil {
-			err = r.hold(ctx, bot)
-		}
-		if err != nil {
-			res = ctrl.Result{}
-		}
-	}()
-	if !bot.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, bot)
 	}
+	s := &botScope{bot: bot}
+	before := bot.DeepCopy()
+	defer func() { res, err = r.finish(ctx, s, before, settle(err, false)) }()
+	if !bot.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	}
+	return ctrl.Result{}, r.run(ctx, s)
+}
 
-	st := &bot.Status
+// run is the body of a pass over a live bot: a finished bot waits for its callback and its
+// time to live; a bound one follows its slot; any other waits in its pool's queue.
+func (r *BotReconciler) run(ctx context.Context, s *botScope) error {
+	st := &s.bot.Status
 	now := r.Clock.Now()
 	if st.Phase == "" {
 		st.Phase = v1.BotPending
 	}
 	if st.Phase.Terminal() {
-		bot.SetFinishedConditions()
-		var again time.Duration
-		again, callbackEvent = r.notify(bot, now)
+		again, event := r.notify(s.bot, now)
+		s.callbackEvent = event
+		s.after(again)
 		// The slot controller releases a finished bot's slot; here only its time to live.
-		res, err = r.expire(ctx, bot, now)
-		if again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
-			res.RequeueAfter = again
-		}
-		return res, err
+		return r.expire(ctx, s, now)
 	}
-	slot, err := r.boundSlot(ctx, bot)
+	slot, err := r.boundSlot(ctx, s.bot)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if slot != nil {
-		// The slot's pool, even while it is deleted (its slots drain): the bot runs there.
-		pool := &v1.BotPool{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, err
-		}
-		st.Pool = slot.Spec.Pool
-		if pool.Spec.Platform != "" {
-			st.Platform = pool.Spec.Platform
-		}
-		if st.SlotName != slot.Name {
-			newSlot = slot
-		}
-		r.mirror(bot, slot, now)
-		if slot.Status.Phase == v1.SlotError {
-			// The slot failed under the bot: the bot ends with the slot's reason, and its end
-			// lets the slot release it and recover.
-			r.fail(bot, v1.BotReason(slot.Status.Reason), slot.Status.Message)
-			r.setConditions(bot, nil)
-			return ctrl.Result{}, nil
-		}
-		var drainLeft time.Duration
-		if !slot.DeletionTimestamp.IsZero() {
-			// The slot was deleted: the bot ends once the slot's drain is over, and its end
-			// lets the slot release it and delete the application.
-			if at, known := drainDeadline(slot, bot, pool); known {
-				if drainLeft = at.Sub(now); drainLeft <= 0 {
-					r.fail(bot, v1.ReasonSlotLost, drainedMessage(slot, bot))
-					r.setConditions(bot, nil)
-					return ctrl.Result{}, nil
-				}
-			}
-		}
-		r.setConditions(bot, slot)
-		res := r.watchLiveness(ctx, bot, pool, slot, now)
-		if drainLeft > 0 && (res.RequeueAfter == 0 || drainLeft < res.RequeueAfter) {
-			res.RequeueAfter = drainLeft
-		}
-		return res, nil
+		return r.running(ctx, s, slot, now)
 	}
 	if boundBefore(st.Phase) {
 		// Bound before and now without a slot: the slot was deleted outright (its finalizer
 		// removed by hand); a slot deleted the usual way keeps the bot until it ended.
-		r.fail(bot, v1.ReasonSlotLost, "The bot's slot is gone")
-		r.setConditions(bot, nil)
-		return ctrl.Result{}, nil
+		r.fail(s.bot, v1.ReasonSlotLost, "The bot's slot is gone")
+		return nil
 	}
+	return r.queue(ctx, s, now)
+}
 
+// running follows the slot a bot is bound to: it mirrors the binding, ends the bot when the
+// slot failed or its drain is over, and applies the heartbeat rules.
+func (r *BotReconciler) running(ctx context.Context, s *botScope, slot *v1.BotPoolSlot, now time.Time) error {
+	bot, st := s.bot, &s.bot.Status
+	// The slot's pool, even while it is deleted (its slots drain): the bot runs there.
+	pool := &v1.BotPool{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	s.slot = slot
+	st.Pool = slot.Spec.Pool
+	if pool.Spec.Platform != "" {
+		st.Platform = pool.Spec.Platform
+	}
+	if st.SlotName != slot.Name {
+		s.newSlot = slot
+	}
+	r.mirror(bot, slot, now)
+	if slot.Status.Phase == v1.SlotError {
+		// The slot failed under the bot: the bot ends with the slot's reason, and its end
+		// lets the slot release it and recover.
+		r.fail(bot, v1.BotReason(slot.Status.Reason), slot.Status.Message)
+		return nil
+	}
+	if !slot.DeletionTimestamp.IsZero() {
+		// The slot was deleted: the bot ends once the slot's drain is over, and its end
+		// lets the slot release it and delete the application.
+		if at, known := drainDeadline(slot, bot, pool); known {
+			left := at.Sub(now)
+			if left <= 0 {
+				r.fail(bot, v1.ReasonSlotLost, drainedMessage(slot, bot))
+				return nil
+			}
+			s.after(left)
+		}
+	}
+	r.watchLiveness(ctx, s, pool, slot, now)
+	return nil
+}
+
+// queue routes a bot that is not bound yet to its pool and keeps its place in the queue
+// until its queue time runs out; binding is the dispatcher's.
+func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) error {
+	bot, st := s.bot, &s.bot.Status
 	pool, err := r.resolvePool(ctx, bot)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if pool == nil {
 		st.Phase = v1.BotPending
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse,
-			Reason: string(v1.ReasonPoolNotFound), ObservedGeneration: bot.Generation,
-			Message: fmt.Sprintf("No BotPool serves this bot: create a %s pool in namespace %s, or name one in spec.poolRef", platformOf(bot), bot.Namespace)})
-		return ctrl.Result{RequeueAfter: noPoolRetry}, nil
+		return waitFor(noPoolRetry, string(v1.ReasonPoolNotFound),
+			fmt.Sprintf("No BotPool serves this bot: create a %s pool in namespace %s, or name one in spec.poolRef", platformOf(bot), bot.Namespace))
 	}
 	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
 
 	if start := bot.Spec.StartTime; start != nil && (st.Phase == v1.BotPending || st.Phase == v1.BotScheduled) {
 		if wait := start.Add(-r.ScheduleLead).Sub(now); wait > 0 {
 			st.Phase = v1.BotScheduled
-			r.setConditions(bot, nil)
-			return ctrl.Result{RequeueAfter: wait}, nil
+			return waitFor(wait, "", "")
 		}
 	}
 	if st.Phase == v1.BotPending || st.Phase == v1.BotScheduled {
@@ -263,13 +261,46 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		deadline := st.QueuedAt.Add(queueTimeout(bot, pool))
 		if !now.Before(deadline) {
 			r.fail(bot, v1.ReasonQueueTimeout, fmt.Sprintf("No slot of pool %s became free within %s", pool.Name, queueTimeout(bot, pool)))
-			r.setConditions(bot, nil)
-			return ctrl.Result{}, nil
+			return nil
 		}
-		r.setConditions(bot, nil)
-		return ctrl.Result{RequeueAfter: deadline.Sub(now)}, nil
+		s.after(deadline.Sub(now))
 	}
-	return ctrl.Result{}, nil
+	return nil
+}
+
+// finish ends a pass: the conditions follow from what a pass that went well observed (none
+// after a failure, which saw too little to judge), the status is written once if it changed
+// (observedGeneration only after a pass that handled the generation), and the Events of what
+// the write recorded follow it.
+func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot, o outcome) (ctrl.Result, error) {
+	bot := s.bot
+	if o.err == nil && bot.DeletionTimestamp.IsZero() {
+		r.setConditions(s, o.wait)
+	}
+	if o.handled() {
+		bot.Status.ObservedGeneration = bot.Generation
+	}
+	bot.Status.TruncateTexts()
+	if !equality.Semantic.DeepEqual(before.Status, bot.Status) {
+		// Optimistic lock: the bot API patches phases the bot reports; never overwrite one.
+		patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+		switch perr := r.Client.Status().Patch(ctx, bot, patch); {
+		case perr == nil:
+			r.Writes.Wrote(bot.UID, before.ResourceVersion)
+			if s.newSlot != nil {
+				r.Recorder.Eventf(bot, s.newSlot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound to slot %s", s.newSlot.Name)
+			}
+			if s.callbackEvent != nil {
+				s.callbackEvent()
+			}
+			r.project(ctx, bot)
+		case !apierrors.IsNotFound(perr):
+			o.err = errors.Join(o.err, perr)
+		}
+	} else if bot.DeletionTimestamp.IsZero() {
+		r.project(ctx, bot)
+	}
+	return o.result(s.requeue, 0)
 }
 
 // boundBefore reports whether a bot in this phase has been bound to a slot (and has not ended).
@@ -281,31 +312,15 @@ func boundBefore(p v1.BotPhase) bool {
 	return !p.Terminal()
 }
 
-// hold adds the finalizer that keeps a deleted bot for its graceful leave and the release of
-// its slot. It runs after the pass's status write, not before: a new bot is in the queue (and
-// can be bound) after one write instead of two, and the write answered with the version this
-// update builds on. A bot deleted in between needs no leave: it was not running yet, and a
-// slot bound to a bot that is gone is released.
-func (r *BotReconciler) hold(ctx context.Context, bot *v1.Bot) error {
-	if !bot.DeletionTimestamp.IsZero() || bot.Status.Phase.Terminal() || !controllerutil.AddFinalizer(bot, botFinalizer) {
-		return nil
-	}
-	old := bot.ResourceVersion
-	if err := r.Client.Update(ctx, bot); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	r.Writes.Wrote(bot.UID, old)
-	return nil
-}
-
 // reconcileDelete lets a deleted bot leave gracefully: while it is bound, heartbeats answer
 // "leave" (the bot API sees the deletion), and leaveGracePeriod after the request recorded here
 // the slot controller releases the slot anyway (and stops the container); see leaveDeadline.
 // The release brings the bot back, and the finalizer goes.
-func (r *BotReconciler) reconcileDelete(ctx context.Context, bot *v1.Bot) (ctrl.Result, error) {
+func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error {
+	bot := s.bot
 	slot, err := r.boundSlot(ctx, bot)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if slot != nil {
 		if botRunsIn(bot, slot) && bot.Status.LeaveRequestedAt == nil {
@@ -321,27 +336,30 @@ func (r *BotReconciler) reconcileDelete(ctx context.Context, bot *v1.Bot) (ctrl.
 		if at, known := leaveDeadline(bot, slot, pool); known {
 			wait = max(at.Sub(r.Clock.Now()), releaseWait)
 		}
-		return ctrl.Result{RequeueAfter: wait}, nil
+		s.after(wait)
+		return nil
 	}
 	if controllerutil.RemoveFinalizer(bot, botFinalizer) {
 		if err := r.Client.Update(ctx, bot); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
 	r.projected.Delete(bot.UID)
-	return ctrl.Result{}, nil
+	return nil
 }
 
 // expire deletes a finished bot once its ttlAfterFinished has passed.
-func (r *BotReconciler) expire(ctx context.Context, bot *v1.Bot, now time.Time) (ctrl.Result, error) {
+func (r *BotReconciler) expire(ctx context.Context, s *botScope, now time.Time) error {
+	bot := s.bot
 	ttl := bot.Spec.TTLAfterFinished.Duration()
 	if ttl <= 0 || bot.Status.FinishedAt == nil {
-		return ctrl.Result{}, nil
+		return nil
 	}
 	if left := bot.Status.FinishedAt.Add(ttl).Sub(now); left > 0 {
-		return ctrl.Result{RequeueAfter: left}, nil
+		s.after(left)
+		return nil
 	}
-	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Delete(ctx, bot))
+	return client.IgnoreNotFound(r.Client.Delete(ctx, bot))
 }
 
 // watchLiveness applies the pool's heartbeat rules to a bot whose container runs: Alive turns
@@ -349,10 +367,10 @@ func (r *BotReconciler) expire(ctx context.Context, bot *v1.Bot, now time.Time) 
 // bot silent for heartbeatTimeout fails. A store that cannot answer changes nothing: nobody is
 // declared dead for lack of data. Past maxDuration plus leaveGracePeriod, a bot that did not
 // leave when told to is ended.
-func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, slot *v1.BotPoolSlot, now time.Time) ctrl.Result {
-	st := &bot.Status
+func (r *BotReconciler) watchLiveness(ctx context.Context, s *botScope, pool *v1.BotPool, slot *v1.BotPoolSlot, now time.Time) {
+	bot, st := s.bot, &s.bot.Status
 	if slot.Status.Phase != v1.SlotBusy || st.StartedAt == nil {
-		return ctrl.Result{} // still deploying: the slot controller's rules apply
+		return // still deploying: the slot controller's rules apply
 	}
 	t := pool.Spec.Timing
 	grace := t.HeartbeatGracePeriod.OrDefault(v1.DefaultHeartbeatGracePeriod)
@@ -360,16 +378,17 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 	leave := t.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
 	if end := st.StartedAt.Add(bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave); !now.Before(end) {
 		r.fail(bot, v1.ReasonMaxDuration, "The bot ran past maxDuration and did not leave within leaveGracePeriod")
-		return ctrl.Result{}
+		return
 	}
 	alive := func(status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1.ConditionAlive, Status: status,
-			Reason: reason, Message: msg, ObservedGeneration: bot.Generation})
+		v1.SetCondition(&st.Conditions, metav1.Condition{Type: v1.ConditionAlive, Status: status,
+			Reason: reason, Message: msg, ObservedGeneration: bot.Generation}, now)
 	}
 	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{bot.UID})
 	if err != nil {
 		alive(metav1.ConditionUnknown, reasonStoreNoData, "The liveness store cannot answer; nobody is failed meanwhile")
-		return ctrl.Result{RequeueAfter: min(grace, aliveRecheck)}
+		s.after(min(grace, aliveRecheck))
+		return
 	}
 	last, beat := beats[bot.UID]
 	since := st.StartedAt.Time
@@ -380,12 +399,12 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 	switch {
 	case silent >= timeout && beat:
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat for %s", silent.Round(time.Second)))
-		return ctrl.Result{}
+		return
 	case silent >= timeout && r.Clock.Since(r.started) >= timeout:
 		// Never beat since its container started: the in-memory store cannot have lost its
 		// beats unless this process started meanwhile (then it waits one more timeout).
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat since the container started %s ago", silent.Round(time.Second)))
-		return ctrl.Result{}
+		return
 	case silent > grace && beat:
 		if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionFalse {
 			st.LastHeartbeat = &metav1.Time{Time: last}
@@ -403,7 +422,7 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 	if c := meta.FindStatusCondition(st.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionTrue {
 		next = min(next, aliveRecheck)
 	}
-	return ctrl.Result{RequeueAfter: max(next, time.Second)}
+	s.after(max(next, time.Second))
 }
 
 // project writes the bot's projection row; a store outage buffers it.
@@ -529,27 +548,36 @@ func (r *BotReconciler) fail(bot *v1.Bot, reason v1.BotReason, msg string) {
 	}
 }
 
-// setConditions derives Ready and Bound from the phase and the bound slot.
-func (r *BotReconciler) setConditions(bot *v1.Bot, slot *v1.BotPoolSlot) {
-	st := &bot.Status
+// setConditions computes Ready and Bound once per pass from what it observed: the phase, the
+// bound slot, and a wait with a reason (no pool serves the bot). A bot that ended has the
+// finished conditions, Stalled with its reason when it failed. Alive is the liveness rules'
+// (watchLiveness).
+func (r *BotReconciler) setConditions(s *botScope, wait *waiting) {
+	bot, st, now := s.bot, &s.bot.Status, r.Clock.Now()
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-			Message: msg, ObservedGeneration: bot.Generation})
-	}
-	if slot != nil {
-		set(v1.ConditionBound, metav1.ConditionTrue, reasonBound, "Bound to slot "+slot.Name)
-	} else {
-		set(v1.ConditionBound, metav1.ConditionFalse, reasonWaiting, "Not bound to a slot")
+		v1.SetCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+			Message: msg, ObservedGeneration: bot.Generation}, now)
 	}
 	switch {
 	case st.Phase.Terminal():
 		bot.SetFinishedConditions()
+		return
+	case wait != nil && wait.reason != "":
+		set(v1.ConditionReady, metav1.ConditionFalse, wait.reason, wait.msg)
+		return
+	}
+	if s.slot != nil {
+		set(v1.ConditionBound, metav1.ConditionTrue, reasonBound, "Bound to slot "+s.slot.Name)
+	} else {
+		set(v1.ConditionBound, metav1.ConditionFalse, reasonWaiting, "Not bound to a slot")
+	}
+	switch {
 	case st.Phase == v1.BotScheduled:
 		set(v1.ConditionReady, metav1.ConditionFalse, reasonScheduled, "Waiting for its start time")
-	case slot == nil:
+	case s.slot == nil:
 		set(v1.ConditionReady, metav1.ConditionFalse, reasonWaiting, "Waiting for a free slot of pool "+st.Pool)
 	default:
-		set(v1.ConditionReady, metav1.ConditionTrue, reasonRunning, "Running in slot "+slot.Name)
+		set(v1.ConditionReady, metav1.ConditionTrue, reasonRunning, "Running in slot "+s.slot.Name)
 	}
 }
 

@@ -25,7 +25,6 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
-	"botpool.dev/botpool/internal/egress"
 )
 
 // poolFinalizer holds a BotPool until its slots (and through their own finalizers, the
@@ -85,9 +84,12 @@ type poolScope struct {
 	draining int
 	// throttled says why Coolify asked this pass to wait, or "".
 	throttled string
+	// requeue is when the pool is looked at again after a pass that went well.
+	requeue time.Duration
 }
 
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler: load, the body (delete or normal), and one
+// deferred status write computed from what the pass observed and how it ended.
 func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	pool := &v1.BotPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
@@ -96,55 +98,62 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if pool.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(pool, poolFinalizer) {
-		return ctrl.Result{}, r.Client.Update(ctx, pool)
+	if err := addFinalizer(ctx, r.Client, pool, poolFinalizer, nil); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-
 	s := &poolScope{pool: pool}
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-
 	before := pool.DeepCopy()
-	defer func() {
-		if wait, ok := coolifyWait(err); ok {
-			// Throttled (rate limit, or an instance held back): come back then, no backoff.
-			s.throttled = throttledMessage(err)
-			res, err = ctrl.Result{RequeueAfter: wait}, nil
-		}
-		if !pool.DeletionTimestamp.IsZero() {
-			if controllerutil.ContainsFinalizer(pool, poolFinalizer) {
-				setDrainingStatus(s, r.Clock.Now())
-			}
-		} else {
-			setPoolStatus(s, r.Clock.Now(), err == nil)
-			r.Metrics.observePool(pool)
-		}
-		v1.TruncateConditions(pool.Status.Conditions)
-		if controllerutil.ContainsFinalizer(pool, poolFinalizer) && !equality.Semantic.DeepEqual(before.Status, pool.Status) {
-			err = errors.Join(err, client.IgnoreNotFound(r.Client.Status().Patch(ctx, pool, client.MergeFrom(before))))
-		}
-		if err != nil {
-			res = ctrl.Result{} // the error's backoff decides when to retry
-		}
-	}()
+	defer func() { res, err = r.finish(ctx, s, before, settle(err, false)) }()
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
+	return ctrl.Result{}, r.reconcileNormal(ctx, s)
+}
 
+// reconcileNormal checks the pool's Coolify access, creates the slots it needs and sweeps
+// orphaned applications.
+func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) error {
 	if err := r.connect(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	if s.stalled != "" {
-		return ctrl.Result{RequeueAfter: credentialsRecheck}, nil
+		return err
 	}
 	if err := r.supply(ctx, s); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if err := r.deleteOrphanApps(ctx, s); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
-	return ctrl.Result{RequeueAfter: min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck))}, nil
+	s.requeue = min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck))
+	return nil
+}
+
+// finish ends a pass: it computes the status from what the pass observed and how it ended
+// (a wait is Coolify throttling, a stall a credentials problem), writes it once if it
+// changed, and answers with the pass's timers.
+func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1.BotPool, o outcome) (ctrl.Result, error) {
+	pool := s.pool
+	if o.wait != nil {
+		s.throttled = o.wait.msg
+	}
+	if o.stalled != nil {
+		s.stalled = o.stalled.reason
+		r.Recorder.Eventf(pool, nil, "Warning", s.stalled, "Connect", "%s", stalledMessage(s))
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		if controllerutil.ContainsFinalizer(pool, poolFinalizer) {
+			setDrainingStatus(s, r.Clock.Now())
+		}
+	} else {
+		setPoolStatus(s, r.Clock.Now(), o.handled())
+		r.Metrics.observePool(pool)
+	}
+	v1.TruncateConditions(pool.Status.Conditions)
+	if controllerutil.ContainsFinalizer(pool, poolFinalizer) && !equality.Semantic.DeepEqual(before.Status, pool.Status) {
+		o.err = errors.Join(o.err, client.IgnoreNotFound(r.Client.Status().Patch(ctx, pool, client.MergeFrom(before))))
+	}
+	return o.result(s.requeue, credentialsRecheck)
 }
 
 // observe reads the pool's slots and waiting bots from the cache.
@@ -167,8 +176,8 @@ func (r *BotPoolReconciler) observe(ctx context.Context, s *poolScope) error {
 }
 
 // connect checks that the pool can reach its Coolify instance with its credentials. Problems a
-// person must fix (a missing Secret, a refused token, the API switched off) stall the pool;
-// anything else is transient and retried with backoff.
+// person must fix (a missing Secret, a refused token, the API switched off, slots left on
+// another instance) stall the pool; anything else is transient and retried with backoff.
 func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 	api, err := r.Connector.ForPool(ctx, s.pool)
 	if err == nil {
@@ -176,32 +185,16 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 		s.api = api
 	}
 	s.connErr = err
-	switch {
-	case err == nil:
+	if err == nil {
 		if s.moved = movedSlots(s.slots, instanceOf(api)); s.moved > 0 {
-			s.stalled = v1.ReasonCoolifyInstanceChanged
-			break
+			return stall(v1.ReasonCoolifyInstanceChanged, "", nil)
 		}
 		return nil
-	case errors.Is(err, errCredentialsNotFound):
-		s.stalled = v1.ReasonCredentialsNotFound
-	case errors.Is(err, errCredentialsInvalid):
-		s.stalled = v1.ReasonCredentialsInvalid
-	case errors.Is(err, errCredentialsNotAllowed):
-		s.stalled = v1.ReasonCredentialsNotAllowed
-	case errors.Is(err, coolify.ErrUnauthorized):
-		s.stalled = v1.ReasonCredentialsRejected
-	case errors.Is(err, coolify.ErrAPIDisabled):
-		s.stalled = v1.ReasonAPIDisabled
-	case errors.Is(err, coolify.ErrForbidden):
-		s.stalled = v1.ReasonPermissionDenied
-	case errors.Is(err, egress.ErrRefused):
-		s.stalled = reasonDestinationRefused
-	default:
-		return fmt.Errorf("reaching Coolify: %w", err)
 	}
-	r.Recorder.Eventf(s.pool, nil, "Warning", s.stalled, "Connect", "%s", stalledMessage(s))
-	return nil
+	if reason, ok := needsPerson(err); ok {
+		return stall(reason, "", err)
+	}
+	return fmt.Errorf("reaching Coolify: %w", err)
 }
 
 // supply creates the slots the pool needs now.

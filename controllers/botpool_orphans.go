@@ -26,8 +26,9 @@ func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) 
 	tag := r.tag(s.pool)
 	apps, err := r.Coolify.Apps(ctx, s.api, tag, orDefault(r.OrphanCheck, DefaultAppCheck))
 	if err != nil {
+		// A failed list never acts, and is no reconcile failure: no candidates this time.
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed; no orphan check this time", "error", err.Error())
-		return nil //nolint:nilerr // a failed list never acts, and is no reconcile failure
+		apps = nil
 	}
 	owned := map[string]bool{}
 	for i := range s.slots {

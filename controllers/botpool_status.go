@@ -19,10 +19,9 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	p.Status.Queued = int32(s.waiting)
 	gen := p.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		v1.SetCondition(&p.Status.Conditions, metav1.Condition{
 			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
-			LastTransitionTime: metav1.NewTime(now),
-		})
+		}, now)
 	}
 
 	switch {
@@ -74,6 +73,8 @@ func stalledMessage(s *poolScope) string {
 		return fmt.Sprintf("Secret %s now names another Coolify instance than the one holding %d of this pool's applications: "+
 			"restore its url; to move the pool, delete it (or scale it to zero) with the old url in place, then switch. "+
 			"Annotate the pool with %s=true to let the old applications go", secret, s.moved, AnnotationOrphanApplication)
+	case reasonRequestRefused:
+		return "Coolify refused the operator's request as invalid (400/422); see the manager's log for the error"
 	case reasonDestinationRefused:
 		return "The Coolify URL in Secret " + secret + " resolves to an address the operator may not reach " +
 			"(loopback, link-local, or a private range the manager's --coolify-allow-private-networks or --egress-allowed-cidrs does not allow)"
@@ -90,10 +91,9 @@ func setDrainingStatus(s *poolScope, now time.Time) {
 	p.Status.Slots = &counts
 	p.Status.Queued = int32(s.waiting)
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		v1.SetCondition(&p.Status.Conditions, metav1.Condition{
 			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
-			LastTransitionTime: metav1.NewTime(now),
-		})
+		}, now)
 	}
 	reason, msg := "Deleting", fmt.Sprintf("Deleting %d slot(s) and their Coolify applications", len(s.slots))
 	if s.draining > 0 {

@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -31,7 +30,6 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/cachelag"
-	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 )
 
@@ -132,8 +130,6 @@ type slotScope struct {
 
 	transitions []store.Transition
 	requeue     time.Duration
-	// stalled is set when this pass found a problem only a person can fix.
-	stalled bool
 }
 
 // related is the bound bot for an event's related object: a nil *v1.Bot inside a non-nil
@@ -155,7 +151,8 @@ func (s *slotScope) after(d time.Duration) {
 // context (see Reconcile).
 const statusWriteTimeout = 10 * time.Second
 
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler: load, the body, and one deferred status write
+// computed from what the pass observed and how it ended.
 func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	slot := &v1.BotPoolSlot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, slot); err != nil {
@@ -169,136 +166,121 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("pool", slot.Spec.Pool, "appUUID", slot.Status.ApplicationUUID)
 	ctx = ctrl.LoggerInto(ctx, log)
-	if slot.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(slot, slotFinalizer) {
-		old := slot.ResourceVersion
-		if err := r.Client.Update(ctx, slot); err != nil {
-			return ctrl.Result{}, err
-		}
-		r.wrote(slot, old)
+	if err := addFinalizer(ctx, r.Client, slot, slotFinalizer, func(old string) { r.wrote(slot, old) }); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-
 	s := &slotScope{slot: slot}
 	before := slot.DeepCopy()
-	defer func() {
-		if wait, ok := coolifyWait(err); ok {
-			// Coolify (or the client guarding it) said "later": a wait, not a failure. The
-			// phase stays; the message says why nothing moves, and the slot comes back then.
-			slot.Status.Message = throttledMessage(err)
-			s.after(wait)
-			err = nil
-		}
-		if err != nil {
-			if reason, ok := needsPerson(err); ok {
-				r.setStalled(s, reason, err.Error())
-				r.Recorder.Eventf(slot, nil, corev1.EventTypeWarning, reason, "Stalled", "%s", err.Error())
-				s.after(stalledRetry)
-				err = nil
-			}
-		}
-		if !s.stalled && err == nil {
-			meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
-		}
-		setSlotConditions(slot)
-		slot.Status.TruncateTexts()
-		if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
-			slot.Status.ObservedGeneration = slot.Generation
-			// The version this write replaces is the slot's now, not before's: an unbind earlier
-			// in this pass moved it on (its new generation changes the conditions, so this write
-			// follows it). Recording before's would leave the unbind's version unmarked, and a
-			// pass that read it from a lagging cache would release the slot a second time.
-			old := slot.ResourceVersion
-			// On a context of its own: a pass cut off (shutdown, the reconcile timeout) while a
-			// deploy request was out must still record DeployingSince, or the next pass, not
-			// knowing a deployment may be queued, would deploy again and restart the bot.
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
-			defer cancel()
-			switch perr := r.Client.Status().Patch(wctx, slot, client.MergeFrom(before)); {
-			case perr == nil:
-				r.wrote(slot, old)
-				r.flush(wctx, s)
-			case !apierrors.IsNotFound(perr): // gone: nothing to report, nothing to project
-				err = errors.Join(err, perr)
-			}
-		} else {
-			r.project(ctx, slot.Namespace, slot.Name, slot)
-		}
-		if err != nil {
-			res = ctrl.Result{}
-		} else {
-			res = ctrl.Result{RequeueAfter: s.requeue}
-		}
-	}()
+	defer func() { res, err = r.finish(ctx, s, before, settle(err, true)) }()
+	return ctrl.Result{}, r.run(ctx, s)
+}
 
+// run is the body of a pass: the steps every slot takes, then its phase's or its deletion's.
+func (r *BotPoolSlotReconciler) run(ctx context.Context, s *slotScope) error {
+	deleted := !s.slot.DeletionTimestamp.IsZero()
 	// Before anything that may wait on Coolify: a slot made before slots recorded their token's
 	// hash has running containers whose every call is refused until it does.
 	if err := r.backfillTokenHash(ctx, s); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	// Releasing a finished bot's slot needs only the API server: never wait on Coolify for it.
 	if released, err := r.releaseOrphan(ctx, s); err != nil || released {
-		return ctrl.Result{}, err
+		return err
 	}
 	if err := r.connect(ctx, s); err != nil {
-		if !slot.DeletionTimestamp.IsZero() {
-			return ctrl.Result{}, r.deleteUnreachable(ctx, s, err)
+		if deleted {
+			return r.deleteUnreachable(ctx, s, err)
 		}
-		r.setStalled(s, unreachableReason(err), "Cannot reach Coolify: see the pool's conditions")
-		s.after(stalledRetry)
-		return ctrl.Result{}, nil
+		return stall(unreachableReason(err), "Cannot reach Coolify: see the pool's conditions", err)
 	}
 	if !r.sameInstance(s) {
-		if !slot.DeletionTimestamp.IsZero() && r.orphanAllowed(ctx, slot) {
+		if deleted && r.orphanAllowed(ctx, s.slot) {
 			ctrl.LoggerFrom(ctx).Info("Deleting the slot without cleaning its old Coolify instance, as annotated")
-			return ctrl.Result{}, r.dropFinalizer(ctx, s)
+			return r.dropFinalizer(ctx, s)
 		}
-		r.instanceChanged(ctx, s)
-		return ctrl.Result{}, nil
+		return r.instanceChanged(ctx, s)
 	}
-	if !slot.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	if deleted {
+		return r.reconcileDelete(ctx, s)
 	}
+	return r.advance(ctx, s)
+}
 
-	switch slot.Status.Phase {
+// advance runs the handler of the slot's phase.
+func (r *BotPoolSlotReconciler) advance(ctx context.Context, s *slotScope) error {
+	switch s.slot.Status.Phase {
 	case "":
 		r.moveTo(s, v1.SlotCreating, "", "Creating the Coolify application")
-		return ctrl.Result{}, r.create(ctx, s)
+		return r.create(ctx, s)
 	case v1.SlotCreating:
-		return ctrl.Result{}, r.create(ctx, s)
+		return r.create(ctx, s)
 	case v1.SlotIdle:
-		return ctrl.Result{}, r.idle(ctx, s)
+		return r.idle(ctx, s)
 	case v1.SlotDeploying:
-		return ctrl.Result{}, r.deploying(ctx, s)
+		return r.deploying(ctx, s)
 	case v1.SlotBusy:
-		return ctrl.Result{}, r.busy(ctx, s)
+		return r.busy(ctx, s)
 	case v1.SlotReleasing:
-		return ctrl.Result{}, r.releasing(ctx, s)
+		return r.releasing(ctx, s)
 	case v1.SlotError:
-		return ctrl.Result{}, r.recover(ctx, s)
+		return r.recover(ctx, s)
 	}
-	return ctrl.Result{}, nil
+	return nil
+}
+
+// finish ends a pass: a wait says why nothing moves (the phase stays), a stall sets Stalled
+// with its reason, a pass that went well clears Stalled; the conditions follow from the
+// phase; the status is written once, if it changed, and observedGeneration only after a pass
+// that handled the generation (a failure leaves it for the retry).
+func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before *v1.BotPoolSlot, o outcome) (ctrl.Result, error) {
+	slot := s.slot
+	switch {
+	case o.wait != nil:
+		if o.wait.msg != "" {
+			slot.Status.Message = o.wait.msg
+		}
+	case o.stalled != nil:
+		r.setStalled(s, o.stalled.reason, o.stalled.msg)
+		if o.stalled.announce {
+			r.Recorder.Eventf(slot, nil, corev1.EventTypeWarning, o.stalled.reason, "Stalled", "%s", o.stalled.msg)
+		}
+	case o.err == nil:
+		meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
+	}
+	setSlotConditions(slot)
+	if o.handled() {
+		slot.Status.ObservedGeneration = slot.Generation
+	}
+	slot.Status.TruncateTexts()
+	if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
+		// The version this write replaces is the slot's now, not before's: an unbind earlier
+		// in this pass moved it on (its new generation changes the conditions, so this write
+		// follows it). Recording before's would leave the unbind's version unmarked, and a
+		// pass that read it from a lagging cache would release the slot a second time.
+		old := slot.ResourceVersion
+		// On a context of its own: a pass cut off (shutdown, the reconcile timeout) while a
+		// deploy request was out must still record DeployingSince, or the next pass, not
+		// knowing a deployment may be queued, would deploy again and restart the bot.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
+		defer cancel()
+		switch perr := r.Client.Status().Patch(wctx, slot, client.MergeFrom(before)); {
+		case perr == nil:
+			r.wrote(slot, old)
+			r.flush(wctx, s)
+		case !apierrors.IsNotFound(perr): // gone: nothing to report, nothing to project
+			o.err = errors.Join(o.err, perr)
+		}
+	} else {
+		r.project(ctx, slot.Namespace, slot.Name, slot)
+	}
+	return o.result(s.requeue, stalledRetry)
 }
 
 // setStalled reports a problem only a person can fix: nothing else changes until they do,
 // and the slot looks again every stalledRetry.
 func (r *BotPoolSlotReconciler) setStalled(s *slotScope, reason, msg string) {
-	s.stalled = true
-	meta.SetStatusCondition(&s.slot.Status.Conditions, metav1.Condition{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
-		Reason: reason, Message: msg, ObservedGeneration: s.slot.Generation})
-}
-
-// unreachableReason says why the slot has no Coolify client: a missing pool or credentials.
-func unreachableReason(err error) string {
-	switch {
-	case apierrors.IsNotFound(err):
-		return string(v1.ReasonPoolNotFound)
-	case errors.Is(err, errCredentialsNotFound):
-		return v1.ReasonCredentialsNotFound
-	case errors.Is(err, errCredentialsInvalid):
-		return v1.ReasonCredentialsInvalid
-	case errors.Is(err, errCredentialsNotAllowed):
-		return v1.ReasonCredentialsNotAllowed
-	}
-	return v1.ReasonCoolifyUnreachable
+	v1.SetCondition(&s.slot.Status.Conditions, metav1.Condition{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
+		Reason: reason, Message: msg, ObservedGeneration: s.slot.Generation}, r.Clock.Now())
 }
 
 // Reasons of a Stalled slot besides the pool's credential reasons.
@@ -321,39 +303,18 @@ const (
 // errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
 var errSlotEnvNotFound = errors.New("not found")
 
-// needsPerson reports whether a failed step will fail the same way until someone changes
-// something (the token's abilities, Coolify's settings, the pool's Secret), and the reason to
-// show. Retrying those with the error backoff would only fill the log: they are retried
-// slowly, and said once as a condition and an event.
-func needsPerson(err error) (reason string, ok bool) {
-	switch {
-	case errors.Is(err, coolify.ErrUnauthorized):
-		return v1.ReasonCredentialsRejected, true
-	case errors.Is(err, coolify.ErrAPIDisabled):
-		return v1.ReasonAPIDisabled, true
-	case errors.Is(err, coolify.ErrForbidden):
-		return v1.ReasonPermissionDenied, true
-	case errors.Is(err, coolify.ErrValidation), errors.Is(err, coolify.ErrBadRequest):
-		return reasonRequestRefused, true
-	case errors.Is(err, errSlotEnvNotFound):
-		return reasonSlotEnvNotFound, true
-	case errors.Is(err, errCredentialsNotAllowed):
-		return v1.ReasonCredentialsNotAllowed, true
-	case errors.Is(err, errSecretNotAllowed): // the only other Secret a slot reads
-		return reasonSlotEnvNotAllowed, true
-	case errors.Is(err, egress.ErrRefused):
-		return reasonDestinationRefused, true
-	}
-	return "", false
-}
-
 // setSlotConditions derives Ready and Reconciling from the phase (kstatus): Ready while the
-// slot serves or can serve, Reconciling while it moves between those states.
+// slot serves or can serve, Reconciling while it moves between those states. They change
+// when the phase does, so they changed at phaseSince (a time of the injected clock).
 func setSlotConditions(slot *v1.BotPoolSlot) {
 	st := &slot.Status
+	var at time.Time
+	if st.PhaseSince != nil {
+		at = st.PhaseSince.Time
+	}
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-			Message: msg, ObservedGeneration: slot.Generation})
+		v1.SetCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+			Message: msg, ObservedGeneration: slot.Generation}, at)
 	}
 	phase := string(st.Phase)
 	if phase == "" {
@@ -451,8 +412,8 @@ func (r *BotPoolSlotReconciler) sameInstance(s *slotScope) bool {
 }
 
 // instanceChanged stalls a slot whose application lives on another Coolify instance than the
-// pool's credentials now name.
-func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScope) {
+// pool's credentials now name. Its Event is said once, when the slot starts to stall for it.
+func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScope) error {
 	msg := "The pool's credentials Secret " + s.pool.Spec.Coolify.CredentialsSecretRef.Name +
 		" now names another Coolify instance than the one holding application " + s.slot.Status.ApplicationUUID +
 		": restore its url (the application is cleaned up, then the slot moves), or annotate the slot with " +
@@ -461,8 +422,7 @@ func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScop
 		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, reasonInstanceChanged, "Connect", "%s", msg)
 	}
 	ctrl.LoggerFrom(ctx).Info("Coolify instance changed under the slot", "appUUID", s.slot.Status.ApplicationUUID)
-	r.setStalled(s, reasonInstanceChanged, msg)
-	s.after(stalledRetry)
+	return stall(reasonInstanceChanged, msg, nil)
 }
 
 // releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6), or

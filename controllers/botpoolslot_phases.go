@@ -476,11 +476,11 @@ func (r *BotPoolSlotReconciler) deploymentSince(ctx context.Context, s *slotScop
 	if err != nil || len(deps) == 0 || deps[0].Status == coolify.DeploymentCancelled {
 		return nil, err
 	}
-	created, perr := time.Parse(time.RFC3339, deps[0].CreatedAt)
-	if perr != nil || created.Before(since.Truncate(time.Second)) {
-		return nil, nil //nolint:nilerr // no usable timestamp: none found, as before the lookup existed
+	// Without a usable timestamp none is found, as before the lookup existed.
+	if created, perr := time.Parse(time.RFC3339, deps[0].CreatedAt); perr == nil && !created.Before(since.Truncate(time.Second)) {
+		return &deps[0], nil
 	}
-	return &deps[0], nil
+	return nil, nil
 }
 
 func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotScope) {
@@ -530,12 +530,14 @@ func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
 // checkApp confirms from the pool's shared list that the slot's application exists. A
 // missing one is confirmed with a GET before acting: a list can be older than our own create.
 func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lostReason string) error {
-	s.after(r.jittered(r.appCheck()))
+	next := r.jittered(r.appCheck())
+	s.after(next)
 	apps, err := r.Coolify.Apps(ctx, s.api, r.appTag(s), r.appCheck())
 	if err != nil {
-		// A failed list never acts (invariant 9); the next check tries again.
+		// A failed list never acts (invariant 9), and is no reconcile failure: the next
+		// check tries again.
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed", "error", err.Error())
-		return nil //nolint:nilerr // not a reconcile failure: nothing may act on it
+		return waitFor(next, "", "")
 	}
 	if a, ok := apps[s.slot.Name]; ok && a.UUID == s.slot.Status.ApplicationUUID {
 		return nil
@@ -556,10 +558,10 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	st := &s.slot.Status
 	stopped, err := r.stop(ctx, s, "Stopping the container")
 	if err != nil {
+		// Not a failure of the pass: the slot moves to Error, whose recovery retries.
 		r.toError(ctx, s, reasonStopFailed, "Stopping the container failed: "+err.Error())
-		return nil //nolint:nilerr // surfaced as the Error phase, which recovers
 	}
-	if !stopped {
+	if !stopped { // a definitive failure is not stopped either
 		return nil
 	}
 	now := r.Clock.Now()
@@ -644,10 +646,9 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	}
 	stopped, err := r.stop(ctx, s, "Recovering")
 	if err != nil {
+		// Counted and retried on our own schedule, not the error backoff.
 		st.RecoveryAttempts++
-		st.Message = "Recovery failed: " + err.Error()
-		s.after(time.Duration(st.RecoveryAttempts) * transientRetry)
-		return nil //nolint:nilerr // counted and retried on our own schedule, not the error backoff
+		return waitFor(time.Duration(st.RecoveryAttempts)*transientRetry, "", "Recovery failed: "+err.Error())
 	}
 	if !stopped {
 		return nil

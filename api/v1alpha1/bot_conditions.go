@@ -17,16 +17,29 @@ const (
 )
 
 // SetFinishedConditions sets the conditions of a bot that ended: Ready (True after Done, False
-// after Fatal) and Bound False, both Finished, and no Alive. Whoever writes the end of a bot
-// writes them in the same patch, so ending a bot costs one status write.
+// after Fatal) and Bound False, both Finished, and no Alive. A Fatal bot is Stalled too, with
+// its reason: it will not get better by itself, and kstatus (GitOps health checks) reports it
+// Failed instead of in progress forever. They changed when the bot ended (finishedAt). Whoever
+// writes the end of a bot writes them in the same patch, so ending a bot costs one status write.
 func (b *Bot) SetFinishedConditions() {
 	st := &b.Status
+	var at time.Time
+	if st.FinishedAt != nil {
+		at = st.FinishedAt.Time
+	}
 	ready := metav1.ConditionTrue
 	if st.Phase == BotFatal {
 		ready = metav1.ConditionFalse
+		reason := string(st.Reason)
+		if reason == "" {
+			reason = string(BotFatal)
+		}
+		b.setCondition(ConditionStalled, metav1.ConditionTrue, reason, st.Message, at)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, ConditionStalled)
 	}
-	b.setCondition(ConditionReady, ready, ReasonFinished, strings.TrimSpace("The bot ended "+string(st.Phase)+" "+string(st.Reason)))
-	b.setCondition(ConditionBound, metav1.ConditionFalse, ReasonFinished, "Finished")
+	b.setCondition(ConditionReady, ready, ReasonFinished, strings.TrimSpace("The bot ended "+string(st.Phase)+" "+string(st.Reason)), at)
+	b.setCondition(ConditionBound, metav1.ConditionFalse, ReasonFinished, "Finished", at)
 	meta.RemoveStatusCondition(&st.Conditions, ConditionAlive)
 }
 
@@ -52,10 +65,10 @@ func (b *Bot) MarkAlive(at time.Time) {
 	if c := meta.FindStatusCondition(b.Status.Conditions, ConditionAlive); c == nil || c.Status != metav1.ConditionTrue {
 		b.Status.LastHeartbeat = &metav1.Time{Time: at}
 	}
-	b.setCondition(ConditionAlive, metav1.ConditionTrue, ReasonHeartbeatReceived, "Heartbeats arrive")
+	b.setCondition(ConditionAlive, metav1.ConditionTrue, ReasonHeartbeatReceived, "Heartbeats arrive", at)
 }
 
-func (b *Bot) setCondition(typ string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-		Message: msg, ObservedGeneration: b.Generation})
+func (b *Bot) setCondition(typ string, status metav1.ConditionStatus, reason, msg string, at time.Time) {
+	SetCondition(&b.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+		Message: msg, ObservedGeneration: b.Generation}, at)
 }

@@ -1,5 +1,23 @@
 package v1alpha1
 
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SetCondition sets c in conds as meta.SetStatusCondition does, with lastTransitionTime at
+// when its status changes: time comes from the caller's clock (an injected one in the
+// controllers), not from metav1.Now(). A zero at falls back to now. It reports whether
+// anything changed.
+func SetCondition(conds *[]metav1.Condition, c metav1.Condition, at time.Time) bool {
+	if !at.IsZero() {
+		c.LastTransitionTime = metav1.NewTime(at)
+	}
+	return meta.SetStatusCondition(conds, c)
+}
+
 // Condition types. Ready, Reconciling and Stalled follow kstatus, so `kubectl wait` and GitOps
 // health checks understand every kind; the others are domain conditions.
 const (

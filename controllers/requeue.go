@@ -1,0 +1,119 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+)
+
+// A reconcile body returns an error, and the skeleton of each controller decides what it
+// means (settle): a *waiting ("nothing is wrong: look again then"), a *stalledError ("a
+// person must act"; see stalled.go), or a failure the error backoff retries. A body never
+// returns nil to stand for "retry on my schedule": that is a wait.
+
+// waiting says a pass ended early without anything being wrong, and when to look again.
+type waiting struct {
+	after time.Duration
+	// reason is a CamelCase reason for conditions, or "" for a plain timer.
+	reason string
+	// msg is what status.message says meanwhile; "" leaves the message as it is.
+	msg string
+}
+
+func (w *waiting) Error() string {
+	if w.msg == "" {
+		return "waiting " + w.after.String()
+	}
+	return "waiting " + w.after.String() + ": " + w.msg
+}
+
+// waitFor ends the pass: the object is looked at again after d, at the latest.
+func waitFor(d time.Duration, reason, msg string) error {
+	return &waiting{after: d, reason: reason, msg: msg}
+}
+
+// asWait reports whether err asks for a wait: a waitFor, or Coolify (or the client guarding
+// it) asking to be called later, which is a wait too: the throttled call did not happen.
+func asWait(err error) (*waiting, bool) {
+	var w *waiting
+	if errors.As(err, &w) {
+		return w, true
+	}
+	if d, ok := coolifyWait(err); ok {
+		return &waiting{after: d, reason: reasonCoolifyThrottled, msg: throttledMessage(err)}, true
+	}
+	return nil, false
+}
+
+// outcome is how a pass ended, read from the error its body returned.
+type outcome struct {
+	wait    *waiting      // look again later; nothing is wrong
+	stalled *stalledError // a person must act; looked at again slowly
+	err     error         // a failure: the error backoff retries
+}
+
+// settle reads what a body returned. classify says whether an error needsPerson recognises
+// stalls the object (slots) or fails the pass (pools and bots stall only when told to).
+func settle(err error, classify bool) outcome {
+	if err == nil {
+		return outcome{}
+	}
+	if w, ok := asWait(err); ok {
+		return outcome{wait: w}
+	}
+	if st, ok := asStalled(err, classify); ok {
+		return outcome{stalled: st}
+	}
+	return outcome{err: err}
+}
+
+// handled reports whether the pass dealt with the generation it read: it ran to its end, to a
+// wait, or to a problem only a person can fix. Only then is status.observedGeneration set.
+func (o outcome) handled() bool { return o.err == nil }
+
+// result is the reconcile's answer: on a failure, none but the error (the backoff decides when
+// to retry); else the earliest of the pass's timers, the wait and, for a stall, stalledAfter.
+func (o outcome) result(requeue, stalledAfter time.Duration) (ctrl.Result, error) {
+	if o.err != nil {
+		return ctrl.Result{}, o.err
+	}
+	if o.wait != nil {
+		requeue = earliest(requeue, o.wait.after)
+	}
+	if o.stalled != nil {
+		requeue = earliest(requeue, stalledAfter)
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// earliest is the sooner of two timers, 0 meaning none.
+func earliest(a, b time.Duration) time.Duration {
+	switch {
+	case b <= 0:
+		return a
+	case a <= 0 || b < a:
+		return b
+	}
+	return a
+}
+
+// addFinalizer is the one way the controllers add their finalizer: on a live object, stored
+// at once, and the pass goes on with the version the update answered. wrote records the
+// version the update replaced (the cache-lag record); nil records nothing.
+func addFinalizer(ctx context.Context, c client.Client, obj client.Object, name string, wrote func(old string)) error {
+	if !obj.GetDeletionTimestamp().IsZero() || !controllerutil.AddFinalizer(obj, name) {
+		return nil
+	}
+	old := obj.GetResourceVersion()
+	if err := c.Update(ctx, obj); err != nil {
+		return err
+	}
+	if wrote != nil {
+		wrote(old)
+	}
+	return nil
+}

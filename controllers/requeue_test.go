@@ -1,0 +1,134 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/store/memory"
+)
+
+// TestSettle: what a body returned becomes the reconcile's answer in one place: a wait and a
+// stall are handled passes with a requeue (the earliest timer wins), a failure goes to the
+// error backoff with no requeue of its own, and only the slot skeleton (classify) reads an
+// error a person must fix as a stall.
+func TestSettle(t *testing.T) {
+	refused := fmt.Errorf("deploying: %w", coolify.ErrForbidden)
+	tests := []struct {
+		name     string
+		err      error
+		classify bool
+		timer    time.Duration
+		want     ctrl.Result
+		wantErr  bool
+		stalled  string
+		handled  bool
+	}{
+		{name: "done", timer: time.Minute, want: ctrl.Result{RequeueAfter: time.Minute}, handled: true},
+		{name: "wait sooner than the timer", err: waitFor(time.Second, "", ""), timer: time.Minute,
+			want: ctrl.Result{RequeueAfter: time.Second}, handled: true},
+		{name: "timer sooner than the wait", err: waitFor(time.Hour, "", ""), timer: time.Minute,
+			want: ctrl.Result{RequeueAfter: time.Minute}, handled: true},
+		{name: "wrapped wait", err: fmt.Errorf("step: %w", waitFor(3*time.Second, "", "")),
+			want: ctrl.Result{RequeueAfter: 3 * time.Second}, handled: true},
+		{name: "stall", err: stall("Broken", "fix it", nil), want: ctrl.Result{RequeueAfter: stalledRetry},
+			stalled: "Broken", handled: true},
+		{name: "a person must fix it, classified", err: refused, classify: true,
+			want: ctrl.Result{RequeueAfter: stalledRetry}, stalled: v1.ReasonPermissionDenied, handled: true},
+		{name: "a person must fix it, not classified", err: refused, timer: time.Minute, wantErr: true},
+		{name: "failure", err: errors.New("boom"), classify: true, timer: time.Minute, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := settle(tt.err, tt.classify)
+			res, err := o.result(tt.timer, stalledRetry)
+			if (err != nil) != tt.wantErr || res != tt.want {
+				t.Errorf("result = %+v, %v; want %+v, error %v", res, err, tt.want, tt.wantErr)
+			}
+			got := ""
+			if o.stalled != nil {
+				got = o.stalled.reason
+			}
+			if got != tt.stalled {
+				t.Errorf("stalled %q, want %q", got, tt.stalled)
+			}
+			if o.handled() != tt.handled {
+				t.Errorf("handled = %v, want %v", o.handled(), tt.handled)
+			}
+		})
+	}
+}
+
+// failingDeployAPI refuses every deploy with a server error: a failure the backoff retries.
+type failingDeployAPI struct {
+	coolify.API // calls the test does not expect panic on the nil interface
+}
+
+func (failingDeployAPI) SetDescription(context.Context, string, string) error { return nil }
+func (failingDeployAPI) Deploy(context.Context, string) (coolify.DeployResult, error) {
+	return coolify.DeployResult{}, coolify.ErrServer
+}
+
+// TestObservedGenerationOnlyAfterAHandledPass: a slot pass that fails still writes what it
+// must remember (deployingSince: the failed request may have been queued), but not
+// status.observedGeneration: the generation it read was not dealt with, and kstatus must not
+// read the slot as current. The slot and bot controllers once set it on every status write.
+// Single passes on a fake client and the fake clock.
+func TestObservedGenerationOnlyAfterAHandledPass(t *testing.T) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1.AddToScheme(scheme))
+	fclk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool", UID: "pool-uid"},
+		Spec: v1.BotPoolSpec{Platform: v1.PlatformZoom, MaxSlots: 1, Image: "bot", ImageTag: "1"}}
+	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bot", UID: "bot-uid"},
+		Spec:   v1.BotSpec{MeetingURL: "https://zoom.us/j/1", PoolRef: &v1.PoolReference{Name: "pool"}},
+		Status: v1.BotStatus{Phase: v1.BotDeploying}}
+	since := metav1.NewTime(fclk.Now().Add(-time.Minute))
+	slot := &v1.BotPoolSlot{
+		// Bound since the last handled pass: the binding moved the generation on.
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-zoom-001", UID: "slot-uid", Generation: 2, Finalizers: []string{slotFinalizer}},
+		Spec:       v1.BotPoolSlotSpec{Pool: "pool", BotRef: &v1.BotReference{Name: bot.Name, UID: bot.UID}},
+		Status: v1.BotPoolSlotStatus{Phase: v1.SlotIdle, PhaseSince: &since, ApplicationUUID: "app-uuid", ObservedGeneration: 1,
+			TokenSHA256: "0000000000000000000000000000000000000000000000000000000000000000"},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, bot, slot).
+		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
+		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
+		Build()
+	r := &BotPoolSlotReconciler{Client: c, APIReader: c, Connector: cutoffConnector{failingDeployAPI{}}, Store: memory.New(memory.WithClock(fclk)),
+		Clock: fclk, Recorder: discardEvents{}, Metrics: NewMetrics(nil), Gate: &DeployGate{Clock: fclk},
+		Jitter: func() float64 { return 0.5 }}
+	r.started = fclk.Now().Add(-time.Hour)
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)}
+
+	if res, err := r.Reconcile(context.Background(), req); !errors.Is(err, coolify.ErrServer) || res != (ctrl.Result{}) {
+		t.Fatalf("failed pass = %+v, %v; want no requeue and the deploy's error (the backoff retries)", res, err)
+	}
+	got := &v1.BotPoolSlot{}
+	if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Generation != 2 {
+		t.Fatalf("the fake API server keeps generation %d, want 2: the test proves nothing", got.Generation)
+	}
+	if got.Status.DeployingSince == nil {
+		t.Fatal("the failed pass did not record deployingSince")
+	}
+	if got.Status.ObservedGeneration != 1 {
+		t.Errorf("observedGeneration %d after a failed pass, want 1 (left behind)", got.Status.ObservedGeneration)
+	}
+}

@@ -1,0 +1,96 @@
+package controllers
+
+import (
+	"errors"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/egress"
+)
+
+// stalledError says a pass cannot go on until a person changes something (the token's
+// abilities, Coolify's settings, a Secret): retrying with the error backoff would only fill
+// the log, so the skeleton sets Stalled=True with the reason and looks again slowly.
+type stalledError struct {
+	reason string
+	// msg is the Stalled condition's message: what to fix, in words that stay the same from
+	// one pass to the next.
+	msg string
+	err error
+	// announce: the skeleton says it in a Warning Event as well (the recorder folds repeats).
+	// A stall whose maker says what it must, or that another object reports, has none.
+	announce bool
+}
+
+func (e *stalledError) Error() string {
+	if e.err == nil {
+		return e.reason + ": " + e.msg
+	}
+	return e.reason + ": " + e.err.Error()
+}
+
+func (e *stalledError) Unwrap() error { return e.err }
+
+// stall ends the pass as stalled with reason and msg; err is the cause, for the log.
+func stall(reason, msg string, err error) error {
+	return &stalledError{reason: reason, msg: msg, err: err}
+}
+
+// asStalled reports whether err stalls the object: a stall, or, with classify, an error
+// needsPerson recognises (its message is the error's, which names what to fix).
+func asStalled(err error, classify bool) (*stalledError, bool) {
+	var st *stalledError
+	if errors.As(err, &st) {
+		return st, true
+	}
+	if !classify {
+		return nil, false
+	}
+	if reason, ok := needsPerson(err); ok {
+		return &stalledError{reason: reason, msg: err.Error(), err: err, announce: true}, true
+	}
+	return nil, false
+}
+
+// needsPerson is the one mapping from an error to the reason a person must act on, for
+// pools and slots alike: an error that will fail the same way until someone changes
+// something, and the reason to show. Anything else may pass by itself.
+func needsPerson(err error) (reason string, ok bool) {
+	switch {
+	case errors.Is(err, errCredentialsNotFound):
+		return v1.ReasonCredentialsNotFound, true
+	case errors.Is(err, errCredentialsInvalid):
+		return v1.ReasonCredentialsInvalid, true
+	case errors.Is(err, errCredentialsNotAllowed):
+		return v1.ReasonCredentialsNotAllowed, true
+	case errors.Is(err, coolify.ErrUnauthorized):
+		return v1.ReasonCredentialsRejected, true
+	case errors.Is(err, coolify.ErrAPIDisabled):
+		return v1.ReasonAPIDisabled, true
+	case errors.Is(err, coolify.ErrForbidden):
+		return v1.ReasonPermissionDenied, true
+	case errors.Is(err, coolify.ErrValidation), errors.Is(err, coolify.ErrBadRequest):
+		return reasonRequestRefused, true
+	case errors.Is(err, errSlotEnvNotFound):
+		return reasonSlotEnvNotFound, true
+	case errors.Is(err, errSecretNotAllowed): // the only Secret besides the credentials a slot reads
+		return reasonSlotEnvNotAllowed, true
+	case errors.Is(err, egress.ErrRefused):
+		return reasonDestinationRefused, true
+	}
+	return "", false
+}
+
+// unreachableReason says why a slot has no Coolify client: a reason a person must act on, a
+// missing pool, or else Coolify not answering.
+func unreachableReason(err error) string {
+	if reason, ok := needsPerson(err); ok {
+		return reason
+	}
+	if apierrors.IsNotFound(err) {
+		return string(v1.ReasonPoolNotFound)
+	}
+	return v1.ReasonCoolifyUnreachable
+}
