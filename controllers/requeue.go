@@ -8,6 +8,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
 // A reconcile body returns an error, and the skeleton of each controller decides what it
@@ -44,7 +46,7 @@ func asWait(err error) (*waiting, bool) {
 		return w, true
 	}
 	if d, ok := coolifyWait(err); ok {
-		return &waiting{after: d, reason: reasonCoolifyThrottled, msg: throttledMessage(err)}, true
+		return &waiting{after: d, reason: v1.ReasonCoolifyThrottled, msg: throttledMessage(err)}, true
 	}
 	return nil, false
 }

@@ -72,13 +72,13 @@ func needsPerson(err error) (reason string, ok bool) {
 	case errors.Is(err, coolify.ErrForbidden):
 		return v1.ReasonPermissionDenied, true
 	case errors.Is(err, coolify.ErrValidation), errors.Is(err, coolify.ErrBadRequest):
-		return reasonRequestRefused, true
+		return v1.ReasonRequestRefused, true
 	case errors.Is(err, errSlotEnvNotFound):
-		return reasonSlotEnvNotFound, true
+		return v1.ReasonSlotEnvNotFound, true
 	case errors.Is(err, errSecretNotAllowed): // the only Secret besides the credentials a slot reads
-		return reasonSlotEnvNotAllowed, true
+		return v1.ReasonSlotEnvNotAllowed, true
 	case errors.Is(err, egress.ErrRefused):
-		return reasonDestinationRefused, true
+		return v1.ReasonDestinationRefused, true
 	}
 	return "", false
 }
