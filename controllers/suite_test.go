@@ -18,7 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -26,7 +25,6 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
-	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/store"
@@ -115,40 +113,15 @@ func runManager(e *kubetest.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return err
-	}
-	metrics := NewMetrics(nil)
-	bulk := &BulkReader{Clock: clk}
-	pools := &BotPoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
-		Clock: clk, Recorder: discardEvents{}, Metrics: metrics, OrphanCheck: 100 * time.Millisecond,
-		ClusterID: suiteCluster,
-	}
-	if err := pools.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	slots := &BotPoolSlotReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: managerStore,
-		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
-		Coolify: bulk, Gate: &DeployGate{Clock: clk},
-		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster,
-		GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
-	}
-	if err := slots.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	callbackDone := make(chan event.GenericEvent, 1024)
-	callbacks := callback.New(callback.Options{Clock: clk, BackoffBase: time.Second, BackoffCap: 5 * time.Second,
-		Egress: allowLoopback, OnResult: WakeOnCallback(callbackDone)}) // receivers are httptest servers
-	if err := mgr.Add(callbacks); err != nil {
-		return err
-	}
-	writes := &cachelag.Tracker{}
-	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, CallbackDone: callbackDone, Store: managerStore, ScheduleLead: time.Minute, Writes: writes}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: metrics}).SetupWithManager(mgr); err != nil {
+	c, err := Setup(context.Background(), mgr, Deps{
+		Connector: connector, Store: managerStore, Clock: clk, Recorder: discardEvents{},
+	}, Options{
+		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster, ScheduleLead: time.Minute,
+		// Receivers are httptest servers, on loopback.
+		Callbacks:   &callback.Options{BackoffBase: time.Second, BackoffCap: 5 * time.Second, Egress: allowLoopback},
+		OrphanCheck: 100 * time.Millisecond, GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
+	})
+	if err != nil {
 		return err
 	}
 	// The bot API, as in the manager: slots' containers (simulated bots) call it.
@@ -156,7 +129,7 @@ func runManager(e *kubetest.Env) error {
 		return err
 	}
 	if err := mgr.Add(botapi.New(botapi.Config{
-		Addr: botAPIAddr, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Writes: writes,
+		Addr: botAPIAddr, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Writes: c.Writes,
 		Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
 	})); err != nil {
 		return err
