@@ -30,6 +30,17 @@ func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field s
 	return nil
 }
 
+// onePassSlots is a slot reconciler for single passes on a fake client: writes through c,
+// reads past the cache through reader, the fake clock, the suite's checking event recorder, a
+// fixed jitter (jittered(d) == d) and a process that has run for an hour, so no restart rule
+// applies.
+func onePassSlots(c client.Client, reader client.Reader, clk *clocktesting.FakeClock, api coolify.API, st SlotStore) *BotPoolSlotReconciler {
+	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector{API: api},
+		Store: st, Clock: clk, Recorder: discardEvents{}, Metrics: NewMetrics(nil),
+		Coolify: &BulkReader{Clock: clk}, Gate: &DeployGate{Clock: clk}, Jitter: func() float64 { return 0.5 },
+		started: clk.Now().Add(-time.Hour)}
+}
+
 // onePassResult is what one slot reconcile did: the stored slot afterwards (nil: gone), what
 // Reconcile returned and what it asked of Coolify.
 type onePassResult struct {
@@ -56,7 +67,9 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 	poll := v1.DefaultDeploymentPollInterval // Jitter 0.5 makes jittered(d) == d
 	tag := clusterPoolTag("", ns, "pool")
 
-	pool := func() client.Object { return bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj() }
+	pool := func() client.Object {
+		return bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
+	}
 	bot := func() client.Object {
 		return bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
 	}
@@ -64,7 +77,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		return bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token)
 	}
 	deploying := func() *bt.SlotWrapper {
-		return slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotDeploying, now.Add(-time.Minute)).
+		return slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotDeploying).Since(now.Add(-time.Minute)).
 			Deployment("dep-1", now.Add(-time.Minute))
 	}
 	deployment := func(status coolify.DeploymentStatus) func(context.Context, string) (*coolify.Deployment, error) {
@@ -87,7 +100,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		want    onePassResult
 	}{{
 		name: "Creating: the application is created and the slot turns Idle",
-		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating, now).Obj()},
+		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating).Since(now).Obj()},
 		coolify: &bt.Coolify{
 			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) { return nil, nil },
 			CreateDockerImageApplicationFn: func(context.Context, coolify.CreateApplicationRequest) (string, error) {
@@ -100,7 +113,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 			Calls: []string{"ListApplications " + tag, "CreateDockerImageApplication " + slotN, "UpsertEnvs " + app, "SetDescription " + app}},
 	}, {
 		name: "Idle with a botRef: the deploy is sent and the slot turns Deploying",
-		objs: []client.Object{pool(), bot(), slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle, now.Add(-time.Minute)).Obj()},
+		objs: []client.Object{pool(), bot(), slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
 		coolify: &bt.Coolify{
 			SetDescriptionFn: described,
 			DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
@@ -110,7 +123,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		want: onePassResult{Phase: v1.SlotDeploying, Requeue: poll, Calls: []string{"SetDescription " + app, "Deploy " + app}},
 	}, {
 		name: "Idle with a botRef, Coolify answers 503: the pass fails and is retried, the slot stays Idle",
-		objs: []client.Object{pool(), bot(), slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle, now.Add(-time.Minute)).Obj()},
+		objs: []client.Object{pool(), bot(), slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
 		coolify: &bt.Coolify{
 			SetDescriptionFn: described,
 			DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
@@ -165,7 +178,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		want: onePassResult{Phase: v1.SlotDeploying, Requeue: poll, Calls: []string{"ListActiveDeployments", "GetDeployment dep-1"}},
 	}, {
 		name: "Deleted free slot: the application is stopped and deleted, the finalizer goes",
-		objs: []client.Object{pool(), slot().App(app).Phase(v1.SlotIdle, now.Add(-time.Hour)).Deleting(now).Obj()},
+		objs: []client.Object{pool(), slot().App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Hour)).Deleting(now).Obj()},
 		coolify: &bt.Coolify{StopFn: ok,
 			DeleteApplicationFn: func(context.Context, string, coolify.DeleteOptions) error { return nil },
 			GetApplicationFn: func(context.Context, string) (*coolify.Application, error) {
@@ -190,11 +203,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := b.Build()
-			r := &BotPoolSlotReconciler{Client: c, APIReader: c, Connector: &bt.Connector{API: tt.coolify},
-				Store: memory.New(memory.WithClock(clk)), Clock: clk, Recorder: bt.DiscardEvents{}, Metrics: NewMetrics(nil),
-				Coolify: &BulkReader{Clock: clk}, Gate: &DeployGate{Clock: clk}, Jitter: func() float64 { return 0.5 },
-				// This process has run for a while: no restart rule applies.
-				started: now.Add(-time.Hour)}
+			r := onePassSlots(c, c, clk, tt.coolify, memory.New(memory.WithClock(clk)))
 			key := client.ObjectKey{Namespace: ns, Name: slotN}
 
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})

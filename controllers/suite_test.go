@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -25,6 +24,7 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/store"
@@ -230,19 +230,9 @@ func (discardEvents) Eventf(regarding, related runtime.Object, _, reason, _, _ s
 // Builders.
 
 func newPool(ns, name string, mutate ...func(*v1.BotPool)) *v1.BotPool {
-	p := &v1.BotPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.BotPoolSpec{
-			Platform: v1.PlatformZoom,
-			Image:    "ghcr.io/example/bot",
-			Coolify: v1.CoolifyPlacement{
-				CredentialsSecretRef: v1.SecretReference{Name: "coolify"},
-				ProjectUUID:          fixture.ProjectUUID, ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName,
-			},
-			// Polls run every 20ms of real time; what they decide depends on the fake clock.
-			Timing: v1.Timing{DeploymentPollInterval: "20ms"},
-		},
-	}
+	p := bt.MakePool(ns, name).Placement(fixture.ProjectUUID, fixture.ServerUUID, fixture.EnvironmentName).
+		// Polls run every 20ms of real time; what they decide depends on the fake clock.
+		Timing(v1.Timing{DeploymentPollInterval: "20ms"}).Obj()
 	for _, f := range mutate {
 		f(p)
 	}
@@ -253,8 +243,7 @@ func newPool(ns, name string, mutate ...func(*v1.BotPool)) *v1.BotPool {
 // the dispatcher binds it.
 func newBot(t *testing.T, ns, name, pool string, mutate ...func(*v1.Bot)) *v1.Bot {
 	t.Helper()
-	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name, PoolRef: &v1.PoolReference{Name: pool}}}
+	b := bt.MakeBot(ns, name).PoolRef(pool).Obj()
 	for _, f := range mutate {
 		f(b)
 	}

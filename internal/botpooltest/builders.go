@@ -73,6 +73,12 @@ func (w *PoolWrapper) Queue(defaultTimeout, maxTimeout v1.Duration) *PoolWrapper
 }
 func (w *PoolWrapper) Timing(t v1.Timing) *PoolWrapper { w.Spec.Timing = t; return w }
 
+// SlotEnvFrom names the Secret whose keys every slot's containers get as env variables.
+func (w *PoolWrapper) SlotEnvFrom(secret string) *PoolWrapper {
+	w.Spec.SlotEnvFrom = &v1.SecretReference{Name: secret}
+	return w
+}
+
 // BotWrapper builds a Bot.
 type BotWrapper struct{ v1.Bot }
 
@@ -93,6 +99,10 @@ func (w *BotWrapper) Finalizers(f ...string) *BotWrapper {
 	return w
 }
 func (w *BotWrapper) MeetingURL(u string) *BotWrapper { w.Spec.MeetingURL = u; return w }
+func (w *BotWrapper) DisplayName(n string) *BotWrapper {
+	w.Spec.DisplayName = n
+	return w
+}
 
 // PoolRef asks for the named pool (spec.poolRef).
 func (w *BotWrapper) PoolRef(pool string) *BotWrapper {
@@ -100,11 +110,21 @@ func (w *BotWrapper) PoolRef(pool string) *BotWrapper {
 	return w
 }
 func (w *BotWrapper) Priority(p int32) *BotWrapper { w.Spec.Priority = p; return w }
+func (w *BotWrapper) MaxDuration(d v1.Duration) *BotWrapper {
+	w.Spec.MaxDuration = d
+	return w
+}
 func (w *BotWrapper) Created(t time.Time) *BotWrapper {
 	w.CreationTimestamp = metav1.NewTime(t)
 	return w
 }
-func (w *BotWrapper) Phase(p v1.BotPhase) *BotWrapper { w.Status.Phase = p; return w }
+func (w *BotWrapper) CallbackURL(u string) *BotWrapper { w.Spec.CallbackURL = u; return w }
+func (w *BotWrapper) Phase(p v1.BotPhase) *BotWrapper  { w.Status.Phase = p; return w }
+func (w *BotWrapper) FinishedAt(t time.Time) *BotWrapper {
+	at := metav1.NewTime(t)
+	w.Status.FinishedAt = &at
+	return w
+}
 
 // InPool sets the pool the Bot controller resolved (status.pool).
 func (w *BotWrapper) InPool(pool string) *BotWrapper { w.Status.Pool = pool; return w }
@@ -153,10 +173,13 @@ func (w *SlotWrapper) BoundTo(bot string, uid types.UID) *SlotWrapper {
 	return w
 }
 
-// Phase sets the phase and when it was entered.
-func (w *SlotWrapper) Phase(p v1.SlotPhase, since time.Time) *SlotWrapper {
-	at := metav1.NewTime(since)
-	w.Status.Phase, w.Status.PhaseSince = p, &at
+func (w *SlotWrapper) Generation(g int64) *SlotWrapper   { w.ObjectMeta.Generation = g; return w }
+func (w *SlotWrapper) Phase(p v1.SlotPhase) *SlotWrapper { w.Status.Phase = p; return w }
+
+// Since sets when the slot entered its phase (status.phaseSince).
+func (w *SlotWrapper) Since(t time.Time) *SlotWrapper {
+	at := metav1.NewTime(t)
+	w.Status.PhaseSince = &at
 	return w
 }
 func (w *SlotWrapper) App(uuid string) *SlotWrapper { w.Status.ApplicationUUID = uuid; return w }

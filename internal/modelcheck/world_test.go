@@ -30,6 +30,7 @@ import (
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -184,20 +185,10 @@ func (w *world) addPool(name string, platform v1.Platform, maxSlots, minIdle, ma
 	if w.images[string(platform)] == "" {
 		w.images[string(platform)] = "ghcr.io/example/" + string(platform) + "-bot"
 	}
-	p := &v1.BotPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: v1.BotPoolSpec{
-			Platform: platform, Image: w.images[string(platform)], ImageTag: "latest",
-			Coolify: v1.CoolifyPlacement{
-				CredentialsSecretRef: v1.SecretReference{Name: "coolify"},
-				ProjectUUID:          w.fixture.ProjectUUID, ServerUUID: w.fixture.ServerUUID,
-				EnvironmentName: w.fixture.EnvironmentName,
-			},
-			MaxSlots: maxSlots, MinIdle: minIdle, MaxConcurrentDeployments: maxDeploying,
-			Queue:  v1.QueuePolicy{DefaultTimeout: "5m", MaxTimeout: "10m"},
-			Timing: timing,
-		},
-	}
+	p := bt.MakePool(namespace, name).Platform(platform).Image(w.images[string(platform)], "latest").
+		Placement(w.fixture.ProjectUUID, w.fixture.ServerUUID, w.fixture.EnvironmentName).
+		MaxSlots(maxSlots).MinIdle(minIdle).MaxConcurrentDeployments(maxDeploying).
+		Queue("5m", "10m").Timing(timing).Obj()
 	must(w.api.Create(w.ctx, p))
 	w.pools = append(w.pools, p)
 	w.ceiling[name] = int(maxSlots)
@@ -240,7 +231,7 @@ func (w *world) newOperator() *operator {
 		coolify.WithHTTPClient(&http.Client{Transport: w.coolify}), coolify.WithClock(retryClock{w.clk}),
 		coolify.WithLimiter(coolify.NewLimiter(0)))
 	must(err)
-	conn := &connector{api: api, last: map[types.NamespacedName]coolify.API{}}
+	conn := &bt.Connector{API: api} // one Coolify for every pool, remembered as SecretConnector does
 	c := cachedClient{apiServer: w.api, cache: w.cache}
 	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
 		Scheme: w.scheme, Logger: logr.Discard(), Metrics: metricsserver.Options{BindAddress: "0"},
@@ -252,7 +243,7 @@ func (w *world) newOperator() *operator {
 	w.cache.resetIndexes()
 	ctrls, err := controllers.Setup(w.ctx, mgr, controllers.Deps{
 		Client: c, APIReader: w.api, Indexer: w.cache,
-		Connector: conn, Store: w.store, Clock: w.clk, Recorder: discardEvents{},
+		Connector: conn, Store: w.store, Clock: w.clk, Recorder: bt.DiscardEvents{},
 	}, controllers.Options{
 		BotAPIURL: "http://botapi.model", ScheduleLead: 2 * time.Minute, Jitter: w.rng.Float64,
 	})
@@ -278,32 +269,6 @@ func (w *world) restart() {
 	}
 	w.op = w.newOperator()
 }
-
-// connector hands every pool the one Coolify of the model and remembers what it handed out,
-// as controllers.SecretConnector does.
-type connector struct {
-	api  coolify.API
-	mu   sync.Mutex
-	last map[types.NamespacedName]coolify.API
-}
-
-func (c *connector) ForPool(_ context.Context, pool *v1.BotPool) (coolify.API, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.last[types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}] = c.api
-	return c.api, nil
-}
-
-func (c *connector) LastKnown(pool types.NamespacedName) coolify.API {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last[pool]
-}
-
-// discardEvents drops Kubernetes events; the checks read the objects themselves.
-type discardEvents struct{}
-
-func (discardEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
 
 // Reading the API server's truth.
 
