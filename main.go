@@ -358,9 +358,6 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 
-	if err := botapi.IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
-		return fmt.Errorf("indexing for the bot API: %w", err)
-	}
 	writes, err := setupControllers(ctx, mgr, st, o)
 	if err != nil {
 		return err
@@ -371,11 +368,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 			return fmt.Errorf("adding the retention job: %w", err)
 		}
 	}
-	if err := mgr.Add(botapi.New(botapi.Config{
+	if err := botapi.AddToManager(ctx, mgr, botapi.Config{
 		Addr:       o.botAPIAddr,
-		Cache:      mgr.GetCache(),
-		Client:     mgr.GetClient(),
-		APIReader:  mgr.GetAPIReader(),
 		Writes:     writes,
 		Liveness:   botapi.WithEventQuota(st, o.eventQuota, clock.RealClock{}, metrics.Registry),
 		Clock:      clock.RealClock{},
@@ -385,8 +379,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 		// Empty: plain HTTP (see --bot-api-tls-cert-file).
 		TLSCertFile: o.hardening.botAPITLSCertFile,
 		TLSKeyFile:  o.hardening.botAPITLSKeyFile,
-	})); err != nil {
-		return fmt.Errorf("adding the bot API: %w", err)
+	}); err != nil {
+		return err
 	}
 
 	log.Info("Starting manager", "leaderElect", o.leaderElect, "kubeAPIQPS", o.kubeAPIQPS, "kubeAPIBurst", o.kubeAPIBurst)

@@ -125,13 +125,9 @@ func runManager(e *kubetest.Env) error {
 		return err
 	}
 	// The bot API, as in the manager: slots' containers (simulated bots) call it.
-	if err := botapi.IndexFields(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return err
-	}
-	if err := mgr.Add(botapi.New(botapi.Config{
-		Addr: botAPIAddr, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Writes: c.Writes,
-		Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
-	})); err != nil {
+	if err := botapi.AddToManager(context.Background(), mgr, botapi.Config{
+		Addr: botAPIAddr, Writes: c.Writes, Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
+	}); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
