@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -310,65 +309,41 @@ func openStore(ctx context.Context, log logr.Logger, o options) (store.Store, er
 	return st, nil
 }
 
-// setupControllers registers the reconcilers with what they share: one Coolify client per
-// instance and user (one rate limiter), one bulk reader, one deployment gate.
-// writes is shared by the Bot controller and the bot API, the two writers of a Bot's status.
-func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, writes *cachelag.Tracker, o options) error {
-	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
-		return fmt.Errorf("indexing for the controllers: %w", err)
-	}
+// setupControllers registers the controllers with what only the manager has: this cluster's
+// identity, one Coolify client per instance and user (one rate limiter) behind the pools'
+// credentials, the callback egress policy and the real clock. It returns the controllers'
+// record of Bot writes, which the bot API shares.
+func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o options) (*cachelag.Tracker, error) {
 	clk := clock.RealClock{}
 	cluster, err := clusterIdentity(ctx, mgr.GetAPIReader(), o.clusterName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctrl.Log.Info("Cluster identity for Coolify tags", "clusterID", cluster)
 	registry := coolify.NewRegistry(o.coolifyRateLimit,
 		coolify.WithMetrics(coolify.NewMetrics(metrics.Registry)), coolify.WithLogger(ctrl.Log.WithName("coolify")),
 		coolify.WithEgress(o.egressPolicy()),
 		coolify.WithInstanceLimits(coolify.InstanceLimits{MaxInFlight: o.coolifyMaxInFlight}))
-	connector := &controllers.SecretConnector{Reader: mgr.GetAPIReader(), Registry: registry, Clock: clk, RefreshAfter: time.Minute}
-	bulk := &controllers.BulkReader{Clock: clk}
-	m := controllers.NewMetrics(metrics.Registry)
-	recorder := mgr.GetEventRecorder("botpool")
-	if err := (&controllers.BotPoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
-		Clock: clk, Recorder: recorder, Metrics: m, ClusterID: cluster,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the BotPool controller: %w", err)
-	}
-	if err := (&controllers.BotPoolSlotReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: st,
-		Clock: clk, Recorder: recorder, Metrics: m, Coolify: bulk, Gate: &controllers.DeployGate{Clock: clk},
-		BotAPIURL: o.botAPIURL, ClusterID: cluster,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the BotPoolSlot controller: %w", err)
-	}
 	allowed, err := egress.ParsePrefixes(o.callbackAllowedCIDRs) // validated by parseFlags
 	if err != nil {
-		return fmt.Errorf("--callback-allowed-cidrs: %w", err)
+		return nil, fmt.Errorf("--callback-allowed-cidrs: %w", err)
 	}
-	// The notifier reports each outcome to the Bot controller, the one writer of
-	// status.callback, through this channel; see docs/callbacks.md.
-	callbackDone := make(chan event.GenericEvent, 1024)
-	callbacks := callback.New(callback.Options{
-		Clock: clk, Logger: ctrl.Log.WithName("callback"), Registerer: metrics.Registry,
-		Egress:   egress.Policy{Allowed: allowed, AllowPrivate: o.callbackAllowPrivate},
-		OnResult: controllers.WakeOnCallback(callbackDone),
+	c, err := controllers.Setup(ctx, mgr, controllers.Deps{
+		Connector: &controllers.SecretConnector{Reader: mgr.GetAPIReader(), Registry: registry, Clock: clk, RefreshAfter: time.Minute},
+		Store:     st,
+		Clock:     clk,
+		Metrics:   controllers.NewMetrics(metrics.Registry),
+	}, controllers.Options{
+		BotAPIURL: o.botAPIURL, ClusterID: cluster, ScheduleLead: o.scheduleLead,
+		Callbacks: &callback.Options{
+			Logger: ctrl.Log.WithName("callback"), Registerer: metrics.Registry,
+			Egress: egress.Policy{Allowed: allowed, AllowPrivate: o.callbackAllowPrivate},
+		},
 	})
-	if err := mgr.Add(callbacks); err != nil {
-		return fmt.Errorf("adding the callback notifier: %w", err)
+	if err != nil {
+		return nil, err
 	}
-	if err := (&controllers.BotReconciler{
-		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, CallbackDone: callbackDone,
-		Store: st, ScheduleLead: o.scheduleLead, Writes: writes,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the Bot controller: %w", err)
-	}
-	if err := (&controllers.Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: m}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the dispatcher: %w", err)
-	}
-	return nil
+	return c.Writes, nil
 }
 
 func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
@@ -383,11 +358,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 
-	if err := botapi.IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
-		return fmt.Errorf("indexing for the bot API: %w", err)
-	}
-	writes := &cachelag.Tracker{}
-	if err := setupControllers(ctx, mgr, st, writes, o); err != nil {
+	writes, err := setupControllers(ctx, mgr, st, o)
+	if err != nil {
 		return err
 	}
 	if pruner, ok := st.(store.Pruner); ok && o.retention.Enabled() {
@@ -396,11 +368,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 			return fmt.Errorf("adding the retention job: %w", err)
 		}
 	}
-	if err := mgr.Add(botapi.New(botapi.Config{
+	if err := botapi.AddToManager(ctx, mgr, botapi.Config{
 		Addr:       o.botAPIAddr,
-		Cache:      mgr.GetCache(),
-		Client:     mgr.GetClient(),
-		APIReader:  mgr.GetAPIReader(),
 		Writes:     writes,
 		Liveness:   botapi.WithEventQuota(st, o.eventQuota, clock.RealClock{}, metrics.Registry),
 		Clock:      clock.RealClock{},
@@ -410,8 +379,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 		// Empty: plain HTTP (see --bot-api-tls-cert-file).
 		TLSCertFile: o.hardening.botAPITLSCertFile,
 		TLSKeyFile:  o.hardening.botAPITLSKeyFile,
-	})); err != nil {
-		return fmt.Errorf("adding the bot API: %w", err)
+	}); err != nil {
+		return err
 	}
 
 	log.Info("Starting manager", "leaderElect", o.leaderElect, "kubeAPIQPS", o.kubeAPIQPS, "kubeAPIBurst", o.kubeAPIBurst)

@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 )
 
@@ -96,7 +97,7 @@ func TestManagerRunsWithItsRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool-zoom-001"}, Spec: v1.BotPoolSlotSpec{Pool: "absent"}}
+	slot := bt.MakeSlot(ns, "pool-zoom-001", "absent").Obj()
 	if err := env.Client.Create(ctx, slot); err != nil {
 		t.Fatal(err)
 	}

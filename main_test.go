@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	botpoolv1alpha1 "botpool.dev/botpool/api/v1alpha1"
+	bt "botpool.dev/botpool/internal/botpooltest"
 
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/pgtest"
@@ -339,16 +340,8 @@ func TestWatchNamespacesRestrictsReconciles(t *testing.T) {
 	ctx := t.Context()
 	nsA, nsB := env.Namespace(t), env.Namespace(t)
 	pool := func(ns string) *botpoolv1alpha1.BotPool {
-		return &botpoolv1alpha1.BotPool{
-			ObjectMeta: metav1.ObjectMeta{Name: "meet", Namespace: ns},
-			Spec: botpoolv1alpha1.BotPoolSpec{
-				Platform: botpoolv1alpha1.PlatformGoogleMeet, Image: "ghcr.io/example/meeting-bot",
-				Coolify: botpoolv1alpha1.CoolifyPlacement{
-					CredentialsSecretRef: botpoolv1alpha1.SecretReference{Name: "coolify-credentials"},
-					ProjectUUID:          "p", ServerUUID: "s", EnvironmentName: "production",
-				},
-			},
-		}
+		return bt.MakePool(ns, "meet").Platform(botpoolv1alpha1.PlatformGoogleMeet).Image("ghcr.io/example/meeting-bot", "").
+			Credentials("coolify-credentials").Placement("p", "s", "production").Obj()
 	}
 	// B's pool exists before the manager starts, so an unrestricted manager would find it in
 	// its first list, before A's pool is even created.

@@ -26,6 +26,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/pgtest"
 )
@@ -306,14 +307,8 @@ const benchImage = "ghcr.io/example/bot"
 
 // pool builds a zoom pool on the scenario's simulator.
 func (sc *scenario) pool(name string, maxSlots, minIdle int32, mutate ...func(*v1.BotPool)) *v1.BotPool {
-	p := &v1.BotPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: name},
-		Spec: v1.BotPoolSpec{
-			Platform: v1.PlatformZoom, Image: benchImage, MaxSlots: maxSlots, MinIdle: minIdle,
-			Coolify: v1.CoolifyPlacement{CredentialsSecretRef: v1.SecretReference{Name: "coolify"},
-				ProjectUUID: sc.project, ServerUUID: sc.server, EnvironmentName: "production"},
-		},
-	}
+	p := bt.MakePool(sc.ns, name).Image(benchImage, "").MaxSlots(maxSlots).MinIdle(minIdle).
+		Placement(sc.project, sc.server, "production").Obj()
 	for _, f := range mutate {
 		f(p)
 	}
@@ -325,8 +320,7 @@ func (sc *scenario) pool(name string, maxSlots, minIdle int32, mutate ...func(*v
 
 // newBot is a Bot of pool, as a user would create it.
 func (sc *scenario) newBot(name, pool string) *v1.Bot {
-	return &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name, PoolRef: &v1.PoolReference{Name: pool}}}
+	return bt.MakeBot(sc.ns, name).PoolRef(pool).Obj()
 }
 
 // createBots creates bots from workers goroutines and records, per bot, when its create

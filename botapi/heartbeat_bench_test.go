@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/pgtest"
 	"botpool.dev/botpool/store/postgres"
@@ -112,13 +113,11 @@ func newFleet(tb testing.TB, ns string, n int) []fleetBot {
 
 func createBoundBot(ctx context.Context, ns string, i int) (fleetBot, error) {
 	name, slotName := fmt.Sprintf("bot-%05d", i), fmt.Sprintf("pool-zoom-%05d", i)
-	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name}}
+	b := bt.MakeBot(ns, name).Obj()
 	if err := env.Client.Create(ctx, b); err != nil {
 		return fleetBot{}, err
 	}
-	s := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: slotName},
-		Spec: v1.BotPoolSlotSpec{Pool: "pool", BotRef: &v1.BotReference{Name: b.Name, UID: b.UID}}}
+	s := bt.MakeSlot(ns, slotName, "pool").BoundTo(b.Name, b.UID).Obj()
 	if err := env.Client.Create(ctx, s); err != nil {
 		return fleetBot{}, err
 	}

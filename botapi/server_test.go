@@ -25,6 +25,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/store"
 )
@@ -130,7 +131,7 @@ type slotFixture struct {
 func (h *harness) slot(name string) *slotFixture {
 	h.t.Helper()
 	ctx := context.Background()
-	s := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name}, Spec: v1.BotPoolSlotSpec{Pool: "pool"}}
+	s := bt.MakeSlot(h.ns, name, "pool").Obj()
 	must(h.t, env.Client.Create(ctx, s))
 	token, err := NewToken()
 	must(h.t, err)
@@ -150,8 +151,7 @@ func (h *harness) slot(name string) *slotFixture {
 
 func (h *harness) bot(name string, mutate ...func(*v1.Bot)) *v1.Bot {
 	h.t.Helper()
-	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://meet.google.com/abc-defg-hij", DisplayName: "Notetaker"}}
+	b := bt.MakeBot(h.ns, name).MeetingURL("https://meet.google.com/abc-defg-hij").DisplayName("Notetaker").Obj()
 	must(h.t, env.Client.Create(context.Background(), b))
 	b.Status.Phase = v1.BotDeploying
 	for _, f := range mutate {
@@ -623,7 +623,7 @@ func TestTokenOfAnEarlierSlotIsRefused(t *testing.T) {
 	h.eventually(func() error {
 		return client.IgnoreNotFound(objCache.Get(ctx, client.ObjectKeyFromObject(old.slot), &v1.BotPoolSlot{}))
 	})
-	successor := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "pool-zoom-001"}, Spec: v1.BotPoolSlotSpec{Pool: "pool"}}
+	successor := bt.MakeSlot(h.ns, "pool-zoom-001", "pool").Obj()
 	must(t, env.Client.Create(ctx, successor))
 	successor.Status = v1.BotPoolSlotStatus{Phase: v1.SlotIdle, ApplicationUUID: old.app}
 	must(t, env.Client.Status().Update(ctx, successor))

@@ -22,6 +22,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 )
@@ -47,12 +48,8 @@ func newCallbackRig(t *testing.T, url string) *callbackRig {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
-	finished := metav1.NewTime(clk.Now())
-	bot := &v1.Bot{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "standup", UID: types.UID("uid-standup")},
-		Spec:       v1.BotSpec{MeetingURL: "https://zoom.us/j/1", CallbackURL: url},
-		Status:     v1.BotStatus{Phase: v1.BotDone, FinishedAt: &finished},
-	}
+	bot := bt.MakeBot("team-a", "standup").UID("uid-standup").MeetingURL("https://zoom.us/j/1").CallbackURL(url).
+		Phase(v1.BotDone).FinishedAt(clk.Now()).Obj()
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.Bot{}).WithObjects(bot).Build()
 	return &callbackRig{t: t, clk: clk, client: c, events: &recordedEvents{}, bot: bot, done: make(chan event.GenericEvent, 10)}
 }

@@ -18,6 +18,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/coolify/sim"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 )
 
@@ -44,7 +45,7 @@ func TestBotIsBoundAndMirrorsItsSlot(t *testing.T) {
 	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
 	idle := sc.phase(v1.SlotIdle)
 	// No poolRef: the bot finds the zoom pool of its namespace by the URL's platform.
-	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "standup"}, Spec: v1.BotSpec{MeetingURL: "https://us02web.zoom.us/j/1"}}
+	bot := bt.MakeBot(sc.ns, "standup").MeetingURL("https://us02web.zoom.us/j/1").Obj()
 	if err := env.Client.Create(context.Background(), bot); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func touch(t *testing.T, obj client.Object) {
 func TestBotWithoutAPoolOfItsPlatform(t *testing.T) {
 	sc := newScenario(t, "zoomonly", sim.Config{})
 	sc.phase(v1.SlotIdle)
-	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "meet"}, Spec: v1.BotSpec{MeetingURL: "https://meet.google.com/abc-defg-hij"}}
+	bot := bt.MakeBot(sc.ns, "meet").MeetingURL("https://meet.google.com/abc-defg-hij").Obj()
 	if err := env.Client.Create(context.Background(), bot); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -34,15 +34,9 @@ func TestReleaseWaitsForTheCacheAfterItsOwnStatusWrite(t *testing.T) {
 	utilruntime.Must(v1.AddToScheme(scheme))
 	fclk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 
-	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "first", UID: "bot-uid"},
-		Spec:   v1.BotSpec{MeetingURL: "https://zoom.us/j/1", PoolRef: &v1.PoolReference{Name: "pool"}},
-		Status: v1.BotStatus{Phase: v1.BotDone}}
-	slot := &v1.BotPoolSlot{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-zoom-001", UID: "slot-uid",
-			Finalizers: []string{slotFinalizer}, Generation: 2},
-		Spec:   v1.BotPoolSlotSpec{Pool: "pool", BotRef: &v1.BotReference{Name: bot.Name, UID: bot.UID}},
-		Status: v1.BotPoolSlotStatus{Phase: v1.SlotBusy, ApplicationUUID: "app-uuid"},
-	}
+	bot := bt.MakeBot("ns", "first").UID("bot-uid").MeetingURL("https://zoom.us/j/1").PoolRef("pool").Phase(v1.BotDone).Obj()
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).Generation(2).
+		BoundTo(bot.Name, bot.UID).Phase(v1.SlotBusy).App("app-uuid").Obj()
 	setSlotConditions(slot)
 	// The conditions were written for generation 1, as after the slot's last status write once
 	// the unbind (a spec change) moved the generation on: the unbind's pass rewrites them.

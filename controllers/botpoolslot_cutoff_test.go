@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -17,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -56,13 +56,6 @@ func (a *cutoffAPI) ListApplicationDeployments(context.Context, string, int, int
 	return len(a.queued), append([]coolify.Deployment(nil), a.queued...), nil
 }
 
-type cutoffConnector struct{ api coolify.API }
-
-func (c cutoffConnector) ForPool(context.Context, *v1.BotPool) (coolify.API, error) {
-	return c.api, nil
-}
-func (c cutoffConnector) LastKnown(client.ObjectKey) coolify.API { return c.api }
-
 // TestADeployCutOffIsRecordedAndNotSentAgain: a pass cut off (context cancelled) while its
 // deploy request was out must still record that a deployment may be queued, so the next pass
 // looks for it instead of deploying again, which would restart the bot's container mid-call.
@@ -75,27 +68,18 @@ func TestADeployCutOffIsRecordedAndNotSentAgain(t *testing.T) {
 	utilruntime.Must(v1.AddToScheme(scheme))
 	fclk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 
-	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool", UID: "pool-uid"},
-		Spec: v1.BotPoolSpec{Platform: v1.PlatformZoom, MaxSlots: 1, Image: "bot", ImageTag: "1"}}
-	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bot", UID: "bot-uid"},
-		Spec:   v1.BotSpec{MeetingURL: "https://zoom.us/j/1", PoolRef: &v1.PoolReference{Name: "pool"}},
-		Status: v1.BotStatus{Phase: v1.BotDeploying}}
-	since := metav1.NewTime(fclk.Now().Add(-time.Minute))
-	slot := &v1.BotPoolSlot{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-zoom-001", UID: "slot-uid", Finalizers: []string{slotFinalizer}},
-		Spec:       v1.BotPoolSlotSpec{Pool: "pool", BotRef: &v1.BotReference{Name: bot.Name, UID: bot.UID}},
-		Status: v1.BotPoolSlotStatus{Phase: v1.SlotIdle, PhaseSince: &since, ApplicationUUID: "app-uuid",
-			TokenSHA256: "0000000000000000000000000000000000000000000000000000000000000000"},
-	}
+	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").MeetingURL("https://zoom.us/j/1").PoolRef("pool").Phase(v1.BotDeploying).Obj()
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).BoundTo(bot.Name, bot.UID).
+		Phase(v1.SlotIdle).Since(fclk.Now().Add(-time.Minute)).App("app-uuid").
+		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, bot, slot).
 		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
 		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
 		Build()
 	api := &cutoffAPI{clock: fclk}
-	r := &BotPoolSlotReconciler{Client: c, APIReader: c, Connector: cutoffConnector{api}, Store: memory.New(memory.WithClock(fclk)),
-		Clock: fclk, Recorder: discardEvents{}, Metrics: NewMetrics(nil), Gate: &DeployGate{Clock: fclk},
-		Jitter: func() float64 { return 0.5 }}
-	r.started = fclk.Now().Add(-time.Hour) // this process bound the slot: no restart rule applies
+	// This process bound the slot: no restart rule applies.
+	r := onePassSlots(c, c, fclk, api, memory.New(memory.WithClock(fclk)))
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)}
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -18,15 +18,14 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/internal/kubetest"
 )
 
 func gatePool(ns, name, server string) *v1.BotPool {
-	p := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name)}}
-	p.Spec.Image, p.Spec.ImageTag, p.Spec.MaxConcurrentDeployments = "bot", "1", 5
-	p.Spec.Coolify.ServerUUID = server
-	return p
+	return bt.MakePool(ns, name).UID(types.UID(ns+"/"+name)).Image("bot", "1").MaxConcurrentDeployments(5).
+		Placement("", server, "").Obj()
 }
 
 // TestDeployGatePauseIsPerInstanceAndCapped: a full queue on one Coolify instance's server

@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -87,8 +88,7 @@ func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) *ownersh
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1.AddToScheme(scheme))
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
-	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool", UID: "pool-uid"},
-		Spec: v1.BotPoolSpec{Platform: v1.PlatformZoom, MaxSlots: 1, Image: "bot", ImageTag: "1"}}
+	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
 	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, slot, bot).
 		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
 		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
@@ -103,9 +103,7 @@ func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) *ownersh
 		api:  &ownershipAPI{app: coolify.Application{UUID: slot.Status.ApplicationUUID, Name: slot.Name, Status: "running:healthy"}},
 		slot: client.ObjectKeyFromObject(slot), bot: client.ObjectKeyFromObject(bot)}
 	store := memory.New(memory.WithClock(clk))
-	w.slots = &BotPoolSlotReconciler{Client: w.recording("slot controller"), APIReader: base, Connector: cutoffConnector{w.api},
-		Store: store, Clock: clk, Recorder: discardEvents{}, Metrics: NewMetrics(nil), Gate: &DeployGate{Clock: clk},
-		Coolify: &BulkReader{Clock: clk}, Jitter: func() float64 { return 0.5 }, started: clk.Now().Add(-time.Hour)}
+	w.slots = onePassSlots(w.recording("slot controller"), base, clk, w.api, store)
 	w.bots = &BotReconciler{Client: w.recording("bot controller"), Clock: clk, Recorder: discardEvents{}, Store: store,
 		started: clk.Now().Add(-time.Hour)}
 	return w
@@ -192,21 +190,15 @@ func (w *ownershipWorld) checkOwners() {
 }
 
 func runningBot() *v1.Bot {
-	started := metav1.NewTime(time.Date(2026, 1, 15, 8, 59, 50, 0, time.UTC))
-	return &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bot", UID: "bot-uid", Finalizers: []string{botFinalizer}},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/1", PoolRef: &v1.PoolReference{Name: "pool"}},
-		Status: v1.BotStatus{Phase: v1.BotInCall, Pool: "pool", SlotName: "pool-zoom-001", ApplicationUUID: "app-uuid",
-			StartedAt: &started}}
+	return bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(botFinalizer).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
+		Phase(v1.BotInCall).InPool("pool").OnSlot("pool-zoom-001", "app-uuid").
+		StartedAt(time.Date(2026, 1, 15, 8, 59, 50, 0, time.UTC)).Obj()
 }
 
 func boundSlot(phase v1.SlotPhase) *v1.BotPoolSlot {
-	since := metav1.NewTime(time.Date(2026, 1, 15, 8, 50, 0, 0, time.UTC))
-	return &v1.BotPoolSlot{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-zoom-001", UID: "slot-uid", Finalizers: []string{slotFinalizer}},
-		Spec:       v1.BotPoolSlotSpec{Pool: "pool", BotRef: &v1.BotReference{Name: "bot", UID: "bot-uid"}},
-		Status: v1.BotPoolSlotStatus{Phase: phase, PhaseSince: &since, ApplicationUUID: "app-uuid",
-			TokenSHA256: "0000000000000000000000000000000000000000000000000000000000000000"},
-	}
+	return bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).BoundTo("bot", "bot-uid").
+		Phase(phase).Since(time.Date(2026, 1, 15, 8, 50, 0, 0, time.UTC)).App("app-uuid").
+		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
 }
 
 // TestAFailedSlotKeepsItsReasonAndTheBotControllerEndsTheBot: a slot in Error does not write

@@ -14,6 +14,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
 // TestCredentialsSecretNeedsOptIn: a pool may use a credentials Secret only when the Secret
@@ -23,8 +24,7 @@ func TestCredentialsSecretNeedsOptIn(t *testing.T) {
 		Data: map[string][]byte{"url": []byte("https://coolify.example.com"), "token": []byte("1|abc")}}
 	c := fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(secret).Build()
 	conn := &SecretConnector{Reader: c, Registry: coolify.NewRegistry(1000), Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), RefreshAfter: time.Minute}
-	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pool"},
-		Spec: v1.BotPoolSpec{Coolify: v1.CoolifyPlacement{CredentialsSecretRef: v1.SecretReference{Name: "coolify"}}}}
+	pool := bt.MakePool("team", "pool").Credentials("coolify").Obj()
 
 	_, err := conn.ForPool(context.Background(), pool)
 	if !errors.Is(err, errCredentialsNotAllowed) {
@@ -58,9 +58,8 @@ func TestSlotEnvSecretNeedsOptIn(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(secret).Build()
 	r := &BotPoolSlotReconciler{Client: c, APIReader: c}
 	s := &slotScope{
-		slot: &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pool-zoom-001"}},
-		pool: &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pool"},
-			Spec: v1.BotPoolSpec{SlotEnvFrom: &v1.SecretReference{Name: "db-password"}}},
+		slot: bt.MakeSlot("team", "pool-zoom-001", "pool").Obj(),
+		pool: bt.MakePool("team", "pool").SlotEnvFrom("db-password").Obj(),
 	}
 	vars, err := r.slotEnv(context.Background(), s, "bpt_x")
 	if err == nil {

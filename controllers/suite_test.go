@@ -11,14 +11,12 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -26,7 +24,7 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
-	"botpool.dev/botpool/internal/cachelag"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/store"
@@ -115,50 +113,21 @@ func runManager(e *kubetest.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return err
-	}
-	metrics := NewMetrics(nil)
-	bulk := &BulkReader{Clock: clk}
-	pools := &BotPoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
-		Clock: clk, Recorder: discardEvents{}, Metrics: metrics, OrphanCheck: 100 * time.Millisecond,
-		ClusterID: suiteCluster,
-	}
-	if err := pools.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	slots := &BotPoolSlotReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: managerStore,
-		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
-		Coolify: bulk, Gate: &DeployGate{Clock: clk},
-		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster,
-		GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
-	}
-	if err := slots.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	callbackDone := make(chan event.GenericEvent, 1024)
-	callbacks := callback.New(callback.Options{Clock: clk, BackoffBase: time.Second, BackoffCap: 5 * time.Second,
-		Egress: allowLoopback, OnResult: WakeOnCallback(callbackDone)}) // receivers are httptest servers
-	if err := mgr.Add(callbacks); err != nil {
-		return err
-	}
-	writes := &cachelag.Tracker{}
-	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, CallbackDone: callbackDone, Store: managerStore, ScheduleLead: time.Minute, Writes: writes}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: metrics}).SetupWithManager(mgr); err != nil {
+	c, err := Setup(context.Background(), mgr, Deps{
+		Connector: connector, Store: managerStore, Clock: clk, Recorder: discardEvents{},
+	}, Options{
+		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster, ScheduleLead: time.Minute,
+		// Receivers are httptest servers, on loopback.
+		Callbacks:   &callback.Options{BackoffBase: time.Second, BackoffCap: 5 * time.Second, Egress: allowLoopback},
+		OrphanCheck: 100 * time.Millisecond, GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
+	})
+	if err != nil {
 		return err
 	}
 	// The bot API, as in the manager: slots' containers (simulated bots) call it.
-	if err := botapi.IndexFields(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return err
-	}
-	if err := mgr.Add(botapi.New(botapi.Config{
-		Addr: botAPIAddr, Cache: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Writes: writes,
-		Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
-	})); err != nil {
+	if err := botapi.AddToManager(context.Background(), mgr, botapi.Config{
+		Addr: botAPIAddr, Writes: c.Writes, Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
+	}); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -257,19 +226,9 @@ func (discardEvents) Eventf(regarding, related runtime.Object, _, reason, _, _ s
 // Builders.
 
 func newPool(ns, name string, mutate ...func(*v1.BotPool)) *v1.BotPool {
-	p := &v1.BotPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.BotPoolSpec{
-			Platform: v1.PlatformZoom,
-			Image:    "ghcr.io/example/bot",
-			Coolify: v1.CoolifyPlacement{
-				CredentialsSecretRef: v1.SecretReference{Name: "coolify"},
-				ProjectUUID:          fixture.ProjectUUID, ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName,
-			},
-			// Polls run every 20ms of real time; what they decide depends on the fake clock.
-			Timing: v1.Timing{DeploymentPollInterval: "20ms"},
-		},
-	}
+	p := bt.MakePool(ns, name).Placement(fixture.ProjectUUID, fixture.ServerUUID, fixture.EnvironmentName).
+		// Polls run every 20ms of real time; what they decide depends on the fake clock.
+		Timing(v1.Timing{DeploymentPollInterval: "20ms"}).Obj()
 	for _, f := range mutate {
 		f(p)
 	}
@@ -280,8 +239,7 @@ func newPool(ns, name string, mutate ...func(*v1.BotPool)) *v1.BotPool {
 // the dispatcher binds it.
 func newBot(t *testing.T, ns, name, pool string, mutate ...func(*v1.Bot)) *v1.Bot {
 	t.Helper()
-	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name, PoolRef: &v1.PoolReference{Name: pool}}}
+	b := bt.MakeBot(ns, name).PoolRef(pool).Obj()
 	for _, f := range mutate {
 		f(b)
 	}

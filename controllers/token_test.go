@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -16,14 +15,15 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
+	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
 // tokenFixture is a slot reconciler over a fake API server holding one slot and, optionally,
 // a Secret under the slot's token Secret name.
 func tokenFixture(t *testing.T, status v1.BotPoolSlotStatus, secret func(slot *v1.BotPoolSlot) *corev1.Secret) (*BotPoolSlotReconciler, *v1.BotPoolSlot, client.Client) {
 	t.Helper()
-	slot := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pool-zoom-001", UID: types.UID("slot-uid")},
-		Spec: v1.BotPoolSlotSpec{Pool: "pool"}, Status: status}
+	slot := bt.MakeSlot("team", "pool-zoom-001", "pool").UID("slot-uid").Obj()
+	slot.Status = status
 	b := fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(slot.DeepCopy())
 	if secret != nil {
 		b = b.WithObjects(secret(slot))

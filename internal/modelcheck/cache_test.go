@@ -48,6 +48,14 @@ func (c *informerCache) IndexField(_ context.Context, obj client.Object, field s
 	return nil
 }
 
+// resetIndexes forgets the registered indexes, as a restarted manager starts with a cache that
+// has none.
+func (c *informerCache) resetIndexes() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.indexes = map[string]map[string]client.IndexerFunc{}
+}
+
 func cached(k objKey, _ client.Object) bool {
 	return k.kind != kindSecret
 }

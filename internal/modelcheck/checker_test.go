@@ -8,13 +8,13 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store"
 )
 
@@ -58,8 +58,7 @@ func (s *script) ready() []string {
 }
 
 func (s *script) queued(name string, priority int32) {
-	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name, MaxDuration: "1h", Priority: priority}}
+	b := bt.MakeBot(namespace, name).MaxDuration("1h").Priority(priority).Obj()
 	must(s.w.api.Create(s.w.ctx, b))
 	s.sync()
 	s.bot(name)
@@ -113,7 +112,7 @@ func TestCheckerCatches(t *testing.T) {
 		}},
 		{"more slots than maxSlots", "invariant 2", func(s *script) {
 			s.ready()
-			extra := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "pool-zoom-099"}, Spec: v1.BotPoolSlotSpec{Pool: "solo"}}
+			extra := bt.MakeSlot(namespace, "pool-zoom-099", "solo").Obj()
 			must(s.w.api.Create(s.w.ctx, extra))
 			s.w.checkState()
 		}},

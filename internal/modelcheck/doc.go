@@ -22,7 +22,8 @@
 //   - bot containers are simulated from the simulator's container start and stop hooks and
 //     speak only the bot API (botapi's real handlers, served in process);
 //   - a restart builds new reconcilers, dispatcher, deploy gate, bulk reader, Coolify client,
-//     connector and bot API server, set up with SetupWithManager on a manager never started.
+//     connector and bot API server, wired by controllers.Setup as main.go does, on a manager
+//     never started.
 //
 // Each step is one action chosen at random from a seed, so a failure replays from the seed
 // it prints: the run is sequential (the dispatcher's concurrent binding writes are its only

@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/coolify/sim"
+	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
 // Regression cases of bugs the model check found, replayed as fixed scripts on the same world
@@ -51,8 +51,7 @@ func (s *script) only() *v1.BotPoolSlot {
 }
 
 func (s *script) addBot(name string) {
-	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name, MaxDuration: "1h"}}
+	b := bt.MakeBot(namespace, name).MaxDuration("1h").Obj()
 	must(s.w.api.Create(s.w.ctx, b))
 	s.sync()
 }
@@ -342,8 +341,7 @@ func TestRegressionWaveOffersTheSlotItJustBound(t *testing.T) {
 		name     string
 		priority int32
 	}{{"high", 5}, {"low", 0}} {
-		bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: q.name},
-			Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/" + q.name, MaxDuration: "1h", Priority: q.priority}}
+		bot := bt.MakeBot(namespace, q.name).MaxDuration("1h").Priority(q.priority).Obj()
 		must(s.w.api.Create(s.w.ctx, bot))
 		for range 2 {
 			s.w.cache.sync(botKey(q.name))
@@ -376,8 +374,7 @@ func TestRegressionRoutingToAPoolAboveItsMaxSlots(t *testing.T) {
 	if c := s.w.api.live(key).(*v1.BotPool).Status.Slots; c == nil || c.Total-c.Idle != 2 {
 		t.Fatalf("pool status %+v, want two slots in use", c)
 	}
-	b := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "routed"},
-		Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/routed", MaxDuration: "1h"}} // no poolRef
+	b := bt.MakeBot(namespace, "routed").MaxDuration("1h").Obj() // no poolRef
 	must(s.w.api.Create(s.w.ctx, b))
 	s.sync()
 	s.bot("routed")

@@ -30,7 +30,7 @@ import (
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
-	"botpool.dev/botpool/internal/cachelag"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -127,8 +127,6 @@ func newWorld(seed uint64, pools func(*world)) *world {
 	must(v1.AddToScheme(w.scheme))
 	w.api = &apiServer{scheme: w.scheme, clk: w.clk, dirty: map[objKey]bool{}, truth: newObjectSet(), onWrite: w.onWrite}
 	w.cache = newInformerCache(w.api)
-	must(controllers.SetupIndexes(w.ctx, w.cache))
-	must(botapi.IndexFields(w.ctx, w.cache))
 	// The plain object tracker: the default one keeps managedFields, which the controllers
 	// never read, at many times the cost of every write.
 	w.api.WithWatch = fake.NewClientBuilder().WithScheme(w.scheme).
@@ -187,20 +185,10 @@ func (w *world) addPool(name string, platform v1.Platform, maxSlots, minIdle, ma
 	if w.images[string(platform)] == "" {
 		w.images[string(platform)] = "ghcr.io/example/" + string(platform) + "-bot"
 	}
-	p := &v1.BotPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: v1.BotPoolSpec{
-			Platform: platform, Image: w.images[string(platform)], ImageTag: "latest",
-			Coolify: v1.CoolifyPlacement{
-				CredentialsSecretRef: v1.SecretReference{Name: "coolify"},
-				ProjectUUID:          w.fixture.ProjectUUID, ServerUUID: w.fixture.ServerUUID,
-				EnvironmentName: w.fixture.EnvironmentName,
-			},
-			MaxSlots: maxSlots, MinIdle: minIdle, MaxConcurrentDeployments: maxDeploying,
-			Queue:  v1.QueuePolicy{DefaultTimeout: "5m", MaxTimeout: "10m"},
-			Timing: timing,
-		},
-	}
+	p := bt.MakePool(namespace, name).Platform(platform).Image(w.images[string(platform)], "latest").
+		Placement(w.fixture.ProjectUUID, w.fixture.ServerUUID, w.fixture.EnvironmentName).
+		MaxSlots(maxSlots).MinIdle(minIdle).MaxConcurrentDeployments(maxDeploying).
+		Queue("5m", "10m").Timing(timing).Obj()
 	must(w.api.Create(w.ctx, p))
 	w.pools = append(w.pools, p)
 	w.ceiling[name] = int(maxSlots)
@@ -236,37 +224,33 @@ func (w *world) pool(name string) *v1.BotPool {
 
 // newOperator builds the in-memory half of the manager, as a (re)start does: new
 // reconcilers, dispatcher, deploy gate, bulk reader, Coolify client and connector, bot API
-// server. Each reconciler is set up on a manager that is never started, so SetupWithManager
-// runs as in main.go (and notes the start time the liveness rules count from).
+// server. controllers.Setup wires them as in main.go, on a manager that is never started, so
+// SetupWithManager runs (and notes the start time the liveness rules count from).
 func (w *world) newOperator() *operator {
 	api, err := coolify.New("http://coolify.model", sim.DefaultToken,
 		coolify.WithHTTPClient(&http.Client{Transport: w.coolify}), coolify.WithClock(retryClock{w.clk}),
 		coolify.WithLimiter(coolify.NewLimiter(0)))
 	must(err)
-	conn := &connector{api: api, last: map[types.NamespacedName]coolify.API{}}
+	conn := &bt.Connector{API: api} // one Coolify for every pool, remembered as SecretConnector does
 	c := cachedClient{apiServer: w.api, cache: w.cache}
-	metrics := controllers.NewMetrics(nil)
-	bulk := &controllers.BulkReader{Clock: w.clk}
-	pools := &controllers.BotPoolReconciler{Client: c, APIReader: w.api, Connector: conn, Coolify: bulk,
-		Clock: w.clk, Recorder: discardEvents{}, Metrics: metrics}
-	slots := &controllers.BotPoolSlotReconciler{Client: c, APIReader: w.api, Connector: conn, Store: w.store,
-		Clock: w.clk, Recorder: discardEvents{}, Metrics: metrics, Coolify: bulk,
-		Gate: &controllers.DeployGate{Clock: w.clk}, BotAPIURL: "http://botapi.model", Jitter: w.rng.Float64}
-	writes := &cachelag.Tracker{} // the Bot controller's and the bot API's, as in the manager
-	bots := &controllers.BotReconciler{Client: c, Clock: w.clk, Recorder: discardEvents{}, Store: w.store,
-		ScheduleLead: 2 * time.Minute, Writes: writes}
-	disp := &controllers.Dispatcher{Client: c, Clock: w.clk, Metrics: metrics}
 	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
 		Scheme: w.scheme, Logger: logr.Discard(), Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)},
 	})
 	must(err)
-	must(pools.SetupWithManager(mgr))
-	must(slots.SetupWithManager(mgr))
-	must(bots.SetupWithManager(mgr))
-	must(disp.SetupWithManager(mgr))
-	op := &operator{pools: pools, slots: slots, bots: bots, disp: disp}
-	op.botAPI = botapi.New(botapi.Config{Cache: c, Client: c, APIReader: w.api, Writes: writes, Liveness: w.store,
+	// A new manager indexes its new cache; the model's cache stands in for it and only
+	// carries its objects over.
+	w.cache.resetIndexes()
+	ctrls, err := controllers.Setup(w.ctx, mgr, controllers.Deps{
+		Client: c, APIReader: w.api, Indexer: w.cache,
+		Connector: conn, Store: w.store, Clock: w.clk, Recorder: bt.DiscardEvents{},
+	}, controllers.Options{
+		BotAPIURL: "http://botapi.model", ScheduleLead: 2 * time.Minute, Jitter: w.rng.Float64,
+	})
+	must(err)
+	must(botapi.IndexFields(w.ctx, w.cache))
+	op := &operator{pools: ctrls.Pools, slots: ctrls.Slots, bots: ctrls.Bots, disp: ctrls.Dispatcher}
+	op.botAPI = botapi.New(botapi.Config{Cache: c, Client: c, APIReader: w.api, Writes: ctrls.Writes, Liveness: w.store,
 		Clock: w.clk, Log: logr.Discard(), HeartbeatInterval: heartbeatInterval}).Handler()
 	return op
 }
@@ -285,32 +269,6 @@ func (w *world) restart() {
 	}
 	w.op = w.newOperator()
 }
-
-// connector hands every pool the one Coolify of the model and remembers what it handed out,
-// as controllers.SecretConnector does.
-type connector struct {
-	api  coolify.API
-	mu   sync.Mutex
-	last map[types.NamespacedName]coolify.API
-}
-
-func (c *connector) ForPool(_ context.Context, pool *v1.BotPool) (coolify.API, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.last[types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}] = c.api
-	return c.api, nil
-}
-
-func (c *connector) LastKnown(pool types.NamespacedName) coolify.API {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last[pool]
-}
-
-// discardEvents drops Kubernetes events; the checks read the objects themselves.
-type discardEvents struct{}
-
-func (discardEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
 
 // Reading the API server's truth.
 

@@ -1,0 +1,31 @@
+package botapi
+
+import (
+	"context"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// AddToManager registers the bot API's cache indexes on mgr and adds the server, which every
+// replica runs (see NeedLeaderElection). Cache, Client and APIReader default to the manager's.
+// The manager and the envtest suites call it; the model check, which starts no manager,
+// indexes its own cache and serves the Handler.
+func AddToManager(ctx context.Context, mgr manager.Manager, cfg Config) error {
+	if cfg.Cache == nil {
+		cfg.Cache = mgr.GetCache()
+	}
+	if cfg.Client == nil {
+		cfg.Client = mgr.GetClient()
+	}
+	if cfg.APIReader == nil {
+		cfg.APIReader = mgr.GetAPIReader()
+	}
+	if err := IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("indexing for the bot API: %w", err)
+	}
+	if err := mgr.Add(New(cfg)); err != nil {
+		return fmt.Errorf("adding the bot API: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/internal/cachelag"
+)
+
+// Store is what the controllers keep outside Kubernetes: heartbeats, the projection and the
+// audit log of slot transitions.
+type Store interface {
+	SlotStore
+	BotLiveness
+}
+
+// Deps are the systems the controllers talk to. The manager builds the real ones; the envtest
+// suites and the model check hand in their fakes, so all three wire the controllers through
+// Setup and cannot drift apart.
+type Deps struct {
+	// Client, APIReader and Indexer default to the manager's. The model check hands in its own
+	// cache and API server, as it drives the reconcilers itself on a manager it never starts.
+	Client    client.Client
+	APIReader client.Reader
+	Indexer   client.FieldIndexer
+
+	// Connector hands out each pool's Coolify client.
+	Connector Connector
+	Store     Store
+	Clock     clock.WithTicker
+	// Recorder defaults to the manager's recorder named "botpool".
+	Recorder events.EventRecorder
+	// Metrics defaults to series registered nowhere.
+	Metrics *Metrics
+}
+
+// Options are the controllers' settings.
+type Options struct {
+	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL.
+	BotAPIURL string
+	// ClusterID is this cluster's identity, part of every pool tag (see clusterPoolTag).
+	ClusterID string
+	// ScheduleLead is how long before its startTime a scheduled bot joins the queue.
+	ScheduleLead time.Duration
+	// Callbacks configures the notifier of finished bots' callbackURLs, run by the manager;
+	// nil delivers no callbacks. Setup fills in its Clock and OnResult.
+	Callbacks *callback.Options
+
+	// OrphanCheck, GateRetry and AppCheck override DefaultAppCheck and DefaultGateRetry
+	// (tests shorten them); Jitter replaces math/rand for the poll jitter (the model check
+	// makes it follow its seed).
+	OrphanCheck, GateRetry, AppCheck time.Duration
+	Jitter                           func() float64
+}
+
+// Controllers are the reconcilers Setup registered, for callers that drive them by hand (the
+// model check) or share their state (the bot API).
+type Controllers struct {
+	Pools      *BotPoolReconciler
+	Slots      *BotPoolSlotReconciler
+	Bots       *BotReconciler
+	Dispatcher *Dispatcher
+	// Writes is the Bot controller's memory of the bot versions writes replaced; the bot API,
+	// the other writer of a Bot's status, records its writes there too.
+	Writes *cachelag.Tracker
+}
+
+// Setup registers the controllers on mgr, with what they share: one bulk reader of Coolify
+// applications, one deploy gate, one record of Bot writes, the cache indexes and the callback
+// notifier. The manager (main.go), the envtest suites and the model check all call it.
+func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Controllers, error) {
+	if deps.Connector == nil || deps.Store == nil || deps.Clock == nil {
+		return nil, errors.New("controllers.Setup: Connector, Store and Clock are required")
+	}
+	if deps.Client == nil {
+		deps.Client = mgr.GetClient()
+	}
+	if deps.APIReader == nil {
+		deps.APIReader = mgr.GetAPIReader()
+	}
+	if deps.Indexer == nil {
+		deps.Indexer = mgr.GetFieldIndexer()
+	}
+	if deps.Recorder == nil {
+		deps.Recorder = mgr.GetEventRecorder("botpool")
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = NewMetrics(nil)
+	}
+	if err := SetupIndexes(ctx, deps.Indexer); err != nil {
+		return nil, fmt.Errorf("indexing for the controllers: %w", err)
+	}
+
+	clk := deps.Clock
+	bulk := &BulkReader{Clock: clk}
+	c := &Controllers{
+		Pools: &BotPoolReconciler{
+			Client: deps.Client, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk,
+			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, ClusterID: o.ClusterID,
+			OrphanCheck: o.OrphanCheck,
+		},
+		Slots: &BotPoolSlotReconciler{
+			Client: deps.Client, APIReader: deps.APIReader, Connector: deps.Connector, Store: deps.Store,
+			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, Coolify: bulk, Gate: &DeployGate{Clock: clk},
+			BotAPIURL: o.BotAPIURL, ClusterID: o.ClusterID, Jitter: o.Jitter,
+			GateRetry: o.GateRetry, AppCheck: o.AppCheck,
+		},
+		Bots: &BotReconciler{
+			Client: deps.Client, Clock: clk, Recorder: deps.Recorder, Store: deps.Store,
+			ScheduleLead: o.ScheduleLead, Writes: &cachelag.Tracker{},
+		},
+		Dispatcher: &Dispatcher{Client: deps.Client, Clock: clk, Metrics: deps.Metrics},
+	}
+	c.Writes = c.Bots.Writes
+	if o.Callbacks != nil {
+		// The notifier reports each outcome to the Bot controller, the one writer of
+		// status.callback, through this channel; see docs/callbacks.md.
+		done := make(chan event.GenericEvent, 1024)
+		opts := *o.Callbacks
+		opts.Clock = clk
+		opts.OnResult = WakeOnCallback(done)
+		notifier := callback.New(opts)
+		if err := mgr.Add(notifier); err != nil {
+			return nil, fmt.Errorf("adding the callback notifier: %w", err)
+		}
+		c.Bots.Callbacks, c.Bots.CallbackDone = notifier, done
+	}
+
+	if err := c.Pools.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the BotPool controller: %w", err)
+	}
+	if err := c.Slots.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the BotPoolSlot controller: %w", err)
+	}
+	if err := c.Bots.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the Bot controller: %w", err)
+	}
+	if err := c.Dispatcher.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the dispatcher: %w", err)
+	}
+	return c, nil
+}

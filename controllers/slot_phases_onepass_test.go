@@ -1,0 +1,226 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	bt "botpool.dev/botpool/internal/botpooltest"
+	"botpool.dev/botpool/store/memory"
+)
+
+// builderIndexer registers the controllers' own indexes (SetupIndexes) on a fake client
+// builder, so the table runs against the indexes the manager has rather than copies.
+type builderIndexer struct{ b *fake.ClientBuilder }
+
+func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
+}
+
+// onePassSlots is a slot reconciler for single passes on a fake client: writes through c,
+// reads past the cache through reader, the fake clock, the suite's checking event recorder, a
+// fixed jitter (jittered(d) == d) and a process that has run for an hour, so no restart rule
+// applies.
+func onePassSlots(c client.Client, reader client.Reader, clk *clocktesting.FakeClock, api coolify.API, st SlotStore) *BotPoolSlotReconciler {
+	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector{API: api},
+		Store: st, Clock: clk, Recorder: discardEvents{}, Metrics: NewMetrics(nil),
+		Coolify: &BulkReader{Clock: clk}, Gate: &DeployGate{Clock: clk}, Jitter: func() float64 { return 0.5 },
+		started: clk.Now().Add(-time.Hour)}
+}
+
+// onePassResult is what one slot reconcile did: the stored slot afterwards (nil: gone), what
+// Reconcile returned and what it asked of Coolify.
+type onePassResult struct {
+	Phase   v1.SlotPhase
+	Reason  string
+	Gone    bool
+	Requeue time.Duration
+	Err     bool
+	Calls   []string
+}
+
+// TestSlotPhasesInOnePass drives one slot reconcile per row on controller-runtime's fake
+// client (errors injected with interceptor.Funcs), the fake clock and a func-field Coolify,
+// and compares the phase, reason, requeue and Coolify calls with what the row wants. Negative
+// cases (a conflict, Coolify failing) need no envtest and no waiting.
+func TestSlotPhasesInOnePass(t *testing.T) {
+	const (
+		ns    = "ns"
+		slotN = "pool-zoom-001"
+		app   = "app-1"
+		token = "0000000000000000000000000000000000000000000000000000000000000000"
+	)
+	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	poll := v1.DefaultDeploymentPollInterval // Jitter 0.5 makes jittered(d) == d
+	tag := clusterPoolTag("", ns, "pool")
+
+	pool := func() client.Object {
+		return bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
+	}
+	bot := func() client.Object {
+		return bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
+	}
+	slot := func() *bt.SlotWrapper {
+		return bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token)
+	}
+	deploying := func() *bt.SlotWrapper {
+		return slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotDeploying).Since(now.Add(-time.Minute)).
+			Deployment("dep-1", now.Add(-time.Minute))
+	}
+	deployment := func(status coolify.DeploymentStatus) func(context.Context, string) (*coolify.Deployment, error) {
+		return func(context.Context, string) (*coolify.Deployment, error) {
+			return &coolify.Deployment{DeploymentUUID: "dep-1", Status: status}, nil
+		}
+	}
+	noActive := func(context.Context) ([]coolify.Deployment, error) { return nil, nil }
+	ok := func(context.Context, string) error { return nil }
+	described := func(context.Context, string, string) error { return nil }
+	conflict := interceptor.Funcs{SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+		return apierrors.NewConflict(schema.GroupResource{Group: v1.GroupVersion.Group, Resource: "botpoolslots"}, slotN, fmt.Errorf("the object has been modified"))
+	}}
+
+	tests := []struct {
+		name    string
+		objs    []client.Object
+		coolify *bt.Coolify
+		funcs   interceptor.Funcs
+		want    onePassResult
+	}{{
+		name: "Creating: the application is created and the slot turns Idle",
+		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating).Since(now).Obj()},
+		coolify: &bt.Coolify{
+			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) { return nil, nil },
+			CreateDockerImageApplicationFn: func(context.Context, coolify.CreateApplicationRequest) (string, error) {
+				return app, nil
+			},
+			UpsertEnvsFn:     func(_ context.Context, _ string, e []coolify.EnvVar) ([]coolify.EnvVar, error) { return e, nil },
+			SetDescriptionFn: described,
+		},
+		want: onePassResult{Phase: v1.SlotIdle,
+			Calls: []string{"ListApplications " + tag, "CreateDockerImageApplication " + slotN, "UpsertEnvs " + app, "SetDescription " + app}},
+	}, {
+		name: "Idle with a botRef: the deploy is sent and the slot turns Deploying",
+		objs: []client.Object{pool(), bot(), slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
+		coolify: &bt.Coolify{
+			SetDescriptionFn: described,
+			DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
+				return coolify.DeployResult{DeploymentUUID: "dep-1"}, nil
+			},
+		},
+		want: onePassResult{Phase: v1.SlotDeploying, Requeue: poll, Calls: []string{"SetDescription " + app, "Deploy " + app}},
+	}, {
+		name: "Idle with a botRef, Coolify answers 503: the pass fails and is retried, the slot stays Idle",
+		objs: []client.Object{pool(), bot(), slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
+		coolify: &bt.Coolify{
+			SetDescriptionFn: described,
+			DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
+				return coolify.DeployResult{}, fmt.Errorf("deploy: %w", coolify.ErrServer)
+			},
+		},
+		want: onePassResult{Phase: v1.SlotIdle, Err: true, Calls: []string{"SetDescription " + app, "Deploy " + app}},
+	}, {
+		name: "Deploying, the deployment finished: Busy",
+		objs: []client.Object{pool(), bot(), deploying().Obj()},
+		coolify: &bt.Coolify{
+			ListActiveDeploymentsFn: noActive, GetDeploymentFn: deployment(coolify.DeploymentFinished),
+			SetDescriptionFn: described,
+		},
+		want: onePassResult{Phase: v1.SlotBusy, Requeue: DefaultAppCheck,
+			Calls: []string{"ListActiveDeployments", "GetDeployment dep-1", "SetDescription " + app}},
+	}, {
+		name: "Deploying, the deployment failed: Error with its reason",
+		objs: []client.Object{pool(), bot(), deploying().Obj()},
+		coolify: &bt.Coolify{
+			ListActiveDeploymentsFn: noActive, GetDeploymentFn: deployment(coolify.DeploymentFailed),
+			CancelDeploymentFn: ok, SetDescriptionFn: described,
+		},
+		want: onePassResult{Phase: v1.SlotError, Reason: reasonDeploymentFailed,
+			Calls: []string{"ListActiveDeployments", "GetDeployment dep-1", "CancelDeployment dep-1", "SetDescription " + app}},
+	}, {
+		name: "Deploying, the status write conflicts: the pass fails and is retried, the stored slot stays Deploying",
+		objs: []client.Object{pool(), bot(), deploying().Obj()},
+		coolify: &bt.Coolify{
+			ListActiveDeploymentsFn: noActive, GetDeploymentFn: deployment(coolify.DeploymentFinished),
+			SetDescriptionFn: described,
+		},
+		funcs: conflict,
+		want: onePassResult{Phase: v1.SlotDeploying, Err: true,
+			Calls: []string{"ListActiveDeployments", "GetDeployment dep-1", "SetDescription " + app}},
+	}, {
+		name: "Deploying, Coolify answers 503 to the poll: polled again later, the slot stays Deploying",
+		objs: []client.Object{pool(), bot(), deploying().Obj()},
+		coolify: &bt.Coolify{ListActiveDeploymentsFn: func(context.Context) ([]coolify.Deployment, error) {
+			return nil, fmt.Errorf("list: %w", coolify.ErrServer)
+		}},
+		want: onePassResult{Phase: v1.SlotDeploying, Requeue: poll, Calls: []string{"ListActiveDeployments"}},
+	}, {
+		name: "Deploying, the poll times out: polled again later, the slot stays Deploying",
+		objs: []client.Object{pool(), bot(), deploying().Obj()},
+		coolify: &bt.Coolify{
+			ListActiveDeploymentsFn: noActive,
+			GetDeploymentFn: func(context.Context, string) (*coolify.Deployment, error) {
+				return nil, fmt.Errorf("%w: %w", coolify.ErrTransport, context.DeadlineExceeded)
+			},
+		},
+		want: onePassResult{Phase: v1.SlotDeploying, Requeue: poll, Calls: []string{"ListActiveDeployments", "GetDeployment dep-1"}},
+	}, {
+		name: "Deleted free slot: the application is stopped and deleted, the finalizer goes",
+		objs: []client.Object{pool(), slot().App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Hour)).Deleting(now).Obj()},
+		coolify: &bt.Coolify{StopFn: ok,
+			DeleteApplicationFn: func(context.Context, string, coolify.DeleteOptions) error { return nil },
+			GetApplicationFn: func(context.Context, string) (*coolify.Application, error) {
+				return nil, fmt.Errorf("get: %w", coolify.ErrNotFound)
+			},
+		},
+		want: onePassResult{Gone: true, Calls: []string{"Stop " + app, "DeleteApplication " + app, "GetApplication " + app}},
+	}, {
+		name:    "Slot already gone: nothing to do",
+		objs:    []client.Object{pool()},
+		coolify: &bt.Coolify{},
+		want:    onePassResult{Gone: true},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clocktesting.NewFakeClock(now)
+			b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(tt.objs...).
+				WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
+				WithInterceptorFuncs(tt.funcs)
+			if err := SetupIndexes(ctx, builderIndexer{b}); err != nil {
+				t.Fatal(err)
+			}
+			c := b.Build()
+			r := onePassSlots(c, c, clk, tt.coolify, memory.New(memory.WithClock(clk)))
+			key := client.ObjectKey{Namespace: ns, Name: slotN}
+
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+
+			got := onePassResult{Requeue: res.RequeueAfter, Err: err != nil, Calls: tt.coolify.Calls()}
+			var stored v1.BotPoolSlot
+			switch gerr := c.Get(ctx, key, &stored); {
+			case apierrors.IsNotFound(gerr):
+				got.Gone = true
+			case gerr != nil:
+				t.Fatal(gerr)
+			default:
+				got.Phase, got.Reason = stored.Status.Phase, stored.Status.Reason
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("one pass (-want +got):\n%s\nerror: %v, message: %q", diff, err, stored.Status.Message)
+			}
+		})
+	}
+}

@@ -1,0 +1,199 @@
+package botpooltest
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// Scheme is a scheme with the built-in kinds and botpool's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1.AddToScheme(s))
+	return s
+}
+
+// PoolWrapper builds a BotPool.
+type PoolWrapper struct{ v1.BotPool }
+
+// MakePool is a Zoom pool of image ghcr.io/example/bot with credentials Secret "coolify", as
+// a user would write it before the API server fills in defaults.
+func MakePool(ns, name string) *PoolWrapper {
+	return &PoolWrapper{v1.BotPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1.BotPoolSpec{
+			Platform: v1.PlatformZoom,
+			Image:    "ghcr.io/example/bot",
+			Coolify:  v1.CoolifyPlacement{CredentialsSecretRef: v1.SecretReference{Name: "coolify"}},
+		},
+	}}
+}
+
+// Obj returns the pool.
+func (w *PoolWrapper) Obj() *v1.BotPool { return &w.BotPool }
+
+func (w *PoolWrapper) UID(uid types.UID) *PoolWrapper { w.ObjectMeta.UID = uid; return w }
+func (w *PoolWrapper) Platform(p v1.Platform) *PoolWrapper {
+	w.Spec.Platform = p
+	return w
+}
+func (w *PoolWrapper) Image(image, tag string) *PoolWrapper {
+	w.Spec.Image, w.Spec.ImageTag = image, tag
+	return w
+}
+func (w *PoolWrapper) MaxSlots(n int32) *PoolWrapper { w.Spec.MaxSlots = n; return w }
+func (w *PoolWrapper) MinIdle(n int32) *PoolWrapper  { w.Spec.MinIdle = n; return w }
+func (w *PoolWrapper) MaxConcurrentDeployments(n int32) *PoolWrapper {
+	w.Spec.MaxConcurrentDeployments = n
+	return w
+}
+
+// Placement sets where the pool's applications go in Coolify.
+func (w *PoolWrapper) Placement(projectUUID, serverUUID, environment string) *PoolWrapper {
+	c := &w.Spec.Coolify
+	c.ProjectUUID, c.ServerUUID, c.EnvironmentName = projectUUID, serverUUID, environment
+	return w
+}
+
+// Credentials names the Secret with the pool's Coolify URL and token.
+func (w *PoolWrapper) Credentials(secret string) *PoolWrapper {
+	w.Spec.Coolify.CredentialsSecretRef = v1.SecretReference{Name: secret}
+	return w
+}
+func (w *PoolWrapper) Queue(defaultTimeout, maxTimeout v1.Duration) *PoolWrapper {
+	w.Spec.Queue = v1.QueuePolicy{DefaultTimeout: defaultTimeout, MaxTimeout: maxTimeout}
+	return w
+}
+func (w *PoolWrapper) Timing(t v1.Timing) *PoolWrapper { w.Spec.Timing = t; return w }
+
+// SlotEnvFrom names the Secret whose keys every slot's containers get as env variables.
+func (w *PoolWrapper) SlotEnvFrom(secret string) *PoolWrapper {
+	w.Spec.SlotEnvFrom = &v1.SecretReference{Name: secret}
+	return w
+}
+
+// BotWrapper builds a Bot.
+type BotWrapper struct{ v1.Bot }
+
+// MakeBot is a bot for a Zoom meeting named after it, with no pool.
+func MakeBot(ns, name string) *BotWrapper {
+	return &BotWrapper{v1.Bot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1.BotSpec{MeetingURL: "https://zoom.us/j/" + name},
+	}}
+}
+
+// Obj returns the bot.
+func (w *BotWrapper) Obj() *v1.Bot { return &w.Bot }
+
+func (w *BotWrapper) UID(uid types.UID) *BotWrapper { w.ObjectMeta.UID = uid; return w }
+func (w *BotWrapper) Finalizers(f ...string) *BotWrapper {
+	w.ObjectMeta.Finalizers = f
+	return w
+}
+func (w *BotWrapper) MeetingURL(u string) *BotWrapper { w.Spec.MeetingURL = u; return w }
+func (w *BotWrapper) DisplayName(n string) *BotWrapper {
+	w.Spec.DisplayName = n
+	return w
+}
+
+// PoolRef asks for the named pool (spec.poolRef).
+func (w *BotWrapper) PoolRef(pool string) *BotWrapper {
+	w.Spec.PoolRef = &v1.PoolReference{Name: pool}
+	return w
+}
+func (w *BotWrapper) Priority(p int32) *BotWrapper { w.Spec.Priority = p; return w }
+func (w *BotWrapper) MaxDuration(d v1.Duration) *BotWrapper {
+	w.Spec.MaxDuration = d
+	return w
+}
+func (w *BotWrapper) Created(t time.Time) *BotWrapper {
+	w.CreationTimestamp = metav1.NewTime(t)
+	return w
+}
+func (w *BotWrapper) CallbackURL(u string) *BotWrapper { w.Spec.CallbackURL = u; return w }
+func (w *BotWrapper) Phase(p v1.BotPhase) *BotWrapper  { w.Status.Phase = p; return w }
+func (w *BotWrapper) FinishedAt(t time.Time) *BotWrapper {
+	at := metav1.NewTime(t)
+	w.Status.FinishedAt = &at
+	return w
+}
+
+// InPool sets the pool the Bot controller resolved (status.pool).
+func (w *BotWrapper) InPool(pool string) *BotWrapper { w.Status.Pool = pool; return w }
+
+// OnSlot sets the slot and application the bot runs in, as the Bot controller mirrors them.
+func (w *BotWrapper) OnSlot(slot, appUUID string) *BotWrapper {
+	w.Status.SlotName, w.Status.ApplicationUUID = slot, appUUID
+	return w
+}
+func (w *BotWrapper) StartedAt(t time.Time) *BotWrapper {
+	at := metav1.NewTime(t)
+	w.Status.StartedAt = &at
+	return w
+}
+
+// SlotWrapper builds a BotPoolSlot.
+type SlotWrapper struct{ v1.BotPoolSlot }
+
+// MakeSlot is a slot of pool, with no phase, binding or application yet.
+func MakeSlot(ns, name, pool string) *SlotWrapper {
+	return &SlotWrapper{v1.BotPoolSlot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1.BotPoolSlotSpec{Pool: pool},
+	}}
+}
+
+// Obj returns the slot.
+func (w *SlotWrapper) Obj() *v1.BotPoolSlot { return &w.BotPoolSlot }
+
+func (w *SlotWrapper) UID(uid types.UID) *SlotWrapper { w.ObjectMeta.UID = uid; return w }
+func (w *SlotWrapper) Finalizers(f ...string) *SlotWrapper {
+	w.ObjectMeta.Finalizers = f
+	return w
+}
+
+// Deleting marks the slot deleted at t (it needs a finalizer for a fake client to keep it).
+func (w *SlotWrapper) Deleting(t time.Time) *SlotWrapper {
+	at := metav1.NewTime(t)
+	w.DeletionTimestamp = &at
+	return w
+}
+
+// BoundTo binds the slot to a bot (spec.botRef).
+func (w *SlotWrapper) BoundTo(bot string, uid types.UID) *SlotWrapper {
+	w.Spec.BotRef = &v1.BotReference{Name: bot, UID: uid}
+	return w
+}
+
+func (w *SlotWrapper) Generation(g int64) *SlotWrapper   { w.ObjectMeta.Generation = g; return w }
+func (w *SlotWrapper) Phase(p v1.SlotPhase) *SlotWrapper { w.Status.Phase = p; return w }
+
+// Since sets when the slot entered its phase (status.phaseSince).
+func (w *SlotWrapper) Since(t time.Time) *SlotWrapper {
+	at := metav1.NewTime(t)
+	w.Status.PhaseSince = &at
+	return w
+}
+func (w *SlotWrapper) App(uuid string) *SlotWrapper { w.Status.ApplicationUUID = uuid; return w }
+
+// Token sets the hash of the slot's bot API token.
+func (w *SlotWrapper) Token(sha256 string) *SlotWrapper { w.Status.TokenSHA256 = sha256; return w }
+
+// Deployment sets the deployment the slot follows and when its deploy was requested.
+func (w *SlotWrapper) Deployment(uuid string, since time.Time) *SlotWrapper {
+	at := metav1.NewTime(since)
+	w.Status.DeploymentUUID, w.Status.DeployingSince = uuid, &at
+	return w
+}
+func (w *SlotWrapper) Reason(reason, message string) *SlotWrapper {
+	w.Status.Reason, w.Status.Message = reason, message
+	return w
+}
