@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +14,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -73,46 +70,31 @@ func TestSettle(t *testing.T) {
 }
 
 // failingDeployAPI refuses every deploy with a server error: a failure the backoff retries.
-type failingDeployAPI struct {
-	coolify.API // calls the test does not expect panic on the nil interface
-}
-
-func (failingDeployAPI) SetDescription(context.Context, string, string) error { return nil }
-func (failingDeployAPI) Deploy(context.Context, string) (coolify.DeployResult, error) {
-	return coolify.DeployResult{}, coolify.ErrServer
-}
-
 // TestObservedGenerationOnlyAfterAHandledPass: a slot pass that fails still writes what it
 // must remember (deployingSince: the failed request may have been queued), but not
 // status.observedGeneration: the generation it read was not dealt with, and kstatus must not
 // read the slot as current. The slot and bot controllers once set it on every status write.
 // Single passes on a fake client and the fake clock.
 func TestObservedGenerationOnlyAfterAHandledPass(t *testing.T) {
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(v1.AddToScheme(scheme))
 	fclk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
-	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool", UID: "pool-uid"},
-		Spec: v1.BotPoolSpec{Platform: v1.PlatformZoom, MaxSlots: 1, Image: "bot", ImageTag: "1"}}
-	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bot", UID: "bot-uid"},
-		Spec:   v1.BotSpec{MeetingURL: "https://zoom.us/j/1", PoolRef: &v1.PoolReference{Name: "pool"}},
-		Status: v1.BotStatus{Phase: v1.BotDeploying}}
-	since := metav1.NewTime(fclk.Now().Add(-time.Minute))
-	slot := &v1.BotPoolSlot{
-		// Bound since the last handled pass: the binding moved the generation on.
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-zoom-001", UID: "slot-uid", Generation: 2, Finalizers: []string{slotFinalizer}},
-		Spec:       v1.BotPoolSlotSpec{Pool: "pool", BotRef: &v1.BotReference{Name: bot.Name, UID: bot.UID}},
-		Status: v1.BotPoolSlotStatus{Phase: v1.SlotIdle, PhaseSince: &since, ApplicationUUID: "app-uuid", ObservedGeneration: 1,
-			TokenSHA256: "0000000000000000000000000000000000000000000000000000000000000000"},
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, bot, slot).
+	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").MeetingURL("https://zoom.us/j/1").PoolRef("pool").Phase(v1.BotDeploying).Obj()
+	// Bound since the last handled pass: the binding moved the generation on.
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Generation(2).ObservedGeneration(1).
+		Finalizers(slotFinalizer).BoundTo(bot.Name, bot.UID).
+		Phase(v1.SlotIdle).Since(fclk.Now().Add(-time.Minute)).App("app-uuid").
+		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
+	c := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, bot, slot).
 		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
 		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
 		Build()
-	r := &BotPoolSlotReconciler{Client: c, APIReader: c, Connector: cutoffConnector{failingDeployAPI{}}, Store: memory.New(memory.WithClock(fclk)),
-		Clock: fclk, Recorder: discardEvents{}, Metrics: NewMetrics(nil), Gate: &DeployGate{Clock: fclk},
-		Jitter: func() float64 { return 0.5 }}
-	r.started = fclk.Now().Add(-time.Hour)
+	api := &bt.Coolify{
+		SetDescriptionFn: func(context.Context, string, string) error { return nil },
+		DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
+			return coolify.DeployResult{}, coolify.ErrServer
+		},
+	}
+	r := onePassSlots(c, c, fclk, api, memory.New(memory.WithClock(fclk)))
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)}
 
 	if res, err := r.Reconcile(context.Background(), req); !errors.Is(err, coolify.ErrServer) || res != (ctrl.Result{}) {

@@ -147,7 +147,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 			ListActiveDeploymentsFn: noActive, GetDeploymentFn: deployment(coolify.DeploymentFailed),
 			CancelDeploymentFn: ok, SetDescriptionFn: described,
 		},
-		want: onePassResult{Phase: v1.SlotError, Reason: reasonDeploymentFailed,
+		want: onePassResult{Phase: v1.SlotError, Reason: string(v1.ReasonDeploymentFailed),
 			Calls: []string{"ListActiveDeployments", "GetDeployment dep-1", "CancelDeployment dep-1", "SetDescription " + app}},
 	}, {
 		name: "Deploying, the status write conflicts: the pass fails and is retried, the stored slot stays Deploying",

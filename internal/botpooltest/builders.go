@@ -176,6 +176,12 @@ func (w *SlotWrapper) BoundTo(bot string, uid types.UID) *SlotWrapper {
 func (w *SlotWrapper) Generation(g int64) *SlotWrapper   { w.ObjectMeta.Generation = g; return w }
 func (w *SlotWrapper) Phase(p v1.SlotPhase) *SlotWrapper { w.Status.Phase = p; return w }
 
+// ObservedGeneration sets the generation the last handled pass saw.
+func (w *SlotWrapper) ObservedGeneration(g int64) *SlotWrapper {
+	w.Status.ObservedGeneration = g
+	return w
+}
+
 // Since sets when the slot entered its phase (status.phaseSince).
 func (w *SlotWrapper) Since(t time.Time) *SlotWrapper {
 	at := metav1.NewTime(t)
