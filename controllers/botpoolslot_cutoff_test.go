@@ -58,10 +58,10 @@ func (a *cutoffAPI) ListApplicationDeployments(context.Context, string, int, int
 
 type cutoffConnector struct{ api coolify.API }
 
-func (c cutoffConnector) ForPool(context.Context, *v1.BotPool) (coolify.API, error) {
+func (c cutoffConnector) ForPool(context.Context, *v1.BotPool) (CoolifyAPI, error) {
 	return c.api, nil
 }
-func (c cutoffConnector) LastKnown(client.ObjectKey) coolify.API { return c.api }
+func (c cutoffConnector) LastKnown(client.ObjectKey) CoolifyAPI { return c.api }
 
 // TestADeployCutOffIsRecordedAndNotSentAgain: a pass cut off (context cancelled) while its
 // deploy request was out must still record that a deployment may be queued, so the next pass

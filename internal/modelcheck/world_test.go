@@ -294,14 +294,14 @@ type connector struct {
 	last map[types.NamespacedName]coolify.API
 }
 
-func (c *connector) ForPool(_ context.Context, pool *v1.BotPool) (coolify.API, error) {
+func (c *connector) ForPool(_ context.Context, pool *v1.BotPool) (controllers.CoolifyAPI, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.last[types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}] = c.api
 	return c.api, nil
 }
 
-func (c *connector) LastKnown(pool types.NamespacedName) coolify.API {
+func (c *connector) LastKnown(pool types.NamespacedName) controllers.CoolifyAPI {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.last[pool]
