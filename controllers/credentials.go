@@ -47,7 +47,7 @@ type Connector interface {
 // SecretConnector reads credentials Secrets and hands out clients from a Registry, so every
 // pool of one Coolify user shares one rate limiter.
 type SecretConnector struct {
-	// Reader reads the Secrets past the cache: the manager caches only slot token Secrets.
+	// Reader reads the Secrets past the cache: the manager caches no Secrets.
 	Reader   client.Reader
 	Registry *coolify.Registry
 	Clock    clock.PassiveClock
