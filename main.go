@@ -1,6 +1,7 @@
 // Command botpool runs the botpool manager: the controllers that keep warm pools of
-// meeting-bot containers on Coolify, and (as later parts land) the HTTP API the bot containers
-// call. One binary, leader-elected, so several replicas can run for availability.
+// meeting-bot containers on Coolify, and the HTTP API the bot containers call (package botapi).
+// One binary, so several replicas can run for availability: the controllers, callbacks and
+// retention run on the elected leader, the bot API on every replica.
 package main
 
 import (

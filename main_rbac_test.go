@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/botapi"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/slottoken"
 )
 
 // managerRole is config/rbac/role.yaml, the ClusterRole generated from the RBAC markers.
@@ -93,7 +93,7 @@ func TestManagerRunsWithItsRole(t *testing.T) {
 	}
 
 	// A slot whose token the manager would have issued.
-	token, err := botapi.NewToken()
+	token, err := slottoken.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestManagerRunsWithItsRole(t *testing.T) {
 	if err := env.Client.Create(ctx, slot); err != nil {
 		t.Fatal(err)
 	}
-	slot.Status = v1.BotPoolSlotStatus{ApplicationUUID: "app-" + ns, TokenSHA256: botapi.TokenHash([]byte(token))}
+	slot.Status = v1.BotPoolSlotStatus{ApplicationUUID: "app-" + ns, TokenSHA256: slottoken.Hash([]byte(token))}
 	if err := env.Client.Status().Update(ctx, slot); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/slottoken"
 )
 
 // authenticate finds the slot whose token the request carries. Every failure is the same 401
@@ -44,7 +45,7 @@ func (s *Server) findSlot(r *http.Request) (*v1.BotPoolSlot, error) {
 		return nil, errorf(http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <BOTPOOL_SLOT_TOKEN>")
 	}
 	invalid := errorf(http.StatusUnauthorized, "invalid token")
-	hash := TokenHash([]byte(token))
+	hash := slottoken.Hash([]byte(token))
 
 	// Every bot calls through here, several times a minute each: the lookups read the cached
 	// objects without the defensive deep copy, which was most of a heartbeat's CPU. That is safe

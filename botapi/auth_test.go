@@ -15,6 +15,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/internal/slottoken"
 )
 
 // TestForgedTokenSecretIsRefused: whoever may create Secrets in the namespace can write one
@@ -25,12 +26,12 @@ func TestForgedTokenSecretIsRefused(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	s := h.slot("pool-zoom-001")
-	forged, err := NewToken()
+	forged, err := slottoken.New()
 	must(t, err)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "pool-zoom-001-token-2",
 			Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: s.slot.Name}},
-		Data: map[string][]byte{TokenKey: []byte(forged)},
+		Data: map[string][]byte{slottoken.Key: []byte(forged)},
 	}
 	must(t, controllerutil.SetControllerReference(s.slot, secret, env.Scheme))
 	must(t, env.Client.Create(ctx, secret))
@@ -41,8 +42,8 @@ func TestForgedTokenSecretIsRefused(t *testing.T) {
 
 	// Overwriting the operator's Secret changes nothing either: the bot API never reads it.
 	real := &corev1.Secret{}
-	must(t, env.Client.Get(ctx, keyOf(h.ns, TokenSecretName(s.slot.Name)), real))
-	real.Data[TokenKey] = []byte(forged)
+	must(t, env.Client.Get(ctx, keyOf(h.ns, slottoken.SecretName(s.slot.Name)), real))
+	real.Data[slottoken.Key] = []byte(forged)
 	must(t, env.Client.Update(ctx, real))
 	code, body = h.call("GET", path, forged, "")
 	wantStatus(t, "a token written into the slot's Secret", code, body, 401, "invalid token")
@@ -60,7 +61,7 @@ func TestTokenHashSharedBySlotsIsRefused(t *testing.T) {
 	a := h.slot("pool-zoom-001")
 	b := h.slot("pool-zoom-002")
 	must(t, env.Client.Get(ctx, keyOf(h.ns, b.slot.Name), b.slot))
-	b.slot.Status.TokenSHA256 = TokenHash([]byte(a.token))
+	b.slot.Status.TokenSHA256 = slottoken.Hash([]byte(a.token))
 	must(t, env.Client.Status().Update(ctx, b.slot))
 	h.synced(b.slot)
 	code, body := h.call("GET", "/v1/slots/"+a.app+"/config", a.token, "")

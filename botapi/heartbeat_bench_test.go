@@ -31,6 +31,7 @@ import (
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/pgtest"
+	"botpool.dev/botpool/internal/slottoken"
 	"botpool.dev/botpool/store/postgres"
 )
 
@@ -121,14 +122,14 @@ func createBoundBot(ctx context.Context, ns string, i int) (fleetBot, error) {
 	if err := env.Client.Create(ctx, s); err != nil {
 		return fleetBot{}, err
 	}
-	token, err := NewToken()
+	token, err := slottoken.New()
 	if err != nil {
 		return fleetBot{}, err
 	}
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenSecretName(slotName),
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: slottoken.SecretName(slotName),
 			Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: slotName}},
-		Data: map[string][]byte{TokenKey: []byte(token)},
+		Data: map[string][]byte{slottoken.Key: []byte(token)},
 	}
 	if err := controllerutil.SetControllerReference(s, secret, env.Scheme); err != nil {
 		return fleetBot{}, err
@@ -136,7 +137,7 @@ func createBoundBot(ctx context.Context, ns string, i int) (fleetBot, error) {
 	if err := env.Client.Create(ctx, secret); err != nil {
 		return fleetBot{}, err
 	}
-	s.Status.TokenSHA256 = TokenHash([]byte(token))
+	s.Status.TokenSHA256 = slottoken.Hash([]byte(token))
 	if err := env.Client.Status().Update(ctx, s); err != nil {
 		return fleetBot{}, err
 	}

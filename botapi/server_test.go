@@ -27,6 +27,7 @@ import (
 	"botpool.dev/botpool/botapi/botclient"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/slottoken"
 	"botpool.dev/botpool/store"
 )
 
@@ -133,14 +134,14 @@ func (h *harness) slot(name string) *slotFixture {
 	ctx := context.Background()
 	s := bt.MakeSlot(h.ns, name, "pool").Obj()
 	must(h.t, env.Client.Create(ctx, s))
-	token, err := NewToken()
+	token, err := slottoken.New()
 	must(h.t, err)
-	s.Status = v1.BotPoolSlotStatus{Phase: v1.SlotIdle, ApplicationUUID: "app-" + name + "-" + h.ns, TokenSHA256: TokenHash([]byte(token))}
+	s.Status = v1.BotPoolSlotStatus{Phase: v1.SlotIdle, ApplicationUUID: "app-" + name + "-" + h.ns, TokenSHA256: slottoken.Hash([]byte(token))}
 	must(h.t, env.Client.Status().Update(ctx, s))
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: TokenSecretName(name),
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: slottoken.SecretName(name),
 			Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: name}},
-		Data: map[string][]byte{TokenKey: []byte(token)},
+		Data: map[string][]byte{slottoken.Key: []byte(token)},
 	}
 	must(h.t, controllerutil.SetControllerReference(s, secret, env.Scheme))
 	must(h.t, env.Client.Create(ctx, secret))

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/coolify"
 )
 
 // poolFinalizer holds a BotPool until its slots (and through their own finalizers, the
@@ -69,7 +68,7 @@ func (r *BotPoolReconciler) tag(pool *v1.BotPool) string {
 // poolScope is what one reconcile of a pool observed and did; status is computed from it.
 type poolScope struct {
 	pool    *v1.BotPool
-	api     coolify.API
+	api     CoolifyAPI
 	slots   []v1.BotPoolSlot // this pool's slots, from the cache
 	waiting int              // bots of this pool in Queued
 	created []string         // slots created in this pass

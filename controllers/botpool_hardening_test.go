@@ -14,11 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/botapi"
 	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/slottoken"
 )
 
 // tag is the Coolify tag this suite's cluster gives the scenario's pool.
@@ -210,10 +210,10 @@ func TestLegacyTaggedSlotKeepsItsApplication(t *testing.T) {
 func heartbeat(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) botclient.Action {
 	t.Helper()
 	var secret corev1.Secret
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name)}, &secret); err != nil {
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}, &secret); err != nil {
 		t.Fatal(err)
 	}
-	cl := botclient.New("http://"+botAPIAddr, slot.Status.ApplicationUUID, string(secret.Data[botapi.TokenKey]), nil)
+	cl := botclient.New("http://"+botAPIAddr, slot.Status.ApplicationUUID, string(secret.Data[slottoken.Key]), nil)
 	var hb botclient.HeartbeatResponse
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		var err error

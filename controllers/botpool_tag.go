@@ -70,7 +70,7 @@ func adoptable(app *coolify.Application, tag string, pool *v1.BotPool) bool {
 
 // instanceOf identifies the Coolify instance a client talks to: a hash of its base URL, never
 // the token (nor any password a URL may carry). "" when the client does not say.
-func instanceOf(api coolify.API) string {
+func instanceOf(api CoolifyAPI) string {
 	b, ok := api.(interface{ BaseURL() string })
 	if !ok {
 		return ""

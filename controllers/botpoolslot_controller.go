@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 )
@@ -125,7 +124,7 @@ func orDefault(d, def time.Duration) time.Duration {
 type slotScope struct {
 	slot *v1.BotPoolSlot
 	pool *v1.BotPool
-	api  coolify.API
+	api  CoolifyAPI
 	bot  *v1.Bot // the bound bot, when it exists
 
 	transitions []store.Transition

@@ -15,10 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/botapi"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/slottoken"
 	"botpool.dev/botpool/store"
 )
 
@@ -215,7 +215,7 @@ func TestSlotLifecycle(t *testing.T) {
 		app.Env["BOTPOOL_SLOT_TOKEN"] == "" || len(app.Tags) != 1 || app.Tags[0] != sc.tag() {
 		t.Errorf("application %+v: want the slot's name, tag and env", app)
 	}
-	if idle.Status.TokenSHA256 != botapi.TokenHash([]byte(app.Env["BOTPOOL_SLOT_TOKEN"])) {
+	if idle.Status.TokenSHA256 != slottoken.Hash([]byte(app.Env["BOTPOOL_SLOT_TOKEN"])) {
 		t.Errorf("the slot records token hash %q, not the hash of the token in its env", idle.Status.TokenSHA256)
 	}
 	if app.Description != marked("[IDLE] Available - never used", ownerMark(sc.tag(), sc.pool)) {

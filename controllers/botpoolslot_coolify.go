@@ -55,7 +55,7 @@ type snapshot[T any] struct {
 const tombstoneTTL = 30 * time.Minute
 
 // Apps returns the pool's applications by name, listed at most maxAge ago.
-func (b *BulkReader) Apps(ctx context.Context, api coolify.API, tag string, maxAge time.Duration) (map[string]coolify.Application, error) {
+func (b *BulkReader) Apps(ctx context.Context, api CoolifyAPI, tag string, maxAge time.Duration) (map[string]coolify.Application, error) {
 	return cached(b, &b.apps, "apps/"+tag, tag, maxAge, func() (map[string]coolify.Application, error) {
 		apps, err := api.ListApplications(ctx, tag)
 		if err != nil {
@@ -81,7 +81,7 @@ func (b *BulkReader) Apps(ctx context.Context, api coolify.API, tag string, maxA
 
 // ActiveDeployments returns the queued and in-progress deployments Coolify knows, by uuid,
 // listed at most maxAge ago. A deployment missing from it has ended.
-func (b *BulkReader) ActiveDeployments(ctx context.Context, api coolify.API, tag string, maxAge time.Duration) (map[string]coolify.Deployment, error) {
+func (b *BulkReader) ActiveDeployments(ctx context.Context, api CoolifyAPI, tag string, maxAge time.Duration) (map[string]coolify.Deployment, error) {
 	return cached(b, &b.active, "deployments/"+tag, tag, maxAge, func() (map[string]coolify.Deployment, error) {
 		deps, err := api.ListActiveDeployments(ctx)
 		if err != nil {
@@ -191,7 +191,7 @@ func serverKey(instance string, pool *v1.BotPool) string {
 
 // coolifyInstance names the Coolify instance an API talks to (its base URL), or "" for an
 // API that does not say (test fakes).
-func coolifyInstance(api coolify.API) string {
+func coolifyInstance(api CoolifyAPI) string {
 	if b, ok := api.(interface{ BaseURL() string }); ok {
 		return b.BaseURL()
 	}

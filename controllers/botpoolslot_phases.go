@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/botapi"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/slottoken"
 )
 
 // create makes sure the slot has a token and an application with its env, adopting an
@@ -104,11 +104,11 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 // else wrote or changed is replaced, never believed.
 func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
 	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name)}
+	key := client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}
 	err := r.APIReader.Get(ctx, key, secret)
 	switch {
 	case err == nil && issuedToken(slot, secret):
-		return string(secret.Data[botapi.TokenKey]), nil
+		return string(secret.Data[slottoken.Key]), nil
 	case err == nil:
 		// Left by an earlier slot of the same name (a retired slot the pool replaced), written
 		// by someone else, or created by this controller before a crash kept it from recording
@@ -121,13 +121,13 @@ func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoo
 	case !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("slot token Secret: %w", err)
 	}
-	token, err := botapi.NewToken()
+	token, err := slottoken.New()
 	if err != nil {
 		return "", err
 	}
 	secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 		Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: slot.Name, v1.LabelPool: slot.Spec.Pool}},
-		Data: map[string][]byte{botapi.TokenKey: []byte(token)}}
+		Data: map[string][]byte{slottoken.Key: []byte(token)}}
 	if err := controllerutil.SetControllerReference(slot, secret, r.Client.Scheme()); err != nil {
 		return "", err
 	}
@@ -135,15 +135,15 @@ func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoo
 		// AlreadyExists: the replaced one is still being deleted; the next pass tries again.
 		return "", fmt.Errorf("creating slot token Secret %s: %w", key.Name, err)
 	}
-	slot.Status.TokenSHA256 = botapi.TokenHash([]byte(token))
+	slot.Status.TokenSHA256 = slottoken.Hash([]byte(token))
 	return token, nil
 }
 
 // issuedToken reports whether secret holds the token whose hash the slot recorded.
 func issuedToken(slot *v1.BotPoolSlot, secret *corev1.Secret) bool {
-	tok := secret.Data[botapi.TokenKey]
+	tok := secret.Data[slottoken.Key]
 	return slot.Status.TokenSHA256 != "" && len(tok) > 0 && metav1.IsControlledBy(secret, slot) &&
-		botapi.TokenHash(tok) == slot.Status.TokenSHA256
+		slottoken.Hash(tok) == slot.Status.TokenSHA256
 }
 
 // backfillTokenHash records the hash of the token of a slot made before slots recorded one
@@ -161,14 +161,14 @@ func (r *BotPoolSlotReconciler) backfillTokenHash(ctx context.Context, s *slotSc
 		return nil
 	}
 	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name)}, secret)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}, secret)
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading the slot's token Secret: %w", err)
 	}
-	tok := secret.Data[botapi.TokenKey]
+	tok := secret.Data[slottoken.Key]
 	if err == nil && len(tok) > 0 && metav1.IsControlledBy(secret, slot) &&
 		secret.Labels[v1.LabelSlotToken] == "true" && secret.Labels[v1.LabelSlot] == slot.Name {
-		slot.Status.TokenSHA256 = botapi.TokenHash(tok)
+		slot.Status.TokenSHA256 = slottoken.Hash(tok)
 		return nil
 	}
 	if slot.Status.Phase == v1.SlotIdle && slot.Spec.BotRef == nil {

@@ -36,18 +36,18 @@ type Connector interface {
 	// ForPool returns the client of the pool's Coolify instance, built from its credentials
 	// Secret. Errors wrap errCredentialsNotFound or errCredentialsInvalid when the Secret is
 	// missing or lacks a key.
-	ForPool(ctx context.Context, pool *v1.BotPool) (coolify.API, error)
+	ForPool(ctx context.Context, pool *v1.BotPool) (CoolifyAPI, error)
 	// LastKnown returns the last client ForPool handed out for the pool (by namespace and
 	// name), or nil. Cleanup uses it when the credentials or the pool are already gone — as
 	// when a whole namespace is deleted and its Secrets go first — so applications are still
 	// deleted instead of leaking or holding finalizers forever.
-	LastKnown(pool types.NamespacedName) coolify.API
+	LastKnown(pool types.NamespacedName) CoolifyAPI
 }
 
 // SecretConnector reads credentials Secrets and hands out clients from a Registry, so every
 // pool of one Coolify user shares one rate limiter.
 type SecretConnector struct {
-	// Reader reads the Secrets past the cache: the manager caches only slot token Secrets.
+	// Reader reads the Secrets past the cache: the manager caches no Secrets.
 	Reader   client.Reader
 	Registry *coolify.Registry
 	Clock    clock.PassiveClock
@@ -61,12 +61,12 @@ type SecretConnector struct {
 
 type cachedClient struct {
 	secret  types.NamespacedName
-	api     coolify.API
+	api     CoolifyAPI
 	fetched time.Time
 }
 
 // ForPool implements Connector.
-func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (coolify.API, error) {
+func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (CoolifyAPI, error) {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Spec.Coolify.CredentialsSecretRef.Name}
 	poolKey := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	now := c.Clock.Now()
@@ -105,7 +105,7 @@ func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (coolif
 }
 
 // LastKnown implements Connector.
-func (c *SecretConnector) LastKnown(pool types.NamespacedName) coolify.API {
+func (c *SecretConnector) LastKnown(pool types.NamespacedName) CoolifyAPI {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cached, ok := c.clients[pool]; ok {

@@ -1,6 +1,26 @@
-// Package controllers holds one reconciler per kind: the BotPool controller keeps the supply
-// of slots, the BotPoolSlot controller drives one Coolify application through its lifecycle,
-// and the Bot controller binds bots to free slots and follows them to the end of the meeting.
+// Package controllers holds the operator's reconcilers, one per kind, and the dispatcher:
+//
+//   - BotPoolReconciler keeps a pool's supply of BotPoolSlots: a slot for every waiting bot,
+//     minIdle free ones, never more than maxSlots (shrinking by free slots when it is lowered);
+//     it deletes Coolify applications of the pool's tag that no slot owns and reports the pool's
+//     counts and health. It never binds bots and never touches a slot's application.
+//   - BotPoolSlotReconciler drives one slot's Coolify application through its lifecycle
+//     (Creating → Idle ⇄ (Deploying → Busy) → Releasing → Idle, Error when it fails): it issues
+//     the slot's bot API token (package slottoken), deploys the bound bot through the DeployGate,
+//     and releases the slot — clears spec.botRef — once its bot ended, is gone, or was deleted
+//     and had its leaveGracePeriod to leave.
+//   - Dispatcher binds: per pool, one wave at a time, it gives the head of the queue the free
+//     slots by writing each slot's spec.botRef under the slot's resourceVersion, and keeps the
+//     waiting bots' queuePosition and estimatedWait.
+//   - BotReconciler follows one Bot: it routes it to a pool, keeps it in the queue until its
+//     deadline, mirrors the binding the dispatcher made, applies the heartbeat rules from the
+//     store, ends it (Bot.Fail) when its time runs out or its slot failed or went away, lets a
+//     deleted bot leave, and hands finished bots to the callback queue.
+//
+// They coordinate only through the objects: each writes its own fields and reacts to what the
+// others wrote, as the bot API (package botapi) does for the phases a bot reports. docs/bots.md
+// ("Who writes what") names the writer of every field of a Bot's status and of a slot's
+// spec.botRef.
 //
 // The RBAC markers below are the manager's whole contract with the API server; controller-gen
 // turns them into config/rbac/role.yaml and the Helm chart's ClusterRole.

@@ -35,7 +35,7 @@ func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field s
 // fixed jitter (jittered(d) == d) and a process that has run for an hour, so no restart rule
 // applies.
 func onePassSlots(c client.Client, reader client.Reader, clk *clocktesting.FakeClock, api coolify.API, st SlotStore) *BotPoolSlotReconciler {
-	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector{API: api},
+	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector[CoolifyAPI]{API: api},
 		Store: st, Clock: clk, Recorder: discardEvents{}, Metrics: NewMetrics(nil),
 		Coolify: &BulkReader{Clock: clk}, Gate: &DeployGate{Clock: clk}, Jitter: func() float64 { return 0.5 },
 		started: clk.Now().Add(-time.Hour)}

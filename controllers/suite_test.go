@@ -170,7 +170,7 @@ type fakeConnector struct {
 	apis map[string]coolify.API // by pool name
 }
 
-func (f *fakeConnector) ForPool(_ context.Context, pool *v1.BotPool) (coolify.API, error) {
+func (f *fakeConnector) ForPool(_ context.Context, pool *v1.BotPool) (CoolifyAPI, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.errs[pool.Name]; err != nil {
@@ -188,7 +188,7 @@ func (f *fakeConnector) fail(pool string, err error) {
 	f.errs[pool] = err
 }
 
-func (f *fakeConnector) LastKnown(pool types.NamespacedName) coolify.API {
+func (f *fakeConnector) LastKnown(pool types.NamespacedName) CoolifyAPI {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if api := f.apis[pool.Name]; api != nil {

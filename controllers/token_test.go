@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/botapi"
 	bt "botpool.dev/botpool/internal/botpooltest"
+	"botpool.dev/botpool/internal/slottoken"
 )
 
 // tokenFixture is a slot reconciler over a fake API server holding one slot and, optionally,
@@ -36,9 +36,9 @@ func tokenFixture(t *testing.T, status v1.BotPoolSlotStatus, secret func(slot *v
 // labelled as the operator labels its own, holding token.
 func tokenSecret(t *testing.T, token string) func(*v1.BotPoolSlot) *corev1.Secret {
 	return func(slot *v1.BotPoolSlot) *corev1.Secret {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name),
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name),
 			Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: slot.Name, v1.LabelPool: slot.Spec.Pool}},
-			Data: map[string][]byte{botapi.TokenKey: []byte(token)}}
+			Data: map[string][]byte{slottoken.Key: []byte(token)}}
 		if err := controllerutil.SetControllerReference(slot, s, env.Scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -49,10 +49,10 @@ func tokenSecret(t *testing.T, token string) func(*v1.BotPoolSlot) *corev1.Secre
 func storedToken(t *testing.T, c client.Client, slot *v1.BotPoolSlot) string {
 	t.Helper()
 	var s corev1.Secret
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: slot.Namespace, Name: botapi.TokenSecretName(slot.Name)}, &s); err != nil {
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}, &s); err != nil {
 		t.Fatal(err)
 	}
-	return string(s.Data[botapi.TokenKey])
+	return string(s.Data[slottoken.Key])
 }
 
 // TestTokenIssuedIsRecorded: a new slot's token goes into its Secret and its hash into the
@@ -63,7 +63,7 @@ func TestTokenIssuedIsRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if token == "" || storedToken(t, c, slot) != token || slot.Status.TokenSHA256 != botapi.TokenHash([]byte(token)) {
+	if token == "" || storedToken(t, c, slot) != token || slot.Status.TokenSHA256 != slottoken.Hash([]byte(token)) {
 		t.Fatalf("token %q, Secret %q, recorded hash %q: want the token in both", token, storedToken(t, c, slot), slot.Status.TokenSHA256)
 	}
 	again, err := r.ensureToken(context.Background(), slot)
@@ -77,10 +77,10 @@ func TestTokenIssuedIsRecorded(t *testing.T) {
 // one whose hash the slot recorded — or any token, on a slot that recorded none yet — is never
 // served: a new token is issued, stored and recorded.
 func TestForgedTokenSecretIsReplaced(t *testing.T) {
-	issued, _ := botapi.NewToken()
-	forged, _ := botapi.NewToken()
+	issued, _ := slottoken.New()
+	forged, _ := slottoken.New()
 	for name, status := range map[string]v1.BotPoolSlotStatus{
-		"a slot that recorded another token": {TokenSHA256: botapi.TokenHash([]byte(issued))},
+		"a slot that recorded another token": {TokenSHA256: slottoken.Hash([]byte(issued))},
 		"a new slot, before it records one":  {},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -92,7 +92,7 @@ func TestForgedTokenSecretIsReplaced(t *testing.T) {
 			if token == forged || token == issued {
 				t.Fatalf("served %s token", map[bool]string{true: "the forged", false: "an old"}[token == forged])
 			}
-			if storedToken(t, c, slot) != token || slot.Status.TokenSHA256 != botapi.TokenHash([]byte(token)) {
+			if storedToken(t, c, slot) != token || slot.Status.TokenSHA256 != slottoken.Hash([]byte(token)) {
 				t.Errorf("the new token is not both stored and recorded")
 			}
 		})
@@ -104,7 +104,7 @@ func TestForgedTokenSecretIsReplaced(t *testing.T) {
 // working; a Secret that is not the operator's is not believed, and a free slot without a
 // trustworthy one goes back through create for a new token.
 func TestTokenHashBackfill(t *testing.T) {
-	legacyToken, _ := botapi.NewToken()
+	legacyToken, _ := slottoken.New()
 	busy := v1.BotPoolSlotStatus{Phase: v1.SlotBusy, ApplicationUUID: "app-1"}
 	idle := v1.BotPoolSlotStatus{Phase: v1.SlotIdle, ApplicationUUID: "app-1"}
 	foreign := func(slot *v1.BotPoolSlot) *corev1.Secret {
@@ -119,7 +119,7 @@ func TestTokenHashBackfill(t *testing.T) {
 		wantHash  string
 		wantPhase v1.SlotPhase
 	}{
-		{"busy slot, the operator's Secret", busy, tokenSecret(t, legacyToken), botapi.TokenHash([]byte(legacyToken)), v1.SlotBusy},
+		{"busy slot, the operator's Secret", busy, tokenSecret(t, legacyToken), slottoken.Hash([]byte(legacyToken)), v1.SlotBusy},
 		{"busy slot, a foreign Secret", busy, foreign, "", v1.SlotBusy},
 		{"idle slot, no Secret", idle, nil, "", v1.SlotCreating},
 		{"idle slot, a foreign Secret", idle, foreign, "", v1.SlotCreating},
@@ -139,7 +139,7 @@ func TestTokenHashBackfill(t *testing.T) {
 	}
 
 	// A slot that records a hash is left alone: the Secret is not even read.
-	r, slot, c := tokenFixture(t, v1.BotPoolSlotStatus{Phase: v1.SlotBusy, ApplicationUUID: "app-1", TokenSHA256: botapi.TokenHash([]byte("x"))}, nil)
+	r, slot, c := tokenFixture(t, v1.BotPoolSlotStatus{Phase: v1.SlotBusy, ApplicationUUID: "app-1", TokenSHA256: slottoken.Hash([]byte("x"))}, nil)
 	r.APIReader = failingReader{c}
 	if err := r.backfillTokenHash(context.Background(), &slotScope{slot: slot}); err != nil {
 		t.Errorf("a slot with a hash read its Secret: %v", err)

@@ -2,9 +2,10 @@ package coolify
 
 import "context"
 
-// API is what the controllers need from Coolify. *Client implements it; unit tests use a
-// hand-written fake. Every method takes the caller's context; errors match the sentinels in
-// errors.go with errors.Is.
+// API is the Coolify API this package's client speaks. *Client implements it; the controllers
+// declare the narrower controllers.CoolifyAPI of the calls they make, which their fakes
+// implement. Every method takes the caller's context; errors match the sentinels in errors.go
+// with errors.Is.
 //
 // Retries: reads, patch, delete, stop, cancel and the env bulk upsert (an upsert by key) are
 // retried on 429, 5xx and transport errors. Create, deploy, start, restart and env create are

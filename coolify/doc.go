@@ -4,7 +4,7 @@
 // Prometheus metrics.
 //
 // The behaviour it follows is the server's, as written down in docs/coolify.md, not the
-// published openapi.yaml where the two disagree. Controllers depend on the API interface so
-// that unit tests can use a hand-written fake; behaviour tests use the simulator in
-// coolify/sim.
+// published openapi.yaml where the two disagree. *Client implements the API interface; the
+// controllers depend only on the part of it they call (controllers.CoolifyAPI), so that unit
+// tests can use a hand-written fake; behaviour tests use the simulator in coolify/sim.
 package coolify

@@ -13,16 +13,18 @@ import (
 )
 
 // Connector hands every pool the one Coolify API and remembers which pools it served, as
-// the controllers' SecretConnector does.
-type Connector struct {
-	API coolify.API
+// the controllers' SecretConnector does. A is the controllers' narrow Coolify interface
+// (controllers.CoolifyAPI): this package cannot import controllers, whose tests use it, and
+// Go matches the Connector interface's return types exactly.
+type Connector[A any] struct {
+	API A
 
 	mu     sync.Mutex
 	served map[types.NamespacedName]bool
 }
 
 // ForPool implements the controllers' Connector.
-func (c *Connector) ForPool(_ context.Context, pool *v1.BotPool) (coolify.API, error) {
+func (c *Connector[A]) ForPool(_ context.Context, pool *v1.BotPool) (A, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.served == nil {
@@ -33,13 +35,14 @@ func (c *Connector) ForPool(_ context.Context, pool *v1.BotPool) (coolify.API, e
 }
 
 // LastKnown implements the controllers' Connector: the API, for a pool it served.
-func (c *Connector) LastKnown(pool types.NamespacedName) coolify.API {
+func (c *Connector[A]) LastKnown(pool types.NamespacedName) A {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.served[pool] {
 		return c.API
 	}
-	return nil
+	var none A
+	return none
 }
 
 // DiscardEvents is an event recorder that drops every event.

@@ -231,7 +231,7 @@ func (w *world) newOperator() *operator {
 		coolify.WithHTTPClient(&http.Client{Transport: w.coolify}), coolify.WithClock(retryClock{w.clk}),
 		coolify.WithLimiter(coolify.NewLimiter(0)))
 	must(err)
-	conn := &bt.Connector{API: api} // one Coolify for every pool, remembered as SecretConnector does
+	conn := &bt.Connector[controllers.CoolifyAPI]{API: api} // one Coolify for every pool, remembered as SecretConnector does
 	c := cachedClient{apiServer: w.api, cache: w.cache}
 	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
 		Scheme: w.scheme, Logger: logr.Discard(), Metrics: metricsserver.Options{BindAddress: "0"},

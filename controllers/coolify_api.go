@@ -1,0 +1,42 @@
+package controllers
+
+import (
+	"context"
+
+	"botpool.dev/botpool/coolify"
+)
+
+// CoolifyAPI is the part of the Coolify API the controllers call, declared where it is used
+// rather than taken whole from package coolify: it is all a fake must implement (the unit
+// tests' fakes here, the model check's connector in internal/modelcheck), and it says at a
+// glance which Coolify calls the operator makes. *coolify.Client implements it, and so reaches
+// the Coolify simulator too (coolify/sim serves HTTP; tests point a *coolify.Client at it).
+// The methods mean what coolify.API documents; add one here when a controller starts calling it.
+//
+// A client may also report its base URL (a BaseURL() string method, as *coolify.Client does):
+// instanceOf and coolifyInstance use it to tell Coolify instances apart.
+type CoolifyAPI interface {
+	// ServerVersion checks the pool's credentials and reachability.
+	ServerVersion(ctx context.Context) (string, error)
+
+	// Applications: a slot's application is created, found by name, its env and description
+	// kept up to date, and deleted with the slot; orphans are found by the pool's tag.
+	CreateDockerImageApplication(ctx context.Context, req coolify.CreateApplicationRequest) (string, error)
+	GetApplication(ctx context.Context, uuid string) (*coolify.Application, error)
+	ListApplications(ctx context.Context, tag string) ([]coolify.Application, error)
+	SetDescription(ctx context.Context, uuid, description string) error
+	DeleteApplication(ctx context.Context, uuid string, opts coolify.DeleteOptions) error
+	UpsertEnvs(ctx context.Context, uuid string, envs []coolify.EnvVar) ([]coolify.EnvVar, error)
+
+	// Deployments: a bound slot deploys its bot, follows the deployment, and stops (cancelling
+	// what is still in flight) when the bot is released.
+	Deploy(ctx context.Context, appUUID string) (coolify.DeployResult, error)
+	Stop(ctx context.Context, uuid string) error
+	GetDeployment(ctx context.Context, uuid string) (*coolify.Deployment, error)
+	ListApplicationDeployments(ctx context.Context, appUUID string, skip, take int) (int, []coolify.Deployment, error)
+	ListActiveDeployments(ctx context.Context) ([]coolify.Deployment, error)
+	CancelDeployment(ctx context.Context, uuid string) error
+}
+
+// The real client must keep satisfying the narrow interface main.go hands the controllers.
+var _ CoolifyAPI = (*coolify.Client)(nil)

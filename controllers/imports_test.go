@@ -1,0 +1,57 @@
+package controllers
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The controllers must not depend on the bot API's HTTP server (package botapi), directly or
+// through another package of this module: what they share with it about slot tokens lives in
+// internal/slottoken. The walk follows the imports of the non-test files of every package of
+// this module that controllers reaches, like `go list -deps ./controllers` does (ignoring build
+// constraints, so it errs on the side of finding an import).
+func TestControllersReachTokensWithoutBotAPI(t *testing.T) {
+	const module = "botpool.dev/botpool"
+	deps := map[string]bool{}
+	var walk func(pkg string)
+	walk = func(pkg string) {
+		if deps[pkg] {
+			return
+		}
+		deps[pkg] = true
+		dir := filepath.Join("..", strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/"))
+		files, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatalf("package %s: %v", pkg, err)
+		}
+		for _, f := range files {
+			if f.IsDir() || !strings.HasSuffix(f.Name(), ".go") || strings.HasSuffix(f.Name(), "_test.go") {
+				continue
+			}
+			parsed, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, f.Name()), nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range parsed.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if path == module || strings.HasPrefix(path, module+"/") {
+					walk(path)
+				}
+			}
+		}
+	}
+	walk(module + "/controllers")
+
+	// The walk must have followed the imports at all for its verdict to mean anything.
+	if !deps[module+"/internal/slottoken"] || !deps[module+"/coolify"] {
+		t.Fatalf("the walk did not reach packages controllers imports: %v", deps)
+	}
+	if deps[module+"/botapi"] {
+		t.Errorf("controllers depend on %s/botapi (the HTTP server); take token helpers from internal/slottoken", module)
+	}
+}
