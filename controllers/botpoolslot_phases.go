@@ -72,7 +72,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		}
 		if !adoptable(app, tag, s.pool) {
 			if carriesTag(app, tag) {
-				r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, "AdoptionRefused", "Create",
+				r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonAdoptionRefused, "Create",
 					"Application %s has this slot's name and the pool's tag but another image or placement: not adopted", app.UUID)
 			}
 			continue
@@ -391,13 +391,13 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	case staleRecover:
 		r.cancelDeployment(ctx, s)
 		r.Gate.Done(s.pool, s.slot.Name, false)
-		r.toError(ctx, s, reasonDeployingTimeout, "Deploying for longer than deployingTimeout without a recent heartbeat")
+		r.toError(ctx, s, string(v1.ReasonDeployingTimeout), "Deploying for longer than deployingTimeout without a recent heartbeat")
 		return nil
 	case staleSkip:
 		st.SkippedRecoveries++
 		st.DeployingSince = &metav1.Time{Time: now}
 		st.Message = fmt.Sprintf("Still deploying, but bot %s beats: recovery skipped (%d of %d)", s.bot.Name, st.SkippedRecoveries, timing.SkipLimit())
-		r.Recorder.Eventf(s.slot, s.related(), corev1.EventTypeNormal, "RecoverySkipped", "Recover", "%s", st.Message)
+		r.Recorder.Eventf(s.slot, s.related(), corev1.EventTypeNormal, v1.ReasonRecoverySkipped, "Recover", "%s", st.Message)
 	case staleBusy:
 		r.toBusy(ctx, s, "The bot has beaten through every skipped recovery: it runs")
 		return nil
@@ -524,7 +524,7 @@ func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go")
 		return r.releasing(ctx, s)
 	}
-	return r.checkApp(ctx, s, reasonApplicationLost)
+	return r.checkApp(ctx, s, string(v1.ReasonApplicationLost))
 }
 
 // checkApp confirms from the pool's shared list that the slot's application exists. A
@@ -556,7 +556,7 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	st := &s.slot.Status
 	stopped, err := r.stop(ctx, s, "Stopping the container")
 	if err != nil {
-		r.toError(ctx, s, reasonStopFailed, "Stopping the container failed: "+err.Error())
+		r.toError(ctx, s, string(v1.ReasonStopFailed), "Stopping the container failed: "+err.Error())
 		return nil //nolint:nilerr // surfaced as the Error phase, which recovers
 	}
 	if !stopped {
@@ -610,7 +610,7 @@ const transientRetry = 10 * time.Second
 // under the same name (a bound bot stays bound and deploys once it exists).
 func (r *BotPoolSlotReconciler) recreate(s *slotScope) {
 	s.slot.Status.ApplicationUUID = ""
-	r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone (deleted behind the operator's back?); creating it again")
+	r.moveTo(s, v1.SlotCreating, string(v1.ReasonApplicationLost), "The application is gone (deleted behind the operator's back?); creating it again")
 }
 
 // toError moves the slot to Error; recovery runs on the next pass.
@@ -634,7 +634,7 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	}
 	if limit := s.pool.Spec.Timing.MaxRecoveryAttempts; limit > 0 && st.RecoveryAttempts >= limit {
 		ctrl.LoggerFrom(ctx).Info("Slot failed too often: deleting it", "recoveryAttempts", st.RecoveryAttempts)
-		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, "SlotRetired", "Delete",
+		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonSlotRetired, "Delete",
 			"Failed %d times in a row (last: %s): deleting the slot and its application", st.RecoveryAttempts, st.Reason)
 		return client.IgnoreNotFound(r.Client.Delete(ctx, s.slot))
 	}
@@ -654,7 +654,7 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	}
 	st.DeploymentUUID, st.DeployingSince, st.SkippedRecoveries = "", nil, 0
 	r.describe(ctx, s, v1.SlotIdle, time.Time{})
-	r.moveTo(s, v1.SlotIdle, "Recovered", "Recovered from "+st.Reason)
+	r.moveTo(s, v1.SlotIdle, v1.ReasonRecovered, "Recovered from "+st.Reason)
 	return nil
 }
 
