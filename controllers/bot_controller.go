@@ -76,7 +76,7 @@ type BotReconciler struct {
 	// included: a pass waits for the cache instead of acting on one. nil remembers nothing.
 	Writes *cachelag.Tracker
 
-	started time.Time // see watchLiveness
+	started time.Time // when this controller was set up: see livenessReader
 	// projected holds, per bot uid, the record last handed to the store: each pass writes the
 	// projection when it differs, not only when the pass changed the status, so a write lost
 	// (a crash or a cancelled request between the status patch and the store, a patch whose
@@ -350,14 +350,18 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1.ConditionAlive, Status: status,
 			Reason: reason, Message: msg, ObservedGeneration: bot.Generation})
 	}
-	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{bot.UID})
-	if err != nil {
+	// A bot that never beat is judged over heartbeatTimeout, so after a restart it waits one
+	// more timeout before its silence counts.
+	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, bot.UID, timeout)
+	if live.storeDown {
 		alive(metav1.ConditionUnknown, v1.ReasonLivenessUnknown, "The liveness store cannot answer; nobody is failed meanwhile")
 		return ctrl.Result{RequeueAfter: min(grace, aliveRecheck)}
 	}
-	last, beat := beats[bot.UID]
+	var last time.Time
+	beat := live.lastBeat != nil
 	since := st.StartedAt.Time
 	if beat {
+		last = *live.lastBeat
 		since = last
 	}
 	silent := now.Sub(since)
@@ -365,9 +369,9 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 	case silent >= timeout && beat:
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat for %s", silent.Round(time.Second)))
 		return ctrl.Result{}
-	case silent >= timeout && r.Clock.Since(r.started) >= timeout:
-		// Never beat since its container started: the in-memory store cannot have lost its
-		// beats unless this process started meanwhile (then it waits one more timeout).
+	case silent >= timeout && live.known:
+		// Never beat since its container started, and past the restart grace: the in-memory
+		// store cannot have lost its beats.
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat since the container started %s ago", silent.Round(time.Second)))
 		return ctrl.Result{}
 	case silent > grace && beat:

@@ -85,7 +85,7 @@ type BotPoolSlotReconciler struct {
 	// GateRetry and AppCheck override DefaultGateRetry and DefaultAppCheck.
 	GateRetry, AppCheck time.Duration
 
-	// started is when this controller was set up: see liveness.
+	// started is when this controller was set up: see livenessReader.
 	started time.Time
 
 	// replaced remembers the slot versions our writes replaced. A pass that still reads one

@@ -18,12 +18,6 @@ const (
 	staleBusy                       // the bot has beaten through every skip: it runs
 )
 
-// liveness is what the store said about the bound bot.
-type liveness struct {
-	known    bool       // false: the store could not answer (an outage): never conclude anything
-	lastBeat *time.Time // nil: the bot never beat
-}
-
 // decideStale is the heartbeat-aware stale-deploying table of the design:
 //
 //	bot heartbeat | age          | skipped so far | action
@@ -37,7 +31,7 @@ func decideStale(now, since time.Time, t v1.Timing, live liveness, skipped int32
 	if now.Sub(since) <= t.DeployingTimeout.OrDefault(v1.DefaultDeployingTimeout) || !live.known {
 		return staleWait
 	}
-	if live.lastBeat == nil || now.Sub(*live.lastBeat) > t.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness) {
+	if !live.beatWithin(now, t.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)) {
 		return staleRecover
 	}
 	if skipped < t.SkipLimit() {

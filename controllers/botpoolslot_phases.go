@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -371,10 +370,11 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		}
 	}
 	now := r.Clock.Now()
-	live := r.liveness(ctx, s)
+	freshness := timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
+	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, s.bot.UID, freshness)
 	// A store that cannot answer counts as a fresh beat: no deployment is failed for lack of
 	// liveness data (invariant 10), only delayed until the store answers again.
-	fresh := !live.known || live.lastBeat != nil && now.Sub(*live.lastBeat) <= timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
+	fresh := !live.known || live.beatWithin(now, freshness)
 	verdict := judgeDeployment(dep, app, now.Sub(st.PhaseSince.Time), timing, fresh)
 	switch verdict.phase {
 	case v1.SlotBusy:
@@ -499,23 +499,6 @@ func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotSco
 			ctrl.LoggerFrom(ctx).Error(err, "Cancelling the deployment failed", "deploymentUUID", uuid)
 		}
 	}
-}
-
-// liveness asks the store for the bound bot's last heartbeat. Right after this process started
-// (a restart, a new leader), "no heartbeat" may only mean that the in-memory store lost them,
-// so for heartbeatFreshness it reads as unknown: nobody is failed for lack of data.
-func (r *BotPoolSlotReconciler) liveness(ctx context.Context, s *slotScope) liveness {
-	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{s.bot.UID})
-	if err != nil {
-		return liveness{}
-	}
-	if t, ok := beats[s.bot.UID]; ok {
-		return liveness{known: true, lastBeat: &t}
-	}
-	if r.Clock.Since(r.started) < s.pool.Spec.Timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness) {
-		return liveness{}
-	}
-	return liveness{known: true}
 }
 
 // busy waits for the bot to let go, checking now and then that the application still exists.
