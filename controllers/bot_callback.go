@@ -29,12 +29,6 @@ const (
 	maxCallbackError = 512
 )
 
-// Event reasons of callbacks.
-const (
-	reasonCallbackDelivered = "CallbackDelivered"
-	reasonCallbackFailed    = "CallbackFailed"
-)
-
 // queueRefusals counts, per bot, how often the notifier refused its callback for a full queue.
 type queueRefusals struct {
 	uid types.UID
@@ -89,12 +83,12 @@ func (r *BotReconciler) recordCallback(bot *v1.Bot, attempts int, err error, at 
 	bot.Status.Callback = rec
 	if err != nil {
 		return func() {
-			r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, reasonCallbackFailed, "Callback",
+			r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, v1.ReasonCallbackFailed, "Callback",
 				"Callback for phase %s failed after %d attempts: %s", rec.Phase, rec.Attempts, rec.LastError)
 		}
 	}
 	return func() {
-		r.Recorder.Eventf(bot, nil, corev1.EventTypeNormal, reasonCallbackDelivered, "Callback",
+		r.Recorder.Eventf(bot, nil, corev1.EventTypeNormal, v1.ReasonCallbackDelivered, "Callback",
 			"Callback for phase %s delivered after %d attempts", rec.Phase, rec.Attempts)
 	}
 }

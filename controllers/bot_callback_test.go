@@ -165,8 +165,8 @@ func TestDeliveredCallbackIsNeverResent(t *testing.T) {
 	if got == nil || got.State != v1.CallbackDelivered || got.Phase != v1.BotDone || got.Attempts != 1 || got.LastError != "" || !got.Time.Equal(&metav1.Time{Time: rg.clk.Now()}) {
 		t.Fatalf("status.callback = %+v, want Delivered for Done after 1 attempt, now", got)
 	}
-	if !rg.events.has("Normal/" + reasonCallbackDelivered) {
-		t.Errorf("events %v lack %s", rg.events.reasons, reasonCallbackDelivered)
+	if !rg.events.has("Normal/" + v1.ReasonCallbackDelivered) {
+		t.Errorf("events %v lack %s", rg.events.reasons, v1.ReasonCallbackDelivered)
 	}
 
 	rg.clk.Step(2 * time.Hour) // past the notifier's memory of delivered keys
@@ -287,8 +287,8 @@ func TestCallbackQueueFullGivesUpVisibly(t *testing.T) {
 	if got == nil || got.State != v1.CallbackFailed || !strings.Contains(got.LastError, "queue") {
 		t.Fatalf("status.callback = %+v, want Failed saying the queue was full", got)
 	}
-	if !rg.events.has("Warning/" + reasonCallbackFailed) {
-		t.Errorf("events %v lack a Warning %s", rg.events.reasons, reasonCallbackFailed)
+	if !rg.events.has("Warning/" + v1.ReasonCallbackFailed) {
+		t.Errorf("events %v lack a Warning %s", rg.events.reasons, v1.ReasonCallbackFailed)
 	}
 	rg.pass(r)
 	if q.calls != maxCallbackQueueTries {
@@ -313,8 +313,8 @@ func TestRefusedCallbackDestinationIsRecorded(t *testing.T) {
 	if !strings.Contains(got.LastError, "POST") {
 		t.Errorf("lastError %q does not say which request failed", got.LastError)
 	}
-	if !rg.events.has("Warning/" + reasonCallbackFailed) {
-		t.Errorf("events %v lack a Warning %s", rg.events.reasons, reasonCallbackFailed)
+	if !rg.events.has("Warning/" + v1.ReasonCallbackFailed) {
+		t.Errorf("events %v lack a Warning %s", rg.events.reasons, v1.ReasonCallbackFailed)
 	}
 	if n := requests.Load(); n != 0 {
 		t.Errorf("the refused receiver got %d requests", n)

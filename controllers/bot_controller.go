@@ -32,14 +32,6 @@ import (
 	"botpool.dev/botpool/store"
 )
 
-// Condition reasons of a Bot.
-const (
-	reasonWaiting   = "Waiting"
-	reasonScheduled = "Scheduled"
-	reasonBound     = "Bound"
-	reasonRunning   = "Running"
-)
-
 // releaseWait: a deleted bot whose slot is due to let it go looks again this often, in case
 // the release (which brings it back) was missed.
 const releaseWait = 5 * time.Second
@@ -55,14 +47,6 @@ const aliveRecheck = 10 * time.Second
 // botFinalizer holds a deleted Bot until its container had its leaveGracePeriod to leave the
 // meeting and its slot is released.
 const botFinalizer = "botpool.dev/slot"
-
-// Reasons of the Alive condition besides v1.ReasonHeartbeatReceived. A bot that has not beaten
-// yet has no Alive condition until its first beat or the end of its grace period: saying "no
-// heartbeat yet" would cost a status write per bot for what its phase already tells.
-const (
-	reasonSilent      = "HeartbeatMissed"
-	reasonStoreNoData = "LivenessUnknown"
-)
 
 // BotLiveness is what the bot controller reads from the store.
 type BotLiveness interface {
@@ -92,7 +76,7 @@ type BotReconciler struct {
 	// included: a pass waits for the cache instead of acting on one. nil remembers nothing.
 	Writes *cachelag.Tracker
 
-	started time.Time // see watchLiveness
+	started time.Time // when this controller was set up: see livenessReader
 	// projected holds, per bot uid, the record last handed to the store: each pass writes the
 	// projection when it differs, not only when the pass changed the status, so a write lost
 	// (a crash or a cancelled request between the status patch and the store, a patch whose
@@ -139,7 +123,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 			case perr == nil:
 				r.Writes.Wrote(bot.UID, before.ResourceVersion)
 				if newSlot != nil {
-					r.Recorder.Eventf(bot, newSlot, corev1.EventTypeNormal, reasonBound, "Bind", "Bound to slot %s", newSlot.Name)
+					r.Recorder.Eventf(bot, newSlot, corev1.EventTypeNormal, v1.ReasonBound, "Bind", "Bound to slot %s", newSlot.Name)
 				}
 				if callbackEvent != nil {
 					callbackEvent()
@@ -366,14 +350,18 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1.ConditionAlive, Status: status,
 			Reason: reason, Message: msg, ObservedGeneration: bot.Generation})
 	}
-	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{bot.UID})
-	if err != nil {
-		alive(metav1.ConditionUnknown, reasonStoreNoData, "The liveness store cannot answer; nobody is failed meanwhile")
+	// A bot that never beat is judged over heartbeatTimeout, so after a restart it waits one
+	// more timeout before its silence counts.
+	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, bot.UID, timeout)
+	if live.storeDown {
+		alive(metav1.ConditionUnknown, v1.ReasonLivenessUnknown, "The liveness store cannot answer; nobody is failed meanwhile")
 		return ctrl.Result{RequeueAfter: min(grace, aliveRecheck)}
 	}
-	last, beat := beats[bot.UID]
+	var last time.Time
+	beat := live.lastBeat != nil
 	since := st.StartedAt.Time
 	if beat {
+		last = *live.lastBeat
 		since = last
 	}
 	silent := now.Sub(since)
@@ -381,9 +369,9 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 	case silent >= timeout && beat:
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat for %s", silent.Round(time.Second)))
 		return ctrl.Result{}
-	case silent >= timeout && r.Clock.Since(r.started) >= timeout:
-		// Never beat since its container started: the in-memory store cannot have lost its
-		// beats unless this process started meanwhile (then it waits one more timeout).
+	case silent >= timeout && live.known:
+		// Never beat since its container started, and past the restart grace: the in-memory
+		// store cannot have lost its beats.
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat since the container started %s ago", silent.Round(time.Second)))
 		return ctrl.Result{}
 	case silent > grace && beat:
@@ -392,9 +380,9 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, bot *v1.Bot, pool *v1
 		}
 		// A message naming the last beat, not the silence so far: it stays the same on every
 		// look, and only a flip is written.
-		alive(metav1.ConditionFalse, reasonSilent, "No heartbeat since "+last.UTC().Format(time.RFC3339))
+		alive(metav1.ConditionFalse, v1.ReasonHeartbeatMissed, "No heartbeat since "+last.UTC().Format(time.RFC3339))
 	case silent > grace:
-		alive(metav1.ConditionFalse, reasonSilent, "No heartbeat since the container started at "+since.UTC().Format(time.RFC3339))
+		alive(metav1.ConditionFalse, v1.ReasonHeartbeatMissed, "No heartbeat since the container started at "+since.UTC().Format(time.RFC3339))
 	case beat:
 		bot.MarkAlive(last)
 	}
@@ -537,19 +525,19 @@ func (r *BotReconciler) setConditions(bot *v1.Bot, slot *v1.BotPoolSlot) {
 			Message: msg, ObservedGeneration: bot.Generation})
 	}
 	if slot != nil {
-		set(v1.ConditionBound, metav1.ConditionTrue, reasonBound, "Bound to slot "+slot.Name)
+		set(v1.ConditionBound, metav1.ConditionTrue, v1.ReasonBound, "Bound to slot "+slot.Name)
 	} else {
-		set(v1.ConditionBound, metav1.ConditionFalse, reasonWaiting, "Not bound to a slot")
+		set(v1.ConditionBound, metav1.ConditionFalse, v1.ReasonWaiting, "Not bound to a slot")
 	}
 	switch {
 	case st.Phase.Terminal():
 		bot.SetFinishedConditions()
 	case st.Phase == v1.BotScheduled:
-		set(v1.ConditionReady, metav1.ConditionFalse, reasonScheduled, "Waiting for its start time")
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonScheduled, "Waiting for its start time")
 	case slot == nil:
-		set(v1.ConditionReady, metav1.ConditionFalse, reasonWaiting, "Waiting for a free slot of pool "+st.Pool)
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonWaiting, "Waiting for a free slot of pool "+st.Pool)
 	default:
-		set(v1.ConditionReady, metav1.ConditionTrue, reasonRunning, "Running in slot "+slot.Name)
+		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonRunning, "Running in slot "+slot.Name)
 	}
 }
 

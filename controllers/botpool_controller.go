@@ -196,7 +196,7 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 	case errors.Is(err, coolify.ErrForbidden):
 		s.stalled = v1.ReasonPermissionDenied
 	case errors.Is(err, egress.ErrRefused):
-		s.stalled = reasonDestinationRefused
+		s.stalled = v1.ReasonDestinationRefused
 	default:
 		return fmt.Errorf("reaching Coolify: %w", err)
 	}
@@ -257,7 +257,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		s.slots = append(s.slots, *slot)
 	}
 	if len(s.created) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", "SlotsCreated", "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created, 5))
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created, 5))
 		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
 	}
 	return nil
@@ -293,7 +293,7 @@ func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int
 		}
 	}
 	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", "SlotsRemoved", "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
 	}
 	return nil
 }

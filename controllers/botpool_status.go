@@ -31,7 +31,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 		set(v1.ConditionReady, metav1.ConditionFalse, s.stalled, stalledMessage(s))
 	case s.throttled != "":
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
-		set(v1.ConditionReady, metav1.ConditionFalse, reasonCoolifyThrottled, s.throttled)
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonCoolifyThrottled, s.throttled)
 	case s.connErr != nil:
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonCoolifyUnreachable,
@@ -74,7 +74,7 @@ func stalledMessage(s *poolScope) string {
 		return fmt.Sprintf("Secret %s now names another Coolify instance than the one holding %d of this pool's applications: "+
 			"restore its url; to move the pool, delete it (or scale it to zero) with the old url in place, then switch. "+
 			"Annotate the pool with %s=true to let the old applications go", secret, s.moved, AnnotationOrphanApplication)
-	case reasonDestinationRefused:
+	case v1.ReasonDestinationRefused:
 		return "The Coolify URL in Secret " + secret + " resolves to an address the operator may not reach " +
 			"(loopback, link-local, or a private range the manager's --coolify-allow-private-networks or --egress-allowed-cidrs does not allow)"
 	}
@@ -95,7 +95,7 @@ func setDrainingStatus(s *poolScope, now time.Time) {
 			LastTransitionTime: metav1.NewTime(now),
 		})
 	}
-	reason, msg := "Deleting", fmt.Sprintf("Deleting %d slot(s) and their Coolify applications", len(s.slots))
+	reason, msg := v1.ReasonDeleting, fmt.Sprintf("Deleting %d slot(s) and their Coolify applications", len(s.slots))
 	if s.draining > 0 {
 		reason = v1.ReasonDraining
 		msg = fmt.Sprintf("Deleting: %d bot(s) still leaving their meetings (up to leaveGracePeriod) before their applications are deleted", s.draining)

@@ -85,7 +85,7 @@ type BotPoolSlotReconciler struct {
 	// GateRetry and AppCheck override DefaultGateRetry and DefaultAppCheck.
 	GateRetry, AppCheck time.Duration
 
-	// started is when this controller was set up: see liveness.
+	// started is when this controller was set up: see livenessReader.
 	started time.Time
 
 	// replaced remembers the slot versions our writes replaced. A pass that still reads one
@@ -301,23 +301,6 @@ func unreachableReason(err error) string {
 	return v1.ReasonCoolifyUnreachable
 }
 
-// Reasons of a Stalled slot besides the pool's credential reasons.
-const (
-	// reasonRequestRefused: Coolify refused the request as invalid (422/400), e.g. resources
-	// or an env variable its validation rejects.
-	reasonRequestRefused = "RequestRefused"
-	// reasonSlotEnvNotFound: the pool's slotEnvFrom Secret does not exist.
-	reasonSlotEnvNotFound = "SlotEnvSecretNotFound"
-	// reasonSlotEnvNotAllowed: the slotEnvFrom Secret lacks the label v1.LabelAllowPoolUse.
-	reasonSlotEnvNotAllowed = "SlotEnvSecretNotAllowed"
-	// reasonDestinationRefused: the Coolify URL resolves to an address the manager's egress
-	// policy refuses (loopback, link-local, or a private range not allowed).
-	reasonDestinationRefused = "DestinationRefused"
-	// reasonCoolifyThrottled: Coolify's rate limit is used up, or the instance is not
-	// answering and the client holds calls back; the pool waits, it is not broken.
-	reasonCoolifyThrottled = "CoolifyThrottled"
-)
-
 // errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
 var errSlotEnvNotFound = errors.New("not found")
 
@@ -334,15 +317,15 @@ func needsPerson(err error) (reason string, ok bool) {
 	case errors.Is(err, coolify.ErrForbidden):
 		return v1.ReasonPermissionDenied, true
 	case errors.Is(err, coolify.ErrValidation), errors.Is(err, coolify.ErrBadRequest):
-		return reasonRequestRefused, true
+		return v1.ReasonRequestRefused, true
 	case errors.Is(err, errSlotEnvNotFound):
-		return reasonSlotEnvNotFound, true
+		return v1.ReasonSlotEnvNotFound, true
 	case errors.Is(err, errCredentialsNotAllowed):
 		return v1.ReasonCredentialsNotAllowed, true
 	case errors.Is(err, errSecretNotAllowed): // the only other Secret a slot reads
-		return reasonSlotEnvNotAllowed, true
+		return v1.ReasonSlotEnvNotAllowed, true
 	case errors.Is(err, egress.ErrRefused):
-		return reasonDestinationRefused, true
+		return v1.ReasonDestinationRefused, true
 	}
 	return "", false
 }
@@ -382,7 +365,7 @@ func (r *BotPoolSlotReconciler) deleteUnreachable(ctx context.Context, s *slotSc
 		ctrl.LoggerFrom(ctx).Info("Deleting the slot without cleaning Coolify, as annotated", "appUUID", s.slot.Status.ApplicationUUID)
 		return r.dropFinalizer(ctx, s)
 	}
-	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, "CleanupBlocked", "Delete",
+	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonCleanupBlocked, "Delete",
 		"Cannot reach Coolify to delete application %s (%v); annotate the slot or its pool with %s=true to let it go",
 		s.slot.Status.ApplicationUUID, cause, AnnotationOrphanApplication)
 	s.after(stalledRetry)
@@ -427,10 +410,6 @@ func (r *BotPoolSlotReconciler) appTag(s *slotScope) string {
 	return clusterPoolTag(r.ClusterID, s.slot.Namespace, s.slot.Spec.Pool)
 }
 
-// reasonInstanceChanged: the pool's credentials name another Coolify instance than the one
-// holding the slot's application.
-const reasonInstanceChanged = v1.ReasonCoolifyInstanceChanged
-
 // sameInstance checks that the pool's client talks to the Coolify instance holding the slot's
 // application. An application recorded before instances were recorded is taken to live on the
 // current one. On another instance every call would answer 404, read as "deleted behind our
@@ -457,11 +436,11 @@ func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScop
 		" now names another Coolify instance than the one holding application " + s.slot.Status.ApplicationUUID +
 		": restore its url (the application is cleaned up, then the slot moves), or annotate the slot with " +
 		AnnotationOrphanApplication + "=true to let the old application go"
-	if c := meta.FindStatusCondition(s.slot.Status.Conditions, v1.ConditionStalled); c == nil || c.Reason != reasonInstanceChanged {
-		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, reasonInstanceChanged, "Connect", "%s", msg)
+	if c := meta.FindStatusCondition(s.slot.Status.Conditions, v1.ConditionStalled); c == nil || c.Reason != v1.ReasonCoolifyInstanceChanged {
+		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonCoolifyInstanceChanged, "Connect", "%s", msg)
 	}
 	ctrl.LoggerFrom(ctx).Info("Coolify instance changed under the slot", "appUUID", s.slot.Status.ApplicationUUID)
-	r.setStalled(s, reasonInstanceChanged, msg)
+	r.setStalled(s, v1.ReasonCoolifyInstanceChanged, msg)
 	s.after(stalledRetry)
 }
 

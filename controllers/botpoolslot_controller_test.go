@@ -296,7 +296,7 @@ func TestStuckDeployWithoutHeartbeatIsRecovered(t *testing.T) {
 	step(14 * time.Minute)
 	sc.phase(v1.SlotDeploying)
 	step(2 * time.Minute)
-	sc.botFails("lost", reasonDeployingTimeout)
+	sc.botFails("lost", string(v1.ReasonDeployingTimeout))
 	idle := sc.slot("Idle and free", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
 	if idle.Status.RecoveryAttempts != 1 {
 		t.Errorf("recovery attempts %d, want 1", idle.Status.RecoveryAttempts)
@@ -336,7 +336,7 @@ func TestBotCrashedAfterHeartbeatsIsRecovered(t *testing.T) {
 		sc.beat(bot)
 	}
 	step(12 * time.Minute)
-	sc.botFails("crashed", reasonDeployingTimeout)
+	sc.botFails("crashed", string(v1.ReasonDeployingTimeout))
 	sc.slot("Idle and free", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
 }
 
@@ -352,7 +352,7 @@ func TestFailedDeploymentsRecoverThenRetireTheSlot(t *testing.T) {
 		sc.bind(name)
 		sc.phase(v1.SlotDeploying)
 		step(8 * time.Minute) // the pull fails when it would have finished
-		sc.botFails(name, reasonDeploymentFailed)
+		sc.botFails(name, string(v1.ReasonDeploymentFailed))
 		if i < 3 {
 			s := sc.slot("recovered", func(s *v1.BotPoolSlot) bool {
 				return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.Status.RecoveryAttempts == int32(i)
@@ -608,10 +608,10 @@ func TestErrorSlotIsRecoveredAtOnce(t *testing.T) {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(busy), busy); err != nil {
 			return err
 		}
-		busy.Status.Phase, busy.Status.Reason, busy.Status.Message = v1.SlotError, reasonApplicationLost, "set by the test"
+		busy.Status.Phase, busy.Status.Reason, busy.Status.Message = v1.SlotError, string(v1.ReasonApplicationLost), "set by the test"
 		return env.Client.Status().Update(context.Background(), busy)
 	})
-	sc.botFails(bot.Name, reasonApplicationLost)
+	sc.botFails(bot.Name, string(v1.ReasonApplicationLost))
 	sc.slot("recovered", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
 	step(5 * time.Second)
 	if app, _ := sc.sim.App(busy.Status.ApplicationUUID); app.Running {
@@ -680,7 +680,7 @@ func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
 			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason
 		}
 	}
-	sc.slot("Stalled "+reasonSlotEnvNotFound, stalledFor(reasonSlotEnvNotFound))
+	sc.slot("Stalled "+v1.ReasonSlotEnvNotFound, stalledFor(v1.ReasonSlotEnvNotFound))
 	// Without the opt-in label the Secret is refused, and the slot says how to opt in.
 	botEnv := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "bot-env"},
@@ -690,7 +690,7 @@ func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc.nudge() // a stalled slot looks again every stalledRetry of real time: do not wait for it
-	refused := sc.slot("Stalled "+reasonSlotEnvNotAllowed, stalledFor(reasonSlotEnvNotAllowed))
+	refused := sc.slot("Stalled "+v1.ReasonSlotEnvNotAllowed, stalledFor(v1.ReasonSlotEnvNotAllowed))
 	if c := meta.FindStatusCondition(refused.Status.Conditions, v1.ConditionStalled); !strings.Contains(c.Message, allowCommand(sc.ns, "bot-env")) {
 		t.Errorf("Stalled message %q does not say the command that opts in", c.Message)
 	}

@@ -8,16 +8,6 @@ import (
 	"botpool.dev/botpool/coolify"
 )
 
-// Reasons a slot goes to Error; the bound bot fails with the same word.
-const (
-	reasonDeploymentFailed  = "DeploymentFailed"
-	reasonDeploymentTimeout = "DeploymentTimeout"
-	reasonDeploymentLost    = "DeploymentLost"
-	reasonDeployingTimeout  = "DeployingTimeout"
-	reasonApplicationLost   = "ApplicationLost"
-	reasonStopFailed        = "StopFailed"
-)
-
 // staleAction is what to do with a slot that has been Deploying longer than deployingTimeout.
 type staleAction int
 
@@ -27,12 +17,6 @@ const (
 	staleSkip                       // the bot beats: give it more time, restart the clock
 	staleBusy                       // the bot has beaten through every skip: it runs
 )
-
-// liveness is what the store said about the bound bot.
-type liveness struct {
-	known    bool       // false: the store could not answer (an outage): never conclude anything
-	lastBeat *time.Time // nil: the bot never beat
-}
 
 // decideStale is the heartbeat-aware stale-deploying table of the design:
 //
@@ -47,7 +31,7 @@ func decideStale(now, since time.Time, t v1.Timing, live liveness, skipped int32
 	if now.Sub(since) <= t.DeployingTimeout.OrDefault(v1.DefaultDeployingTimeout) || !live.known {
 		return staleWait
 	}
-	if live.lastBeat == nil || now.Sub(*live.lastBeat) > t.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness) {
+	if !live.beatWithin(now, t.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)) {
 		return staleRecover
 	}
 	if skipped < t.SkipLimit() {
@@ -72,7 +56,7 @@ func judgeDeployment(dep *coolify.Deployment, app *coolify.Application, inPhase 
 		case coolify.DeploymentFinished:
 			return deployVerdict{phase: v1.SlotBusy, message: "Deployment " + dep.DeploymentUUID + " finished"}
 		case coolify.DeploymentFailed, coolify.DeploymentCancelled:
-			return deployVerdict{phase: v1.SlotError, reason: reasonDeploymentFailed,
+			return deployVerdict{phase: v1.SlotError, reason: string(v1.ReasonDeploymentFailed),
 				message: fmt.Sprintf("Deployment %s ended %s", dep.DeploymentUUID, dep.Status)}
 		}
 		if inPhase > t.DeploymentTimeout.OrDefault(v1.DefaultDeploymentTimeout) {
@@ -81,7 +65,7 @@ func judgeDeployment(dep *coolify.Deployment, app *coolify.Application, inPhase 
 				// the stale-deploying rules turn the slot Busy after their skips.
 				return deployVerdict{}
 			}
-			return deployVerdict{phase: v1.SlotError, reason: reasonDeploymentTimeout,
+			return deployVerdict{phase: v1.SlotError, reason: string(v1.ReasonDeploymentTimeout),
 				message: fmt.Sprintf("Deployment %s still %s after %s", dep.DeploymentUUID, dep.Status, inPhase.Round(time.Second))}
 		}
 		return deployVerdict{}
@@ -92,7 +76,7 @@ func judgeDeployment(dep *coolify.Deployment, app *coolify.Application, inPhase 
 	if inPhase <= t.DeployGracePeriod.OrDefault(v1.DefaultDeployGracePeriod) || fresh {
 		return deployVerdict{}
 	}
-	return deployVerdict{phase: v1.SlotError, reason: reasonDeploymentLost,
+	return deployVerdict{phase: v1.SlotError, reason: string(v1.ReasonDeploymentLost),
 		message: "No deployment of the application can be found and its container does not run"}
 }
 

@@ -56,14 +56,14 @@ func TestJudgeDeployment(t *testing.T) {
 		reason  string
 	}{
 		{"finished", dep(coolify.DeploymentFinished), nil, time.Minute, false, v1.SlotBusy, ""},
-		{"failed", dep(coolify.DeploymentFailed), nil, time.Minute, false, v1.SlotError, reasonDeploymentFailed},
-		{"cancelled", dep(coolify.DeploymentCancelled), nil, time.Minute, false, v1.SlotError, reasonDeploymentFailed},
+		{"failed", dep(coolify.DeploymentFailed), nil, time.Minute, false, v1.SlotError, string(v1.ReasonDeploymentFailed)},
+		{"cancelled", dep(coolify.DeploymentCancelled), nil, time.Minute, false, v1.SlotError, string(v1.ReasonDeploymentFailed)},
 		{"in progress", dep(coolify.DeploymentInProgress), nil, 10 * time.Minute, false, "", ""},
-		{"queued past the timeout", dep(coolify.DeploymentQueued), nil, 26 * time.Minute, false, v1.SlotError, reasonDeploymentTimeout},
+		{"queued past the timeout", dep(coolify.DeploymentQueued), nil, 26 * time.Minute, false, v1.SlotError, string(v1.ReasonDeploymentTimeout)},
 		{"past the timeout but the bot beats: the stale rules decide", dep(coolify.DeploymentInProgress), nil, 26 * time.Minute, true, "", ""},
 		{"no record, container runs", nil, app("running:unknown"), time.Minute, false, v1.SlotBusy, ""},
 		{"no record, exited within the grace period", nil, app("exited:unhealthy"), 2 * time.Minute, false, "", ""},
-		{"no record, exited after the grace period", nil, app("exited:unhealthy"), 4 * time.Minute, false, v1.SlotError, reasonDeploymentLost},
+		{"no record, exited after the grace period", nil, app("exited:unhealthy"), 4 * time.Minute, false, v1.SlotError, string(v1.ReasonDeploymentLost)},
 		{"no record, exited, but the bot beats", nil, app("exited:unhealthy"), 4 * time.Minute, true, "", ""},
 		{"no record, no application seen yet", nil, nil, time.Minute, false, "", ""},
 	}

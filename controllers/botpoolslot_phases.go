@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -72,7 +71,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		}
 		if !adoptable(app, tag, s.pool) {
 			if carriesTag(app, tag) {
-				r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, "AdoptionRefused", "Create",
+				r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonAdoptionRefused, "Create",
 					"Application %s has this slot's name and the pool's tag but another image or placement: not adopted", app.UUID)
 			}
 			continue
@@ -371,10 +370,11 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		}
 	}
 	now := r.Clock.Now()
-	live := r.liveness(ctx, s)
+	freshness := timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
+	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, s.bot.UID, freshness)
 	// A store that cannot answer counts as a fresh beat: no deployment is failed for lack of
 	// liveness data (invariant 10), only delayed until the store answers again.
-	fresh := !live.known || live.lastBeat != nil && now.Sub(*live.lastBeat) <= timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
+	fresh := !live.known || live.beatWithin(now, freshness)
 	verdict := judgeDeployment(dep, app, now.Sub(st.PhaseSince.Time), timing, fresh)
 	switch verdict.phase {
 	case v1.SlotBusy:
@@ -391,13 +391,13 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	case staleRecover:
 		r.cancelDeployment(ctx, s)
 		r.Gate.Done(s.pool, s.slot.Name, false)
-		r.toError(ctx, s, reasonDeployingTimeout, "Deploying for longer than deployingTimeout without a recent heartbeat")
+		r.toError(ctx, s, string(v1.ReasonDeployingTimeout), "Deploying for longer than deployingTimeout without a recent heartbeat")
 		return nil
 	case staleSkip:
 		st.SkippedRecoveries++
 		st.DeployingSince = &metav1.Time{Time: now}
 		st.Message = fmt.Sprintf("Still deploying, but bot %s beats: recovery skipped (%d of %d)", s.bot.Name, st.SkippedRecoveries, timing.SkipLimit())
-		r.Recorder.Eventf(s.slot, s.related(), corev1.EventTypeNormal, "RecoverySkipped", "Recover", "%s", st.Message)
+		r.Recorder.Eventf(s.slot, s.related(), corev1.EventTypeNormal, v1.ReasonRecoverySkipped, "Recover", "%s", st.Message)
 	case staleBusy:
 		r.toBusy(ctx, s, "The bot has beaten through every skipped recovery: it runs")
 		return nil
@@ -501,30 +501,13 @@ func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotSco
 	}
 }
 
-// liveness asks the store for the bound bot's last heartbeat. Right after this process started
-// (a restart, a new leader), "no heartbeat" may only mean that the in-memory store lost them,
-// so for heartbeatFreshness it reads as unknown: nobody is failed for lack of data.
-func (r *BotPoolSlotReconciler) liveness(ctx context.Context, s *slotScope) liveness {
-	beats, err := r.Store.LastHeartbeats(ctx, []types.UID{s.bot.UID})
-	if err != nil {
-		return liveness{}
-	}
-	if t, ok := beats[s.bot.UID]; ok {
-		return liveness{known: true, lastBeat: &t}
-	}
-	if r.Clock.Since(r.started) < s.pool.Spec.Timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness) {
-		return liveness{}
-	}
-	return liveness{known: true}
-}
-
 // busy waits for the bot to let go, checking now and then that the application still exists.
 func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
 	if s.bot == nil {
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go")
 		return r.releasing(ctx, s)
 	}
-	return r.checkApp(ctx, s, reasonApplicationLost)
+	return r.checkApp(ctx, s, string(v1.ReasonApplicationLost))
 }
 
 // checkApp confirms from the pool's shared list that the slot's application exists. A
@@ -556,7 +539,7 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	st := &s.slot.Status
 	stopped, err := r.stop(ctx, s, "Stopping the container")
 	if err != nil {
-		r.toError(ctx, s, reasonStopFailed, "Stopping the container failed: "+err.Error())
+		r.toError(ctx, s, string(v1.ReasonStopFailed), "Stopping the container failed: "+err.Error())
 		return nil //nolint:nilerr // surfaced as the Error phase, which recovers
 	}
 	if !stopped {
@@ -610,7 +593,7 @@ const transientRetry = 10 * time.Second
 // under the same name (a bound bot stays bound and deploys once it exists).
 func (r *BotPoolSlotReconciler) recreate(s *slotScope) {
 	s.slot.Status.ApplicationUUID = ""
-	r.moveTo(s, v1.SlotCreating, reasonApplicationLost, "The application is gone (deleted behind the operator's back?); creating it again")
+	r.moveTo(s, v1.SlotCreating, string(v1.ReasonApplicationLost), "The application is gone (deleted behind the operator's back?); creating it again")
 }
 
 // toError moves the slot to Error; recovery runs on the next pass.
@@ -634,7 +617,7 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	}
 	if limit := s.pool.Spec.Timing.MaxRecoveryAttempts; limit > 0 && st.RecoveryAttempts >= limit {
 		ctrl.LoggerFrom(ctx).Info("Slot failed too often: deleting it", "recoveryAttempts", st.RecoveryAttempts)
-		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, "SlotRetired", "Delete",
+		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonSlotRetired, "Delete",
 			"Failed %d times in a row (last: %s): deleting the slot and its application", st.RecoveryAttempts, st.Reason)
 		return client.IgnoreNotFound(r.Client.Delete(ctx, s.slot))
 	}
@@ -654,7 +637,7 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	}
 	st.DeploymentUUID, st.DeployingSince, st.SkippedRecoveries = "", nil, 0
 	r.describe(ctx, s, v1.SlotIdle, time.Time{})
-	r.moveTo(s, v1.SlotIdle, "Recovered", "Recovered from "+st.Reason)
+	r.moveTo(s, v1.SlotIdle, v1.ReasonRecovered, "Recovered from "+st.Reason)
 	return nil
 }
 

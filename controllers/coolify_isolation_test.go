@@ -117,8 +117,8 @@ func TestThrottledIsAWait(t *testing.T) {
 	}
 	// A Coolify URL the egress policy refuses is for a person to fix, not a wait.
 	refused := fmt.Errorf("coolify list-servers: %w", fmt.Errorf("dial: %w", egress.ErrRefused))
-	if reason, ok := needsPerson(refused); !ok || reason != reasonDestinationRefused {
-		t.Fatalf("needsPerson(refused) = %q, %v; want %s", reason, ok, reasonDestinationRefused)
+	if reason, ok := needsPerson(refused); !ok || reason != v1.ReasonDestinationRefused {
+		t.Fatalf("needsPerson(refused) = %q, %v; want %s", reason, ok, v1.ReasonDestinationRefused)
 	}
 }
 

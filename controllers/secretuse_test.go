@@ -66,8 +66,8 @@ func TestSlotEnvSecretNeedsOptIn(t *testing.T) {
 	if err == nil {
 		t.Fatalf("an unlabelled slotEnvFrom Secret reached the env: %v", vars)
 	}
-	if reason, ok := needsPerson(err); !ok || reason != reasonSlotEnvNotAllowed {
-		t.Errorf("reason %q (needs a person: %v), want %s", reason, ok, reasonSlotEnvNotAllowed)
+	if reason, ok := needsPerson(err); !ok || reason != v1.ReasonSlotEnvNotAllowed {
+		t.Errorf("reason %q (needs a person: %v), want %s", reason, ok, v1.ReasonSlotEnvNotAllowed)
 	}
 	if cmd := "kubectl label secret db-password -n team botpool.dev/allow-pool-use=true"; !strings.Contains(err.Error(), cmd) {
 		t.Errorf("error %q does not say the command %q", err, cmd)

@@ -441,7 +441,7 @@ func (o *soakObserver) explainFailures(step time.Duration) map[string]int {
 					b.Name, reason, b.Status.Message, b.Status.ApplicationUUID)
 			}
 		default:
-			if reason == reasonDeployingTimeout && beatBefore(fresh) {
+			if reason == string(v1.ReasonDeployingTimeout) && beatBefore(fresh) {
 				o.violate("bot %s failed %s while it beat (invariant 8)", b.Name, reason)
 				continue
 			}

@@ -19,14 +19,26 @@ const (
 type BotReason string
 
 const (
-	ReasonQueueTimeout     BotReason = "QueueTimeout"
+	// ReasonQueueTimeout: no slot became free within the bot's queue timeout.
+	ReasonQueueTimeout BotReason = "QueueTimeout"
+	// ReasonDeploymentFailed: the deployment of the bot's slot failed or was cancelled.
 	ReasonDeploymentFailed BotReason = "DeploymentFailed"
+	// ReasonHeartbeatTimeout: a running bot sent no heartbeat for heartbeatTimeout.
 	ReasonHeartbeatTimeout BotReason = "HeartbeatTimeout"
+	// ReasonDeployingTimeout: the slot was Deploying past deployingTimeout without a recent
+	// heartbeat of the bot.
 	ReasonDeployingTimeout BotReason = "DeployingTimeout"
-	ReasonSlotLost         BotReason = "SlotLost"
-	ReasonMaxDuration      BotReason = "MaxDuration"
-	ReasonPoolNotFound     BotReason = "PoolNotFound"
-	ReasonBotReported      BotReason = "BotReported"
+	// ReasonSlotLost: the bot's slot was deleted, and the bot did not leave within the drain
+	// (or the slot went outright).
+	ReasonSlotLost BotReason = "SlotLost"
+	// ReasonMaxDuration: the bot ran past maxDuration and did not leave within
+	// leaveGracePeriod.
+	ReasonMaxDuration BotReason = "MaxDuration"
+	// ReasonPoolNotFound: no BotPool serves the bot: its Ready reason while it waits for one,
+	// and the Stalled reason of a slot whose pool is gone.
+	ReasonPoolNotFound BotReason = "PoolNotFound"
+	// ReasonBotReported: the bot reported Fatal without a reason of its own.
+	ReasonBotReported BotReason = "BotReported"
 )
 
 // Reasons of the pool conditions.

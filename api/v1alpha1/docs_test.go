@@ -14,6 +14,7 @@ import (
 	"go/types"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -439,4 +440,97 @@ func TestDocMakeTargets(t *testing.T) {
 	if checked == 0 {
 		t.Error("the docs run no make target: the check matched nothing")
 	}
+}
+
+// TestDocReasons: the word of every exported Reason constant of this package (condition
+// reasons, status.reason values, Event reasons) appears in a code span or code block of
+// docs/*.md, so users can look up every reason the operator gives. The constants are read
+// from the source, so a new one fails this test until the docs name it.
+func TestDocReasons(t *testing.T) {
+	reasons := reasonConstants(t)
+	// Guard against a parser that finds nothing: the test would pass vacuously.
+	if reasons["ReasonQueueTimeout"] != "QueueTimeout" || reasons["ReasonLivenessUnknown"] != "LivenessUnknown" || len(reasons) < 40 {
+		t.Fatalf("read %d reason constants (%v): the source scan is broken", len(reasons), reasons)
+	}
+	docs, err := filepath.Glob(filepath.Join(kubetest.RepoRoot(), "docs", "*.md"))
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs/*.md: %v", err)
+	}
+	span := regexp.MustCompile("`[^`\n]+`")
+	word := regexp.MustCompile(`[A-Za-z0-9]+`)
+	documented := map[string]bool{}
+	for _, d := range docs {
+		rel := filepath.Join("docs", filepath.Base(d))
+		code := span.FindAllString(readDoc(t, rel), -1)
+		for _, b := range codeBlocks(t, rel) {
+			code = append(code, b.body)
+		}
+		for _, c := range code {
+			for _, w := range word.FindAllString(c, -1) {
+				documented[w] = true
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(reasons))
+	for _, name := range names {
+		if !documented[reasons[name]] {
+			t.Errorf("v1alpha1.%s (%q) appears in no code span of docs/*.md: say in the docs when the operator gives it", name, reasons[name])
+		}
+	}
+}
+
+// reasonConstants maps the name of every exported constant named Reason* in this package's
+// non-test files to its string value: a string literal, or another such constant.
+func reasonConstants(t *testing.T) map[string]string {
+	t.Helper()
+	dir := filepath.Join(kubetest.RepoRoot(), "api", "v1alpha1")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]ast.Expr{}
+	fset := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if strings.HasPrefix(n.Name, "Reason") && i < len(vs.Values) {
+						values[n.Name] = vs.Values[i]
+					}
+				}
+			}
+		}
+	}
+	var value func(name string, depth int) string
+	value = func(name string, depth int) string {
+		switch v := values[name].(type) {
+		case *ast.BasicLit:
+			if s, err := strconv.Unquote(v.Value); err == nil {
+				return s
+			}
+		case *ast.Ident:
+			if depth < 5 {
+				return value(v.Name, depth+1)
+			}
+		}
+		t.Errorf("cannot read the value of %s: write it as a string literal", name)
+		return ""
+	}
+	out := map[string]string{}
+	for name := range values {
+		out[name] = value(name, 0)
+	}
+	return out
 }

@@ -1,0 +1,100 @@
+package v1alpha1
+
+// The reasons the controllers give besides those next to the conditions they belong to
+// (conditions.go, bot_conditions.go, botpool_types.go). They are part of the API: users match
+// on them in alerts, `kubectl wait` and GitOps health checks, so each is listed in the docs
+// (TestDocReasons) and none changes its word.
+
+// Reasons a slot goes to Error (its status.reason). The bot bound to the slot ends Fatal with
+// the same word, which is why they are BotReasons; ReasonDeploymentFailed and
+// ReasonDeployingTimeout are among them.
+const (
+	// ReasonDeploymentTimeout: the deployment stayed queued or in progress past
+	// deploymentTimeout, and the bot sent no recent heartbeat.
+	ReasonDeploymentTimeout BotReason = "DeploymentTimeout"
+	// ReasonDeploymentLost: no deployment of the application can be found and its container
+	// does not run, past deployGracePeriod.
+	ReasonDeploymentLost BotReason = "DeploymentLost"
+	// ReasonApplicationLost: the slot's Coolify application was deleted behind the operator's
+	// back. A slot without a bot also moves to Creating with this reason.
+	ReasonApplicationLost BotReason = "ApplicationLost"
+	// ReasonStopFailed: stopping the container failed.
+	ReasonStopFailed BotReason = "StopFailed"
+)
+
+// Reasons of a Stalled slot besides the pool's credential reasons; ReasonDestinationRefused
+// stalls the pool too, and ReasonCoolifyThrottled is the pool's Ready reason while it waits.
+const (
+	// ReasonRequestRefused: Coolify refused the request as invalid (422/400), e.g. resources
+	// or an env variable its validation rejects.
+	ReasonRequestRefused = "RequestRefused"
+	// ReasonSlotEnvNotFound: the pool's slotEnvFrom Secret does not exist.
+	ReasonSlotEnvNotFound = "SlotEnvSecretNotFound"
+	// ReasonSlotEnvNotAllowed: the slotEnvFrom Secret lacks the label LabelAllowPoolUse.
+	ReasonSlotEnvNotAllowed = "SlotEnvSecretNotAllowed"
+	// ReasonDestinationRefused: the Coolify URL resolves to an address the manager's egress
+	// policy refuses (loopback, link-local, or a private range not allowed).
+	ReasonDestinationRefused = "DestinationRefused"
+	// ReasonCoolifyThrottled: Coolify's rate limit is used up, or the instance is not
+	// answering and the client holds calls back; the pool waits, it is not broken.
+	ReasonCoolifyThrottled = "CoolifyThrottled"
+)
+
+// Reasons of the Bot conditions Ready and Bound while the bot has not ended.
+const (
+	// ReasonWaiting: the bot waits in the queue for a free slot (Ready False, Bound False).
+	ReasonWaiting = "Waiting"
+	// ReasonScheduled: the bot waits for its start time (Ready False).
+	ReasonScheduled = "Scheduled"
+	// ReasonBound: the bot holds a slot (Bound True); also the Event of its binding.
+	ReasonBound = "Bound"
+	// ReasonRunning: the bot's container runs in its slot (Ready True).
+	ReasonRunning = "Running"
+)
+
+// Reasons of the Alive condition besides ReasonHeartbeatReceived. A bot that has not beaten
+// yet has no Alive condition until its first beat or the end of its grace period.
+const (
+	// ReasonHeartbeatMissed: no heartbeat for heartbeatGracePeriod (Alive False).
+	ReasonHeartbeatMissed = "HeartbeatMissed"
+	// ReasonLivenessUnknown: the liveness store cannot answer (Alive Unknown); nobody is
+	// failed meanwhile.
+	ReasonLivenessUnknown = "LivenessUnknown"
+)
+
+// Reasons of Events and transitions.
+const (
+	// ReasonCallbackDelivered: a bot's callback was delivered (Normal Event).
+	ReasonCallbackDelivered = "CallbackDelivered"
+	// ReasonCallbackFailed: a bot's callback was given up (Warning Event).
+	ReasonCallbackFailed = "CallbackFailed"
+	// ReasonDeleting: a deleted pool deletes its slots and their applications (Ready False,
+	// Reconciling True), once no bot is left to drain.
+	ReasonDeleting = "Deleting"
+	// ReasonSlotsCreated: the pool created slots (Normal Event).
+	ReasonSlotsCreated = "SlotsCreated"
+	// ReasonSlotsRemoved: the pool removed slots above maxSlots (Normal Event).
+	ReasonSlotsRemoved = "SlotsRemoved"
+	// ReasonOrphanRunning: an application of the pool that no slot owns still runs, so it is
+	// left alone (Warning Event).
+	ReasonOrphanRunning = "OrphanRunning"
+	// ReasonOrphanDeleted: a stopped application of the pool that no slot owns was deleted
+	// (Normal Event).
+	ReasonOrphanDeleted = "OrphanDeleted"
+	// ReasonCleanupBlocked: a deleted slot cannot reach Coolify to delete its application and
+	// waits until it can, or until it or its pool is annotated to let the application go
+	// (Warning Event).
+	ReasonCleanupBlocked = "CleanupBlocked"
+	// ReasonAdoptionRefused: a slot found an application with its name and the pool's tag
+	// but another image or placement, and does not adopt it (Warning Event).
+	ReasonAdoptionRefused = "AdoptionRefused"
+	// ReasonRecoverySkipped: a slot Deploying past deployingTimeout skipped its recovery
+	// because its bot beats (Normal Event).
+	ReasonRecoverySkipped = "RecoverySkipped"
+	// ReasonRecovered: a slot in Error stopped its container and is Idle again (the
+	// transition's Event).
+	ReasonRecovered = "Recovered"
+	// ReasonSlotRetired: a slot failed maxRecoveryAttempts times in a row and is deleted with
+	// its application (Warning Event).
+	ReasonSlotRetired = "SlotRetired"
+)
