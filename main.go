@@ -312,8 +312,10 @@ func openStore(ctx context.Context, log logr.Logger, o options) (store.Store, er
 
 // setupControllers registers the reconcilers with what they share: one Coolify client per
 // instance and user (one rate limiter), one bulk reader, one deployment gate.
-// writes is shared by the Bot controller and the bot API, the two writers of a Bot's status.
+// Every controller writes through one client that records in writes the versions its writes
+// replaced; the bot API, which records its own, shares writes too.
 func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, writes *cachelag.Tracker, o options) error {
+	c := cachelag.NewClient(mgr.GetClient(), writes)
 	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing for the controllers: %w", err)
 	}
@@ -332,13 +334,13 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, wri
 	m := controllers.NewMetrics(metrics.Registry)
 	recorder := mgr.GetEventRecorder("botpool")
 	if err := (&controllers.BotPoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
+		Client: c, APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
 		Clock: clk, Recorder: recorder, Metrics: m, ClusterID: cluster,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BotPool controller: %w", err)
 	}
 	if err := (&controllers.BotPoolSlotReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: st,
+		Client: c, APIReader: mgr.GetAPIReader(), Connector: connector, Store: st, Writes: writes,
 		Clock: clk, Recorder: recorder, Metrics: m, Coolify: bulk, Gate: &controllers.DeployGate{Clock: clk},
 		BotAPIURL: o.botAPIURL, ClusterID: cluster,
 	}).SetupWithManager(mgr); err != nil {
@@ -360,12 +362,12 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, wri
 		return fmt.Errorf("adding the callback notifier: %w", err)
 	}
 	if err := (&controllers.BotReconciler{
-		Client: mgr.GetClient(), Clock: clk, Recorder: recorder, Callbacks: callbacks, CallbackDone: callbackDone,
+		Client: c, Clock: clk, Recorder: recorder, Callbacks: callbacks, CallbackDone: callbackDone,
 		Store: st, ScheduleLead: o.scheduleLead, Writes: writes,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Bot controller: %w", err)
 	}
-	if err := (&controllers.Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: m}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.Dispatcher{Client: c, Clock: clk, Metrics: m}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the dispatcher: %w", err)
 	}
 	return nil

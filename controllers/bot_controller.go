@@ -72,8 +72,10 @@ type BotReconciler struct {
 	// its slot is warm when the meeting starts.
 	ScheduleLead time.Duration
 
-	// Writes remembers the bot versions this process's writes replaced, the bot API's
-	// included: a pass waits for the cache instead of acting on one. nil remembers nothing.
+	// Writes remembers the bot versions this process's writes replaced: Client records them
+	// (cachelag.NewClient with this Tracker), the dispatcher's position writes included, and
+	// the bot API records its own. A pass waits for the cache instead of acting on one. nil
+	// remembers nothing.
 	Writes *cachelag.Tracker
 
 	started time.Time // when this controller was set up: see livenessReader
@@ -121,7 +123,6 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 			patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
 			switch perr := r.Client.Status().Patch(ctx, bot, patch); {
 			case perr == nil:
-				r.Writes.Wrote(bot.UID, before.ResourceVersion)
 				if newSlot != nil {
 					r.Recorder.Eventf(bot, newSlot, corev1.EventTypeNormal, v1.ReasonBound, "Bind", "Bound to slot %s", newSlot.Name)
 				}
@@ -274,12 +275,7 @@ func (r *BotReconciler) hold(ctx context.Context, bot *v1.Bot) error {
 	if !bot.DeletionTimestamp.IsZero() || bot.Status.Phase.Terminal() || !controllerutil.AddFinalizer(bot, botFinalizer) {
 		return nil
 	}
-	old := bot.ResourceVersion
-	if err := r.Client.Update(ctx, bot); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	r.Writes.Wrote(bot.UID, old)
-	return nil
+	return client.IgnoreNotFound(r.Client.Update(ctx, bot))
 }
 
 // reconcileDelete lets a deleted bot leave gracefully: while it is bound, heartbeats answer

@@ -120,8 +120,10 @@ func runManager(e *kubetest.Env) error {
 	}
 	metrics := NewMetrics(nil)
 	bulk := &BulkReader{Clock: clk}
+	writes := &cachelag.Tracker{}
+	c := cachelag.NewClient(mgr.GetClient(), writes) // every controller's writes, recorded in writes
 	pools := &BotPoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
+		Client: c, APIReader: mgr.GetAPIReader(), Connector: connector, Coolify: bulk,
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics, OrphanCheck: 100 * time.Millisecond,
 		ClusterID: suiteCluster,
 	}
@@ -129,7 +131,7 @@ func runManager(e *kubetest.Env) error {
 		return err
 	}
 	slots := &BotPoolSlotReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Connector: connector, Store: managerStore,
+		Client: c, APIReader: mgr.GetAPIReader(), Connector: connector, Store: managerStore, Writes: writes,
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics,
 		Coolify: bulk, Gate: &DeployGate{Clock: clk},
 		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster,
@@ -144,11 +146,10 @@ func runManager(e *kubetest.Env) error {
 	if err := mgr.Add(callbacks); err != nil {
 		return err
 	}
-	writes := &cachelag.Tracker{}
-	if err := (&BotReconciler{Client: mgr.GetClient(), Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, CallbackDone: callbackDone, Store: managerStore, ScheduleLead: time.Minute, Writes: writes}).SetupWithManager(mgr); err != nil {
+	if err := (&BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Callbacks: callbacks, CallbackDone: callbackDone, Store: managerStore, ScheduleLead: time.Minute, Writes: writes}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&Dispatcher{Client: mgr.GetClient(), Clock: clk, Metrics: metrics}).SetupWithManager(mgr); err != nil {
+	if err := (&Dispatcher{Client: c, Clock: clk, Metrics: metrics}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	// The bot API, as in the manager: slots' containers (simulated bots) call it.

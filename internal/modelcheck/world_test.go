@@ -245,17 +245,18 @@ func (w *world) newOperator() *operator {
 	must(err)
 	conn := &connector{api: api, last: map[types.NamespacedName]coolify.API{}}
 	c := cachedClient{apiServer: w.api, cache: w.cache}
+	writes := &cachelag.Tracker{}       // shared with the bot API, as in the manager
+	wc := cachelag.NewClient(c, writes) // every controller's writes, recorded in writes
 	metrics := controllers.NewMetrics(nil)
 	bulk := &controllers.BulkReader{Clock: w.clk}
-	pools := &controllers.BotPoolReconciler{Client: c, APIReader: w.api, Connector: conn, Coolify: bulk,
+	pools := &controllers.BotPoolReconciler{Client: wc, APIReader: w.api, Connector: conn, Coolify: bulk,
 		Clock: w.clk, Recorder: discardEvents{}, Metrics: metrics}
-	slots := &controllers.BotPoolSlotReconciler{Client: c, APIReader: w.api, Connector: conn, Store: w.store,
+	slots := &controllers.BotPoolSlotReconciler{Client: wc, APIReader: w.api, Connector: conn, Store: w.store, Writes: writes,
 		Clock: w.clk, Recorder: discardEvents{}, Metrics: metrics, Coolify: bulk,
 		Gate: &controllers.DeployGate{Clock: w.clk}, BotAPIURL: "http://botapi.model", Jitter: w.rng.Float64}
-	writes := &cachelag.Tracker{} // the Bot controller's and the bot API's, as in the manager
-	bots := &controllers.BotReconciler{Client: c, Clock: w.clk, Recorder: discardEvents{}, Store: w.store,
+	bots := &controllers.BotReconciler{Client: wc, Clock: w.clk, Recorder: discardEvents{}, Store: w.store,
 		ScheduleLead: 2 * time.Minute, Writes: writes}
-	disp := &controllers.Dispatcher{Client: c, Clock: w.clk, Metrics: metrics}
+	disp := &controllers.Dispatcher{Client: wc, Clock: w.clk, Metrics: metrics}
 	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
 		Scheme: w.scheme, Logger: logr.Discard(), Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)},
