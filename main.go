@@ -40,7 +40,6 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
-	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
@@ -314,7 +313,7 @@ func openStore(ctx context.Context, log logr.Logger, o options) (store.Store, er
 // identity, one Coolify client per instance and user (one rate limiter) behind the pools'
 // credentials, the callback egress policy and the real clock. It returns the controllers'
 // record of Bot writes, which the bot API shares.
-func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o options) (*cachelag.Tracker, error) {
+func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o options) (*controllers.Controllers, error) {
 	clk := clock.RealClock{}
 	cluster, err := clusterIdentity(ctx, mgr.GetAPIReader(), o.clusterName)
 	if err != nil {
@@ -344,7 +343,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 	if err != nil {
 		return nil, err
 	}
-	return c.Writes, nil
+	return c, nil
 }
 
 func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
@@ -359,7 +358,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 
-	writes, err := setupControllers(ctx, mgr, st, o)
+	ctrls, err := setupControllers(ctx, mgr, st, o)
 	if err != nil {
 		return err
 	}
@@ -371,7 +370,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	}
 	if err := botapi.AddToManager(ctx, mgr, botapi.Config{
 		Addr:       o.botAPIAddr,
-		Writes:     writes,
+		Client:     ctrls.Client, // its status writes are recorded as the controllers' are
+		Writes:     ctrls.Writes,
 		Liveness:   botapi.WithEventQuota(st, o.eventQuota, clock.RealClock{}, metrics.Registry),
 		Clock:      clock.RealClock{},
 		Log:        ctrl.Log.WithName("botapi"),

@@ -256,12 +256,7 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolS
 			bot.MarkAlive(now)
 		}
 		bot.Status.TruncateTexts()
-		old := bot.ResourceVersion
-		if err := s.cfg.Client.Status().Patch(ctx, bot, patch); err != nil {
-			return err
-		}
-		s.cfg.Writes.Wrote(uid, old)
-		return nil
+		return s.cfg.Client.Status().Patch(ctx, bot, patch)
 	})
 	if apierrors.IsNotFound(err) {
 		return "", errorf(http.StatusGone, "bot "+bot.Name+" no longer exists: exit")

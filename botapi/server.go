@@ -49,7 +49,9 @@ type Config struct {
 	TLSCertFile, TLSKeyFile string
 	// Cache answers reads; it must have the indexes of IndexFields.
 	Cache client.Reader
-	// Client writes Bot status.
+	// Client writes Bot status. It should record the versions its writes replace in Writes
+	// (cachelag.NewClient, as controllers.Setup's Client does), so the Bot controller waits
+	// for the cache after a report instead of judging the version the report replaced.
 	Client client.Client
 	// APIReader reads past the cache, to retry a status patch that lost a conflict.
 	APIReader client.Reader

@@ -72,8 +72,10 @@ type BotReconciler struct {
 	// its slot is warm when the meeting starts.
 	ScheduleLead time.Duration
 
-	// Writes remembers the bot versions this process's writes replaced, the bot API's
-	// included: a pass waits for the cache instead of acting on one. nil remembers nothing.
+	// Writes remembers the bot versions this process's writes replaced: Client records them
+	// (cachelag.NewClient with this Tracker), the dispatcher's position writes included, and
+	// the bot API records its own. A pass waits for the cache instead of acting on one. nil
+	// remembers nothing.
 	Writes *cachelag.Tracker
 
 	started time.Time // when this controller was set up: see livenessReader
@@ -127,7 +129,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	// The finalizer keeps a deleted bot for its graceful leave and the release of its slot;
 	// a bot that ended needs neither.
 	if !bot.Status.Phase.Terminal() {
-		if err := addFinalizer(ctx, r.Client, bot, botFinalizer, func(old string) { r.Writes.Wrote(bot.UID, old) }); err != nil {
+		if err := addFinalizer(ctx, r.Client, bot, botFinalizer); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
@@ -270,7 +272,6 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 		patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
 		switch perr := r.Client.Status().Patch(ctx, bot, patch); {
 		case perr == nil:
-			r.Writes.Wrote(bot.UID, before.ResourceVersion)
 			if s.newSlot != nil {
 				r.Recorder.Eventf(bot, s.newSlot, corev1.EventTypeNormal, v1.ReasonBound, "Bind", "Bound to slot %s", s.newSlot.Name)
 			}

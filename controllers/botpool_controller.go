@@ -97,7 +97,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if err := addFinalizer(ctx, r.Client, pool, poolFinalizer, nil); err != nil {
+	if err := addFinalizer(ctx, r.Client, pool, poolFinalizer); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &poolScope{pool: pool}

@@ -17,6 +17,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	bt "botpool.dev/botpool/internal/botpooltest"
+	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -75,7 +76,8 @@ func TestReleaseWaitsForTheCacheAfterItsOwnStatusWrite(t *testing.T) {
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			},
 		}).Build()
-	r := &BotPoolSlotReconciler{Client: c, APIReader: c, Store: memory.New(memory.WithClock(fclk)),
+	writes := &cachelag.Tracker{}
+	r := &BotPoolSlotReconciler{Client: cachelag.NewClient(c, writes), APIReader: c, Writes: writes, Store: memory.New(memory.WithClock(fclk)),
 		Clock: fclk, Recorder: discardEvents{}, Metrics: NewMetrics(nil), Gate: &DeployGate{Clock: fclk}}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)}
 

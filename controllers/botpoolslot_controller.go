@@ -81,29 +81,21 @@ type BotPoolSlotReconciler struct {
 	Jitter func() float64
 	// GateRetry and AppCheck override DefaultGateRetry and DefaultAppCheck.
 	GateRetry, AppCheck time.Duration
+	// Writes remembers the slot versions this process's writes replaced: Client records them
+	// (cachelag.NewClient with this Tracker), the dispatcher's bindings and the pool's
+	// deletions included. A pass that still reads one from the cache would act on a past state
+	// (say, judge a deployment it just cancelled), so it waits for the cache instead. nil
+	// remembers nothing.
+	Writes *cachelag.Tracker
 
 	// started is when this controller was set up: see livenessReader.
 	started time.Time
 
-	// replaced remembers the slot versions our writes replaced. A pass that still reads one
-	// from the cache would act on a past state (say, judge a deployment it just cancelled), so
-	// it waits for the cache instead.
-	replaced cachelag.Tracker
 	// projected holds, per slot (namespace/name), the record last handed to the store: a pass
 	// writes the projection when it differs, not only when the pass changed the status, so a
 	// write lost between the status patch and the store (a crash, a cancelled request) or a
 	// binding (spec only) is made by the next pass.
 	projected sync.Map
-}
-
-// staleRead reports whether the cache still holds a version of slot one of our writes replaced.
-func (r *BotPoolSlotReconciler) staleRead(slot *v1.BotPoolSlot) bool {
-	return r.replaced.Stale(slot.UID, slot.ResourceVersion)
-}
-
-// wrote records that a write replaced version old of slot.
-func (r *BotPoolSlotReconciler) wrote(slot *v1.BotPoolSlot, old string) {
-	r.replaced.Wrote(slot.UID, old)
 }
 
 func (r *BotPoolSlotReconciler) gateRetry() time.Duration {
@@ -160,12 +152,12 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.staleRead(slot) {
+	if r.Writes.Stale(slot.UID, slot.ResourceVersion) {
 		return ctrl.Result{RequeueAfter: cacheWait}, nil
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("pool", slot.Spec.Pool, "appUUID", slot.Status.ApplicationUUID)
 	ctx = ctrl.LoggerInto(ctx, log)
-	if err := addFinalizer(ctx, r.Client, slot, slotFinalizer, func(old string) { r.wrote(slot, old) }); err != nil {
+	if err := addFinalizer(ctx, r.Client, slot, slotFinalizer); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &slotScope{slot: slot}
@@ -252,11 +244,6 @@ func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before
 	}
 	slot.Status.TruncateTexts()
 	if !equality.Semantic.DeepEqual(before.Status, slot.Status) {
-		// The version this write replaces is the slot's now, not before's: an unbind earlier
-		// in this pass moved it on (its new generation changes the conditions, so this write
-		// follows it). Recording before's would leave the unbind's version unmarked, and a
-		// pass that read it from a lagging cache would release the slot a second time.
-		old := slot.ResourceVersion
 		// On a context of its own: a pass cut off (shutdown, the reconcile timeout) while a
 		// deploy request was out must still record DeployingSince, or the next pass, not
 		// knowing a deployment may be queued, would deploy again and restart the bot.
@@ -264,7 +251,6 @@ func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before
 		defer cancel()
 		switch perr := r.Client.Status().Patch(wctx, slot, client.MergeFrom(before)); {
 		case perr == nil:
-			r.wrote(slot, old)
 			r.flush(wctx, s)
 		case !apierrors.IsNotFound(perr): // gone: nothing to report, nothing to project
 			o.err = errors.Join(o.err, perr)
@@ -450,11 +436,10 @@ func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why st
 	ctrl.LoggerFrom(ctx).Info("Releasing slot", "bot", s.slot.Spec.BotRef.Name, "why", why)
 	patch := client.MergeFromWithOptions(s.slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	s.slot.Spec.BotRef = nil
-	status, old := s.slot.Status, s.slot.ResourceVersion // the patch answers with the stored status; keep ours
+	status := s.slot.Status // the patch answers with the stored status; keep ours
 	if err := r.Client.Patch(ctx, s.slot, patch); err != nil {
 		return err
 	}
-	r.wrote(s.slot, old)
 	s.slot.Status = status
 	s.bot = nil
 	return nil

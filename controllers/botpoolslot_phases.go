@@ -759,14 +759,9 @@ func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope)
 	if !controllerutil.RemoveFinalizer(s.slot, slotFinalizer) {
 		return nil
 	}
-	status, old := s.slot.Status, s.slot.ResourceVersion
+	status := s.slot.Status
 	if err := r.Client.Update(ctx, s.slot); client.IgnoreNotFound(err) != nil {
 		return err
-	}
-	if s.slot.DeletionTimestamp.IsZero() {
-		r.wrote(s.slot, old)
-	} else {
-		r.replaced.Forget(s.slot.UID) // the slot is gone: nothing to wait for
 	}
 	s.slot.Status = status
 	r.unproject(ctx, s.slot.Namespace, s.slot.Name)

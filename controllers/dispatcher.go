@@ -36,6 +36,13 @@ const bindWorkers = 16
 // rule on botRef refuses to rebind a bound slot. Waves run per pool, never two at once for
 // one pool, and free slots and new waiters each trigger one.
 type Dispatcher struct {
+	// Client records the dispatcher's writes (cachelag.NewClient), so the slot and Bot
+	// controllers wait for the cache past a binding or a position it wrote. The dispatcher
+	// itself never asks whether what it read is stale, and must not skip what is: its own
+	// position writes make the waiting bots' cached versions stale, and a wave that skipped
+	// them would bind a bot behind them (invariant 4). A wave on a past version needs no
+	// guard: a binding is written under the slot's version and loses the conflict if the slot
+	// moved on, and bound and taken keep it from offering its own bindings again.
 	Client  client.Client
 	Clock   clock.PassiveClock
 	Metrics *Metrics

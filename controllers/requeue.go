@@ -104,18 +104,11 @@ func earliest(a, b time.Duration) time.Duration {
 }
 
 // addFinalizer is the one way the controllers add their finalizer: on a live object, stored
-// at once, and the pass goes on with the version the update answered. wrote records the
-// version the update replaced (the cache-lag record); nil records nothing.
-func addFinalizer(ctx context.Context, c client.Client, obj client.Object, name string, wrote func(old string)) error {
+// at once, and the pass goes on with the version the update answered. The client records
+// the version the update replaced (cachelag.NewClient).
+func addFinalizer(ctx context.Context, c client.Client, obj client.Object, name string) error {
 	if !obj.GetDeletionTimestamp().IsZero() || !controllerutil.AddFinalizer(obj, name) {
 		return nil
 	}
-	old := obj.GetResourceVersion()
-	if err := c.Update(ctx, obj); err != nil {
-		return err
-	}
-	if wrote != nil {
-		wrote(old)
-	}
-	return nil
+	return c.Update(ctx, obj)
 }

@@ -69,9 +69,12 @@ type Controllers struct {
 	Slots      *BotPoolSlotReconciler
 	Bots       *BotReconciler
 	Dispatcher *Dispatcher
-	// Writes is the Bot controller's memory of the bot versions writes replaced; the bot API,
-	// the other writer of a Bot's status, records its writes there too.
+	// Writes remembers the versions the controllers' writes replaced (every write goes through
+	// Client, which records them); the bot API, the other writer of a Bot's status, writes
+	// through Client too.
 	Writes *cachelag.Tracker
+	// Client is the client every controller writes through: deps.Client, recording in Writes.
+	Client client.Client
 }
 
 // Setup registers the controllers on mgr, with what they share: one bulk reader of Coolify
@@ -102,25 +105,26 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 
 	clk := deps.Clock
 	bulk := &BulkReader{Clock: clk}
-	c := &Controllers{
+	writes := &cachelag.Tracker{}
+	wc := cachelag.NewClient(deps.Client, writes) // no write can forget to record itself
+	c := &Controllers{Writes: writes, Client: wc,
 		Pools: &BotPoolReconciler{
-			Client: deps.Client, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk,
+			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk,
 			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, ClusterID: o.ClusterID,
 			OrphanCheck: o.OrphanCheck,
 		},
 		Slots: &BotPoolSlotReconciler{
-			Client: deps.Client, APIReader: deps.APIReader, Connector: deps.Connector, Store: deps.Store,
+			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Store: deps.Store, Writes: writes,
 			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, Coolify: bulk, Gate: &DeployGate{Clock: clk},
 			BotAPIURL: o.BotAPIURL, ClusterID: o.ClusterID, Jitter: o.Jitter,
 			GateRetry: o.GateRetry, AppCheck: o.AppCheck,
 		},
 		Bots: &BotReconciler{
-			Client: deps.Client, Clock: clk, Recorder: deps.Recorder, Store: deps.Store,
-			ScheduleLead: o.ScheduleLead, Writes: &cachelag.Tracker{},
+			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store,
+			ScheduleLead: o.ScheduleLead, Writes: writes,
 		},
-		Dispatcher: &Dispatcher{Client: deps.Client, Clock: clk, Metrics: deps.Metrics},
+		Dispatcher: &Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics},
 	}
-	c.Writes = c.Bots.Writes
 	if o.Callbacks != nil {
 		// The notifier reports each outcome to the Bot controller, the one writer of
 		// status.callback, through this channel; see docs/callbacks.md.

@@ -126,7 +126,7 @@ func runManager(e *kubetest.Env) error {
 	}
 	// The bot API, as in the manager: slots' containers (simulated bots) call it.
 	if err := botapi.AddToManager(context.Background(), mgr, botapi.Config{
-		Addr: botAPIAddr, Writes: c.Writes, Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
+		Addr: botAPIAddr, Client: c.Client, Writes: c.Writes, Liveness: managerStore, Clock: clk, Log: ctrl.Log.WithName("botapi"),
 	}); err != nil {
 		return err
 	}

@@ -2,6 +2,9 @@
 // object that one of this process's own writes replaced. Acting on that version would judge a
 // past state, and a write built on it would only be refused with a 409 conflict; the reader
 // waits for the cache instead, which shows the write within milliseconds.
+//
+// Writers go through NewClient, which records every write in a Tracker; readers ask the
+// Tracker whether the version they read is Stale.
 package cachelag
 
 import (

@@ -250,7 +250,7 @@ func (w *world) newOperator() *operator {
 	must(err)
 	must(botapi.IndexFields(w.ctx, w.cache))
 	op := &operator{pools: ctrls.Pools, slots: ctrls.Slots, bots: ctrls.Bots, disp: ctrls.Dispatcher}
-	op.botAPI = botapi.New(botapi.Config{Cache: c, Client: c, APIReader: w.api, Writes: ctrls.Writes, Liveness: w.store,
+	op.botAPI = botapi.New(botapi.Config{Cache: c, Client: ctrls.Client, APIReader: w.api, Writes: ctrls.Writes, Liveness: w.store,
 		Clock: w.clk, Log: logr.Discard(), HeartbeatInterval: heartbeatInterval}).Handler()
 	return op
 }
