@@ -221,7 +221,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 			// queued it: cancel and stop what it may have started.
 			r.cancelDeployment(ctx, s)
 			r.moveTo(s, v1.SlotReleasing, "", "The bot let go before its deployment was confirmed")
-			return nil
+			return nil // advance stops the container now, in this pass
 		}
 		return r.checkApp(ctx, s, "")
 	}
@@ -362,7 +362,7 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	if s.bot == nil { // released mid-deploy: stop it
 		r.cancelDeployment(ctx, s)
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go during the deployment")
-		return nil
+		return nil // advance stops the container now, in this pass
 	}
 	dep, err := r.findDeployment(ctx, s, poll)
 	if err != nil {
@@ -511,7 +511,7 @@ func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotSco
 func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
 	if s.bot == nil {
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go")
-		return nil
+		return nil // advance stops the container now, in this pass
 	}
 	return r.checkApp(ctx, s, string(v1.ReasonApplicationLost))
 }
@@ -759,7 +759,7 @@ func (r *BotPoolSlotReconciler) drain(ctx context.Context, s *slotScope) (done b
 const deleteCheck = 5 * time.Second
 
 func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
-	r.returnAdmission(s, false) // a slot deleted while Deploying leaves the gate too
+	r.returnAdmission(s, false) // whatever the phase: one deleted while Deploying holds one
 	if !controllerutil.RemoveFinalizer(s.slot, slotFinalizer) {
 		return nil
 	}
