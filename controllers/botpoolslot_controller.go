@@ -121,6 +121,12 @@ type slotScope struct {
 
 	transitions []store.Transition
 	requeue     time.Duration
+	// admitted: this pass holds an admission of the deploy gate (see admit).
+	admitted bool
+	// handleNow: the last move asks for the handler of the phase it entered in this pass.
+	handleNow bool
+	// refused holds the moves slotTransitions does not allow; they fail the pass.
+	refused error
 }
 
 // related is the bound bot for an event's related object: a nil *v1.Bot inside a non-nil
@@ -163,7 +169,11 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	s := &slotScope{slot: slot}
 	before := slot.DeepCopy()
 	defer func() { res, err = r.finish(ctx, s, before, settle(err, true)) }()
-	return ctrl.Result{}, r.run(ctx, s)
+	err = r.run(ctx, s)
+	if s.refused != nil { // a move slotTransitions does not allow: a defect, never a wait
+		err = s.refused
+	}
+	return ctrl.Result{}, err
 }
 
 // run is the body of a pass: the steps every slot takes, then its phase's or its deletion's.
@@ -195,28 +205,6 @@ func (r *BotPoolSlotReconciler) run(ctx context.Context, s *slotScope) error {
 		return r.reconcileDelete(ctx, s)
 	}
 	return r.advance(ctx, s)
-}
-
-// advance runs the handler of the slot's phase.
-func (r *BotPoolSlotReconciler) advance(ctx context.Context, s *slotScope) error {
-	switch s.slot.Status.Phase {
-	case "":
-		r.moveTo(s, v1.SlotCreating, "", "Creating the Coolify application")
-		return r.create(ctx, s)
-	case v1.SlotCreating:
-		return r.create(ctx, s)
-	case v1.SlotIdle:
-		return r.idle(ctx, s)
-	case v1.SlotDeploying:
-		return r.deploying(ctx, s)
-	case v1.SlotBusy:
-		return r.busy(ctx, s)
-	case v1.SlotReleasing:
-		return r.releasing(ctx, s)
-	case v1.SlotError:
-		return r.recover(ctx, s)
-	}
-	return nil
 }
 
 // finish ends a pass: a wait says why nothing moves (the phase stays), a stall sets Stalled
@@ -443,29 +431,6 @@ func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why st
 	s.slot.Status = status
 	s.bot = nil
 	return nil
-}
-
-// moveTo records a phase change; the status patch and the audit trail follow at the end of
-// the pass.
-func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, msg string) {
-	st := &s.slot.Status
-	from := st.Phase
-	now := metav1.NewTime(r.Clock.Now())
-	st.Phase, st.PhaseSince, st.Message = to, &now, msg
-	if to == v1.SlotError {
-		st.Reason = reason
-	} else {
-		st.Reason = ""
-	}
-	t := store.Transition{
-		Namespace: s.slot.Namespace, Slot: s.slot.Name, Pool: s.slot.Spec.Pool,
-		From: string(from), To: string(to), ApplicationUUID: st.ApplicationUUID,
-		Reason: reason, CorrelationID: string(s.slot.UID) + "/" + st.DeploymentUUID, At: now.Time,
-	}
-	if ref := s.slot.Spec.BotRef; ref != nil {
-		t.BotUID, t.BotName = ref.UID, ref.Name
-	}
-	s.transitions = append(s.transitions, t)
 }
 
 // flush reports the transitions of a pass once its status is stored: a log line, a row in the

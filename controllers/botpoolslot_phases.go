@@ -221,11 +221,11 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 			// queued it: cancel and stop what it may have started.
 			r.cancelDeployment(ctx, s)
 			r.moveTo(s, v1.SlotReleasing, "", "The bot let go before its deployment was confirmed")
-			return r.releasing(ctx, s)
+			return nil // advance stops the container now, in this pass
 		}
 		return r.checkApp(ctx, s, "")
 	}
-	if !r.Gate.Admit(s.pool, coolifyInstance(s.api), s.slot.Name, r.deployingSlots(ctx, s), r.imageWarm(ctx, s)) {
+	if !r.admit(ctx, s) {
 		if !strings.HasPrefix(s.slot.Status.Message, "Coolify is busy") {
 			s.slot.Status.Message = "Bot " + s.bot.Name + " bound; " + gateWaitMessage
 		}
@@ -233,61 +233,71 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		return nil
 	}
 	now := r.Clock.Now()
-	// A deploy request may have happened without its answer: the last one failed, maybe after
-	// Coolify queued it (a proxy timing out), or the process before this one bound the slot and
-	// may have deployed before it could record it. A deployment since then is this bot's;
-	// deploying again would restart its container once it runs, killing the bot mid-call.
+	if done, err := r.joinUnanswered(ctx, s); err != nil || done {
+		return err
+	}
+	return r.deploy(ctx, s, now)
+}
+
+// joinUnanswered looks for a deployment a deploy request may have started without its answer:
+// the last one failed, maybe after Coolify queued it (a proxy timing out), or the process
+// before this one bound the slot and may have deployed before it could record it. A
+// deployment since then is this bot's, and the slot follows it: deploying again would restart
+// its container once it runs, killing the bot mid-call. done says the pass is over.
+func (r *BotPoolSlotReconciler) joinUnanswered(ctx context.Context, s *slotScope) (done bool, err error) {
+	st := &s.slot.Status
 	maybe := st.DeployingSince
 	if maybe == nil && st.PhaseSince != nil && st.PhaseSince.Before(&metav1.Time{Time: r.started}) {
 		maybe = st.PhaseSince
 	}
-	if maybe != nil {
-		dep, err := r.deploymentSince(ctx, s, maybe.Time)
-		if errors.Is(err, coolify.ErrNotFound) { // the application is gone: no deployment to find
-			r.Gate.Done(s.pool, s.slot.Name, false)
-			r.recreate(s)
-			return nil
-		}
-		if err != nil {
-			r.Gate.Done(s.pool, s.slot.Name, false)
-			return fmt.Errorf("looking for a deployment requested without an answer: %w", err)
-		}
-		if dep != nil {
-			st.DeploymentUUID, st.SkippedRecoveries = dep.DeploymentUUID, 0
-			r.moveTo(s, v1.SlotDeploying, "", "Deploying bot "+s.bot.Name+" (deployment "+dep.DeploymentUUID+", requested before without an answer)")
-			s.after(r.jittered(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)))
-			return nil
-		}
+	if maybe == nil {
+		return false, nil
 	}
+	dep, err := r.deploymentSince(ctx, s, maybe.Time)
+	switch {
+	case errors.Is(err, coolify.ErrNotFound): // the application is gone: no deployment to find
+		r.recreate(s)
+		return true, nil
+	case err != nil:
+		return true, fmt.Errorf("looking for a deployment requested without an answer: %w", err)
+	case dep == nil:
+		return false, nil
+	}
+	st.DeploymentUUID, st.SkippedRecoveries = dep.DeploymentUUID, 0
+	r.moveTo(s, v1.SlotDeploying, "", "Deploying bot "+s.bot.Name+" (deployment "+dep.DeploymentUUID+", requested before without an answer)")
+	s.after(r.jittered(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)))
+	return true, nil
+}
+
+// deploy requests the bot's deployment, admitted by the gate at now. A request that did not
+// start one leaves the slot Idle with its bot bound, and the admission goes back (advance).
+func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now time.Time) error {
+	st := &s.slot.Status
 	r.describe(ctx, s, v1.SlotDeploying, now)
 	res, err := s.api.Deploy(ctx, st.ApplicationUUID)
 	var apiErr *coolify.APIError
 	switch {
 	case errors.Is(err, coolify.ErrNotFound):
-		r.Gate.Done(s.pool, s.slot.Name, false)
 		r.recreate(s)
 		return nil
 	case errors.Is(err, coolify.ErrThrottled):
 		// Not sent, or refused before it took effect: wait as told (capped), bot still bound.
 		wait, _ := coolifyWait(err)
-		r.Gate.Done(s.pool, s.slot.Name, false)
 		st.Message = throttledMessage(err) + "; deploying bot " + s.bot.Name + " then"
 		s.after(wait)
 		return nil
 	case errors.As(err, &apiErr) && (errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrRateLimited)):
 		// Honour Retry-After for the whole server (by the injected clock), and keep asking
 		// the gate meanwhile: the bot stays bound and waits, it does not fail.
-		r.Gate.Done(s.pool, s.slot.Name, false)
 		r.Gate.Pause(s.pool, coolifyInstance(s.api), now.Add(max(apiErr.RetryAfter, r.gateRetry())))
 		st.Message = "Coolify is busy (" + apiErr.Message + "); deploying bot " + s.bot.Name + " when it has room"
 		s.after(r.jittered(r.gateRetry()))
 		return nil
 	case err != nil:
-		r.Gate.Done(s.pool, s.slot.Name, false)
 		if st.DeployingSince == nil && (transient(err) || errors.Is(err, context.Canceled)) {
 			// A 5xx or a lost answer (a timeout, or the pass cut off while the request was out)
 			// may come after the deployment was queued: the next attempt looks for it before
-			// deploying again (see above). A refusal (4xx) did not.
+			// deploying again (see joinUnanswered). A refusal (4xx) did not.
 			st.DeployingSince = &metav1.Time{Time: now}
 		}
 		return fmt.Errorf("deploying: %w", err)
@@ -351,9 +361,8 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	}
 	if s.bot == nil { // released mid-deploy: stop it
 		r.cancelDeployment(ctx, s)
-		r.Gate.Done(s.pool, s.slot.Name, false)
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go during the deployment")
-		return r.releasing(ctx, s)
+		return nil // advance stops the container now, in this pass
 	}
 	dep, err := r.findDeployment(ctx, s, poll)
 	if err != nil {
@@ -382,7 +391,6 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		return nil
 	case v1.SlotError:
 		r.cancelDeployment(ctx, s)
-		r.Gate.Done(s.pool, s.slot.Name, false)
 		r.toError(ctx, s, verdict.reason, verdict.message)
 		return nil
 	}
@@ -390,7 +398,6 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	switch decideStale(now, st.DeployingSince.Time, timing, live, st.SkippedRecoveries) {
 	case staleRecover:
 		r.cancelDeployment(ctx, s)
-		r.Gate.Done(s.pool, s.slot.Name, false)
 		r.toError(ctx, s, string(v1.ReasonDeployingTimeout), "Deploying for longer than deployingTimeout without a recent heartbeat")
 		return nil
 	case staleSkip:
@@ -422,7 +429,6 @@ func (r *BotPoolSlotReconciler) pollLater(ctx context.Context, s *slotScope, err
 }
 
 func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg string) {
-	r.Gate.Done(s.pool, s.slot.Name, true)
 	s.slot.Status.RecoveryAttempts = 0
 	r.describe(ctx, s, v1.SlotBusy, r.Clock.Now())
 	r.Metrics.timeToBusy(r.Clock.Since(s.slot.Status.DeployingSince.Time))
@@ -505,7 +511,7 @@ func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotSco
 func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
 	if s.bot == nil {
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go")
-		return r.releasing(ctx, s)
+		return nil // advance stops the container now, in this pass
 	}
 	return r.checkApp(ctx, s, string(v1.ReasonApplicationLost))
 }
@@ -753,9 +759,7 @@ func (r *BotPoolSlotReconciler) drain(ctx context.Context, s *slotScope) (done b
 const deleteCheck = 5 * time.Second
 
 func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
-	if s.pool != nil {
-		r.Gate.Done(s.pool, s.slot.Name, false)
-	}
+	r.returnAdmission(s, false) // whatever the phase: one deleted while Deploying holds one
 	if !controllerutil.RemoveFinalizer(s.slot, slotFinalizer) {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package modelcheck
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify/sim"
 )
 
@@ -154,6 +156,9 @@ func (w *world) reconcileSlot(name string) {
 	_, err := w.op.slots.Reconcile(w.ctx, req(name))
 	if err != nil {
 		w.counts["reconcile error: slot"]++
+	}
+	if errors.Is(err, controllers.ErrIllegalSlotTransition) { // refused, so never audited
+		w.violate("slot %s tried a transition the controller's table does not allow: %v", name, err)
 	}
 	if orphan {
 		// 6: released within one reconcile.

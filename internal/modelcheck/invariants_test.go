@@ -41,7 +41,9 @@ import (
 // a beat the bot API accepted (writes), the store's UNIQUE rules never refuse a projection
 // (every step), bindings are mirrored both ways, every Coolify application belongs to a slot
 // and an Idle slot's container is stopped (settle points and the end), every bot ends
-// terminal or running, and with every bot deleted nothing stays bound or running (the end).
+// terminal or running, and with every bot deleted nothing stays bound or running (the end),
+// and every slot transition audited, or tried, is one the slot controller's table allows
+// (every step; every slot reconcile).
 
 func (w *world) violate(format string, args ...any) {
 	w.violations = append(w.violations, fmt.Sprintf("step %d (%s): ", w.step, w.clk.Now().Format(time.RFC3339))+fmt.Sprintf(format, args...))
@@ -120,11 +122,14 @@ func (w *world) checkState() {
 	}
 
 	w.store.mu.Lock()
-	conflicts := w.store.conflicts
-	w.store.conflicts = nil
+	conflicts, illegal := w.store.conflicts, w.store.illegal
+	w.store.conflicts, w.store.illegal = nil, nil
 	w.store.mu.Unlock()
 	for _, c := range conflicts {
 		w.violate("store: the projection's UNIQUE rules refused a write (a second binding or a shared application): %s", c)
+	}
+	for _, t := range illegal {
+		w.violate("audit: a slot transition the controller's table does not allow: %s", t)
 	}
 }
 

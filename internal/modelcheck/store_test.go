@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
 )
@@ -26,6 +28,9 @@ type flakyStore struct {
 	// conflicts are the projection writes the UNIQUE rules refused: the store's second net
 	// under invariant 1 caught something.
 	conflicts []string
+	// illegal are the audited slot transitions slotTransitions does not allow, taken as the
+	// controller hands them over (an outage buffers them, it does not hide them).
+	illegal []string
 }
 
 var _ interface {
@@ -115,6 +120,11 @@ func (s *flakyStore) DeleteSlot(ctx context.Context, namespace, name string) err
 }
 
 func (s *flakyStore) RecordTransition(ctx context.Context, t store.Transition) error {
+	if !controllers.SlotTransitionAllowed(v1.SlotPhase(t.From), v1.SlotPhase(t.To)) {
+		s.mu.Lock()
+		s.illegal = append(s.illegal, fmt.Sprintf("slot %s: %q → %q (%s)", t.Slot, t.From, t.To, t.Reason))
+		s.mu.Unlock()
+	}
 	return s.write(func(m *memory.Store) error { return m.RecordTransition(ctx, t) })
 }
 
