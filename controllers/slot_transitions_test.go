@@ -12,9 +12,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -246,38 +244,28 @@ type slotPass struct {
 }
 
 func newSlotPass(t *testing.T, phase v1.SlotPhase, bound bool, api *transitionAPI) *slotPass {
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(v1.AddToScheme(scheme))
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
-	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool", UID: "pool-uid"},
-		Spec: v1.BotPoolSpec{Platform: v1.PlatformZoom, MaxSlots: 1, Image: "bot", ImageTag: "1"}}
-	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bot", UID: "bot-uid"},
-		Spec:   v1.BotSpec{MeetingURL: "https://zoom.us/j/1", PoolRef: &v1.PoolReference{Name: "pool"}},
-		Status: v1.BotStatus{Phase: v1.BotDeploying}}
-	since := metav1.NewTime(clk.Now().Add(-time.Minute))
-	slot := &v1.BotPoolSlot{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-zoom-001", UID: "slot-uid", Finalizers: []string{slotFinalizer}},
-		Spec:       v1.BotPoolSlotSpec{Pool: "pool"},
-		Status: v1.BotPoolSlotStatus{Phase: phase, PhaseSince: &since, ApplicationUUID: "app-uuid",
-			TokenSHA256: "0000000000000000000000000000000000000000000000000000000000000000"},
-	}
+	since := clk.Now().Add(-time.Minute)
+	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").MeetingURL("https://zoom.us/j/1").PoolRef("pool").Phase(v1.BotDeploying).Obj()
+	sw := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
+		Phase(phase).Since(since).App("app-uuid").
+		Token("0000000000000000000000000000000000000000000000000000000000000000")
 	if bound {
-		slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
+		sw = sw.BoundTo(bot.Name, bot.UID)
 	}
 	if phase == v1.SlotDeploying {
-		slot.Status.DeploymentUUID, slot.Status.DeployingSince = "dep-1", &since
+		sw = sw.Deployment("dep-1", since)
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, bot, slot).
+	slot := sw.Obj()
+	c := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, bot, slot).
 		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
 		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
 		Build()
-	p := &slotPass{t: t, clk: clk, c: c, api: api, store: memory.New(memory.WithClock(clk)), gate: &DeployGate{Clock: clk},
-		key: client.ObjectKeyFromObject(slot)}
-	p.r = &BotPoolSlotReconciler{Client: c, APIReader: c, Connector: cutoffConnector{api}, Store: p.store,
-		Clock: clk, Recorder: discardEvents{}, Metrics: NewMetrics(nil), Gate: p.gate, Coolify: &BulkReader{Clock: clk},
-		Jitter: func() float64 { return 0.5 }}
-	p.r.started = clk.Now().Add(-time.Hour) // this process bound the slot: no restart rule applies
+	p := &slotPass{t: t, clk: clk, c: c, api: api, key: client.ObjectKeyFromObject(slot)}
+	// onePassSlots: this process bound the slot, so no restart rule applies.
+	p.r = onePassSlots(c, c, clk, api, memory.New(memory.WithClock(clk)))
+	p.store, p.gate = p.r.Store.(*memory.Store), p.r.Gate
 	return p
 }
 
