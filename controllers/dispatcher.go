@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,27 +144,42 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, bindWorkers)
 	results := make([]error, n)
+	slots := free[:n]             // slots[i] is the slot bot i is bound to once the wave is done
+	versions := make([]string, n) // the version the cache showed of slots[i]
 	for i := range n {
+		versions[i] = slots[i].ResourceVersion
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			results[i] = d.bind(ctx, free[i], queue[i])
+			results[i] = d.bind(ctx, slots[i], queue[i])
 		}()
 	}
 	wg.Wait()
+	d.keepOrder(ctx, queue[:n], slots, versions, results)
+	now := d.Clock.Now()
+	d.mu.Lock()
+	if d.bound == nil {
+		d.bound, d.taken = map[types.UID]time.Time{}, map[types.UID]takenSlot{}
+	}
 	bound := 0
 	for i, err := range results {
 		switch {
 		case err == nil:
 			bound++
-		case apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err):
-			// The slot changed under us (taken, or going away): the next wave retries.
+			d.bound[queue[i].UID] = now
+			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
+			d.Metrics.acquired(d.Clock.Since(queue[i].CreationTimestamp.Time))
+			d.Metrics.queueWait(d.Clock.Since(queuedAt(queue[i])))
+		case errors.Is(err, errGaveWay) || lostSlot(err):
+			// The slot changed under us (taken, or going away), or went to a bot ahead of
+			// this one: the next wave retries.
 		default:
-			ctrl.LoggerFrom(ctx).Error(err, "Binding failed", "bot", queue[i].Name, "slot", free[i].Name)
+			ctrl.LoggerFrom(ctx).Error(err, "Binding failed", "bot", queue[i].Name, "slot", slots[i].Name)
 		}
 	}
+	d.mu.Unlock()
 	if bound > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
 	}
@@ -276,25 +292,54 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 	return queue, nil
 }
 
-// bind writes the slot's botRef with its resourceVersion as a precondition.
+// bind writes the slot's botRef with its resourceVersion as a precondition. The caller
+// remembers the bindings that stand once the wave is done (see keepOrder).
 func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot) error {
 	patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	version := slot.ResourceVersion
 	slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
-	if err := d.Client.Patch(ctx, slot, patch); err != nil {
-		return err
+	return d.Client.Patch(ctx, slot, patch)
+}
+
+// errGaveWay marks a binding keepOrder handed to a bot ahead in the queue.
+var errGaveWay = errors.New("the slot went to a bot ahead in the queue")
+
+// lostSlot reports whether a bind failed because the slot was not what the cache showed:
+// taken, changed or going away.
+func lostSlot(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err)
+}
+
+// keepOrder repairs the queue order of a wave whose binds ran at once: when the bind of a bot
+// lost its slot (the cache showed a slot free that was not: its application was just found
+// gone, say) while a bot behind it won one, the slot of the last bot bound behind it is
+// handed to it, with that binding's version as the precondition. Nothing has acted on a
+// binding this young, unless the slot changed meanwhile, and then the handover is refused
+// and the order stays as it fell. Without it a later bot overtook the head of the queue, which
+// waited for the next wave (invariant 4, docs/invariants.md; the model check found it).
+func (d *Dispatcher) keepOrder(ctx context.Context, queue []*v1.Bot, slots []*v1.BotPoolSlot, versions []string, results []error) {
+	last := len(results) - 1
+	for i := range results {
+		if results[i] == nil || !lostSlot(results[i]) {
+			continue
+		}
+		for last > i && results[last] != nil {
+			last--
+		}
+		if last <= i {
+			return
+		}
+		slot := slots[last]
+		patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		slot.Spec.BotRef = &v1.BotReference{Name: queue[i].Name, UID: queue[i].UID}
+		if err := d.Client.Patch(ctx, slot, patch); err != nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("Could not hand a slot to a bot ahead in the queue", "slot", slot.Name, "bot", queue[i].Name, "error", err.Error())
+			last-- // that binding stands
+			continue
+		}
+		slots[i], versions[i], results[i] = slot, versions[last], nil
+		results[last] = errGaveWay
+		last--
 	}
-	now := d.Clock.Now()
-	d.mu.Lock()
-	if d.bound == nil {
-		d.bound, d.taken = map[types.UID]time.Time{}, map[types.UID]takenSlot{}
-	}
-	d.bound[bot.UID] = now
-	d.taken[slot.UID] = takenSlot{version: version, at: now}
-	d.mu.Unlock()
-	d.Metrics.acquired(d.Clock.Since(bot.CreationTimestamp.Time))
-	d.Metrics.queueWait(d.Clock.Since(queuedAt(bot)))
-	return nil
 }
 
 // updatePositions writes the queue positions that moved materially (see positionChanged),
