@@ -1,51 +1,17 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
-	"strconv"
-	"strings"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
-
-// slotPrefix is the name prefix of a platform's slots: slots are named pool-<platform>-NNN.
-func slotPrefix(p v1.Platform) string { return "pool-" + string(p) + "-" }
-
-func slotName(p v1.Platform, n int) string { return fmt.Sprintf("%s%03d", slotPrefix(p), n) }
-
-// slotNumber parses NNN out of a slot name with the given prefix.
-func slotNumber(prefix, name string) (int, bool) {
-	rest, ok := strings.CutPrefix(name, prefix)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(rest)
-	return n, err == nil && n > 0
-}
-
-// lowestFree returns the count lowest positive numbers not in used.
-func lowestFree(used map[int]bool, count int) []int {
-	free := make([]int, 0, count)
-	for n := 1; len(free) < count; n++ {
-		if !used[n] {
-			free = append(free, n)
-		}
-	}
-	return free
-}
-
-// available reports whether a slot can take a bot now or soon without new capacity: it is
-// unbound and not failing (Creating and Releasing slots turn Idle by themselves).
-func available(s *v1.BotPoolSlot) bool {
-	if s.Spec.BotRef != nil || s.DeletionTimestamp != nil {
-		return false
-	}
-	switch s.Status.Phase {
-	case "", v1.SlotCreating, v1.SlotIdle, v1.SlotReleasing:
-		return true
-	}
-	return false
-}
 
 // slotsToCreate is the supply rule: every waiting bot gets a slot, minIdle slots stay free,
 // and the pool never exceeds maxSlots.
@@ -74,4 +40,116 @@ func countSlots(slots []v1.BotPoolSlot) v1.SlotCounts {
 		}
 	}
 	return c
+}
+
+// supply creates the slots the pool needs now.
+func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
+	spec := s.pool.Spec
+	if excess := len(s.slots) - int(spec.MaxSlots); excess > 0 {
+		return r.shrink(ctx, s, excess)
+	}
+	free := 0
+	for i := range s.slots {
+		if available(&s.slots[i]) {
+			free++
+		}
+	}
+	if slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), len(s.slots), free, s.waiting) == 0 {
+		return nil
+	}
+
+	// The cache may not show the slots created a moment ago: decide again on a live list
+	// before creating anything. Names are unique by construction (the API server refuses a
+	// duplicate), so two passes can never create the same slot.
+	var live v1.BotPoolSlotList
+	if err := r.APIReader.List(ctx, &live, client.InNamespace(s.pool.Namespace)); err != nil {
+		return fmt.Errorf("listing slots: %w", err)
+	}
+	prefix := slotPrefix(spec.Platform)
+	used := map[int]bool{}
+	total, free := 0, 0
+	for i := range live.Items {
+		sl := &live.Items[i]
+		if n, ok := slotNumber(prefix, sl.Name); ok {
+			used[n] = true
+		}
+		if sl.Spec.Pool == s.pool.Name {
+			total++
+			if available(sl) {
+				free++
+			}
+		}
+	}
+	want := slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), total, free, s.waiting)
+	for attempts := 0; len(s.created) < want && attempts < 2*want+10; attempts++ {
+		n := lowestFree(used, 1)[0]
+		used[n] = true
+		slot := r.newSlot(s.pool, slotName(spec.Platform, n))
+		if err := r.Client.Create(ctx, slot); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue // taken meanwhile (another pool of the platform): try the next number
+			}
+			return fmt.Errorf("creating slot %s: %w", slot.Name, err)
+		}
+		s.created = append(s.created, slot.Name)
+		s.slots = append(s.slots, *slot)
+	}
+	if len(s.created) > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created, 5))
+		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
+	}
+	return nil
+}
+
+// shrink brings a pool whose maxSlots was lowered back under it (invariant 2): free Idle
+// slots go first, highest numbers first, each deleted only if it is still the version we saw
+// (a slot bound meanwhile stays). Busy slots are never taken from their bots; the pool
+// shrinks further as they come back.
+func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int) error {
+	prefix := slotPrefix(s.pool.Spec.Platform)
+	var idle []*v1.BotPoolSlot
+	for i := range s.slots {
+		if sl := &s.slots[i]; removable(sl) {
+			idle = append(idle, sl)
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool {
+		a, _ := slotNumber(prefix, idle[i].Name)
+		b, _ := slotNumber(prefix, idle[j].Name)
+		return a > b
+	})
+	var removed []string
+	for _, sl := range idle[:min(excess, len(idle))] {
+		rv := sl.ResourceVersion
+		err := r.Client.Delete(ctx, sl, client.Preconditions{ResourceVersion: &rv})
+		switch {
+		case err == nil:
+			removed = append(removed, sl.Name)
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		default:
+			return fmt.Errorf("deleting slot %s: %w", sl.Name, err)
+		}
+	}
+	if len(removed) > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
+	}
+	return nil
+}
+
+func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name string) *v1.BotPoolSlot {
+	slot := &v1.BotPoolSlot{}
+	slot.Namespace, slot.Name = pool.Namespace, name
+	slot.Labels = map[string]string{v1.LabelPool: pool.Name}
+	slot.Spec.Pool = pool.Name
+	// The pool owns its slots: garbage collection removes them should the pool vanish
+	// without its finalizer (which deletes them first, so their applications are cleaned).
+	_ = controllerutil.SetControllerReference(pool, slot, r.Client.Scheme())
+	return slot
+}
+
+func abbreviate(names []string, limit int) string {
+	if len(names) <= limit {
+		return fmt.Sprint(names)
+	}
+	return fmt.Sprintf("%v and %d more", names[:limit], len(names)-limit)
 }
