@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
@@ -90,19 +89,5 @@ func (r *BotReconciler) recordCallback(bot *v1.Bot, attempts int, err error, at 
 	return func() {
 		r.Recorder.Eventf(bot, nil, corev1.EventTypeNormal, v1.ReasonCallbackDelivered, "Callback",
 			"Callback for phase %s delivered after %d attempts", rec.Phase, rec.Attempts)
-	}
-}
-
-// WakeOnCallback returns the notifier's OnResult for the manager: it wakes the reconcile of the
-// callback's bot through ch (the BotReconciler's CallbackDone), so the outcome is recorded at
-// once. It never blocks a notifier worker: when ch is full the wake-up is skipped, and the
-// bot's callbackRecheck requeue records the outcome instead.
-func WakeOnCallback(ch chan<- event.GenericEvent) func(callback.Result) {
-	return func(res callback.Result) {
-		bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: res.Callback.Body.Namespace, Name: res.Callback.Body.Bot}}
-		select {
-		case ch <- event.GenericEvent{Object: bot}:
-		default:
-		}
 	}
 }

@@ -16,15 +16,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
@@ -441,10 +435,6 @@ func sameBotRecord(a, b store.BotRecord) bool {
 		a.CreatedAt.Equal(b.CreatedAt) && sameTime(a.FinishedAt, b.FinishedAt)
 }
 
-func sameTime(a, b *time.Time) bool {
-	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
-}
-
 func platformOf(bot *v1.Bot) v1.Platform {
 	if bot.Spec.Platform != "" {
 		return bot.Spec.Platform
@@ -568,44 +558,4 @@ func (r *BotReconciler) setConditions(s *botScope, wait *waiting) {
 	default:
 		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonRunning, "Running in slot "+s.slot.Name)
 	}
-}
-
-// SetupWithManager registers the controller: bots, the slots bound to them, and pools (a new
-// pool may serve bots that found none).
-func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.started = r.Clock.Now()
-	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1.Bot{}).
-		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).
-		// A new or changed pool may serve bots that found none; its status updates cannot,
-		// and each would list every bot of the namespace.
-		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingBots), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()})
-	if r.CallbackDone != nil {
-		b = b.WatchesRawSource(source.Channel(r.CallbackDone, &handler.EnqueueRequestForObject{}))
-	}
-	return b.Complete(r)
-}
-
-func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
-	ref := o.(*v1.BotPoolSlot).Spec.BotRef
-	if ref == nil {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
-}
-
-// poolToWaitingBots wakes the bots of a namespace that have no pool yet.
-func (r *BotReconciler) poolToWaitingBots(ctx context.Context, o client.Object) []reconcile.Request {
-	var bots v1.BotList
-	if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range bots.Items {
-		if b := &bots.Items[i]; b.Status.Pool == "" && !b.Status.Phase.Terminal() {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
-		}
-	}
-	return reqs
 }

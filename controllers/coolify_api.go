@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 
 	"botpool.dev/botpool/coolify"
 )
@@ -40,3 +42,23 @@ type CoolifyAPI interface {
 
 // The real client must keep satisfying the narrow interface main.go hands the controllers.
 var _ CoolifyAPI = (*coolify.Client)(nil)
+
+// coolifyInstance names the Coolify instance an API talks to (its base URL), or "" for an
+// API that does not say (test fakes).
+func coolifyInstance(api CoolifyAPI) string {
+	if b, ok := api.(interface{ BaseURL() string }); ok {
+		return b.BaseURL()
+	}
+	return ""
+}
+
+// instanceOf identifies the Coolify instance a client talks to: a hash of its base URL, never
+// the token (nor any password a URL may carry). "" when the client does not say.
+func instanceOf(api CoolifyAPI) string {
+	b, ok := api.(interface{ BaseURL() string })
+	if !ok {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(b.BaseURL()))
+	return "sha256:" + hex.EncodeToString(sum[:8])
+}

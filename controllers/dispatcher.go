@@ -13,13 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
@@ -392,37 +386,3 @@ func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedN
 
 // positionRetry: how soon a wave tries again the positions a conflict refused.
 const positionRetry = 100 * time.Millisecond
-
-// SetupWithManager registers the dispatcher: a wave runs when a pool's slot turns free or a
-// bot of the pool starts to wait.
-func (d *Dispatcher) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("dispatcher").
-		For(&v1.BotPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToPool), builder.WithPredicates(slotFreed)).
-		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool), builder.WithPredicates(botQueueChanged)).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(d)
-}
-
-func slotToPool(_ context.Context, o client.Object) []reconcile.Request {
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.(*v1.BotPoolSlot).Spec.Pool}}}
-}
-
-// slotFreed passes the slot events that can make a slot free for the queue.
-var slotFreed = predicate.Funcs{
-	CreateFunc: func(e event.CreateEvent) bool { return isFree(e.Object.(*v1.BotPoolSlot)) },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		return isFree(e.ObjectNew.(*v1.BotPoolSlot)) && !isFree(e.ObjectOld.(*v1.BotPoolSlot))
-	},
-	DeleteFunc: func(event.DeleteEvent) bool { return false },
-}
-
-// isFree reports whether a slot can take a bot: Idle, unbound, not going away, and without a
-// deploy request of an earlier binding that may have reached Coolify unanswered
-// (status.deployingSince on an Idle slot). The slot cancels that and stops its container
-// first; a bot bound before would take that deployment for its own, and turn Busy on a
-// container that was never started for it.
-func isFree(s *v1.BotPoolSlot) bool {
-	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() && s.Status.DeployingSince == nil
-}

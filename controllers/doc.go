@@ -22,6 +22,42 @@
 // ("Who writes what") names the writer of every field of a Bot's status and of a slot's
 // spec.botRef.
 //
+// # Where things are
+//
+//	setup.go             Setup: the one wiring of the four reconcilers and what they share (main, tests, model check)
+//	watches.go           the wake-up graph: every SetupWithManager, map func and predicate, drawn on top
+//	requeue.go           the skeleton's errors: waitFor/settle/outcome, earliest, addFinalizer
+//	stalled.go           "a person must act": stall, needsPerson, unreachableReason
+//	times.go             orDefault and sameTime, used by several controllers
+//	indexes.go           the cache indexes (SetupIndexes)
+//	metrics.go           the controllers' Prometheus series
+//	liveness.go          the heartbeat reader with the restart-grace rule
+//	credentials.go       a pool's Coolify credentials (Connector, SecretConnector)
+//	secretuse.go         the opt-in label a Secret needs before a pool may use it
+//
+//	pool_controller.go   BotPoolReconciler: entry, observe, connect, deletion
+//	pool_supply.go       supply, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)
+//	pool_orphans.go      deleting Coolify applications of the pool's tag that no slot owns
+//	pool_status.go       the pool's status and conditions, computed from one pass
+//
+//	slot_controller.go   BotPoolSlotReconciler: entry, run/advance/finish, binding and release helpers
+//	slot_phases.go       one handler per slot phase (create, idle, deploying, busy, releasing, recover, delete)
+//	slot_decide.go       pure decisions of the phases: decideStale, judgeDeployment, description
+//	slot_free.go         the three "is this slot free?" predicates side by side (isFree, removable, available)
+//	slot_naming.go       slot names pool-<platform>-NNN: slotPrefix, slotName, slotNumber, lowestFree
+//
+//	bot_controller.go    BotReconciler: entry, routing to a pool, the queue, liveness, deletion
+//	bot_queue.go         the order of a queue and of free slots; queue timeouts
+//	bot_release.go       the release rules the bot and slot controllers both read
+//	bot_callback.go      handing a finished bot's callback to the notifier, recording its outcome
+//	dispatcher.go        Dispatcher: binding waves and queue positions
+//
+//	coolify_api.go       CoolifyAPI, the Coolify calls the controllers make; which instance a client talks to
+//	coolify_reads.go     BulkReader: a pool's applications and active deployments, listed once for all slots
+//	coolify_tags.go      the pool's Coolify tag and the owner mark on application descriptions
+//	coolify_wait.go      Coolify asking to wait: coolifyWait, throttledMessage
+//	deploy_gate.go       DeployGate: a pool's deployments in flight, a new image pulled alone, server pauses
+//
 // The RBAC markers below are the manager's whole contract with the API server; controller-gen
 // turns them into config/rbac/role.yaml and the Helm chart's ClusterRole.
 //

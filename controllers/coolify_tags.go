@@ -9,6 +9,19 @@ import (
 	"botpool.dev/botpool/coolify"
 )
 
+// poolTagOf is the Coolify tag every application of a pool carries: one GET /applications?tag=
+// lists them all.
+// The tag is readable (the pool's name) and unique (a hash of namespace and name): names
+// alone collide across namespaces ("a"/"b-c" and "a-b"/"c"), and two pools sharing a tag would
+// adopt or delete each other's applications.
+func poolTagOf(namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return strings.ToLower("botpool-" + name + "-" + hex.EncodeToString(sum[:5]))
+}
+
 // clusterPoolTag is the Coolify tag of a pool's applications when this cluster has an
 // identity: the cluster, the namespace and the pool's name all go into the hash, so two
 // clusters (staging and production) with the same namespace and pool on one Coolify team never
@@ -66,15 +79,4 @@ func adoptable(app *coolify.Application, tag string, pool *v1.BotPool) bool {
 		got = "latest"
 	}
 	return app.DockerRegistryImageName == pool.Spec.Image && got == want
-}
-
-// instanceOf identifies the Coolify instance a client talks to: a hash of its base URL, never
-// the token (nor any password a URL may carry). "" when the client does not say.
-func instanceOf(api CoolifyAPI) string {
-	b, ok := api.(interface{ BaseURL() string })
-	if !ok {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(b.BaseURL()))
-	return "sha256:" + hex.EncodeToString(sum[:8])
 }

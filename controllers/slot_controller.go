@@ -16,16 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/internal/cachelag"
@@ -103,13 +96,6 @@ func (r *BotPoolSlotReconciler) gateRetry() time.Duration {
 }
 func (r *BotPoolSlotReconciler) appCheck() time.Duration {
 	return orDefault(r.AppCheck, DefaultAppCheck)
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // slotScope is what one reconcile of a slot observed and decided.
@@ -513,45 +499,4 @@ func (r *BotPoolSlotReconciler) jittered(d time.Duration) time.Duration {
 		j = r.Jitter
 	}
 	return time.Duration(float64(d) * (0.8 + 0.4*j()))
-}
-
-// SetupWithManager registers the controller: slots, and the bots bound to them (a bot that
-// ends or goes away releases its slot at once).
-func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.started = r.Clock.Now()
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1.BotPoolSlot{}).
-		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot), builder.WithPredicates(botLetGo)).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(r)
-}
-
-// botLetGo passes the bot events a slot acts on: a bot that ended or is going away. Every
-// other change of a bot (its reported phases, its heartbeat condition) is none of the slot's.
-var botLetGo = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
-		return n.Status.Phase.Terminal() && !o.Status.Phase.Terminal() ||
-			!n.DeletionTimestamp.IsZero() && o.DeletionTimestamp.IsZero()
-	},
-	DeleteFunc: func(event.DeleteEvent) bool { return true },
-}
-
-// errorBackoff retries failed reconciles from 50ms up to 30s: a bot waits on them, so the
-// default ceiling of controller-runtime (about 16 minutes) is far too long.
-func errorBackoff() workqueue.TypedRateLimiter[reconcile.Request] {
-	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](50*time.Millisecond, 30*time.Second)
-}
-
-func (r *BotPoolSlotReconciler) slotOfBot(ctx context.Context, o client.Object) []reconcile.Request {
-	var slots v1.BotPoolSlotList
-	if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSlotBotUID: string(o.GetUID())}); err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(slots.Items))
-	for i := range slots.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&slots.Items[i])})
-	}
-	return reqs
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,14 +13,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
@@ -196,111 +189,6 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 	return fmt.Errorf("reaching Coolify: %w", err)
 }
 
-// supply creates the slots the pool needs now.
-func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
-	spec := s.pool.Spec
-	if excess := len(s.slots) - int(spec.MaxSlots); excess > 0 {
-		return r.shrink(ctx, s, excess)
-	}
-	free := 0
-	for i := range s.slots {
-		if available(&s.slots[i]) {
-			free++
-		}
-	}
-	if slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), len(s.slots), free, s.waiting) == 0 {
-		return nil
-	}
-
-	// The cache may not show the slots created a moment ago: decide again on a live list
-	// before creating anything. Names are unique by construction (the API server refuses a
-	// duplicate), so two passes can never create the same slot.
-	var live v1.BotPoolSlotList
-	if err := r.APIReader.List(ctx, &live, client.InNamespace(s.pool.Namespace)); err != nil {
-		return fmt.Errorf("listing slots: %w", err)
-	}
-	prefix := slotPrefix(spec.Platform)
-	used := map[int]bool{}
-	total, free := 0, 0
-	for i := range live.Items {
-		sl := &live.Items[i]
-		if n, ok := slotNumber(prefix, sl.Name); ok {
-			used[n] = true
-		}
-		if sl.Spec.Pool == s.pool.Name {
-			total++
-			if available(sl) {
-				free++
-			}
-		}
-	}
-	want := slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), total, free, s.waiting)
-	for attempts := 0; len(s.created) < want && attempts < 2*want+10; attempts++ {
-		n := lowestFree(used, 1)[0]
-		used[n] = true
-		slot := r.newSlot(s.pool, slotName(spec.Platform, n))
-		if err := r.Client.Create(ctx, slot); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				continue // taken meanwhile (another pool of the platform): try the next number
-			}
-			return fmt.Errorf("creating slot %s: %w", slot.Name, err)
-		}
-		s.created = append(s.created, slot.Name)
-		s.slots = append(s.slots, *slot)
-	}
-	if len(s.created) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created, 5))
-		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
-	}
-	return nil
-}
-
-// shrink brings a pool whose maxSlots was lowered back under it (invariant 2): free Idle
-// slots go first, highest numbers first, each deleted only if it is still the version we saw
-// (a slot bound meanwhile stays). Busy slots are never taken from their bots; the pool
-// shrinks further as they come back.
-func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int) error {
-	prefix := slotPrefix(s.pool.Spec.Platform)
-	var idle []*v1.BotPoolSlot
-	for i := range s.slots {
-		if sl := &s.slots[i]; sl.Status.Phase == v1.SlotIdle && sl.Spec.BotRef == nil && sl.DeletionTimestamp.IsZero() {
-			idle = append(idle, sl)
-		}
-	}
-	sort.Slice(idle, func(i, j int) bool {
-		a, _ := slotNumber(prefix, idle[i].Name)
-		b, _ := slotNumber(prefix, idle[j].Name)
-		return a > b
-	})
-	var removed []string
-	for _, sl := range idle[:min(excess, len(idle))] {
-		rv := sl.ResourceVersion
-		err := r.Client.Delete(ctx, sl, client.Preconditions{ResourceVersion: &rv})
-		switch {
-		case err == nil:
-			removed = append(removed, sl.Name)
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		default:
-			return fmt.Errorf("deleting slot %s: %w", sl.Name, err)
-		}
-	}
-	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
-	}
-	return nil
-}
-
-func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name string) *v1.BotPoolSlot {
-	slot := &v1.BotPoolSlot{}
-	slot.Namespace, slot.Name = pool.Namespace, name
-	slot.Labels = map[string]string{v1.LabelPool: pool.Name}
-	slot.Spec.Pool = pool.Name
-	// The pool owns its slots: garbage collection removes them should the pool vanish
-	// without its finalizer (which deletes them first, so their applications are cleaned).
-	_ = controllerutil.SetControllerReference(pool, slot, r.Client.Scheme())
-	return slot
-}
-
 // reconcileDelete deletes the pool's slots and lets the pool go once they are gone. Each
 // slot's own finalizer lets its running bot leave (heartbeats answer "leave" once the slot is
 // deleted; see the slot's drain), then stops and deletes its Coolify application. The
@@ -376,42 +264,4 @@ func movedSlots(slots []v1.BotPoolSlot, instance string) int {
 		}
 	}
 	return n
-}
-
-// SetupWithManager registers the controller: pools, the slots they own, and bots whose pool
-// or phase changed (a bot starting to wait may need a new slot).
-func (r *BotPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1.BotPool{}).
-		Owns(&v1.BotPoolSlot{}).
-		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool),
-			builder.WithPredicates(botQueueChanged)).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(r)
-}
-
-func botToPool(_ context.Context, o client.Object) []reconcile.Request {
-	bot := o.(*v1.Bot)
-	if bot.Status.Pool == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: bot.Namespace, Name: bot.Status.Pool}}}
-}
-
-// botQueueChanged passes the bot events that can change a pool's demand: a bot that enters
-// or leaves a pool's queue. The phases a running bot reports (JoiningCall … Done) change no
-// pool's queue; passing them cost every pool and dispatcher a pass over all its bots per
-// report.
-var botQueueChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
-		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.Status.Pool != n.Status.Pool
-	},
-}
-
-func abbreviate(names []string, limit int) string {
-	if len(names) <= limit {
-		return fmt.Sprint(names)
-	}
-	return fmt.Sprintf("%v and %d more", names[:limit], len(names)-limit)
 }

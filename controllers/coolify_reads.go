@@ -1,0 +1,133 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"k8s.io/utils/clock"
+
+	"botpool.dev/botpool/coolify"
+)
+
+// BulkReader reads Coolify state in bulk and shares it: one list of a pool's applications per
+// interval, and one list of the instance's active deployments per interval, serve every slot
+// of the pool, instead of one request per slot per poll. Concurrent readers of a stale list
+// share one request.
+type BulkReader struct {
+	Clock clock.PassiveClock
+
+	flight singleflight.Group
+	mu     sync.Mutex
+	apps   map[string]snapshot[map[string]coolify.Application] // by pool tag, by app name
+	active map[string]snapshot[map[string]coolify.Deployment]  // by pool tag, by deployment uuid
+	// deleted holds the applications (tag/uuid) we asked Coolify to delete: deletion is
+	// asynchronous and lists show them for a while, and a slot must never adopt one.
+	deleted map[string]time.Time
+}
+
+type snapshot[T any] struct {
+	items   T
+	fetched time.Time
+}
+
+// tombstoneTTL outlives Coolify's asynchronous deletion by far.
+const tombstoneTTL = 30 * time.Minute
+
+// Apps returns the pool's applications by name, listed at most maxAge ago.
+func (b *BulkReader) Apps(ctx context.Context, api CoolifyAPI, tag string, maxAge time.Duration) (map[string]coolify.Application, error) {
+	return cached(b, &b.apps, "apps/"+tag, tag, maxAge, func() (map[string]coolify.Application, error) {
+		apps, err := api.ListApplications(ctx, tag)
+		if err != nil {
+			return nil, err
+		}
+		now := b.Clock.Now()
+		byName := make(map[string]coolify.Application, len(apps))
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for key, at := range b.deleted {
+			if now.Sub(at) > tombstoneTTL {
+				delete(b.deleted, key)
+			}
+		}
+		for _, a := range apps {
+			if _, gone := b.deleted[tag+"/"+a.UUID]; !gone {
+				byName[a.Name] = a
+			}
+		}
+		return byName, nil
+	})
+}
+
+// ActiveDeployments returns the queued and in-progress deployments Coolify knows, by uuid,
+// listed at most maxAge ago. A deployment missing from it has ended.
+func (b *BulkReader) ActiveDeployments(ctx context.Context, api CoolifyAPI, tag string, maxAge time.Duration) (map[string]coolify.Deployment, error) {
+	return cached(b, &b.active, "deployments/"+tag, tag, maxAge, func() (map[string]coolify.Deployment, error) {
+		deps, err := api.ListActiveDeployments(ctx)
+		if err != nil {
+			return nil, err
+		}
+		byUUID := make(map[string]coolify.Deployment, len(deps))
+		for _, d := range deps {
+			byUUID[d.DeploymentUUID] = d
+		}
+		return byUUID, nil
+	})
+}
+
+// cached answers from *m[key] when it is at most maxAge old, else fetches (once for all
+// concurrent callers) and stores the result.
+func cached[T any](b *BulkReader, m *map[string]snapshot[T], flightKey, key string, maxAge time.Duration, fetch func() (T, error)) (T, error) {
+	b.mu.Lock()
+	snap, ok := (*m)[key]
+	b.mu.Unlock()
+	if ok && b.Clock.Since(snap.fetched) <= maxAge {
+		return snap.items, nil
+	}
+	v, err, _ := b.flight.Do(flightKey, func() (any, error) {
+		items, err := fetch()
+		if err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		if *m == nil {
+			*m = map[string]snapshot[T]{}
+		}
+		(*m)[key] = snapshot[T]{items: items, fetched: b.Clock.Now()}
+		b.mu.Unlock()
+		return items, nil
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v.(T), nil
+}
+
+// Invalidate forgets a pool's lists, after a change of ours they must show.
+func (b *BulkReader) Invalidate(tag string) {
+	b.mu.Lock()
+	delete(b.apps, tag)
+	delete(b.active, tag)
+	b.mu.Unlock()
+}
+
+// Deleting reports whether we asked Coolify to delete the application within tombstoneTTL.
+func (b *BulkReader) Deleting(tag, uuid string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.deleted[tag+"/"+uuid]
+	return ok && b.Clock.Since(at) <= tombstoneTTL
+}
+
+// Deleted records that we asked Coolify to delete an application: lists hide it from now on.
+func (b *BulkReader) Deleted(tag, uuid string) {
+	b.mu.Lock()
+	if b.deleted == nil {
+		b.deleted = map[string]time.Time{}
+	}
+	b.deleted[tag+"/"+uuid] = b.Clock.Now()
+	delete(b.apps, tag)
+	b.mu.Unlock()
+}

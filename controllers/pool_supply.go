@@ -1,0 +1,155 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// slotsToCreate is the supply rule: every waiting bot gets a slot, minIdle slots stay free,
+// and the pool never exceeds maxSlots.
+func slotsToCreate(maxSlots, minIdle, total, available, waiting int) int {
+	want := max(waiting-available, minIdle-available, 0)
+	return max(min(want, maxSlots-total), 0)
+}
+
+// countSlots counts slots by phase; a slot without a phase yet counts as Creating.
+func countSlots(slots []v1.BotPoolSlot) v1.SlotCounts {
+	c := v1.SlotCounts{Total: int32(len(slots))}
+	for i := range slots {
+		switch slots[i].Status.Phase {
+		case "", v1.SlotCreating:
+			c.Creating++
+		case v1.SlotIdle:
+			c.Idle++
+		case v1.SlotDeploying:
+			c.Deploying++
+		case v1.SlotBusy:
+			c.Busy++
+		case v1.SlotReleasing:
+			c.Releasing++
+		case v1.SlotError:
+			c.Error++
+		}
+	}
+	return c
+}
+
+// supply creates the slots the pool needs now.
+func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
+	spec := s.pool.Spec
+	if excess := len(s.slots) - int(spec.MaxSlots); excess > 0 {
+		return r.shrink(ctx, s, excess)
+	}
+	free := 0
+	for i := range s.slots {
+		if available(&s.slots[i]) {
+			free++
+		}
+	}
+	if slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), len(s.slots), free, s.waiting) == 0 {
+		return nil
+	}
+
+	// The cache may not show the slots created a moment ago: decide again on a live list
+	// before creating anything. Names are unique by construction (the API server refuses a
+	// duplicate), so two passes can never create the same slot.
+	var live v1.BotPoolSlotList
+	if err := r.APIReader.List(ctx, &live, client.InNamespace(s.pool.Namespace)); err != nil {
+		return fmt.Errorf("listing slots: %w", err)
+	}
+	prefix := slotPrefix(spec.Platform)
+	used := map[int]bool{}
+	total, free := 0, 0
+	for i := range live.Items {
+		sl := &live.Items[i]
+		if n, ok := slotNumber(prefix, sl.Name); ok {
+			used[n] = true
+		}
+		if sl.Spec.Pool == s.pool.Name {
+			total++
+			if available(sl) {
+				free++
+			}
+		}
+	}
+	want := slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), total, free, s.waiting)
+	for attempts := 0; len(s.created) < want && attempts < 2*want+10; attempts++ {
+		n := lowestFree(used, 1)[0]
+		used[n] = true
+		slot := r.newSlot(s.pool, slotName(spec.Platform, n))
+		if err := r.Client.Create(ctx, slot); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue // taken meanwhile (another pool of the platform): try the next number
+			}
+			return fmt.Errorf("creating slot %s: %w", slot.Name, err)
+		}
+		s.created = append(s.created, slot.Name)
+		s.slots = append(s.slots, *slot)
+	}
+	if len(s.created) > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created, 5))
+		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
+	}
+	return nil
+}
+
+// shrink brings a pool whose maxSlots was lowered back under it (invariant 2): free Idle
+// slots go first, highest numbers first, each deleted only if it is still the version we saw
+// (a slot bound meanwhile stays). Busy slots are never taken from their bots; the pool
+// shrinks further as they come back.
+func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int) error {
+	prefix := slotPrefix(s.pool.Spec.Platform)
+	var idle []*v1.BotPoolSlot
+	for i := range s.slots {
+		if sl := &s.slots[i]; removable(sl) {
+			idle = append(idle, sl)
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool {
+		a, _ := slotNumber(prefix, idle[i].Name)
+		b, _ := slotNumber(prefix, idle[j].Name)
+		return a > b
+	})
+	var removed []string
+	for _, sl := range idle[:min(excess, len(idle))] {
+		rv := sl.ResourceVersion
+		err := r.Client.Delete(ctx, sl, client.Preconditions{ResourceVersion: &rv})
+		switch {
+		case err == nil:
+			removed = append(removed, sl.Name)
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		default:
+			return fmt.Errorf("deleting slot %s: %w", sl.Name, err)
+		}
+	}
+	if len(removed) > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
+	}
+	return nil
+}
+
+func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name string) *v1.BotPoolSlot {
+	slot := &v1.BotPoolSlot{}
+	slot.Namespace, slot.Name = pool.Namespace, name
+	slot.Labels = map[string]string{v1.LabelPool: pool.Name}
+	slot.Spec.Pool = pool.Name
+	// The pool owns its slots: garbage collection removes them should the pool vanish
+	// without its finalizer (which deletes them first, so their applications are cleaned).
+	_ = controllerutil.SetControllerReference(pool, slot, r.Client.Scheme())
+	return slot
+}
+
+func abbreviate(names []string, limit int) string {
+	if len(names) <= limit {
+		return fmt.Sprint(names)
+	}
+	return fmt.Sprintf("%v and %d more", names[:limit], len(names)-limit)
+}

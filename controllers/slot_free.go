@@ -1,0 +1,50 @@
+package controllers
+
+import v1 "botpool.dev/botpool/api/v1alpha1"
+
+// Three questions look alike ("is this slot free?") and are answered differently on purpose.
+// They sit side by side here so that a change to one is weighed against the others. Each
+// implies the next: isFree ⇒ removable ⇒ available.
+//
+//	isFree     dispatcher     may a bot be bound to it now?                        strictest
+//	removable  pool shrink    may it be deleted to bring the pool under maxSlots?
+//	available  pool supply    will it take a bot soon, without a new slot?         loosest
+
+// available reports whether a slot can take a bot now or soon without new capacity: it is
+// unbound and not failing (Creating and Releasing slots turn Idle by themselves).
+//
+// Unlike isFree and removable it counts slots that are not Idle yet and ignores a pending
+// deploy request: the question is how many slots to create, and a slot that will be free in a
+// moment must not make the pool create another one the queue and minIdle do not need.
+func available(s *v1.BotPoolSlot) bool {
+	if s.Spec.BotRef != nil || s.DeletionTimestamp != nil {
+		return false
+	}
+	switch s.Status.Phase {
+	case "", v1.SlotCreating, v1.SlotIdle, v1.SlotReleasing:
+		return true
+	}
+	return false
+}
+
+// isFree reports whether a slot can take a bot: Idle, unbound, not going away, and without a
+// deploy request of an earlier binding that may have reached Coolify unanswered
+// (status.deployingSince on an Idle slot). The slot cancels that and stops its container
+// first; a bot bound before would take that deployment for its own, and turn Busy on a
+// container that was never started for it.
+//
+// It is the strictest of the three because a wrong "yes" hands a bot a slot that cannot run
+// it yet; a wrong "no" only waits for the slot's next update (slotFreed wakes the dispatcher
+// when isFree turns true).
+func isFree(s *v1.BotPoolSlot) bool {
+	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() && s.Status.DeployingSince == nil
+}
+
+// removable reports whether shrink may delete a slot to bring the pool back under maxSlots:
+// Idle, unbound and not already going away. Unlike isFree it does not mind a pending deploy
+// request (status.deployingSince): the slot is deleted, not bound, and its finalizer stops
+// its application either way. Unlike available it leaves Creating and Releasing slots alone:
+// shrink takes only slots at rest, and the pool shrinks further as those turn Idle.
+func removable(s *v1.BotPoolSlot) bool {
+	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero()
+}

@@ -1,0 +1,205 @@
+package controllers
+
+// The wake-up graph: every change of one object that makes a controller look again, on one
+// page. Anything not drawn here is seen only on the controller's own timers (RequeueAfter,
+// from the injected clock) or on a retry after an error (errorBackoff).
+//
+//	change                                       wakes                          why
+//	BotPool, any change                     ──▶  pool controller (For)          its spec is the supply rule
+//	BotPoolSlot of the pool, any change     ──▶  pool controller (Owns)         counts, supply, shrink
+//	Bot enters/leaves a queue or pool       ──▶  pool controller (botToPool,    demand changed: a waiting
+//	                                             botQueueChanged)               bot may need a new slot
+//
+//	BotPoolSlot, any change                 ──▶  slot controller (For)          the binding is its input
+//	Bot ended or being deleted              ──▶  the slot bound to it           release the slot at once
+//	                                             (slotOfBot, botLetGo)
+//
+//	Bot, any change                         ──▶  bot controller (For)           the bot API writes its phases
+//	BotPoolSlot, any change                 ──▶  the bot bound to it, before    mirror the binding, see the
+//	                                             or after (slotToBot)           slot fail or release it
+//	BotPool spec change                     ──▶  bots with no pool yet          a new pool may serve them
+//	                                             (poolToWaitingBots)
+//	the notifier finished a callback        ──▶  its bot (WakeOnCallback,       record the outcome now, not
+//	                                             CallbackDone)                  on the recheck timer
+//
+//	BotPool spec change                     ──▶  dispatcher (For)               limits and queue order changed
+//	BotPoolSlot turns free (isFree)         ──▶  its pool's dispatcher          a free slot takes the head of
+//	                                             (slotToPool, slotFreed)        the queue
+//	Bot enters/leaves a queue or pool       ──▶  its pool's dispatcher          the queue changed
+//	                                             (botToPool, botQueueChanged)
+//
+// The filters keep the graph quiet where it would be loud: a running bot's status changes with
+// every phase it reports and with its heartbeat condition, and without botQueueChanged and
+// botLetGo each change would wake its pool, its pool's dispatcher and its slot for nothing. A slot's status changes wake the pool and the bound bot
+// unfiltered: both read what the slot reports.
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/callback"
+)
+
+// SetupWithManager registers the controller: pools, the slots they own, and bots whose pool
+// or phase changed (a bot starting to wait may need a new slot).
+func (r *BotPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.BotPool{}).
+		Owns(&v1.BotPoolSlot{}).
+		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool),
+			builder.WithPredicates(botQueueChanged)).
+		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
+		Complete(r)
+}
+
+func botToPool(_ context.Context, o client.Object) []reconcile.Request {
+	bot := o.(*v1.Bot)
+	if bot.Status.Pool == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: bot.Namespace, Name: bot.Status.Pool}}}
+}
+
+// botQueueChanged passes the bot events that can change a pool's demand: a bot that enters
+// or leaves a pool's queue. The phases a running bot reports (JoiningCall … Done) change no
+// pool's queue; passing them cost every pool and dispatcher a pass over all its bots per
+// report.
+var botQueueChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
+		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.Status.Pool != n.Status.Pool
+	},
+}
+
+// SetupWithManager registers the controller: slots, and the bots bound to them (a bot that
+// ends or goes away releases its slot at once).
+func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.started = r.Clock.Now()
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.BotPoolSlot{}).
+		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot), builder.WithPredicates(botLetGo)).
+		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
+		Complete(r)
+}
+
+// botLetGo passes the bot events a slot acts on: a bot that ended or is going away. Every
+// other change of a bot (its reported phases, its heartbeat condition) is none of the slot's.
+var botLetGo = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
+		return n.Status.Phase.Terminal() && !o.Status.Phase.Terminal() ||
+			!n.DeletionTimestamp.IsZero() && o.DeletionTimestamp.IsZero()
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return true },
+}
+
+func (r *BotPoolSlotReconciler) slotOfBot(ctx context.Context, o client.Object) []reconcile.Request {
+	var slots v1.BotPoolSlotList
+	if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSlotBotUID: string(o.GetUID())}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(slots.Items))
+	for i := range slots.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&slots.Items[i])})
+	}
+	return reqs
+}
+
+// SetupWithManager registers the controller: bots, the slots bound to them, and pools (a new
+// pool may serve bots that found none).
+func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.started = r.Clock.Now()
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&v1.Bot{}).
+		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).
+		// A new or changed pool may serve bots that found none; its status updates cannot,
+		// and each would list every bot of the namespace.
+		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingBots), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{RateLimiter: errorBackoff()})
+	if r.CallbackDone != nil {
+		b = b.WatchesRawSource(source.Channel(r.CallbackDone, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
+	ref := o.(*v1.BotPoolSlot).Spec.BotRef
+	if ref == nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
+}
+
+// poolToWaitingBots wakes the bots of a namespace that have no pool yet.
+func (r *BotReconciler) poolToWaitingBots(ctx context.Context, o client.Object) []reconcile.Request {
+	var bots v1.BotList
+	if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range bots.Items {
+		if b := &bots.Items[i]; b.Status.Pool == "" && !b.Status.Phase.Terminal() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+		}
+	}
+	return reqs
+}
+
+// SetupWithManager registers the dispatcher: a wave runs when a pool's slot turns free or a
+// bot of the pool starts to wait.
+func (d *Dispatcher) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("dispatcher").
+		For(&v1.BotPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToPool), builder.WithPredicates(slotFreed)).
+		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool), builder.WithPredicates(botQueueChanged)).
+		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
+		Complete(d)
+}
+
+func slotToPool(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.(*v1.BotPoolSlot).Spec.Pool}}}
+}
+
+// slotFreed passes the slot events that can make a slot free for the queue.
+var slotFreed = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return isFree(e.Object.(*v1.BotPoolSlot)) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return isFree(e.ObjectNew.(*v1.BotPoolSlot)) && !isFree(e.ObjectOld.(*v1.BotPoolSlot))
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+// errorBackoff retries failed reconciles from 50ms up to 30s: a bot waits on them, so the
+// default ceiling of controller-runtime (about 16 minutes) is far too long.
+func errorBackoff() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](50*time.Millisecond, 30*time.Second)
+}
+
+// WakeOnCallback returns the notifier's OnResult for the manager: it wakes the reconcile of the
+// callback's bot through ch (the BotReconciler's CallbackDone), so the outcome is recorded at
+// once. It never blocks a notifier worker: when ch is full the wake-up is skipped, and the
+// bot's callbackRecheck requeue records the outcome instead.
+func WakeOnCallback(ch chan<- event.GenericEvent) func(callback.Result) {
+	return func(res callback.Result) {
+		bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: res.Callback.Body.Namespace, Name: res.Callback.Body.Bot}}
+		select {
+		case ch <- event.GenericEvent{Object: bot}:
+		default:
+		}
+	}
+}
