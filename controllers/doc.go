@@ -42,6 +42,7 @@
 //
 //	slot_controller.go   BotPoolSlotReconciler: entry, run/advance/finish, binding and release helpers
 //	slot_phases.go       one handler per slot phase (create, idle, deploying, busy, releasing, recover, delete)
+//	slot_transitions.go  the allowed phase moves (a table), moveTo, and the loop that runs the phase entered
 //	slot_decide.go       pure decisions of the phases: decideStale, judgeDeployment, description
 //	slot_free.go         the three "is this slot free?" predicates side by side (isFree, removable, available)
 //	slot_naming.go       slot names pool-<platform>-NNN: slotPrefix, slotName, slotNumber, lowestFree
@@ -50,7 +51,7 @@
 //	bot_queue.go         the order of a queue and of free slots; queue timeouts
 //	bot_release.go       the release rules the bot and slot controllers both read
 //	bot_callback.go      handing a finished bot's callback to the notifier, recording its outcome
-//	dispatcher.go        Dispatcher: binding waves and queue positions
+//	dispatcher.go        Dispatcher: binding waves (in queue order: keepOrder) and queue positions
 //
 //	coolify_api.go       CoolifyAPI, the Coolify calls the controllers make; which instance a client talks to
 //	coolify_reads.go     BulkReader: a pool's applications and active deployments, listed once for all slots

@@ -55,3 +55,29 @@ func TestControllersReachTokensWithoutBotAPI(t *testing.T) {
 		t.Errorf("controllers depend on %s/botapi (the HTTP server); take token helpers from internal/slottoken", module)
 	}
 }
+
+// TestDocSaysWhereEveryFileIs: the package doc's "Where things are" names every file of the
+// package, so a newcomer's map does not go stale when a file is added or renamed.
+func TestDocSaysWhereEveryFileIs(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || f == "doc.go" {
+			continue
+		}
+		if !strings.Contains(string(doc), "//\t"+f+" ") {
+			t.Errorf("controllers/doc.go does not say what %s holds (add it under \"Where things are\")", f)
+		}
+		listed++
+	}
+	if listed < 20 {
+		t.Fatalf("found only %d files: the test runs in the wrong directory", listed)
+	}
+}
