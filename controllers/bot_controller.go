@@ -17,7 +17,6 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -318,10 +317,8 @@ func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error 
 		s.after(wait)
 		return nil
 	}
-	if controllerutil.RemoveFinalizer(bot, botFinalizer) {
-		if err := r.Client.Update(ctx, bot); client.IgnoreNotFound(err) != nil {
-			return err
-		}
+	if _, err := removeFinalizer(ctx, r.Client, bot, botFinalizer); err != nil {
+		return err
 	}
 	r.projected.Delete(bot.UID)
 	return nil

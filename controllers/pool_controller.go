@@ -228,12 +228,8 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 		}
 		return nil
 	}
-	if controllerutil.RemoveFinalizer(s.pool, poolFinalizer) {
-		status := s.pool.Status
-		if err := r.Client.Update(ctx, s.pool); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-		s.pool.Status = status
+	if _, err := removeFinalizer(ctx, r.Client, s.pool, poolFinalizer); err != nil {
+		return err
 	}
 	r.forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name})
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -111,4 +112,21 @@ func addFinalizer(ctx context.Context, c client.Client, obj client.Object, name 
 		return nil
 	}
 	return c.Update(ctx, obj)
+}
+
+// removeFinalizer is the one way the controllers remove their finalizer, once what it held
+// for is done. It stores the object without it and reports whether the finalizer is gone now
+// (an object already gone counts: nothing holds it any more). The update is sent from a copy, so the pass keeps the status it
+// computed for its one status write (an update answers with the stored status) and moves on
+// to the version the update answered.
+func removeFinalizer(ctx context.Context, c client.Client, obj client.Object, name string) (bool, error) {
+	if !controllerutil.RemoveFinalizer(obj, name) {
+		return false, nil
+	}
+	sent := obj.DeepCopyObject().(client.Object)
+	if err := c.Update(ctx, sent); err != nil {
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}
+	obj.SetResourceVersion(sent.GetResourceVersion())
+	return true, nil
 }

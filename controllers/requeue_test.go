@@ -114,3 +114,44 @@ func TestObservedGenerationOnlyAfterAHandledPass(t *testing.T) {
 		t.Errorf("observedGeneration %d after a failed pass, want 1 (left behind)", got.Status.ObservedGeneration)
 	}
 }
+
+// TestRemoveFinalizer: the one removal idiom stores the object without the finalizer, keeps
+// the status the pass computed (an update answers with the stored one), moves the pass on to
+// the version the update answered, and counts an object already gone as released.
+func TestRemoveFinalizer(t *testing.T) {
+	ctx := context.Background()
+	pool := bt.MakePool("ns", "pool").Obj()
+	pool.Finalizers = []string{poolFinalizer}
+	c := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool).WithStatusSubresource(&v1.BotPool{}).Build()
+	live := &v1.BotPool{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pool), live); err != nil {
+		t.Fatal(err)
+	}
+	before := live.ResourceVersion
+	live.Status.Queued = 7 // computed by this pass
+
+	removed, err := removeFinalizer(ctx, c, live, poolFinalizer)
+	if err != nil || !removed {
+		t.Fatalf("removeFinalizer = %v, %v; want true, nil", removed, err)
+	}
+	if live.Status.Queued != 7 || live.ResourceVersion == before {
+		t.Fatalf("after the update the pass holds queued=%d at version %s (was %s); want its own status at the new version",
+			live.Status.Queued, live.ResourceVersion, before)
+	}
+	stored := &v1.BotPool{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pool), stored); err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.Finalizers) != 0 || stored.ResourceVersion != live.ResourceVersion {
+		t.Fatalf("stored finalizers %v at %s; want none at %s", stored.Finalizers, stored.ResourceVersion, live.ResourceVersion)
+	}
+	if removed, err := removeFinalizer(ctx, c, live, poolFinalizer); removed || err != nil {
+		t.Fatalf("a second removal = %v, %v; want nothing to do", removed, err)
+	}
+
+	gone := bt.MakePool("ns", "gone").Obj()
+	gone.Finalizers = []string{poolFinalizer}
+	if removed, err := removeFinalizer(ctx, c, gone, poolFinalizer); !removed || err != nil {
+		t.Fatalf("removing from an object already gone = %v, %v; want true, nil", removed, err)
+	}
+}

@@ -760,14 +760,9 @@ const deleteCheck = 5 * time.Second
 
 func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
 	r.returnAdmission(s, false) // whatever the phase: one deleted while Deploying holds one
-	if !controllerutil.RemoveFinalizer(s.slot, slotFinalizer) {
-		return nil
-	}
-	status := s.slot.Status
-	if err := r.Client.Update(ctx, s.slot); client.IgnoreNotFound(err) != nil {
+	if removed, err := removeFinalizer(ctx, r.Client, s.slot, slotFinalizer); !removed || err != nil {
 		return err
 	}
-	s.slot.Status = status
 	r.unproject(ctx, s.slot.Namespace, s.slot.Name)
 	return nil
 }
