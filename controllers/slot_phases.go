@@ -364,27 +364,23 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go during the deployment")
 		return nil // advance stops the container now, in this pass
 	}
-	dep, err := r.findDeployment(ctx, s, poll)
-	if err != nil {
-		return r.pollLater(ctx, s, err, poll)
-	}
-	var app *coolify.Application
-	if dep == nil {
-		apps, err := r.Coolify.Apps(ctx, s.api, r.appTag(s), poll)
-		if err != nil {
-			return r.pollLater(ctx, s, err, poll)
-		}
-		if a, ok := apps[s.slot.Name]; ok && a.UUID == st.ApplicationUUID {
-			app = &a
-		}
-	}
 	now := r.Clock.Now()
 	freshness := timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
 	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, s.bot.UID, freshness)
 	// A store that cannot answer counts as a fresh beat: no deployment is failed for lack of
 	// liveness data (invariant 10), only delayed until the store answers again.
 	fresh := !live.known || live.beatWithin(now, freshness)
-	verdict := judgeDeployment(dep, app, now.Sub(st.PhaseSince.Time), timing, fresh)
+	stale := decideStale(now, st.DeployingSince.Time, timing, live, st.SkippedRecoveries)
+	verdict, listed, err := r.judge(ctx, s, poll, fresh)
+	if err == nil && listed && (verdict.phase == v1.SlotError || verdict.phase == "" && stale == staleRecover) {
+		// Failing the slot ends its bot: decide it on what Coolify says now, not on lists
+		// up to a poll old. An outage that began since delays it (invariant 9), and a
+		// deployment that finished meanwhile makes the slot Busy instead.
+		verdict, _, err = r.judge(ctx, s, readNow, fresh)
+	}
+	if err != nil {
+		return r.pollLater(ctx, s, err, poll)
+	}
 	switch verdict.phase {
 	case v1.SlotBusy:
 		r.toBusy(ctx, s, verdict.message)
@@ -395,7 +391,7 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		return nil
 	}
 
-	switch decideStale(now, st.DeployingSince.Time, timing, live, st.SkippedRecoveries) {
+	switch stale {
 	case staleRecover:
 		r.cancelDeployment(ctx, s)
 		r.toError(ctx, s, string(v1.ReasonDeployingTimeout), "Deploying for longer than deployingTimeout without a recent heartbeat")
@@ -413,6 +409,32 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	s.after(poll)
 	s.after(deadline + time.Second)
 	return nil
+}
+
+// readNow as a maxAge makes the bulk reader ask Coolify, whatever it read before.
+const readNow = -1 * time.Nanosecond
+
+// judge reads the slot's deployment (or, when none can be found, its application) and judges
+// it. listed says the answer came from one of the pool's lists, which may be up to maxAge old;
+// otherwise Coolify was asked about this deployment now.
+func (r *BotPoolSlotReconciler) judge(ctx context.Context, s *slotScope, maxAge time.Duration, fresh bool) (v deployVerdict, listed bool, err error) {
+	st := &s.slot.Status
+	dep, listed, err := r.findDeployment(ctx, s, maxAge)
+	if err != nil {
+		return deployVerdict{}, false, err
+	}
+	var app *coolify.Application
+	if dep == nil {
+		apps, err := r.Coolify.Apps(ctx, s.api, r.appTag(s), maxAge)
+		if err != nil {
+			return deployVerdict{}, false, err
+		}
+		if a, ok := apps[s.slot.Name]; ok && a.UUID == st.ApplicationUUID {
+			app = &a
+		}
+		listed = true
+	}
+	return judgeDeployment(dep, app, r.Clock.Since(st.PhaseSince.Time), s.pool.Spec.Timing, fresh), listed, nil
 }
 
 // pollLater handles a failed Coolify read while deploying: it acts on nothing (invariant 9)
@@ -439,39 +461,40 @@ func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg st
 // findDeployment returns the slot's deployment, reading in bulk: while it is active it is in
 // the pool's shared list of active deployments; once it left that list, one GET reads how it
 // ended. Without a uuid (Coolify de-duplicated the request), or with a phantom one (a full
-// queue), the application's newest deployment is the one. nil when there is none.
-func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope, maxAge time.Duration) (*coolify.Deployment, error) {
+// queue), the application's newest deployment is the one. nil when there is none; listed
+// says the answer came from the shared list.
+func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope, maxAge time.Duration) (dep *coolify.Deployment, listed bool, err error) {
 	st := &s.slot.Status
 	if st.DeploymentUUID != "" {
 		active, err := r.Coolify.ActiveDeployments(ctx, s.api, r.appTag(s), maxAge)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if d, ok := active[st.DeploymentUUID]; ok {
-			return &d, nil
+			return &d, true, nil
 		}
 		d, err := s.api.GetDeployment(ctx, st.DeploymentUUID)
 		if err == nil {
-			return d, nil
+			return d, false, nil
 		}
 		if !errors.Is(err, coolify.ErrNotFound) {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	_, deps, err := s.api.ListApplicationDeployments(ctx, st.ApplicationUUID, 0, 1)
 	if err != nil || len(deps) == 0 {
-		return nil, err
+		return nil, false, err
 	}
 	// A deployment still queued or running is the one our deploy joined (Coolify de-duplicates);
 	// a finished one counts only if it began since this phase did (Coolify's clock may differ
 	// from ours by a little).
 	if deps[0].Status.Terminal() {
 		if created, perr := time.Parse(time.RFC3339, deps[0].CreatedAt); perr == nil && created.Before(st.PhaseSince.Add(-time.Minute)) {
-			return nil, nil
+			return nil, false, nil
 		}
 	}
 	st.DeploymentUUID = deps[0].DeploymentUUID
-	return &deps[0], nil
+	return &deps[0], false, nil
 }
 
 // deploymentSince returns the application's newest deployment if it was created at or after

@@ -224,3 +224,63 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		})
 	}
 }
+
+// TestAStaleDeployIsFailedOnlyOnAFreshRead: a slot deploying past deployingTimeout without a
+// heartbeat is failed (its bot ends with it), but only on what Coolify says at that moment.
+// The pool's list of active deployments was read a few seconds before, while Coolify
+// answered; since then every call fails. Before, the slot failed on the list in the bulk
+// reader's cache: a bot ended during a Coolify outage (invariant 9; the random model check
+// found it, seed 4071674691979109 on e945be3). Two passes on one reconciler, the fake clock.
+func TestAStaleDeployIsFailedOnlyOnAFreshRead(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	since := clk.Now().Add(-v1.DefaultDeployingTimeout + 2*time.Second)
+	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
+		Token("0000000000000000000000000000000000000000000000000000000000000000").
+		BoundTo("bot", "bot-uid").App("app-1").Phase(v1.SlotDeploying).Since(since).Deployment("dep-1", since).Obj()
+	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, bot, slot).
+		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{})
+	if err := SetupIndexes(ctx, builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.Build()
+	down := false
+	api := &bt.Coolify{
+		ListActiveDeploymentsFn: func(context.Context) ([]coolify.Deployment, error) {
+			if down {
+				return nil, fmt.Errorf("list active deployments: %w", coolify.ErrServer)
+			}
+			return []coolify.Deployment{{DeploymentUUID: "dep-1", Status: coolify.DeploymentInProgress}}, nil
+		},
+		CancelDeploymentFn: func(context.Context, string) error { return nil },
+		SetDescriptionFn:   func(context.Context, string, string) error { return nil },
+	}
+	r := onePassSlots(c, c, clk, api, memory.New(memory.WithClock(clk))) // no heartbeat, long past any restart
+	key := client.ObjectKeyFromObject(slot)
+	pass := func() v1.BotPoolSlot {
+		t.Helper()
+		_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		var got v1.BotPoolSlot
+		if err := c.Get(ctx, key, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	if got := pass(); got.Status.Phase != v1.SlotDeploying {
+		t.Fatalf("before deployingTimeout the slot is %s (%q), want Deploying", got.Status.Phase, got.Status.Message)
+	}
+	down = true
+	clk.Step(4 * time.Second) // past deployingTimeout; the list read is younger than a poll
+	if got := pass(); got.Status.Phase != v1.SlotDeploying {
+		t.Fatalf("while every Coolify call fails the slot went %s (%s: %q), want Deploying until Coolify answers",
+			got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+	down = false
+	clk.Step(v1.DefaultDeploymentPollInterval)
+	if got := pass(); got.Status.Phase != v1.SlotError || got.Status.Reason != string(v1.ReasonDeployingTimeout) {
+		t.Fatalf("with Coolify back the slot is %s (%s: %q), want Error (DeployingTimeout)", got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+}
