@@ -135,10 +135,36 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return d.updatePositions(ctx, key, queue, 0)
 	}
 
+	bound := d.wave(ctx, queue[:n], free[:n])
+	if bound > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
+	}
+	d.observe(key, bound, len(queue) > bound)
+	if bound < n {
+		// Some slots were taken meanwhile: look again soon rather than wait for an event.
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	if len(queue) == bound {
+		return ctrl.Result{}, nil
+	}
+	// The waiters' positions moved. While a queue drains, a wave per freed slot writing them
+	// would cost more API writes than the bindings (the first ten places move every time) and
+	// hold the pool's next wave: they are written at most every positionEvery, and by the
+	// wave that follows a busy one (which binds nothing unless a slot came free meanwhile).
+	if d.positionsDue(key) {
+		return d.updatePositions(ctx, key, queue[bound:], positionEvery)
+	}
+	return ctrl.Result{RequeueAfter: positionEvery}, nil
+}
+
+// wave binds queue[i] to slots[i], all at once (bindWorkers in flight), repairs the queue
+// order where a bind lost its slot (keepOrder), and remembers the bindings that stand until
+// the cache shows them. It returns how many bots it bound.
+func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotPoolSlot) int {
+	n := len(queue)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, bindWorkers)
 	results := make([]error, n)
-	slots := free[:n]             // slots[i] is the slot bot i is bound to once the wave is done
 	versions := make([]string, n) // the version the cache showed of slots[i]
 	for i := range n {
 		versions[i] = slots[i].ResourceVersion
@@ -151,7 +177,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}()
 	}
 	wg.Wait()
-	d.keepOrder(ctx, queue[:n], slots, versions, results)
+	d.keepOrder(ctx, queue, slots, versions, results)
 	now := d.Clock.Now()
 	d.mu.Lock()
 	if d.bound == nil {
@@ -174,25 +200,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	d.mu.Unlock()
-	if bound > 0 {
-		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
-	}
-	d.observe(key, bound, len(queue) > bound)
-	if bound < n {
-		// Some slots were taken meanwhile: look again soon rather than wait for an event.
-		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
-	}
-	if len(queue) == bound {
-		return ctrl.Result{}, nil
-	}
-	// The waiters' positions moved. While a queue drains, a wave per freed slot writing them
-	// would cost more API writes than the bindings (the first ten places move every time) and
-	// hold the pool's next wave: they are written at most every positionEvery, and by the
-	// wave that follows a busy one (which binds nothing unless a slot came free meanwhile).
-	if d.positionsDue(key) {
-		return d.updatePositions(ctx, key, queue[bound:], positionEvery)
-	}
-	return ctrl.Result{RequeueAfter: positionEvery}, nil
+	return bound
 }
 
 // forget drops a deleted pool's drain rate and position time: per-pool state that would
