@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/cachelag"
 )
 
 // bindingTTL bounds how long a binding of ours counts without the cache showing it.
@@ -33,14 +33,17 @@ const bindWorkers = 16
 type Dispatcher struct {
 	// Client records the dispatcher's writes (cachelag.NewClient), so the slot and Bot
 	// controllers wait for the cache past a binding or a position it wrote. The dispatcher
-	// itself never asks whether what it read is stale, and must not skip what is: its own
+	// never asks whether a bot it read is stale, and must not skip one that is: its own
 	// position writes make the waiting bots' cached versions stale, and a wave that skipped
-	// them would bind a bot behind them (invariant 4). A wave on a past version needs no
-	// guard: a binding is written under the slot's version and loses the conflict if the slot
-	// moved on, and bound and taken keep it from offering its own bindings again.
+	// them would bind a bot behind them (invariant 4). A free slot it read is another matter
+	// (see freeSlots). A binding is written under the slot's version and loses the conflict if
+	// the slot moved on, and bound and taken keep it from offering its own bindings again.
 	Client  client.Client
 	Clock   clock.PassiveClock
 	Metrics *Metrics
+	// Writes is the record Client keeps of the versions this process's writes replaced. The
+	// dispatcher asks it about slots only (see freeSlots), never about bots (above).
+	Writes *cachelag.Tracker
 
 	// bound remembers the bots this dispatcher bound that the cache may not show yet, so a
 	// fast second wave never binds one bot twice (invariant 1).
@@ -108,7 +111,7 @@ func (d *Dispatcher) perBinding(pool types.NamespacedName) time.Duration {
 }
 
 // Reconcile runs one binding wave for a pool.
-func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	pool := &v1.BotPool{}
 	if err := d.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -121,13 +124,22 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		d.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	free, err := d.freeSlots(ctx, pool)
+	free, lagging, err := d.freeSlots(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	queue, err := d.queue(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if lagging && len(queue) > len(free) {
+		// A slot left out for a lagging cache may be free after all: look again once the
+		// cache caught up (its update from free to free wakes no wave).
+		defer func() {
+			if err == nil && (res.RequeueAfter <= 0 || res.RequeueAfter > cacheWait) {
+				res.RequeueAfter = cacheWait
+			}
+		}()
 	}
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	n := min(len(free), len(queue))
@@ -157,9 +169,8 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: positionEvery}, nil
 }
 
-// wave binds queue[i] to slots[i], all at once (bindWorkers in flight), repairs the queue
-// order where a bind lost its slot (keepOrder), and remembers the bindings that stand until
-// the cache shows them. It returns how many bots it bound.
+// wave binds queue[i] to slots[i], all at once (bindWorkers in flight), and remembers the
+// bindings until the cache shows them. It returns how many bots it bound.
 func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotPoolSlot) int {
 	n := len(queue)
 	var wg sync.WaitGroup
@@ -177,7 +188,6 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 		}()
 	}
 	wg.Wait()
-	d.keepOrder(ctx, queue, slots, versions, results)
 	now := d.Clock.Now()
 	d.mu.Lock()
 	if d.bound == nil {
@@ -192,9 +202,8 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
 			d.Metrics.acquired(d.Clock.Since(queue[i].CreationTimestamp.Time))
 			d.Metrics.queueWait(d.Clock.Since(queuedAt(queue[i])))
-		case errors.Is(err, errGaveWay) || lostSlot(err):
-			// The slot changed under us (taken, or going away), or went to a bot ahead of
-			// this one: the next wave retries.
+		case lostSlot(err):
+			// The slot changed under us (taken, or going away): the next wave retries.
 		default:
 			ctrl.LoggerFrom(ctx).Error(err, "Binding failed", "bot", queue[i].Name, "slot", slots[i].Name)
 		}
@@ -222,11 +231,15 @@ func (d *Dispatcher) positionsDue(pool types.NamespacedName) bool {
 	return d.Clock.Since(d.positioned[pool]) >= positionEvery
 }
 
-// freeSlots lists the pool's Idle, unbound slots, least recently used first.
-func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) ([]*v1.BotPoolSlot, error) {
+// freeSlots lists the pool's Idle, unbound slots, least recently used first. It leaves out a
+// slot the cache shows free in a version a write of this process replaced (the slot
+// controller found its application gone, say): a binding built on it would lose the conflict,
+// and while the head of the queue waited for the next wave, a bot behind it paired with a slot
+// that was really free would be bound first (invariant 4). lagging says one was left out.
+func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v1.BotPoolSlot, lagging bool, err error) {
 	var slots v1.BotPoolSlotList
 	if err := d.Client.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	now := d.Clock.Now()
 	d.mu.Lock()
@@ -236,7 +249,6 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot
 			delete(d.taken, uid) // the cache shows it by now, or never will
 		}
 	}
-	var free []*v1.BotPoolSlot
 	for i := range slots.Items {
 		s := &slots.Items[i]
 		if t, ok := d.taken[s.UID]; ok {
@@ -245,12 +257,17 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot
 			}
 			delete(d.taken, s.UID)
 		}
-		if isFree(s) {
-			free = append(free, s)
+		if !isFree(s) {
+			continue
 		}
+		if d.Writes.Stale(s.UID, s.ResourceVersion) {
+			lagging = true
+			continue
+		}
+		free = append(free, s)
 	}
 	sortSlots(free)
-	return free, nil
+	return free, lagging, nil
 }
 
 // queue lists the pool's waiting bots in service order, leaving out those bound already
@@ -294,54 +311,18 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 	return queue, nil
 }
 
-// bind writes the slot's botRef with its resourceVersion as a precondition. The caller
-// remembers the bindings that stand once the wave is done (see keepOrder).
+// bind writes the slot's botRef with its resourceVersion as a precondition; the caller
+// remembers the binding.
 func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot) error {
 	patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
 	return d.Client.Patch(ctx, slot, patch)
 }
 
-// errGaveWay marks a binding keepOrder handed to a bot ahead in the queue.
-var errGaveWay = errors.New("the slot went to a bot ahead in the queue")
-
 // lostSlot reports whether a bind failed because the slot was not what the cache showed:
 // taken, changed or going away.
 func lostSlot(err error) bool {
 	return apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err)
-}
-
-// keepOrder repairs the queue order of a wave whose binds ran at once: when the bind of a bot
-// lost its slot (the cache showed a slot free that was not: its application was just found
-// gone, say) while a bot behind it won one, the slot of the last bot bound behind it is
-// handed to it, with that binding's version as the precondition. Nothing has acted on a
-// binding this young, unless the slot changed meanwhile, and then the handover is refused
-// and the order stays as it fell. Without it a later bot overtook the head of the queue, which
-// waited for the next wave (invariant 4, docs/invariants.md; the model check found it).
-func (d *Dispatcher) keepOrder(ctx context.Context, queue []*v1.Bot, slots []*v1.BotPoolSlot, versions []string, results []error) {
-	last := len(results) - 1
-	for i := range results {
-		if results[i] == nil || !lostSlot(results[i]) {
-			continue
-		}
-		for last > i && results[last] != nil {
-			last--
-		}
-		if last <= i {
-			return
-		}
-		slot := slots[last]
-		patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		slot.Spec.BotRef = &v1.BotReference{Name: queue[i].Name, UID: queue[i].UID}
-		if err := d.Client.Patch(ctx, slot, patch); err != nil {
-			ctrl.LoggerFrom(ctx).V(1).Info("Could not hand a slot to a bot ahead in the queue", "slot", slot.Name, "bot", queue[i].Name, "error", err.Error())
-			last-- // that binding stands
-			continue
-		}
-		slots[i], versions[i], results[i] = slot, versions[last], nil
-		results[last] = errGaveWay
-		last--
-	}
 }
 
 // updatePositions writes the queue positions that moved materially (see positionChanged),

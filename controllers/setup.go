@@ -123,7 +123,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store,
 			ScheduleLead: o.ScheduleLead, Writes: writes,
 		},
-		Dispatcher: &Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics},
+		Dispatcher: &Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes},
 	}
 	if o.Callbacks != nil {
 		// The notifier reports each outcome to the Bot controller, the one writer of

@@ -399,13 +399,18 @@ func queued(bots []v1.Bot, slots []v1.BotPoolSlot, pool string) []v1.Bot {
 // (status.deployingSince): the slot must cancel that before another bot can have it.
 func freeSlots(slots []v1.BotPoolSlot, pool string) []string {
 	var out []string
-	for _, s := range slots {
-		if s.Spec.Pool == pool && s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() &&
-			s.Status.DeployingSince == nil {
+	for i := range slots {
+		if s := &slots[i]; s.Spec.Pool == pool && isFreeSlot(s) {
 			out = append(out, s.Name)
 		}
 	}
 	return out
+}
+
+// isFreeSlot is the model's own reading of a free slot: Idle, unbound, not being deleted and
+// no deployment of its own in flight.
+func isFreeSlot(s *v1.BotPoolSlot) bool {
+	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() && s.Status.DeployingSince == nil
 }
 
 // checkQueueServed: invariant 3 in the API server.

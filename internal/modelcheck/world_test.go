@@ -80,6 +80,8 @@ type world struct {
 	// deletedByHand are the applications a person deleted in Coolify: a deployment in flight
 	// may still report finished for them, without a container.
 	deletedByHand map[string]bool
+	// slotsDeletedByHand are the slots (by uid) a person deleted with kubectl.
+	slotsDeletedByHand map[types.UID]bool
 
 	// Ground truth the checks compare with.
 	beats      map[string]time.Time // bot name → last heartbeat the bot API accepted
@@ -116,7 +118,7 @@ type operator struct {
 func newWorld(seed uint64, pools func(*world)) *world {
 	w := &world{
 		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6d6f64656c)), clk: clocktesting.NewFakeClock(epoch),
-		images: map[string]string{}, containers: map[string]*container{}, lastStart: map[string]time.Time{}, deletedByHand: map[string]bool{},
+		images: map[string]string{}, containers: map[string]*container{}, lastStart: map[string]time.Time{}, deletedByHand: map[string]bool{}, slotsDeletedByHand: map[types.UID]bool{},
 		beats: map[string]time.Time{}, bindAt: map[string]time.Time{}, botTimers: map[string]time.Time{},
 		counts: map[string]int{}, log: newRingLog(400), ceiling: map[string]int{},
 	}
