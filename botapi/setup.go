@@ -5,10 +5,13 @@ import (
 	"fmt"
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"botpool.dev/botpool/internal/cachelag"
 )
 
 // AddToManager registers the bot API's cache indexes on mgr and adds the server, which every
-// replica runs (see NeedLeaderElection). Cache, Client and APIReader default to the manager's.
+// replica runs (see NeedLeaderElection). Cache and APIReader default to the manager's, Client
+// to the manager's recording in cfg.Writes.
 // The manager and the envtest suites call it; the model check, which starts no manager,
 // indexes its own cache and serves the Handler.
 func AddToManager(ctx context.Context, mgr manager.Manager, cfg Config) error {
@@ -16,7 +19,9 @@ func AddToManager(ctx context.Context, mgr manager.Manager, cfg Config) error {
 		cfg.Cache = mgr.GetCache()
 	}
 	if cfg.Client == nil {
-		cfg.Client = mgr.GetClient()
+		// Recording in Writes, as the controllers' client does: the Bot controller must wait
+		// for the cache after a report (no hand-written record is left to forget).
+		cfg.Client = cachelag.NewClient(mgr.GetClient(), cfg.Writes)
 	}
 	if cfg.APIReader == nil {
 		cfg.APIReader = mgr.GetAPIReader()

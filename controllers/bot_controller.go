@@ -119,13 +119,6 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		// judge the past, and its patch could only conflict.
 		return ctrl.Result{RequeueAfter: cacheWait}, nil
 	}
-	// The finalizer keeps a deleted bot for its graceful leave and the release of its slot;
-	// a bot that ended needs neither.
-	if !bot.Status.Phase.Terminal() {
-		if err := addFinalizer(ctx, r.Client, bot, botFinalizer); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-	}
 	s := &botScope{bot: bot}
 	before := bot.DeepCopy()
 	defer func() { res, err = r.finish(ctx, s, before, settle(err, false)) }()
@@ -277,6 +270,16 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 		}
 	} else if bot.DeletionTimestamp.IsZero() {
 		r.project(ctx, bot)
+	}
+	// The finalizer keeps a deleted bot for its graceful leave and the release of its slot; a
+	// bot that ended needs neither. It is added after the pass's status write, not before: a
+	// new bot is in the queue (and can be bound) after one write instead of two, and the write
+	// answered with the version this update builds on. A bot deleted in between needs no
+	// leave: it was not running yet, and a slot bound to a bot that is gone is released.
+	if o.err == nil && !bot.Status.Phase.Terminal() {
+		if err := addFinalizer(ctx, r.Client, bot, botFinalizer); client.IgnoreNotFound(err) != nil {
+			o.err = err
+		}
 	}
 	return o.result(s.requeue, 0)
 }

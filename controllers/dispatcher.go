@@ -177,6 +177,7 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 	sem := make(chan struct{}, bindWorkers)
 	results := make([]error, n)
 	versions := make([]string, n) // the version the cache showed of slots[i]
+	at := make([]time.Time, n)    // when each binding was written, for its metrics
 	for i := range n {
 		versions[i] = slots[i].ResourceVersion
 		wg.Add(1)
@@ -185,6 +186,7 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 			defer wg.Done()
 			defer func() { <-sem }()
 			results[i] = d.bind(ctx, slots[i], queue[i])
+			at[i] = d.Clock.Now()
 		}()
 	}
 	wg.Wait()
@@ -200,8 +202,8 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 			bound++
 			d.bound[queue[i].UID] = now
 			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
-			d.Metrics.acquired(d.Clock.Since(queue[i].CreationTimestamp.Time))
-			d.Metrics.queueWait(d.Clock.Since(queuedAt(queue[i])))
+			d.Metrics.acquired(at[i].Sub(queue[i].CreationTimestamp.Time))
+			d.Metrics.queueWait(at[i].Sub(queuedAt(queue[i])))
 		case lostSlot(err):
 			// The slot changed under us (taken, or going away): the next wave retries.
 		default:

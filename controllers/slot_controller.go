@@ -157,7 +157,7 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	defer func() { res, err = r.finish(ctx, s, before, settle(err, true)) }()
 	err = r.run(ctx, s)
 	if s.refused != nil { // a move slotTransitions does not allow: a defect, never a wait
-		err = s.refused
+		err = errors.Join(err, s.refused)
 	}
 	return ctrl.Result{}, err
 }
@@ -209,7 +209,9 @@ func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before
 		if o.stalled.announce {
 			r.Recorder.Eventf(slot, nil, corev1.EventTypeWarning, o.stalled.reason, "Stalled", "%s", o.stalled.msg)
 		}
-	case o.err == nil:
+	}
+	if o.err == nil && o.stalled == nil {
+		// A pass that went well, or waits with nothing wrong: nothing needs a person now.
 		meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
 	}
 	setSlotConditions(slot)

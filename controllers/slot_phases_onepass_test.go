@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -282,5 +284,44 @@ func TestAStaleDeployIsFailedOnlyOnAFreshRead(t *testing.T) {
 	clk.Step(v1.DefaultDeploymentPollInterval)
 	if got := pass(); got.Status.Phase != v1.SlotError || got.Status.Reason != string(v1.ReasonDeployingTimeout) {
 		t.Fatalf("with Coolify back the slot is %s (%s: %q), want Error (DeployingTimeout)", got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+}
+
+// TestAWaitClearsStalled: a slot that stalled on what a person had to fix, once fixed, shows
+// no Stalled while it waits with nothing wrong (here Coolify's rate limit): a wait is not a
+// stall, and kstatus would report the slot Failed until a pass ran clean.
+func TestAWaitClearsStalled(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
+		Token("0000000000000000000000000000000000000000000000000000000000000000").
+		BoundTo("bot", "bot-uid").App("app-1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).Obj()
+	slot.Status.Conditions = []metav1.Condition{{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
+		Reason: string(v1.ReasonRequestRefused), Message: "Coolify refused the request", LastTransitionTime: metav1.NewTime(clk.Now())}}
+	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, bot, slot).
+		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{})
+	if err := SetupIndexes(ctx, builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.Build()
+	api := &bt.Coolify{
+		SetDescriptionFn: func(context.Context, string, string) error { return nil },
+		DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
+			return coolify.DeployResult{}, &coolify.WaitError{Op: "deploy", Reason: "rate limit", Wait: 30 * time.Second}
+		},
+	}
+	r := onePassSlots(c, c, clk, api, memory.New(memory.WithClock(clk)))
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)})
+	if err != nil || res.RequeueAfter <= 0 {
+		t.Fatalf("a throttled pass = %+v, %v; want a wait", res, err)
+	}
+	var got v1.BotPoolSlot
+	if err := c.Get(ctx, client.ObjectKeyFromObject(slot), &got); err != nil {
+		t.Fatal(err)
+	}
+	if st := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionStalled); st != nil {
+		t.Fatalf("a slot waiting for Coolify's rate limit still shows Stalled=%s (%s)", st.Status, st.Reason)
 	}
 }
