@@ -294,34 +294,32 @@ func TestAWaitClearsStalled(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
-	bot := bt.MakeBot("ns", "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
 	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
 		Token("0000000000000000000000000000000000000000000000000000000000000000").
-		BoundTo("bot", "bot-uid").App("app-1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).Obj()
+		App("app-1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).Obj()
 	slot.Status.Conditions = []metav1.Condition{{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
 		Reason: string(v1.ReasonRequestRefused), Message: "Coolify refused the request", LastTransitionTime: metav1.NewTime(clk.Now())}}
-	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, bot, slot).
+	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, slot).
 		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{})
 	if err := SetupIndexes(ctx, builderIndexer{b}); err != nil {
 		t.Fatal(err)
 	}
 	c := b.Build()
 	api := &bt.Coolify{
-		SetDescriptionFn: func(context.Context, string, string) error { return nil },
-		DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
-			return coolify.DeployResult{}, &coolify.WaitError{Op: "deploy", Reason: "rate limit", Wait: 30 * time.Second}
+		ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
+			return nil, fmt.Errorf("list applications: %w", coolify.ErrServer)
 		},
 	}
 	r := onePassSlots(c, c, clk, api, memory.New(memory.WithClock(clk)))
 	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)})
 	if err != nil || res.RequeueAfter <= 0 {
-		t.Fatalf("a throttled pass = %+v, %v; want a wait", res, err)
+		t.Fatalf("a pass whose application check failed = %+v, %v; want a wait", res, err)
 	}
 	var got v1.BotPoolSlot
 	if err := c.Get(ctx, client.ObjectKeyFromObject(slot), &got); err != nil {
 		t.Fatal(err)
 	}
 	if st := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionStalled); st != nil {
-		t.Fatalf("a slot waiting for Coolify's rate limit still shows Stalled=%s (%s)", st.Status, st.Reason)
+		t.Fatalf("a slot waiting to check its application again still shows Stalled=%s (%s)", st.Status, st.Reason)
 	}
 }
