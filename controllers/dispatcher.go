@@ -42,7 +42,8 @@ type Dispatcher struct {
 	Clock   clock.PassiveClock
 	Metrics *Metrics
 	// Writes is the record Client keeps of the versions this process's writes replaced. The
-	// dispatcher asks it about slots only (see freeSlots), never about bots (above).
+	// dispatcher asks it about slots only (see freeSlots), never about bots (above), and with
+	// Replaced, which leaves the record to the slot controller.
 	Writes *cachelag.Tracker
 
 	// bound remembers the bots this dispatcher bound that the cache may not show yet, so a
@@ -262,7 +263,7 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 		if !isFree(s) {
 			continue
 		}
-		if d.Writes.Stale(s.UID, s.ResourceVersion) {
+		if d.Writes.Replaced(s.UID, s.ResourceVersion) {
 			lagging = true
 			continue
 		}

@@ -63,6 +63,19 @@ func (t *Tracker) Stale(uid types.UID, version string) bool {
 	return false
 }
 
+// Replaced reports whether version of the object uid is one a write of ours replaced, like
+// Stale, but forgets nothing: for a reader that is not the object's controller (the
+// dispatcher, reading slots), whose read must not end the record the controller's next pass
+// relies on.
+func (t *Tracker) Replaced(uid types.UID, version string) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Contains(t.replaced[uid], version)
+}
+
 // Forget drops what is remembered of the object uid: it is gone (its last finalizer removed),
 // so no read will ever show a newer version and clear it.
 func (t *Tracker) Forget(uid types.UID) {

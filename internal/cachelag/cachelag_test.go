@@ -58,3 +58,20 @@ func TestTrackerConcurrentWriters(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestReplacedForgetsNothing: another reader's question about a version leaves the record for
+// the object's controller, which Stale would have ended on a newer version.
+func TestReplacedForgetsNothing(t *testing.T) {
+	var tr Tracker
+	tr.Wrote("a", "1")
+	if !tr.Replaced("a", "1") || tr.Replaced("a", "2") {
+		t.Fatal("Replaced answers wrong")
+	}
+	if !tr.Stale("a", "1") {
+		t.Fatal("Replaced(a, 2) ended the record Stale relies on")
+	}
+	var none *Tracker
+	if none.Replaced("a", "1") {
+		t.Fatal("a nil Tracker remembers something")
+	}
+}
