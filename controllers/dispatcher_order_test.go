@@ -10,7 +10,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -36,17 +35,14 @@ func TestAWaveSkipsASlotTheCacheShowsFreeTooLate(t *testing.T) {
 	// pool-zoom-001 was used longer ago: a wave offers it first, to the head.
 	stale := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("s1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Hour)).App("a1").Obj()
 	free := bt.MakeSlot("ns", "pool-zoom-002", "pool").UID("s2").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).App("a2").Obj()
-	c := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, head, other, stale, free).
-		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
-		WithIndex(&v1.Bot{}, indexBotPool, func(o client.Object) []string { return []string{o.(*v1.Bot).Status.Pool} }).
-		WithInterceptorFuncs(interceptor.Funcs{
-			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				if obj.GetName() == "pool-zoom-001" { // really Creating now: the version is past
-					return apierrors.NewConflict(schema.GroupResource{Group: v1.GroupVersion.Group, Resource: "botpoolslots"}, obj.GetName(), nil)
-				}
-				return c.Patch(ctx, obj, patch, opts...)
-			},
-		}).Build()
+	c := fakeAPIServer(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if obj.GetName() == "pool-zoom-001" { // really Creating now: the version is past
+				return apierrors.NewConflict(schema.GroupResource{Group: v1.GroupVersion.Group, Resource: "botpoolslots"}, obj.GetName(), nil)
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}, pool, head, other, stale, free)
 	cached := &v1.BotPoolSlot{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(stale), cached); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
@@ -84,10 +85,7 @@ func TestObservedGenerationOnlyAfterAHandledPass(t *testing.T) {
 		Finalizers(slotFinalizer).BoundTo(bot.Name, bot.UID).
 		Phase(v1.SlotIdle).Since(fclk.Now().Add(-time.Minute)).App("app-uuid").
 		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
-	c := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, bot, slot).
-		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
-		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
-		Build()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
 	api := &bt.Coolify{
 		SetDescriptionFn: func(context.Context, string, string) error { return nil },
 		DeployFn: func(context.Context, string) (coolify.DeployResult, error) {

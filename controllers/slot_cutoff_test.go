@@ -6,13 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
@@ -63,9 +60,6 @@ func (a *cutoffAPI) ListApplicationDeployments(context.Context, string, int, int
 // cancelled request did not count as one that may have reached Coolify. Single passes on a
 // fake client and the fake clock.
 func TestADeployCutOffIsRecordedAndNotSentAgain(t *testing.T) {
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(v1.AddToScheme(scheme))
 	fclk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
@@ -73,10 +67,7 @@ func TestADeployCutOffIsRecordedAndNotSentAgain(t *testing.T) {
 	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).BoundTo(bot.Name, bot.UID).
 		Phase(v1.SlotIdle).Since(fclk.Now().Add(-time.Minute)).App("app-uuid").
 		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, bot, slot).
-		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
-		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
-		Build()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
 	api := &cutoffAPI{clock: fclk}
 	// This process bound the slot: no restart rule applies.
 	r := onePassSlots(c, c, fclk, api, memory.New(memory.WithClock(fclk)))

@@ -25,6 +25,20 @@ import (
 
 // builderIndexer registers the controllers' own indexes (SetupIndexes) on a fake client
 // builder, so the table runs against the indexes the manager has rather than copies.
+// fakeAPIServer is controller-runtime's fake client holding objs, with the status subresource
+// of the three kinds, the controllers' cache indexes and funcs to inject errors: the API server
+// of single-pass tests.
+func fakeAPIServer(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) client.WithWatch {
+	t.Helper()
+	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
+		WithInterceptorFuncs(funcs)
+	if err := SetupIndexes(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Build()
+}
+
 type builderIndexer struct{ b *fake.ClientBuilder }
 
 func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
@@ -198,13 +212,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			clk := clocktesting.NewFakeClock(now)
-			b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(tt.objs...).
-				WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
-				WithInterceptorFuncs(tt.funcs)
-			if err := SetupIndexes(ctx, builderIndexer{b}); err != nil {
-				t.Fatal(err)
-			}
-			c := b.Build()
+			c := fakeAPIServer(t, tt.funcs, tt.objs...)
 			r := onePassSlots(c, c, clk, tt.coolify, memory.New(memory.WithClock(clk)))
 			key := client.ObjectKey{Namespace: ns, Name: slotN}
 
@@ -242,12 +250,7 @@ func TestAStaleDeployIsFailedOnlyOnAFreshRead(t *testing.T) {
 	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
 		Token("0000000000000000000000000000000000000000000000000000000000000000").
 		BoundTo("bot", "bot-uid").App("app-1").Phase(v1.SlotDeploying).Since(since).Deployment("dep-1", since).Obj()
-	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, bot, slot).
-		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{})
-	if err := SetupIndexes(ctx, builderIndexer{b}); err != nil {
-		t.Fatal(err)
-	}
-	c := b.Build()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
 	down := false
 	api := &bt.Coolify{
 		ListActiveDeploymentsFn: func(context.Context) ([]coolify.Deployment, error) {
@@ -299,12 +302,7 @@ func TestAWaitClearsStalled(t *testing.T) {
 		App("app-1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).Obj()
 	slot.Status.Conditions = []metav1.Condition{{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
 		Reason: string(v1.ReasonRequestRefused), Message: "Coolify refused the request", LastTransitionTime: metav1.NewTime(clk.Now())}}
-	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, slot).
-		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{})
-	if err := SetupIndexes(ctx, builderIndexer{b}); err != nil {
-		t.Fatal(err)
-	}
-	c := b.Build()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool, slot)
 	api := &bt.Coolify{
 		ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
 			return nil, fmt.Errorf("list applications: %w", coolify.ErrServer)

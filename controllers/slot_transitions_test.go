@@ -15,7 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
@@ -258,10 +258,7 @@ func newSlotPass(t *testing.T, phase v1.SlotPhase, bound bool, api *transitionAP
 		sw = sw.Deployment("dep-1", since)
 	}
 	slot := sw.Obj()
-	c := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool, bot, slot).
-		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
-		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
-		Build()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
 	p := &slotPass{t: t, clk: clk, c: c, api: api, key: client.ObjectKeyFromObject(slot)}
 	// onePassSlots: this process bound the slot, so no restart rule applies.
 	p.r = onePassSlots(c, c, clk, api, memory.New(memory.WithClock(clk)))
