@@ -59,7 +59,7 @@ func TestBotIsBoundAndMirrorsItsSlot(t *testing.T) {
 		t.Errorf("Bound condition: %+v", b.Status.Conditions)
 	}
 	step(10 * time.Second)
-	sc.phase(v1.SlotBusy)
+	sc.deployed()
 	waitBot(t, bot, "started", func(b *v1.Bot) bool { return b.Status.StartedAt != nil })
 }
 

@@ -104,6 +104,30 @@ func (sc *scenario) phase(p v1.SlotPhase) *v1.BotPoolSlot {
 	return sc.slot(string(p), func(s *v1.BotPoolSlot) bool { return s.Status.Phase == p })
 }
 
+// deployed waits until the slot is Busy after the test stepped the clock past its deployment.
+// The slot reads the pool's active deployments through a list cached for a poll of the fake
+// clock: a read taken after the step but before the simulator's workers moved the deployment
+// on stays current while the fake clock stands still, and on a busy machine that read came
+// first (the slot stayed Deploying for a minute). So the wait moves the fake clock on by one
+// poll at a time, as real time would.
+func (sc *scenario) deployed() *v1.BotPoolSlot {
+	sc.t.Helper()
+	var got *v1.BotPoolSlot
+	kubetest.Eventually(sc.t, 15*time.Second, func() error {
+		slots := listSlots(sc.t, sc.ns)
+		if len(slots) != 1 {
+			return fmt.Errorf("%d slots, want 1", len(slots))
+		}
+		if got = &slots[0]; got.Status.Phase != v1.SlotBusy {
+			clk.Step(20 * time.Millisecond) // the suite's DeploymentPollInterval
+			return fmt.Errorf("slot %s is %s (%s: %s), want Busy", got.Name, got.Status.Phase, got.Status.Reason, got.Status.Message)
+		}
+		return nil
+	})
+	checkInvariants(sc.t, sc.ns)
+	return got
+}
+
 // bind creates a bot for the pool once its slot is Idle, and waits until it is bound.
 func (sc *scenario) bind(name string) (*v1.Bot, *v1.BotPoolSlot) {
 	sc.t.Helper()
@@ -230,7 +254,7 @@ func TestSlotLifecycle(t *testing.T) {
 	step(6 * time.Minute) // a cold pull takes 7 minutes
 	sc.phase(v1.SlotDeploying)
 	step(2 * time.Minute)
-	busy := sc.phase(v1.SlotBusy)
+	busy := sc.deployed()
 	if app, _ := sc.sim.App(busy.Status.ApplicationUUID); !app.Running || app.Description[:6] != "[BUSY]" {
 		t.Errorf("busy slot's application: running %v, description %q", app.Running, app.Description)
 	}
