@@ -112,20 +112,13 @@ func (sc *scenario) phase(p v1.SlotPhase) *v1.BotPoolSlot {
 // poll at a time, as real time would.
 func (sc *scenario) deployed() *v1.BotPoolSlot {
 	sc.t.Helper()
-	var got *v1.BotPoolSlot
-	kubetest.Eventually(sc.t, 15*time.Second, func() error {
-		slots := listSlots(sc.t, sc.ns)
-		if len(slots) != 1 {
-			return fmt.Errorf("%d slots, want 1", len(slots))
-		}
-		if got = &slots[0]; got.Status.Phase != v1.SlotBusy {
+	return sc.slot(string(v1.SlotBusy), func(s *v1.BotPoolSlot) bool {
+		if s.Status.Phase != v1.SlotBusy {
 			clk.Step(20 * time.Millisecond) // the suite's DeploymentPollInterval
-			return fmt.Errorf("slot %s is %s (%s: %s), want Busy", got.Name, got.Status.Phase, got.Status.Reason, got.Status.Message)
+			return false
 		}
-		return nil
+		return true
 	})
-	checkInvariants(sc.t, sc.ns)
-	return got
 }
 
 // bind creates a bot for the pool once its slot is Idle, and waits until it is bound.
