@@ -76,6 +76,16 @@ type BotPoolSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	MinIdle int32 `json:"minIdle"`
 
+	// Standby says what a free slot's container does. Stopped (the default): a free slot has
+	// no container, and every bot's start is a Coolify deployment. Running: a free slot keeps
+	// a container running that waits on the bot API for its binding, so a bot starts with no
+	// Coolify request at all; after each bot the slot gets a fresh container (a deployment,
+	// off the start path), and minIdle counts ready containers. Idle containers cost the
+	// server memory and CPU (see docs/pools-and-slots.md).
+	// +optional
+	// +kubebuilder:default=Stopped
+	Standby StandbyMode `json:"standby,omitempty"`
+
 	// MaxConcurrentDeployments caps the deployments in flight at once for this pool, so a
 	// burst of bots does not overrun the Coolify server's build queue.
 	// +optional
@@ -270,6 +280,21 @@ type BotPoolStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
 }
 
+// StandbyMode is what a free slot's container does: see BotPoolSpec.Standby.
+// +kubebuilder:validation:Enum=Stopped;Running
+type StandbyMode string
+
+const (
+	// StandbyStopped: a free slot has no container; a bot's start is a deployment.
+	StandbyStopped StandbyMode = "Stopped"
+	// StandbyRunning: a free slot keeps a container waiting for its binding.
+	StandbyRunning StandbyMode = "Running"
+)
+
+// Running reports whether free slots keep their containers running ("" is Stopped, the
+// default, as on pools written before the field existed).
+func (m StandbyMode) Running() bool { return m == StandbyRunning }
+
 // SlotCounts counts slots by phase.
 type SlotCounts struct {
 	Total     int32 `json:"total"`
@@ -279,6 +304,12 @@ type SlotCounts struct {
 	Busy      int32 `json:"busy"`
 	Releasing int32 `json:"releasing,omitempty"`
 	Error     int32 `json:"error,omitempty"`
+	// Ready counts the free slots whose standby container asked for work lately: the ones a
+	// bot starts on at once (pools with standby Running).
+	Ready int32 `json:"ready,omitempty"`
+	// Starting counts the free slots whose fresh standby container is being deployed or has
+	// not asked for work yet.
+	Starting int32 `json:"starting,omitempty"`
 }
 
 // BotPool is a warm pool of identical Coolify applications (slots) for one meeting platform.
@@ -291,6 +322,7 @@ type SlotCounts struct {
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.slots.total`
 // +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.slots.idle`
 // +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.slots.busy`
+// +kubebuilder:printcolumn:name="Standby",type=integer,JSONPath=`.status.slots.ready`
 // +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.queued`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1

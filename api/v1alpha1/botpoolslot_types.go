@@ -5,6 +5,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// StandbyState is where a free slot's standby container is.
+// +kubebuilder:validation:Enum=Starting;Ready;Lost
+type StandbyState string
+
+const (
+	// StandbyStarting: a fresh container is being deployed (with a fresh slot credential),
+	// or it runs and has not asked the bot API for work yet. Not offered to bots.
+	StandbyStarting StandbyState = "Starting"
+	// StandbyReady: the slot's current container asks the bot API for work: a bot bound now
+	// learns its binding within a second. The only standby state offered to bots.
+	StandbyReady StandbyState = "Ready"
+	// StandbyLost: the container stopped asking (crashed, restarting, unreachable); the slot
+	// gets a fresh one.
+	StandbyLost StandbyState = "Lost"
+)
+
 // SlotPhase is where a slot is in its lifecycle:
 // Creating → Idle ⇄ (Deploying → Busy) → Releasing → Idle; any → Error → Idle or deleted.
 // +kubebuilder:validation:Enum=Creating;Idle;Deploying;Busy;Releasing;Error
@@ -87,6 +103,14 @@ type BotPoolSlotStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	CoolifyInstance string `json:"coolifyInstance,omitempty"`
 
+	// Standby is the state of the free slot's standby container (pools with standby
+	// Running); empty when the slot has none. Written by the slot controller only.
+	// +optional
+	Standby StandbyState `json:"standby,omitempty"`
+	// StandbySince is when Standby last changed.
+	// +optional
+	StandbySince *metav1.Time `json:"standbySince,omitempty"`
+
 	// DrainingSince is when the deleted slot first asked its running bot to leave; the
 	// application is deleted once the bot left or leaveGracePeriod passed.
 	// +optional
@@ -153,6 +177,7 @@ type BotPoolSlotStatus struct {
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Bot",type=string,JSONPath=`.spec.botRef.name`
+// +kubebuilder:printcolumn:name="Standby",type=string,JSONPath=`.status.standby`
 // +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.status.applicationUUID`
 // +kubebuilder:printcolumn:name="Last used",type=date,JSONPath=`.status.lastUsedAt`
 // +kubebuilder:printcolumn:name="Deployment",type=string,JSONPath=`.status.deploymentUUID`,priority=1
