@@ -18,6 +18,8 @@ type Metrics struct {
 	toBusy          prometheus.Histogram
 	acquire         prometheus.Histogram
 	waited          prometheus.Histogram
+	poolStandby     *prometheus.GaugeVec
+	standbyLost     prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none), reusing series
@@ -56,6 +58,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Time a Bot waited in its pool's queue before it was bound.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 18),
 	}))
+	m.poolStandby = promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "botpool_pool_standby_slots",
+		Help: "Free slots of a pool with standby Running, by the state of their container (ready: it asks for work; starting).",
+	}, []string{"namespace", "pool", "state"}))
+	m.standbyLost = promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "botpool_standby_lost_total",
+		Help: "Standby containers that stopped asking for work (crashed, restarting, unreachable) and were replaced.",
+	}))
 	m.poolSlots = promreg.Register(reg, m.poolSlots)
 	m.poolQueued = promreg.Register(reg, m.poolQueued)
 	return m
@@ -73,17 +83,22 @@ func (m *Metrics) observePool(p *v1.BotPool) {
 		m.poolSlots.WithLabelValues(p.Namespace, p.Name, string(phase)).Set(float64(n))
 	}
 	m.poolQueued.WithLabelValues(p.Namespace, p.Name).Set(float64(p.Status.Queued))
+	m.poolStandby.WithLabelValues(p.Namespace, p.Name, "ready").Set(float64(c.Ready))
+	m.poolStandby.WithLabelValues(p.Namespace, p.Name, "starting").Set(float64(c.Starting))
 }
 
 func (m *Metrics) forgetPool(namespace, name string) {
 	labels := prometheus.Labels{"namespace": namespace, "pool": name}
 	m.poolSlots.DeletePartialMatch(labels)
 	m.poolQueued.DeletePartialMatch(labels)
+	m.poolStandby.DeletePartialMatch(labels)
 }
 
 func (m *Metrics) slotTransition(from, to, reason string) {
 	m.slotTransitions.WithLabelValues(from, to, reason).Inc()
 }
+
+func (m *Metrics) standbyLostOne() { m.standbyLost.Inc() }
 
 func (m *Metrics) recovery(reason string) { m.recoveries.WithLabelValues(reason).Inc() }
 

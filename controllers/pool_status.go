@@ -40,10 +40,14 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonAvailable, "The pool reaches Coolify and serves bots")
 	}
 
-	if len(s.created) > 0 || counts.Creating > 0 {
+	switch {
+	case len(s.created) > 0 || counts.Creating > 0:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonScalingUp,
 			"Creating slots for waiting bots or to keep minIdle slots warm")
-	} else {
+	case p.Spec.Standby.Running() && counts.Ready < p.Spec.MinIdle:
+		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonWarmingStandby,
+			fmt.Sprintf("%d of minIdle %d standby slots ready (%d starting)", counts.Ready, p.Spec.MinIdle, counts.Starting))
+	default:
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionReconciling)
 	}
 

@@ -24,6 +24,14 @@ func slotsToCreate(maxSlots, minIdle, total, available, waiting int) int {
 func countSlots(slots []v1.BotPoolSlot) v1.SlotCounts {
 	c := v1.SlotCounts{Total: int32(len(slots))}
 	for i := range slots {
+		if sl := &slots[i]; sl.Spec.BotRef == nil && sl.DeletionTimestamp.IsZero() {
+			switch sl.Status.Standby {
+			case v1.StandbyReady:
+				c.Ready++
+			case v1.StandbyStarting, v1.StandbyLost:
+				c.Starting++
+			}
+		}
 		switch slots[i].Status.Phase {
 		case "", v1.SlotCreating:
 			c.Creating++

@@ -33,11 +33,17 @@ func available(s *v1.BotPoolSlot) bool {
 // first; a bot bound before would take that deployment for its own, and turn Busy on a
 // container that was never started for it.
 //
+// A standby slot (status.standby set) is free only while Ready: its current container asks for
+// work, so the bot starts on it without a deployment. One Starting or Lost would leave the bot
+// waiting for a container that may never ask; a slot of a Stopped pool has no standby state
+// and deploys for its bot as always.
+//
 // It is the strictest of the three because a wrong "yes" hands a bot a slot that cannot run
 // it yet; a wrong "no" only waits for the slot's next update (slotFreed wakes the dispatcher
 // when isFree turns true).
 func isFree(s *v1.BotPoolSlot) bool {
-	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() && s.Status.DeployingSince == nil
+	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() && s.Status.DeployingSince == nil &&
+		(s.Status.Standby == "" || s.Status.Standby == v1.StandbyReady)
 }
 
 // removable reports whether shrink may delete a slot to bring the pool back under maxSlots:

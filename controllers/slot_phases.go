@@ -36,17 +36,14 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 		}
 		st.ApplicationUUID, st.ApplicationTag, st.CoolifyInstance = uuid, tag, instanceOf(s.api)
 	}
-	env, err := r.slotEnv(ctx, s, token)
-	if err != nil {
+	// Set here, and on a standby slot again with each fresh container's credential (see
+	// rotateCredential): env changes apply only at the next deployment and may trigger a
+	// rebuild, so they never change per bot.
+	if err := r.setEnv(ctx, s, token); err != nil {
 		return err
 	}
-	// Set once, here: env changes apply only at the next deployment and may trigger a
-	// rebuild, so they never change per bot.
-	if _, err := s.api.UpsertEnvs(ctx, st.ApplicationUUID, env); err != nil {
-		if errors.Is(err, coolify.ErrNotFound) {
-			st.ApplicationUUID = "" // deleted behind our back: create it again
-		}
-		return fmt.Errorf("setting the application's env: %w", err)
+	if standbyPool(s) {
+		r.setStandby(s, v1.StandbyStarting) // the Idle step deploys its first container
 	}
 	r.describe(ctx, s, v1.SlotIdle, time.Time{})
 	r.moveTo(s, v1.SlotIdle, "", "Application "+st.ApplicationUUID+" ready")
@@ -103,11 +100,17 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 // served only while it still holds the token whose hash the slot recorded, so a Secret someone
 // else wrote or changed is replaced, never believed.
 func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
+	return r.issueToken(ctx, slot, false)
+}
+
+// issueToken is ensureToken; fresh replaces even the token the slot issued (a standby slot's
+// next container gets a credential no earlier container had).
+func (r *BotPoolSlotReconciler) issueToken(ctx context.Context, slot *v1.BotPoolSlot, fresh bool) (string, error) {
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}
 	err := r.APIReader.Get(ctx, key, secret)
 	switch {
-	case err == nil && issuedToken(slot, secret):
+	case err == nil && !fresh && issuedToken(slot, secret):
 		return string(secret.Data[slottoken.Key]), nil
 	case err == nil:
 		// Left by an earlier slot of the same name (a retired slot the pool replaced), written
@@ -223,7 +226,19 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 			r.moveTo(s, v1.SlotReleasing, "", "The bot let go before its deployment was confirmed")
 			return nil // advance stops the container now, in this pass
 		}
+		switch {
+		case standbyPool(s):
+			return r.standbyIdle(ctx, s)
+		case st.Standby != "": // the pool went back to Stopped
+			if err := r.leaveStandby(ctx, s); err != nil || st.Standby != "" {
+				return err
+			}
+		}
 		return r.checkApp(ctx, s, "")
+	}
+	if st.Standby == v1.StandbyReady {
+		// Its container asks for work: it takes the bot from the bot API, no deployment.
+		return r.standbyBound(ctx, s)
 	}
 	if !r.admit(ctx, s) {
 		if !strings.HasPrefix(s.slot.Status.Message, "Coolify is busy") {
@@ -269,10 +284,16 @@ func (r *BotPoolSlotReconciler) joinUnanswered(ctx context.Context, s *slotScope
 	return true, nil
 }
 
-// deploy requests the bot's deployment, admitted by the gate at now. A request that did not
-// start one leaves the slot Idle with its bot bound, and the admission goes back (advance).
+// deploy requests a deployment, admitted by the gate at now: of the bound bot's container, or
+// (no bot) of a standby slot's fresh container. A request that did not start one leaves the
+// slot Idle (with its bot bound), and the admission goes back (advance).
 func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now time.Time) error {
 	st := &s.slot.Status
+	what := "a standby container"
+	if s.bot != nil {
+		what = "bot " + s.bot.Name
+		r.setStandby(s, "") // the container deployed now is the bot's
+	}
 	r.describe(ctx, s, v1.SlotDeploying, now)
 	res, err := s.api.Deploy(ctx, st.ApplicationUUID)
 	var apiErr *coolify.APIError
@@ -283,14 +304,14 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 	case errors.Is(err, coolify.ErrThrottled):
 		// Not sent, or refused before it took effect: wait as told (capped), bot still bound.
 		wait, _ := coolifyWait(err)
-		st.Message = throttledMessage(err) + "; deploying bot " + s.bot.Name + " then"
+		st.Message = throttledMessage(err) + "; deploying " + what + " then"
 		s.after(wait)
 		return nil
 	case errors.As(err, &apiErr) && (errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrRateLimited)):
 		// Honour Retry-After for the whole server (by the injected clock), and keep asking
 		// the gate meanwhile: the bot stays bound and waits, it does not fail.
 		r.Gate.Pause(s.pool, coolifyInstance(s.api), now.Add(max(apiErr.RetryAfter, r.gateRetry())))
-		st.Message = "Coolify is busy (" + apiErr.Message + "); deploying bot " + s.bot.Name + " when it has room"
+		st.Message = "Coolify is busy (" + apiErr.Message + "); deploying " + what + " when it has room"
 		s.after(r.jittered(r.gateRetry()))
 		return nil
 	case err != nil:
@@ -305,7 +326,11 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 	st.DeploymentUUID = res.DeploymentUUID // empty when Coolify de-duplicated: found by the first poll
 	st.DeployingSince = &metav1.Time{Time: now}
 	st.SkippedRecoveries = 0
-	r.moveTo(s, v1.SlotDeploying, "", "Deploying bot "+s.bot.Name)
+	if s.bot == nil {
+		// Asks count from here: only the container this deployment starts can make it Ready.
+		st.StandbySince = &metav1.Time{Time: now}
+	}
+	r.moveTo(s, v1.SlotDeploying, "", "Deploying "+what)
 	s.after(r.jittered(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)))
 	return nil
 }
@@ -334,7 +359,7 @@ func (r *BotPoolSlotReconciler) imageWarm(ctx context.Context, s *slotScope) boo
 		return false
 	}
 	for i := range slots.Items {
-		if slots.Items[i].Status.Phase == v1.SlotBusy {
+		if st := &slots.Items[i].Status; st.Phase == v1.SlotBusy || st.Standby == v1.StandbyReady {
 			return true
 		}
 	}
@@ -352,6 +377,9 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	}
 	if st.DeployingSince == nil {
 		st.DeployingSince = st.PhaseSince.DeepCopy()
+	}
+	if s.bot == nil && standbyPool(s) && st.Standby == v1.StandbyStarting {
+		return r.deployingStandby(ctx, s, poll)
 	}
 	if since := r.Clock.Since(st.PhaseSince.Time); s.bot != nil && since < poll/2 {
 		// Just deployed (the status write brought us back at once): nothing to read yet, and
@@ -452,8 +480,11 @@ func (r *BotPoolSlotReconciler) pollLater(ctx context.Context, s *slotScope, err
 
 func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg string) {
 	s.slot.Status.RecoveryAttempts = 0
+	r.setStandby(s, "") // the container is the bot's now
 	r.describe(ctx, s, v1.SlotBusy, r.Clock.Now())
-	r.Metrics.timeToBusy(r.Clock.Since(s.slot.Status.DeployingSince.Time))
+	if since := s.slot.Status.DeployingSince; since != nil { // a standby slot deployed before its bot
+		r.Metrics.timeToBusy(r.Clock.Since(since.Time))
+	}
 	r.moveTo(s, v1.SlotBusy, "", msg)
 	s.after(r.appCheck())
 }
@@ -576,6 +607,9 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 	if !stopped { // a definitive failure is not stopped either
 		return nil
 	}
+	if done, err := r.freshCredential(ctx, s); err != nil || done {
+		return err
+	}
 	now := r.Clock.Now()
 	st.LastUsedAt = &metav1.Time{Time: now}
 	st.RecoveryAttempts, st.SkippedRecoveries = 0, 0
@@ -664,6 +698,9 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	}
 	if !stopped {
 		return nil
+	}
+	if done, err := r.freshCredential(ctx, s); err != nil || done {
+		return err
 	}
 	st.DeploymentUUID, st.DeployingSince, st.SkippedRecoveries = "", nil, 0
 	r.describe(ctx, s, v1.SlotIdle, time.Time{})

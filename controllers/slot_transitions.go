@@ -35,8 +35,8 @@ const (
 var slotTransitions = map[v1.SlotPhase]map[v1.SlotPhase]entry{
 	"":               {v1.SlotCreating: samePass},
 	v1.SlotCreating:  {v1.SlotIdle: nextPass},
-	v1.SlotIdle:      {v1.SlotDeploying: nextPass, v1.SlotReleasing: samePass, v1.SlotCreating: nextPass},
-	v1.SlotDeploying: {v1.SlotBusy: nextPass, v1.SlotError: nextPass, v1.SlotReleasing: samePass},
+	v1.SlotIdle:      {v1.SlotDeploying: nextPass, v1.SlotReleasing: samePass, v1.SlotCreating: nextPass, v1.SlotBusy: nextPass, v1.SlotError: nextPass},
+	v1.SlotDeploying: {v1.SlotBusy: nextPass, v1.SlotError: nextPass, v1.SlotReleasing: samePass, v1.SlotIdle: nextPass},
 	v1.SlotBusy:      {v1.SlotReleasing: samePass, v1.SlotError: nextPass},
 	v1.SlotReleasing: {v1.SlotIdle: nextPass, v1.SlotError: nextPass, v1.SlotCreating: nextPass},
 	v1.SlotError:     {v1.SlotIdle: nextPass, v1.SlotCreating: nextPass},
@@ -118,9 +118,9 @@ func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, ms
 		return
 	}
 	if from == v1.SlotDeploying {
-		// The deployment is over, one way or the other; only one that ran to Busy leaves the
-		// image cached on the server.
-		r.returnAdmission(s, to == v1.SlotBusy)
+		// The deployment is over, one way or the other; only one that ran (to Busy, or to Idle
+		// with a standby container) leaves the image cached on the server.
+		r.returnAdmission(s, to == v1.SlotBusy || to == v1.SlotIdle)
 	}
 	s.handleNow = when == samePass
 	now := metav1.NewTime(r.Clock.Now())

@@ -20,6 +20,11 @@ const (
 	ReasonApplicationLost BotReason = "ApplicationLost"
 	// ReasonStopFailed: stopping the container failed.
 	ReasonStopFailed BotReason = "StopFailed"
+	// ReasonStandbyLost: a standby slot's container did not take the bot bound to it within
+	// the standby ask window (it crashed or stopped asking between its last ask and the
+	// binding). A free standby slot that stops asking gets a fresh container instead (a
+	// StandbyLost Warning Event) and fails nothing.
+	ReasonStandbyLost BotReason = "StandbyLost"
 )
 
 // Reasons of a Stalled slot besides the pool's credential reasons; ReasonDestinationRefused
@@ -97,4 +102,10 @@ const (
 	// ReasonSlotRetired: a slot failed maxRecoveryAttempts times in a row and is deleted with
 	// its application (Warning Event).
 	ReasonSlotRetired = "SlotRetired"
+	// ReasonStandbyReady: a standby slot's fresh container asked the bot API for work (a
+	// Normal Event; the slot is offered to bots from now on).
+	ReasonStandbyReady = "StandbyReady"
+	// ReasonWarmingStandby: a pool with standby Running has fewer ready standby slots than
+	// minIdle (its Reconciling condition, while fresh containers start).
+	ReasonWarmingStandby = "WarmingStandby"
 )

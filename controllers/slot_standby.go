@@ -1,0 +1,322 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/store"
+)
+
+// Standby slots (a pool with spec.standby Running) take Coolify off the start path: a free
+// slot keeps a container running that waits on the bot API (a long-poll on its config) for its
+// binding, so a bot bound to it starts without a single Coolify request. The slot's phases are
+// the usual ones; status.standby says where its container is:
+//
+//	Idle,      Starting  a fresh container is to be deployed (the gate admits it) …
+//	Deploying, Starting  … is being deployed …
+//	Idle,      Starting  … runs, and has not asked for work yet
+//	Idle,      Ready     its current container asked for work within standbyAskWindow:
+//	                     the only standby slot the dispatcher binds (isFree)
+//	Idle,      Lost      it stopped asking: a fresh one is deployed
+//	Idle → Busy          the bound bot's first report or beat
+//	Busy → Releasing     the bot let go: the container is stopped and the slot credential
+//	                     replaced (rotateCredential), then Idle, Starting again
+//
+// Readiness is observed, never assumed: the bot API records every config call of a slot's
+// container in the store with the hash of the credential it sent (store.SlotAsk), and a slot
+// is Ready only while an ask carries its current credential and came after the deploy request
+// of its current container. A fresh container gets a fresh credential, so an ask from the
+// container of an earlier bot (whatever a meeting left running in it) can never make the slot
+// Ready or claim the next binding.
+
+const (
+	// standbyAskWindow is how recent the last ask of a Ready slot's container must be. A
+	// container long-polls with a wait of at most maxConfigWait (the bot API's bound, 60 s)
+	// and asks again at once, so a live one asks well within it; one silent this long has
+	// crashed, restarts or cannot reach the bot API. A bound slot whose container has not
+	// taken its bot within the same window failed it (ReasonStandbyLost).
+	standbyAskWindow = 75 * time.Second
+	// standbyStartCheck is how often a slot whose fresh container runs looks for its first
+	// ask (a read of the store, no Coolify request).
+	standbyStartCheck = time.Second
+	// standbyReadyCheck is how often a Ready slot checks that its container still asks.
+	standbyReadyCheck = 15 * time.Second
+)
+
+// standbyPool reports whether the slot's pool keeps standby containers.
+func standbyPool(s *slotScope) bool { return s.pool != nil && s.pool.Spec.Standby.Running() }
+
+// setStandby records the state of the slot's standby container.
+func (r *BotPoolSlotReconciler) setStandby(s *slotScope, state v1.StandbyState) {
+	st := &s.slot.Status
+	if st.Standby == state {
+		return
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	st.Standby, st.StandbySince = state, &now
+	if state == "" {
+		st.StandbySince = nil
+	}
+}
+
+// standbyIdle is the step of a free Idle slot of a standby pool: deploy a fresh container,
+// wait for its first ask, and watch that it keeps asking.
+func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) error {
+	st := &s.slot.Status
+	switch {
+	case st.Standby == v1.StandbyReady, st.Standby == v1.StandbyStarting && st.DeploymentUUID != "":
+		return r.watchStandby(ctx, s)
+	}
+	// No container yet (a new slot, one just released or recovered, a pool switched to
+	// Running), or one that stopped asking: deploy a fresh one.
+	if st.Standby != v1.StandbyLost {
+		r.setStandby(s, v1.StandbyStarting)
+	}
+	if !r.admit(ctx, s) {
+		if !isCoolifyBusyMessage(st.Message) {
+			st.Message = "Standby container to start; " + gateWaitMessage
+		}
+		s.after(r.jittered(r.gateRetry()))
+		return nil
+	}
+	return r.deploy(ctx, s, r.Clock.Now())
+}
+
+// watchStandby turns a slot whose fresh container asked for work Ready, and a Ready one whose
+// container stopped asking Lost (a fresh one follows). A store that cannot answer changes
+// nothing: readiness unknown is no reason to redeploy, nor to offer a slot (invariant 10).
+func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) error {
+	st := &s.slot.Status
+	now := r.Clock.Now()
+	ask, asked, err := r.lastAsk(ctx, s)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("Reading the standby container's asks failed", "error", err.Error())
+		s.after(standbyStartCheck)
+		return nil
+	}
+	switch st.Standby {
+	case v1.StandbyStarting:
+		if asked {
+			r.setStandby(s, v1.StandbyReady)
+			st.Message = "Standby container " + shortToken(st.TokenSHA256) + " asks for work"
+			r.Recorder.Eventf(s.slot, nil, corev1.EventTypeNormal, v1.ReasonStandbyReady, "Standby",
+				"The fresh container asked for work %s after its deploy request", ask.At.Sub(st.StandbySince.Time).Round(time.Millisecond))
+			r.describe(ctx, s, v1.SlotIdle, now)
+			s.after(standbyReadyCheck)
+			return nil
+		}
+		// Counted from the end of its deployment (the move to Idle): a cold pull is no silence.
+		limit := s.pool.Spec.Timing.DeployGracePeriod.OrDefault(v1.DefaultDeployGracePeriod)
+		if waited := r.Clock.Since(st.PhaseSince.Time); waited > limit {
+			r.standbyLost(s, fmt.Sprintf("The fresh container did not ask for work within %s of its deployment", limit))
+			return nil
+		}
+		st.Message = "Standby container deployed; waiting for it to ask for work"
+		s.after(standbyStartCheck)
+	case v1.StandbyReady:
+		if !asked || now.Sub(ask.At) > standbyAskWindow {
+			r.standbyLost(s, "The standby container stopped asking for work "+lastAskText(ask, asked, now))
+			return nil
+		}
+		s.after(min(standbyReadyCheck, standbyAskWindow-now.Sub(ask.At)+time.Second))
+	}
+	return r.checkApp(ctx, s, "")
+}
+
+// lastAsk returns the last ask of the slot's current container: one made with the slot's
+// current credential since its deploy request. asked is false when there is none.
+func (r *BotPoolSlotReconciler) lastAsk(ctx context.Context, s *slotScope) (store.SlotAsk, bool, error) {
+	st := &s.slot.Status
+	asks, err := r.Store.LastSlotAsks(ctx, []types.UID{s.slot.UID})
+	if err != nil {
+		return store.SlotAsk{}, false, err
+	}
+	ask, ok := asks[s.slot.UID]
+	since := st.StandbySince
+	current := ok && st.TokenSHA256 != "" && ask.TokenSHA256 == st.TokenSHA256 &&
+		since != nil && !ask.At.Before(since.Truncate(time.Second))
+	return ask, current, nil
+}
+
+// standbyLost marks a free slot whose container stopped asking: it is not offered any more,
+// and the next pass deploys a fresh container.
+func (r *BotPoolSlotReconciler) standbyLost(s *slotScope, msg string) {
+	r.setStandby(s, v1.StandbyLost)
+	s.slot.Status.DeploymentUUID = ""
+	s.slot.Status.Message = msg + "; deploying a fresh one"
+	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, string(v1.ReasonStandbyLost), "Standby", "%s", s.slot.Status.Message)
+	r.Metrics.standbyLostOne()
+	s.after(time.Millisecond) // the status write brings it back too; this keeps the pass honest
+}
+
+// standbyBound is the step of a standby slot a bot was bound to: no Coolify request, the
+// container learns the binding from its long-poll; the slot turns Busy on the bot's first
+// report or beat. A container that does not take the bot within standbyAskWindow is gone:
+// the slot fails (the bot ends with ReasonStandbyLost) and gets a fresh container.
+func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) error {
+	if botStarted(s.bot) {
+		r.toBusy(ctx, s, "Bot "+s.bot.Name+" runs on the standby container")
+		return nil
+	}
+	bound := boundSince(s.bot)
+	if bound == nil {
+		// The bot controller has not mirrored the binding yet: its write brings us back.
+		s.after(standbyStartCheck)
+		s.slot.Status.Message = "Bot " + s.bot.Name + " bound; its standby container takes it from the bot API"
+		return nil
+	}
+	if waited := r.Clock.Since(bound.Time); waited > standbyAskWindow {
+		s.slot.Status.DeploymentUUID = ""
+		r.setStandby(s, v1.StandbyLost)
+		r.toError(ctx, s, string(v1.ReasonStandbyLost),
+			fmt.Sprintf("The standby container did not take bot %s within %s of its binding", s.bot.Name, standbyAskWindow))
+		return nil
+	}
+	s.slot.Status.Message = "Bot " + s.bot.Name + " bound; its standby container takes it from the bot API"
+	s.after(standbyAskWindow - r.Clock.Since(bound.Time) + time.Second)
+	return nil
+}
+
+// botStarted reports whether a bot's container reported or beat: the bot API records the
+// first report as startedAt, the bot controller a beat as Alive.
+func botStarted(bot *v1.Bot) bool {
+	c := meta.FindStatusCondition(bot.Status.Conditions, v1.ConditionAlive)
+	return bot.Status.StartedAt != nil || c != nil && c.Status == metav1.ConditionTrue
+}
+
+// boundSince is when the bot controller recorded the bot's binding (its Bound condition, on
+// the operator's clock); nil until it has.
+func boundSince(bot *v1.Bot) *metav1.Time {
+	c := meta.FindStatusCondition(bot.Status.Conditions, v1.ConditionBound)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return nil
+	}
+	return &c.LastTransitionTime
+}
+
+// deployingStandby follows the deployment of a fresh standby container: finished → Idle (the
+// container is Starting until it asks for work), failed → Error (recovered like any slot).
+// There is no bot, so no heartbeat can speak for it: deploymentTimeout applies as it is.
+func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotScope, poll time.Duration) error {
+	st := &s.slot.Status
+	if since := r.Clock.Since(st.PhaseSince.Time); since < poll/2 {
+		s.after(poll - since)
+		return nil
+	}
+	verdict, listed, err := r.judge(ctx, s, poll, false)
+	if err == nil && listed && verdict.phase == v1.SlotError {
+		verdict, _, err = r.judge(ctx, s, readNow, false) // fail on what Coolify says now
+	}
+	if err != nil {
+		st.Message = "Starting a standby container; Coolify did not answer the last poll"
+		if wait, ok := coolifyWait(err); ok {
+			poll = max(poll, wait)
+		}
+		s.after(poll)
+		return nil
+	}
+	switch verdict.phase {
+	case v1.SlotBusy:
+		r.moveTo(s, v1.SlotIdle, "", "Standby container deployed ("+verdict.message+"); waiting for it to ask for work")
+		s.after(standbyStartCheck)
+	case v1.SlotError:
+		r.cancelDeployment(ctx, s)
+		st.DeploymentUUID = ""
+		r.toError(ctx, s, verdict.reason, "Starting a standby container: "+verdict.message)
+	default:
+		st.Message = "Starting a standby container"
+		s.after(poll)
+	}
+	return nil
+}
+
+// rotateCredential gives the slot a fresh credential for its next container, before that
+// container exists: the container of the bot that just ended (and anything the meeting left
+// running in it) holds the old one, which the bot API stops accepting as soon as the new hash
+// is recorded, so it can neither claim the next binding nor make the slot Ready. Coolify
+// applies an env change at the next deployment, which the fresh container is.
+func (r *BotPoolSlotReconciler) rotateCredential(ctx context.Context, s *slotScope) error {
+	token, err := r.issueToken(ctx, s.slot, true)
+	if err != nil {
+		return err
+	}
+	return r.setEnv(ctx, s, token)
+}
+
+// freshCredential prepares a stopped standby slot for its next container: a fresh credential
+// in the application's env, and status.standby Starting (the Idle step deploys it). A slot
+// of a Stopped pool only forgets its standby state. done says the pass is over: the
+// application is gone and the slot goes back to Creating.
+func (r *BotPoolSlotReconciler) freshCredential(ctx context.Context, s *slotScope) (done bool, err error) {
+	if !standbyPool(s) {
+		r.setStandby(s, "")
+		return false, nil
+	}
+	if err := r.rotateCredential(ctx, s); err != nil {
+		if s.slot.Status.ApplicationUUID == "" {
+			r.recreate(s)
+			return true, nil
+		}
+		return false, err
+	}
+	r.setStandby(s, "")
+	r.setStandby(s, v1.StandbyStarting)
+	return false, nil
+}
+
+// setEnv sets the application's env: the pool's slotEnvFrom keys and the operator's own.
+func (r *BotPoolSlotReconciler) setEnv(ctx context.Context, s *slotScope, token string) error {
+	env, err := r.slotEnv(ctx, s, token)
+	if err != nil {
+		return err
+	}
+	if _, err := s.api.UpsertEnvs(ctx, s.slot.Status.ApplicationUUID, env); err != nil {
+		if errors.Is(err, coolify.ErrNotFound) {
+			s.slot.Status.ApplicationUUID = "" // deleted behind our back: create it again
+		}
+		return fmt.Errorf("setting the application's env: %w", err)
+	}
+	return nil
+}
+
+// leaveStandby stops the container of a free slot whose pool went back to standby Stopped.
+func (r *BotPoolSlotReconciler) leaveStandby(ctx context.Context, s *slotScope) error {
+	if s.slot.Status.Standby != v1.StandbyStarting || s.slot.Status.DeploymentUUID != "" {
+		if stopped, err := r.stop(ctx, s, "Stopping the standby container (the pool's standby is Stopped)"); err != nil || !stopped {
+			return err
+		}
+	}
+	r.setStandby(s, "")
+	s.slot.Status.DeploymentUUID = ""
+	s.slot.Status.Message = "Free; the pool's standby is Stopped"
+	return nil
+}
+
+func lastAskText(ask store.SlotAsk, asked bool, now time.Time) string {
+	if !asked {
+		return "(no ask with its current credential)"
+	}
+	return "(last ask " + now.Sub(ask.At).Round(time.Second).String() + " ago)"
+}
+
+// shortToken abbreviates a credential hash for messages: enough to tell containers apart.
+func shortToken(hash string) string {
+	if len(hash) > 8 {
+		return hash[:8]
+	}
+	return hash
+}
+
+func isCoolifyBusyMessage(msg string) bool {
+	return len(msg) >= len("Coolify is busy") && msg[:len("Coolify is busy")] == "Coolify is busy"
+}
