@@ -62,8 +62,23 @@ type Store interface {
 	// UpsertSlot writes the projection of one BotPoolSlot; ErrConflict when another slot has
 	// the same application uuid or the same assigned bot.
 	UpsertSlot(ctx context.Context, slot SlotRecord) error
-	// DeleteSlot removes a slot's projection.
+	// DeleteSlot removes a slot's projection, and the asks of its containers (RecordSlotAsk).
+	// A slot's name is taken again only after its object is gone, and the projection goes
+	// when the object does, so the asks under that name are the old slot's; were an ask of a
+	// new slot of that name caught by a late delete, its container's next ask records it
+	// again (a waiting container asks at least once a long-poll).
 	DeleteSlot(ctx context.Context, namespace, name string) error
+
+	// RecordSlotAsk upserts the latest request for work of a slot's container (a config call),
+	// keyed by slot uid. Like a heartbeat it is liveness: only the latest ask of each slot is
+	// kept, and an older ask arriving late never replaces a newer one. During an outage it is
+	// buffered (coalesced per slot, ErrBuffered) and written when the database returns. Asks
+	// are kept in one clock for every replica, as heartbeats are. DeleteSlot removes the asks
+	// recorded under the slot's namespace and name.
+	RecordSlotAsk(ctx context.Context, ask SlotAsk) error
+	// LastSlotAsks returns the latest ask of each given slot that has one, in one query;
+	// ErrUnavailable during an outage.
+	LastSlotAsks(ctx context.Context, slots []types.UID) (map[types.UID]SlotAsk, error)
 
 	// RecordTransition appends one slot transition to the audit log.
 	RecordTransition(ctx context.Context, t Transition) error
@@ -112,6 +127,19 @@ type SlotRecord struct {
 	BotName         string
 	LastUsedAt      *time.Time
 	UpdatedAt       time.Time
+}
+
+// SlotAsk is one request for work (GET /v1/slots/{uuid}/config) by a slot's container: the
+// proof that the container runs and waits for a bot.
+type SlotAsk struct {
+	SlotUID   types.UID
+	Namespace string
+	Name      string
+	// TokenSHA256 is the hex SHA-256 of the slot credential the container sent (as in the
+	// slot's status.tokenSHA256): a reader tells the slot's current container, whose
+	// credential the operator issued last, from an older one.
+	TokenSHA256 string
+	At          time.Time
 }
 
 // Transition is one change of a slot's phase, for the audit log.

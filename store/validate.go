@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -36,6 +37,17 @@ func (b BotRecord) Validate() error {
 func (s SlotRecord) Validate() error {
 	if s.Namespace == "" || s.Name == "" {
 		return invalid("slot record without a namespace and name")
+	}
+	return nil
+}
+
+// Validate checks a slot's ask: it names its slot and carries a hex SHA-256.
+func (a SlotAsk) Validate() error {
+	if a.SlotUID == "" || a.Namespace == "" || a.Name == "" {
+		return invalid("slot ask without a slot uid, namespace and name")
+	}
+	if len(a.TokenSHA256) != 64 || strings.Trim(a.TokenSHA256, "0123456789abcdef") != "" {
+		return invalid("slot ask of %s/%s: the token hash must be 64 lowercase hex digits", a.Namespace, a.Name)
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ type Store struct {
 	slots       map[slotKey]store.SlotRecord
 	slotByApp   map[string]slotKey
 	slotByBot   map[types.UID]slotKey
+	asks        map[types.UID]store.SlotAsk // by slot uid
 	transitions []store.Transition
 	events      []store.BotEvent
 	// finished queues the uids of bots upserted as finished, oldest first: beyond the history
@@ -72,6 +73,7 @@ func New(opts ...Option) *Store {
 		slots:        map[slotKey]store.SlotRecord{},
 		slotByApp:    map[string]slotKey{},
 		slotByBot:    map[types.UID]slotKey{},
+		asks:         map[types.UID]store.SlotAsk{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -270,7 +272,46 @@ func (s *Store) DeleteSlot(_ context.Context, namespace, name string) error {
 	key := slotKey{namespace, name}
 	s.unindexSlot(key)
 	delete(s.slots, key)
+	// A scan, not an index: slots are deleted rarely, and there are as many asks as slots.
+	for uid, a := range s.asks {
+		if a.Namespace == namespace && a.Name == name {
+			delete(s.asks, uid)
+		}
+	}
 	return nil
+}
+
+// RecordSlotAsk implements store.Store; like a heartbeat, an older ask never replaces a newer.
+func (s *Store) RecordSlotAsk(_ context.Context, ask store.SlotAsk) error {
+	if err := ask.Validate(); err != nil {
+		return err
+	}
+	ask.At = store.Timestamp(ask.At, s.clock.Now())
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if old, ok := s.asks[ask.SlotUID]; ok && old.At.After(ask.At) {
+		return nil
+	}
+	s.asks[ask.SlotUID] = ask
+	return nil
+}
+
+// LastSlotAsks implements store.Store.
+func (s *Store) LastSlotAsks(_ context.Context, slots []types.UID) (map[types.UID]store.SlotAsk, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	out := make(map[types.UID]store.SlotAsk, len(slots))
+	for _, uid := range slots {
+		if a, ok := s.asks[uid]; ok {
+			out[uid] = a
+		}
+	}
+	return out, nil
 }
 
 func (s *Store) unindexSlot(key slotKey) {

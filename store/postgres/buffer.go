@@ -27,7 +27,8 @@ type buffer struct {
 	bots  map[types.UID]*keyedOp
 	slots map[slotKey]*keyedOp
 	beats map[types.UID]beatEntry
-	rows  []row // in sequence order
+	asks  map[types.UID]askEntry // by slot uid
+	rows  []row                  // in sequence order
 }
 
 type slotKey struct{ namespace, name string }
@@ -55,6 +56,11 @@ type beatEntry struct {
 	seq uint64
 }
 
+type askEntry struct {
+	ask store.SlotAsk
+	seq uint64
+}
+
 // row is one append-only row: a transition or an event, with the id that makes its insert
 // idempotent.
 type row struct {
@@ -70,13 +76,16 @@ func newBuffer(rowLimit int) *buffer {
 		bots:     map[types.UID]*keyedOp{},
 		slots:    map[slotKey]*keyedOp{},
 		beats:    map[types.UID]beatEntry{},
+		asks:     map[types.UID]askEntry{},
 	}
 }
 
 func (b *buffer) next() uint64 { b.seq++; return b.seq }
 
 // len counts the writes waiting.
-func (b *buffer) len() int { return len(b.bots) + len(b.slots) + len(b.beats) + len(b.rows) }
+func (b *buffer) len() int {
+	return len(b.bots) + len(b.slots) + len(b.beats) + len(b.asks) + len(b.rows)
+}
 
 func (b *buffer) upsertBot(rec store.BotRecord) {
 	b.bots[rec.UID] = &keyedOp{kind: opUpsertBot, seq: b.next(), bot: rec}
@@ -93,7 +102,14 @@ func (b *buffer) upsertSlot(rec store.SlotRecord) {
 	b.slots[slotKey{rec.Namespace, rec.Name}] = &keyedOp{kind: opUpsertSlot, seq: b.next(), slot: rec}
 }
 
+// deleteSlot also forgets the pending asks under the slot's name: DeleteSlot removes them too,
+// and an ask arriving after it is buffered anew, with a later sequence.
 func (b *buffer) deleteSlot(namespace, name string) {
+	for uid, e := range b.asks {
+		if e.ask.Namespace == namespace && e.ask.Name == name {
+			delete(b.asks, uid)
+		}
+	}
 	b.slots[slotKey{namespace, name}] = &keyedOp{kind: opDeleteSlot, seq: b.next(),
 		slot: store.SlotRecord{Namespace: namespace, Name: name}}
 }
@@ -104,6 +120,14 @@ func (b *buffer) beat(hb store.Heartbeat) {
 		hb = mergeBeat(old.hb, hb)
 	}
 	b.beats[hb.BotUID] = beatEntry{hb: hb, seq: b.next()}
+}
+
+// ask keeps the latest ask of a slot, as the SQL upsert does.
+func (b *buffer) ask(a store.SlotAsk) {
+	if old, ok := b.asks[a.SlotUID]; ok && old.ask.At.After(a.At) {
+		a = old.ask
+	}
+	b.asks[a.SlotUID] = askEntry{ask: a, seq: b.next()}
 }
 
 // mergeBeat keeps the later time and the first name known, like the SQL upsert.
@@ -144,6 +168,8 @@ type snapshot struct {
 	ops   []keyedOp // in sequence order
 	beats []store.Heartbeat
 	seqs  []uint64 // beats[i] has sequence seqs[i]
+	asks  []store.SlotAsk
+	aseqs []uint64 // asks[i] has sequence aseqs[i]
 	rows  []row
 }
 
@@ -160,6 +186,10 @@ func (b *buffer) snapshot(maxRows int) snapshot {
 	for _, e := range b.beats {
 		s.beats = append(s.beats, e.hb)
 		s.seqs = append(s.seqs, e.seq)
+	}
+	for _, e := range b.asks {
+		s.asks = append(s.asks, e.ask)
+		s.aseqs = append(s.aseqs, e.seq)
 	}
 	s.rows = slices.Clone(b.rows[:min(len(b.rows), maxRows)])
 	return s
@@ -223,6 +253,15 @@ func (b *buffer) ackBeats(beats []store.Heartbeat, seqs []uint64) {
 	for i, hb := range beats {
 		if e, ok := b.beats[hb.BotUID]; ok && e.seq == seqs[i] {
 			delete(b.beats, hb.BotUID)
+		}
+	}
+}
+
+// ackAsks removes the written asks that did not change meanwhile.
+func (b *buffer) ackAsks(asks []store.SlotAsk, seqs []uint64) {
+	for i, a := range asks {
+		if e, ok := b.asks[a.SlotUID]; ok && e.seq == seqs[i] {
+			delete(b.asks, a.SlotUID)
 		}
 	}
 }

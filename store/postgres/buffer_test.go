@@ -118,3 +118,26 @@ func TestMergeBeat(t *testing.T) {
 		})
 	}
 }
+
+func TestBufferCoalescesAsksAndDeleteSlotForgetsThem(t *testing.T) {
+	b := newBuffer(10)
+	b.ask(storetest.Ask("a", "ns", "bpt_new", t0.Add(time.Minute)))
+	b.ask(storetest.Ask("a", "ns", "bpt_old", t0)) // older, late: the later ask stays
+	b.ask(storetest.Ask("b", "ns", "bpt_b", t0))
+	if got := b.asks["a"].ask; got.TokenSHA256 != storetest.Ask("a", "ns", "bpt_new", t0).TokenSHA256 || b.len() != 2 {
+		t.Fatalf("asks = %+v (len %d), want a's latest and b's", b.asks, b.len())
+	}
+	b.deleteSlot("ns", "slot-a")
+	if _, ok := b.asks["a"]; ok {
+		t.Fatal("an ask older than the slot's delete would outlive it")
+	}
+	b.ask(storetest.Ask("a2", "ns", "bpt_a2", t0.Add(time.Hour))) // a new slot of the name, after the delete
+	snap := b.snapshot(10)
+	if len(snap.asks) != 2 || len(snap.aseqs) != 2 {
+		t.Fatalf("snapshot asks = %+v, want b's and a2's", snap.asks)
+	}
+	b.ackAsks(snap.asks, snap.aseqs)
+	if len(b.asks) != 0 {
+		t.Fatalf("asks after the ack = %+v", b.asks)
+	}
+}

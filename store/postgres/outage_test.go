@@ -268,6 +268,12 @@ func TestReplayKeepsOrder(t *testing.T) {
 		func() error {
 			return s.AppendBotEvents(ctx, []store.BotEvent{storetest.Event("y", "log", "back", storetest.T0)})
 		},
+		func() error { return s.RecordSlotAsk(ctx, storetest.Ask("z", "ns", "bpt_gone", storetest.T0)) },
+		func() error { return s.DeleteSlot(ctx, "ns", "slot-z") },
+		func() error { return s.RecordSlotAsk(ctx, storetest.Ask("w", "ns", "bpt_w", storetest.T0)) },
+		func() error {
+			return s.RecordSlotAsk(ctx, storetest.Ask("w", "ns", "bpt_w2", storetest.T0.Add(time.Second)))
+		},
 	}
 	for i, w := range writes {
 		if err := w(); !errors.Is(err, store.ErrBuffered) {
@@ -300,6 +306,10 @@ func TestReplayKeepsOrder(t *testing.T) {
 	}
 	if events, err := s.BotEvents(ctx, "y"); err != nil || len(events) != 1 {
 		t.Errorf("bot y's events = %v (err %v), want 1", events, err)
+	}
+	asks, err := s.LastSlotAsks(ctx, []types.UID{"z", "w"})
+	if want := storetest.Ask("w", "ns", "bpt_w2", storetest.T0.Add(time.Second)); err != nil || len(asks) != 1 || asks["w"].TokenSHA256 != want.TokenSHA256 || !asks["w"].At.Equal(want.At) {
+		t.Errorf("asks after the outage = %+v (err %v), want only w's latest %+v (z's went with its slot)", asks, err, want)
 	}
 	if st := s.Status(); st.Dropped != 0 || st.Buffered != 0 {
 		t.Errorf("status after recovery = %+v, want nothing dropped or left", st)

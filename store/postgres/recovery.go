@@ -83,8 +83,8 @@ func (s *Store) recover(ctx context.Context) error {
 }
 
 // replay writes one snapshot: projections in the order they were last written, then the
-// heartbeats (always after: a buffered beat is newer than any buffered delete of its bot),
-// then the oldest append-only rows. It stops at the first connection failure; a write the
+// heartbeats and the slots' asks (always after: a buffered beat or ask is newer than any
+// buffered delete of its bot or slot), then the oldest append-only rows. It stops at the first connection failure; a write the
 // server refuses is retried on the next passes, then given up.
 func (s *Store) replay(ctx context.Context, snap snapshot) error {
 	for _, op := range snap.ops {
@@ -115,6 +115,18 @@ func (s *Store) replay(ctx context.Context, snap snapshot) error {
 		s.mu.Lock()
 		s.buf.ackBeats(beats, snap.seqs[start:end])
 		s.m.replayed.Add(float64(len(beats)))
+		s.mu.Unlock()
+	}
+	for start := 0; start < len(snap.asks); start += s.cfg.batchSize {
+		end := min(start+s.cfg.batchSize, len(snap.asks))
+		asks := snap.asks[start:end]
+		err := s.exec(ctx, "upsert_slot_asks", func(ctx context.Context) error { return s.execAsks(ctx, asks) })
+		if err != nil {
+			return err // asks are plain upserts of validated rows: only an outage makes them fail
+		}
+		s.mu.Lock()
+		s.buf.ackAsks(asks, snap.aseqs[start:end])
+		s.m.replayed.Add(float64(len(asks)))
 		s.mu.Unlock()
 	}
 	if len(snap.rows) > 0 {

@@ -165,8 +165,13 @@ func (s *Store) execUpsertSlot(ctx context.Context, r store.SlotRecord) error {
 	return err
 }
 
+// deleteSlotSQL removes a slot's projection and its containers' asks in one statement.
+const deleteSlotSQL = `
+WITH asks AS (DELETE FROM slot_asks WHERE namespace = $1 AND name = $2)
+DELETE FROM bot_pool_slots WHERE namespace = $1 AND name = $2`
+
 func (s *Store) execDeleteSlot(ctx context.Context, namespace, name string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM bot_pool_slots WHERE namespace = $1 AND name = $2`, namespace, name)
+	_, err := s.pool.Exec(ctx, deleteSlotSQL, namespace, name)
 	return err
 }
 

@@ -52,6 +52,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"InvalidRecords", testInvalidRecords},
 		{"StatusAvailable", testStatusAvailable},
 		{"Retention", testRetention},
+		{"SlotAsks", testSlotAsks},
+		{"DeleteSlotRemovesItsAsks", testDeleteSlotRemovesItsAsks},
+		{"InvalidSlotAsks", testInvalidSlotAsks},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
