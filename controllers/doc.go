@@ -46,6 +46,7 @@
 //	slot_decide.go       pure decisions of the phases: decideStale, judgeDeployment, description
 //	slot_free.go         the three "is this slot free?" predicates side by side (isFree, removable, available)
 //	slot_naming.go       slot names pool-<platform>-NNN: slotPrefix, slotName, slotNumber, lowestFree
+//	slot_standby.go      standby slots (spec.standby Running): fresh containers, observed readiness, credential rotation
 //
 //	bot_controller.go    BotReconciler: entry, routing to a pool, the queue, liveness, deletion
 //	bot_queue.go         the order of a queue and of free slots; queue timeouts

@@ -49,6 +49,8 @@ const (
 // SlotStore is what the slot controller needs from the store.
 type SlotStore interface {
 	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
+	// LastSlotAsks: when standby slots' containers last asked the bot API for work.
+	LastSlotAsks(ctx context.Context, slots []types.UID) (map[types.UID]store.SlotAsk, error)
 	RecordTransition(ctx context.Context, t store.Transition) error
 	UpsertSlot(ctx context.Context, slot store.SlotRecord) error
 	DeleteSlot(ctx context.Context, namespace, name string) error

@@ -92,6 +92,10 @@ func description(phase v1.SlotPhase, bot string, at time.Time, msg string) strin
 			d = "[IDLE] Available - Last used: " + at.UTC().Format(time.RFC3339)
 		}
 	case v1.SlotDeploying:
+		if bot == "" {
+			d = "[STANDBY] Starting a fresh container since " + at.UTC().Format(time.RFC3339)
+			break
+		}
 		d = "[DEPLOYING] Bot " + bot + " since " + at.UTC().Format(time.RFC3339)
 	case v1.SlotBusy:
 		d = "[BUSY] Bot " + bot + " since " + at.UTC().Format(time.RFC3339)

@@ -53,6 +53,15 @@ const (
 	standbyReadyCheck = 15 * time.Second
 )
 
+// standbyCheck is when a standby slot looks again: after d, or sooner at the pool's
+// deployment poll interval (the store reads it costs are cheap; a pool that polls faster
+// wants its slots to notice sooner, and a timer runs on the workqueue's clock, not on the
+// injected one).
+func (r *BotPoolSlotReconciler) standbyCheck(s *slotScope, d time.Duration) time.Duration {
+	poll := s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)
+	return r.jittered(min(d, poll))
+}
+
 // standbyPool reports whether the slot's pool keeps standby containers.
 func standbyPool(s *slotScope) bool { return s.pool != nil && s.pool.Spec.Standby.Running() }
 
@@ -101,7 +110,7 @@ func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) 
 	ask, asked, err := r.lastAsk(ctx, s)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("Reading the standby container's asks failed", "error", err.Error())
-		s.after(standbyStartCheck)
+		s.after(r.standbyCheck(s, standbyStartCheck))
 		return nil
 	}
 	switch st.Standby {
@@ -112,7 +121,7 @@ func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) 
 			r.Recorder.Eventf(s.slot, nil, corev1.EventTypeNormal, v1.ReasonStandbyReady, "Standby",
 				"The fresh container asked for work %s after its deploy request", ask.At.Sub(st.StandbySince.Time).Round(time.Millisecond))
 			r.describe(ctx, s, v1.SlotIdle, now)
-			s.after(standbyReadyCheck)
+			s.after(r.standbyCheck(s, standbyReadyCheck))
 			return nil
 		}
 		// Counted from the end of its deployment (the move to Idle): a cold pull is no silence.
@@ -122,13 +131,13 @@ func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) 
 			return nil
 		}
 		st.Message = "Standby container deployed; waiting for it to ask for work"
-		s.after(standbyStartCheck)
+		s.after(r.standbyCheck(s, standbyStartCheck))
 	case v1.StandbyReady:
 		if !asked || now.Sub(ask.At) > standbyAskWindow {
 			r.standbyLost(s, "The standby container stopped asking for work "+lastAskText(ask, asked, now))
 			return nil
 		}
-		s.after(min(standbyReadyCheck, standbyAskWindow-now.Sub(ask.At)+time.Second))
+		s.after(r.standbyCheck(s, min(standbyReadyCheck, standbyAskWindow-now.Sub(ask.At)+time.Second)))
 	}
 	return r.checkApp(ctx, s, "")
 }
@@ -156,7 +165,6 @@ func (r *BotPoolSlotReconciler) standbyLost(s *slotScope, msg string) {
 	s.slot.Status.Message = msg + "; deploying a fresh one"
 	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, string(v1.ReasonStandbyLost), "Standby", "%s", s.slot.Status.Message)
 	r.Metrics.standbyLostOne()
-	s.after(time.Millisecond) // the status write brings it back too; this keeps the pass honest
 }
 
 // standbyBound is the step of a standby slot a bot was bound to: no Coolify request, the
@@ -171,7 +179,7 @@ func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) 
 	bound := boundSince(s.bot)
 	if bound == nil {
 		// The bot controller has not mirrored the binding yet: its write brings us back.
-		s.after(standbyStartCheck)
+		s.after(r.standbyCheck(s, standbyStartCheck))
 		s.slot.Status.Message = "Bot " + s.bot.Name + " bound; its standby container takes it from the bot API"
 		return nil
 	}
@@ -183,7 +191,7 @@ func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) 
 		return nil
 	}
 	s.slot.Status.Message = "Bot " + s.bot.Name + " bound; its standby container takes it from the bot API"
-	s.after(standbyAskWindow - r.Clock.Since(bound.Time) + time.Second)
+	s.after(r.standbyCheck(s, standbyAskWindow-r.Clock.Since(bound.Time)+time.Second))
 	return nil
 }
 
@@ -227,11 +235,12 @@ func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotSco
 	}
 	switch verdict.phase {
 	case v1.SlotBusy:
+		// The deployment is over: no request is pending that a later pass must look for.
+		st.DeployingSince = nil
 		r.moveTo(s, v1.SlotIdle, "", "Standby container deployed ("+verdict.message+"); waiting for it to ask for work")
-		s.after(standbyStartCheck)
 	case v1.SlotError:
 		r.cancelDeployment(ctx, s)
-		st.DeploymentUUID = ""
+		st.DeploymentUUID, st.DeployingSince = "", nil
 		r.toError(ctx, s, verdict.reason, "Starting a standby container: "+verdict.message)
 	default:
 		st.Message = "Starting a standby container"

@@ -13,6 +13,8 @@ package controllers
 //	BotPoolSlot, any change                 ──▶  slot controller (For)          the binding is its input
 //	Bot ended or being deleted              ──▶  the slot bound to it           release the slot at once
 //	                                             (slotOfBot, botLetGo)
+//	Bot bound, or its first report or beat  ──▶  the slot bound to it           a standby slot turns Busy
+//	                                             (slotOfBot, botLetGo)
 //
 //	Bot, any change                         ──▶  bot controller (For)           the bot API writes its phases
 //	BotPoolSlot, any change                 ──▶  the bot bound to it, before    mirror the binding, see the
@@ -95,14 +97,18 @@ func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// botLetGo passes the bot events a slot acts on: a bot that ended or is going away. Every
-// other change of a bot (its reported phases, its heartbeat condition) is none of the slot's.
+// botLetGo passes the bot events a slot acts on: a bot that ended or is going away, and one
+// whose container first reported or beat (a standby slot turns Busy on it), or whose binding
+// the bot controller recorded (a standby slot times its container's take from it). Every other
+// change of a bot (its later phases, its heartbeat condition) is none of the slot's.
 var botLetGo = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
 		return n.Status.Phase.Terminal() && !o.Status.Phase.Terminal() ||
-			!n.DeletionTimestamp.IsZero() && o.DeletionTimestamp.IsZero()
+			!n.DeletionTimestamp.IsZero() && o.DeletionTimestamp.IsZero() ||
+			botStarted(n) && !botStarted(o) ||
+			boundSince(n) != nil && boundSince(o) == nil
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return true },
 }

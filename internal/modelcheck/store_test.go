@@ -102,6 +102,19 @@ func (s *flakyStore) LastHeartbeats(ctx context.Context, bots []types.UID) (map[
 	return s.mem.LastHeartbeats(ctx, bots)
 }
 
+func (s *flakyStore) RecordSlotAsk(ctx context.Context, ask store.SlotAsk) error {
+	return s.write(func(m *memory.Store) error { return m.RecordSlotAsk(ctx, ask) })
+}
+
+func (s *flakyStore) LastSlotAsks(ctx context.Context, slots []types.UID) (map[types.UID]store.SlotAsk, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return nil, fmt.Errorf("postgres: %w", store.ErrUnavailable)
+	}
+	return s.mem.LastSlotAsks(ctx, slots)
+}
+
 func (s *flakyStore) UpsertBot(ctx context.Context, rec store.BotRecord) error {
 	return s.write(func(m *memory.Store) error { return m.UpsertBot(ctx, rec) })
 }

@@ -1,0 +1,426 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/simbot"
+	"botpool.dev/botpool/internal/slottoken"
+)
+
+// containers runs a simulated bot in every container the simulator starts, stops it when the
+// simulator stops the container, and remembers what each container was given and served.
+type containers struct {
+	t  *testing.T
+	b  simbot.Behaviour
+	mu sync.Mutex
+	// all in start order
+	all  []*container
+	errs []error
+	// coolify, when set, is the simulator whose request count each bot's first report
+	// snapshots (firstReport, by bot name): what the start path cost Coolify.
+	coolify     *sim.Server
+	firstReport map[string]int
+}
+
+// RoundTrip snapshots the Coolify request count when a bot's first status report leaves its
+// container, then sends the request.
+func (cs *containers) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/status") {
+		bot := path.Base(path.Dir(req.URL.Path))
+		cs.mu.Lock()
+		if _, seen := cs.firstReport[bot]; !seen && cs.coolify != nil {
+			cs.firstReport[bot] = len(cs.coolify.Requests())
+		}
+		cs.mu.Unlock()
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+type container struct {
+	sim.Container
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    simbot.Result
+	err    error
+}
+
+func newContainers(t *testing.T, b simbot.Behaviour) *containers {
+	cs := &containers{t: t, b: b, firstReport: map[string]int{}}
+	cs.b.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: cs}
+	t.Cleanup(cs.stopAll)
+	return cs
+}
+
+func (cs *containers) hooks() sim.Hooks {
+	return sim.Hooks{OnStart: cs.start, OnStop: cs.stop}
+}
+
+func (cs *containers) start(c sim.Container) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ct := &container{Container: c, cancel: cancel, done: make(chan struct{})}
+	cs.mu.Lock()
+	cs.all = append(cs.all, ct)
+	cs.mu.Unlock()
+	go func() {
+		defer close(ct.done)
+		res, err := simbot.Run(ctx, c, cs.b)
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		ct.res, ct.err = res, err
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, botclient.ErrUnauthorized) {
+			cs.errs = append(cs.errs, fmt.Errorf("container %d of %s: %w", c.Seq, c.AppName, err))
+		}
+	}()
+}
+
+// stop ends the simulated bot of every running container of the application: the simulator
+// stopped or replaced it.
+func (cs *containers) stop(c sim.Container) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, ct := range cs.all {
+		if ct.AppUUID == c.AppUUID && ct.Seq < c.Seq {
+			ct.cancel()
+		}
+	}
+}
+
+func (cs *containers) stopAll() {
+	cs.mu.Lock()
+	all := append([]*container(nil), cs.all...)
+	cs.mu.Unlock()
+	for _, ct := range all {
+		ct.cancel()
+		<-ct.done
+	}
+}
+
+// check fails the test on an error a container met.
+func (cs *containers) check() {
+	cs.t.Helper()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, err := range cs.errs {
+		cs.t.Fatal(err)
+	}
+}
+
+// served returns the containers that ran bot, with the result of those that ended.
+func (cs *containers) served(bot string) []*container {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var out []*container
+	for _, ct := range cs.all {
+		if ct.res.Bot == bot {
+			out = append(out, ct)
+		}
+	}
+	return out
+}
+
+func (cs *containers) list() []*container {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return append([]*container(nil), cs.all...)
+}
+
+// standbyReady waits until the pool's only slot is Idle with a Ready standby container,
+// moving the fake clock a little at a time: its deployment finishes and its container asks.
+func (sc *scenario) standbyReady() *v1.BotPoolSlot {
+	sc.t.Helper()
+	return sc.slot("Idle with a Ready standby container", func(s *v1.BotPoolSlot) bool {
+		if s.Status.Phase == v1.SlotIdle && s.Status.Standby == v1.StandbyReady && s.Spec.BotRef == nil {
+			return true
+		}
+		clk.Step(250 * time.Millisecond)
+		if debugStandby {
+			sc.t.Logf("now %s slot %s/%s %q dep=%s deps=%+v", clk.Now().Format("15:04:05.000"), s.Status.Phase, s.Status.Standby, s.Status.Message, s.Status.DeploymentUUID, sc.sim.Deployments())
+		}
+		return false
+	})
+}
+
+var debugStandby = false
+
+// TestStandbySlotLifecycle: a free slot of a Running pool keeps a container that asks for
+// work; a bot bound to it starts with no Coolify request between its creation and its first
+// report; after the bot the slot gets a fresh container with a fresh credential, which never
+// sees the earlier bot, and is Ready again once that container asks.
+func TestStandbySlotLifecycle(t *testing.T) {
+	cs := newContainers(t, simbot.Behaviour{MeetingLength: 50 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: 20 * time.Millisecond})
+	sc := newScenario(t, "standby", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
+		p.Spec.Standby = v1.StandbyRunning
+	})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	cs.mu.Lock()
+	cs.coolify = sc.sim
+	cs.mu.Unlock()
+
+	first := sc.standbyReady()
+	cs.check()
+	if first.Status.StandbySince == nil || first.Status.DeploymentUUID == "" {
+		t.Fatalf("a Ready standby slot records its container's deployment and since when: %+v", first.Status)
+	}
+
+	// The start path: the fake clock stands still, so nothing but the binding itself can
+	// make the operator call Coolify; it must not.
+	before := len(sc.sim.Requests())
+	bot := newBot(t, sc.ns, "standup", sc.pool.Name)
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		cs.check()
+		if b := sc.bot(bot.Name); b.Status.StartedAt == nil {
+			return fmt.Errorf("bot %s has not reported yet (%s)", b.Name, b.Status.Phase)
+		}
+		return nil
+	})
+	cs.mu.Lock()
+	atReport, reported := cs.firstReport[bot.Name]
+	cs.mu.Unlock()
+	if !reported {
+		t.Fatal("the bot's first report did not go through the containers' transport")
+	}
+	if reqs := sc.sim.Requests()[before:atReport]; len(reqs) != 0 {
+		t.Fatalf("the start on a standby slot sent Coolify %d requests before the bot's first report: %+v", len(reqs), reqs)
+	}
+	// The bot ends: the slot's credential is replaced and a fresh container deployed.
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		cs.check()
+		if b := sc.bot(bot.Name); b.Status.Phase != v1.BotDone {
+			return fmt.Errorf("bot %s is %s", b.Name, b.Status.Phase)
+		}
+		return nil
+	})
+	second := sc.standbyReady()
+	cs.check()
+	if second.Status.TokenSHA256 == first.Status.TokenSHA256 {
+		t.Fatal("the fresh container got the credential of the container before it")
+	}
+	if second.Status.DeploymentUUID == first.Status.DeploymentUUID {
+		t.Fatal("the slot is Ready again without a fresh deployment")
+	}
+	served := cs.served(bot.Name)
+	if len(served) != 1 {
+		t.Fatalf("bot %s was served by %d containers, want 1", bot.Name, len(served))
+	}
+	old := served[0]
+	var fresh *container
+	for _, ct := range cs.list() {
+		if ct.Seq > old.Seq && ct.AppUUID == old.AppUUID {
+			fresh = ct
+		}
+	}
+	if fresh == nil {
+		t.Fatal("no container started after the one that served the bot")
+	}
+	if fresh.Env["BOTPOOL_SLOT_TOKEN"] == old.Env["BOTPOOL_SLOT_TOKEN"] {
+		t.Fatal("the fresh container's env holds the earlier container's credential")
+	}
+	if slottoken.Hash([]byte(fresh.Env["BOTPOOL_SLOT_TOKEN"])) != second.Status.TokenSHA256 {
+		t.Fatal("the fresh container does not hold the credential the slot records")
+	}
+	// The earlier container's credential is refused: whatever a meeting left running in it
+	// cannot claim the next bot or make the slot look Ready.
+	cl := botclient.New(old.Env["BOTPOOL_API_URL"], old.AppUUID, old.Env["BOTPOOL_SLOT_TOKEN"], &http.Client{Timeout: 5 * time.Second})
+	if _, err := cl.Config(context.Background()); !errors.Is(err, botclient.ErrUnauthorized) {
+		t.Fatalf("the earlier container's credential on config: %v, want 401", err)
+	}
+	// The next bot starts on the fresh container, which never saw the first.
+	next := newBot(t, sc.ns, "retro", sc.pool.Name)
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		cs.check()
+		if b := sc.bot(next.Name); b.Status.Phase != v1.BotDone {
+			return fmt.Errorf("bot %s is %s", b.Name, b.Status.Phase)
+		}
+		return nil
+	})
+	if got := cs.served(next.Name); len(got) != 1 || got[0].Seq != fresh.Seq {
+		t.Fatalf("bot %s was served by %d containers, want the fresh one alone", next.Name, len(got))
+	}
+	// The audit log shows the way each bot took: bound on a Ready slot, Busy on its first
+	// report, no deployment in between; the fresh container deployed after the release.
+	sc.standbyReady() // and the second recycle's moves are recorded
+	trail, err := liveStore.Transitions(context.Background(), sc.ns, second.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moves []string
+	for _, tr := range trail {
+		moves = append(moves, tr.From+">"+tr.To)
+	}
+	want := []string{">Creating", "Creating>Idle", "Idle>Deploying", "Deploying>Idle", "Idle>Busy", "Busy>Releasing", "Releasing>Idle",
+		"Idle>Deploying", "Deploying>Idle", "Idle>Busy", "Busy>Releasing", "Releasing>Idle"}
+	if fmt.Sprint(moves[:min(len(want), len(moves))]) != fmt.Sprint(want) {
+		t.Fatalf("slot transitions %v, want %v", moves, want)
+	}
+}
+
+// freeze stops the simulated bots of the application's running containers without the
+// simulator knowing: the container hangs, or cannot reach the bot API any more.
+func (cs *containers) freeze(app string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, ct := range cs.all {
+		if ct.AppUUID == app {
+			ct.cancel()
+		}
+	}
+}
+
+// TestStandbyContainerThatStopsAsking: a Ready slot whose container stopped asking for work
+// (it hangs, or cannot reach the bot API) is not offered any more and gets a fresh container;
+// no bot is involved, none fails.
+func TestStandbyContainerThatStopsAsking(t *testing.T) {
+	cs := newContainers(t, simbot.Behaviour{PollEvery: 20 * time.Millisecond})
+	sc := newScenario(t, "standbycrash", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
+		p.Spec.Standby = v1.StandbyRunning
+	})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	first := sc.standbyReady()
+	cs.freeze(first.Status.ApplicationUUID)
+	lost := sc.slot("Lost", func(s *v1.BotPoolSlot) bool {
+		if s.Status.Standby == v1.StandbyLost || s.Status.Phase == v1.SlotDeploying {
+			return true
+		}
+		clk.Step(5 * time.Second)
+		return false
+	})
+	if isFree(lost) {
+		t.Fatalf("a slot whose container stopped asking is offered to bots: %+v", lost.Status)
+	}
+	again := sc.standbyReady()
+	cs.check()
+	if again.Status.DeploymentUUID == first.Status.DeploymentUUID {
+		t.Fatal("Ready again without a fresh deployment")
+	}
+	if again.Status.TokenSHA256 != first.Status.TokenSHA256 {
+		// A container that served no bot leaves nothing to hide: no new credential is needed.
+		t.Log("credential replaced after a lost standby container")
+	}
+}
+
+// TestStandbyContainerGoneAfterItsBinding: a bot bound to a Ready slot whose container hangs
+// before taking it fails with StandbyLost after the ask window (it was never started: it may
+// be created again), and the slot gets a fresh container with a fresh credential.
+func TestStandbyContainerGoneAfterItsBinding(t *testing.T) {
+	cs := newContainers(t, simbot.Behaviour{PollEvery: 20 * time.Millisecond})
+	sc := newScenario(t, "standbyhang", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
+		p.Spec.Standby = v1.StandbyRunning
+	})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	first := sc.standbyReady()
+	cs.freeze(first.Status.ApplicationUUID)
+	bot := newBot(t, sc.ns, "orphaned", sc.pool.Name)
+	slotOf(t, bot)
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		b := sc.bot(bot.Name)
+		if b.Status.Phase == v1.BotFatal {
+			return nil
+		}
+		clk.Step(5 * time.Second)
+		sl := listSlots(t, sc.ns)[0]
+		return fmt.Errorf("bot %s is %s; slot %s/%s: %s", b.Name, b.Status.Phase, sl.Status.Phase, sl.Status.Standby, sl.Status.Message)
+	})
+	sc.botFails(bot.Name, string(v1.ReasonStandbyLost))
+	if got := sc.bot(bot.Name); got.Status.StartedAt != nil {
+		t.Fatalf("a bot its container never took has a startedAt: %+v", got.Status)
+	}
+	again := sc.standbyReady()
+	if again.Status.TokenSHA256 == first.Status.TokenSHA256 {
+		t.Fatal("the slot's credential survived a binding that failed")
+	}
+}
+
+// TestStandbyPoolSwitchedToStopped: a pool switched from Running to Stopped stops its free
+// slots' containers at once and lets a running bot finish; switched back, its free slots get
+// standby containers again.
+func TestStandbyPoolSwitchedToStopped(t *testing.T) {
+	cs := newContainers(t, simbot.Behaviour{MeetingLength: time.Hour, HeartbeatEvery: 10 * time.Millisecond, PollEvery: 20 * time.Millisecond})
+	sc := newScenario(t, "standbyswitch", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
+		p.Spec.Standby = v1.StandbyRunning
+		p.Spec.MaxSlots, p.Spec.MinIdle = 2, 1
+	})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	ready := func(n int) {
+		t.Helper()
+		kubetest.Eventually(t, 30*time.Second, func() error {
+			got := 0
+			for _, s := range listSlots(t, sc.ns) {
+				if s.Status.Standby == v1.StandbyReady && s.Spec.BotRef == nil {
+					got++
+				}
+			}
+			if got < n {
+				clk.Step(250 * time.Millisecond)
+				return fmt.Errorf("%d free slots Ready, want %d", got, n)
+			}
+			return nil
+		})
+	}
+	ready(1)
+	bot := newBot(t, sc.ns, "longcall", sc.pool.Name)
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		if b := sc.bot(bot.Name); b.Status.Phase != v1.BotInCall {
+			return fmt.Errorf("bot %s is %s", b.Name, b.Status.Phase)
+		}
+		return nil
+	})
+	ready(1) // minIdle: a second slot is created and warmed
+
+	setStandby := func(m v1.StandbyMode) {
+		t.Helper()
+		kubetest.Eventually(t, 10*time.Second, func() error {
+			p := &v1.BotPool{}
+			if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(sc.pool), p); err != nil {
+				return err
+			}
+			p.Spec.Standby = m
+			return env.Client.Update(context.Background(), p)
+		})
+	}
+	setStandby(v1.StandbyStopped)
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		for _, s := range listSlots(t, sc.ns) {
+			if s.Spec.BotRef != nil {
+				continue
+			}
+			app, ok := sc.sim.App(s.Status.ApplicationUUID)
+			if s.Status.Standby != "" || !ok || app.Running {
+				clk.Step(250 * time.Millisecond)
+				return fmt.Errorf("free slot %s: standby %q, container running %v", s.Name, s.Status.Standby, app.Running)
+			}
+		}
+		return nil
+	})
+	if b := sc.bot(bot.Name); b.Status.Phase != v1.BotInCall {
+		t.Fatalf("the running bot was disturbed by the switch: %s", b.Status.Phase)
+	}
+	if err := env.Client.Delete(context.Background(), bot); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		for _, s := range listSlots(t, sc.ns) {
+			if s.Spec.BotRef != nil || s.Status.Phase != v1.SlotIdle || s.Status.Standby != "" {
+				clk.Step(250 * time.Millisecond)
+				return fmt.Errorf("slot %s is %s, standby %q, bound %v", s.Name, s.Status.Phase, s.Status.Standby, s.Spec.BotRef != nil)
+			}
+		}
+		return nil
+	})
+	setStandby(v1.StandbyRunning)
+	ready(2)
+	cs.check()
+}
