@@ -30,6 +30,13 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 	if app := r.PathValue("appUUID"); slot.Status.ApplicationUUID != app {
 		return 0, nil, errorf(http.StatusForbidden, "this slot's token does not belong to application "+app)
 	}
+	// The container asked for work: a standby slot is Ready only on such an ask, made with
+	// its current credential (store.SlotAsk). A store that does not take it fails nothing.
+	if rec, ok := s.cfg.Liveness.(interface {
+		RecordSlotAsk(context.Context, store.SlotAsk) error
+	}); ok {
+		_ = rec.RecordSlotAsk(r.Context(), store.SlotAsk{SlotUID: slot.UID, Namespace: slot.Namespace, Name: slot.Name, TokenSHA256: slot.Status.TokenSHA256, At: s.cfg.Clock.Now()})
+	}
 	ref := slot.Spec.BotRef
 	if ref == nil {
 		return 0, nil, errorf(http.StatusNotFound, "no bot is bound to this slot yet")

@@ -140,7 +140,8 @@ func TestSlotTransitionsReachEveryHandler(t *testing.T) {
 }
 
 // TestSlotMovesReturnTheGateAdmission: leaving Deploying, by any move the table allows, gives
-// the slot's admission back, and only the move to Busy marks the image as cached; no other
+// the slot's admission back, and only a move that ran a container (to Busy, or to Idle with a
+// standby container) marks the image as cached; no other
 // move touches the gate; a move the table lacks is refused and fails the pass.
 func TestSlotMovesReturnTheGateAdmission(t *testing.T) {
 	fclk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
@@ -176,8 +177,8 @@ func TestSlotMovesReturnTheGateAdmission(t *testing.T) {
 					t.Errorf("leaving Deploying kept the admission")
 				case from != v1.SlotDeploying && admitted != 1:
 					t.Errorf("a move from %s returned the admission", phaseName(from))
-				case (warm == 1) != (from == v1.SlotDeploying && to == v1.SlotBusy):
-					t.Errorf("the image is known cached: %v; want it only after Deploying → Busy", warm == 1)
+				case (warm == 1) != (from == v1.SlotDeploying && (to == v1.SlotBusy || to == v1.SlotIdle)):
+					t.Errorf("the image is known cached: %v; want it only after Deploying → Busy or Idle", warm == 1)
 				}
 			})
 		}
