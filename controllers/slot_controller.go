@@ -411,7 +411,8 @@ func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope)
 // unbind clears spec.botRef, with the slot's resourceVersion as an optimistic lock. The
 // update brings the slot back, to stop its container.
 func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why string) error {
-	ctrl.LoggerFrom(ctx).Info("Releasing slot", "bot", s.slot.Spec.BotRef.Name, "why", why)
+	ref := *s.slot.Spec.BotRef
+	ctrl.LoggerFrom(ctx).Info("Releasing slot", "bot", ref.Name, "why", why)
 	patch := client.MergeFromWithOptions(s.slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	s.slot.Spec.BotRef = nil
 	status := s.slot.Status // the patch answers with the stored status; keep ours
@@ -420,6 +421,14 @@ func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why st
 	}
 	s.slot.Status = status
 	s.bot = nil
+	if status.Phase == v1.SlotIdle && status.Standby == v1.StandbyReady {
+		// The bot ended before it started, but its standby container may have taken its
+		// binding (the meeting, its credential): it serves no other bot. The slot replaces
+		// it as after any bot; the releasing step runs on the next pass, which the update
+		// above brings.
+		r.moveTo(s, v1.SlotReleasing, "", "Bot "+ref.Name+" let go before it started; replacing the standby container that may have taken it")
+		s.transitions[len(s.transitions)-1].BotUID, s.transitions[len(s.transitions)-1].BotName = ref.UID, ref.Name
+	}
 	return nil
 }
 

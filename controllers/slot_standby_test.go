@@ -81,7 +81,12 @@ func (cs *containers) start(c sim.Container) {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		ct.res, ct.err = res, err
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, botclient.ErrUnauthorized) {
+		// Stopped (cancelled), or told its bot is over (410) or its credential no longer holds
+		// (401, 403 once the binding ended), or a report the operator moved past (409: the
+		// bot was deleted and is Leaving):
+		// what a container meets when the operator ends things; anything else is a defect.
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, botclient.ErrUnauthorized) &&
+			!errors.Is(err, botclient.ErrForbidden) && !errors.Is(err, botclient.ErrGone) && !errors.Is(err, botclient.ErrConflict) {
 			cs.errs = append(cs.errs, fmt.Errorf("container %d of %s: %w", c.Seq, c.AppName, err))
 		}
 	}()
@@ -423,4 +428,125 @@ func TestStandbyPoolSwitchedToStopped(t *testing.T) {
 	setStandby(v1.StandbyRunning)
 	ready(2)
 	cs.check()
+}
+
+// TestStandbyRecycleThatFails: the deployment of a fresh container after a bot fails (its
+// pull); the bot, already Done, is not affected, and the slot recovers to a Ready container
+// with yet another credential.
+func TestStandbyRecycleThatFails(t *testing.T) {
+	cs := newContainers(t, simbot.Behaviour{MeetingLength: 20 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: 20 * time.Millisecond})
+	sc := newScenario(t, "standbyfail", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
+		p.Spec.Standby = v1.StandbyRunning
+	})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	first := sc.standbyReady()
+	sc.sim.FailPulls(sc.pool.Spec.Image, 1)
+	bot := newBot(t, sc.ns, "brief", sc.pool.Name)
+	failed := sc.slot("Error after the recycle's failed pull", func(s *v1.BotPoolSlot) bool {
+		if s.Status.Phase == v1.SlotError || s.Status.RecoveryAttempts > 0 {
+			return true
+		}
+		clk.Step(250 * time.Millisecond)
+		return false
+	})
+	if failed.Status.Reason != "" && failed.Status.Reason != string(v1.ReasonDeploymentFailed) {
+		t.Errorf("the failed recycle's reason is %q, want %s", failed.Status.Reason, v1.ReasonDeploymentFailed)
+	}
+	if b := sc.bot(bot.Name); b.Status.Phase != v1.BotDone {
+		t.Fatalf("a failed recycle touched the bot before it: %s (%s)", b.Status.Phase, b.Status.Reason)
+	}
+	again := sc.standbyReady()
+	cs.check()
+	if again.Status.TokenSHA256 == first.Status.TokenSHA256 {
+		t.Fatal("the container after the failed recycle got the bot's container's credential")
+	}
+}
+
+// TestStandbyAcrossAManagerRestart: Ready standby slots stay Ready across a restart of the
+// manager (no redeploy), and bots start on them after it without a deployment.
+func TestStandbyAcrossAManagerRestart(t *testing.T) {
+	const slots = 3
+	cs := newContainers(t, simbot.Behaviour{MeetingLength: 20 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: 20 * time.Millisecond})
+	sc := newScenario(t, "standbyrestart", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
+		p.Spec.Standby = v1.StandbyRunning
+		p.Spec.MaxSlots, p.Spec.MinIdle = slots, slots
+	})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	readySlots := func() map[string]string {
+		t.Helper()
+		deployed := map[string]string{}
+		kubetest.Eventually(t, 30*time.Second, func() error {
+			clear(deployed)
+			for _, s := range listSlots(t, sc.ns) {
+				if s.Status.Standby == v1.StandbyReady && s.Spec.BotRef == nil {
+					deployed[s.Name] = s.Status.DeploymentUUID
+				}
+			}
+			if len(deployed) < slots {
+				clk.Step(250 * time.Millisecond)
+				return fmt.Errorf("%d free slots Ready, want %d", len(deployed), slots)
+			}
+			return nil
+		})
+		return deployed
+	}
+	before := readySlots()
+	deploys := len(sc.sim.Deployments())
+	restartManager(t)
+	after := readySlots()
+	if fmt.Sprint(after) != fmt.Sprint(before) || len(sc.sim.Deployments()) != deploys {
+		t.Fatalf("a restart redeployed Ready standby slots: %v, then %v (%d deployments, then %d)", before, after, deploys, len(sc.sim.Deployments()))
+	}
+	var bots []*v1.Bot
+	for i := range slots {
+		bots = append(bots, newBot(t, sc.ns, fmt.Sprintf("after-restart-%d", i), sc.pool.Name))
+	}
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		cs.check()
+		for _, b := range bots {
+			if got := sc.bot(b.Name); got.Status.Phase != v1.BotDone || len(cs.served(b.Name)) == 0 {
+				return fmt.Errorf("bot %s is %s", b.Name, got.Status.Phase)
+			}
+		}
+		return nil
+	})
+	for _, b := range bots {
+		if n := len(cs.served(b.Name)); n != 1 {
+			t.Errorf("bot %s was served by %d containers, want 1", b.Name, n)
+		}
+	}
+}
+
+// TestStandbyBotDeletedWhileItsContainerClaims: a bot deleted right after its binding, while
+// its standby container takes it, ends; its slot gets a fresh container with a fresh
+// credential (the bot's container, told to leave, cannot take the next bot).
+func TestStandbyBotDeletedWhileItsContainerClaims(t *testing.T) {
+	cs := newContainers(t, simbot.Behaviour{MeetingLength: time.Hour, HeartbeatEvery: 10 * time.Millisecond, PollEvery: 20 * time.Millisecond})
+	sc := newScenario(t, "standbydelete", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
+		p.Spec.Standby = v1.StandbyRunning
+	})
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	first := sc.standbyReady()
+	bot := newBot(t, sc.ns, "cancelled", sc.pool.Name)
+	slotOf(t, bot)
+	if err := env.Client.Delete(context.Background(), bot); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		b := &v1.Bot{}
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), b)
+		if err == nil {
+			clk.Step(250 * time.Millisecond)
+			return fmt.Errorf("bot %s still there (%s)", b.Name, b.Status.Phase)
+		}
+		return client.IgnoreNotFound(err)
+	})
+	again := sc.standbyReady()
+	cs.check()
+	if again.Status.TokenSHA256 == first.Status.TokenSHA256 {
+		t.Fatal("the slot kept the credential of the container that took the deleted bot")
+	}
+	if n := len(cs.served(bot.Name)); n > 1 {
+		t.Fatalf("the deleted bot was served by %d containers", n)
+	}
 }
