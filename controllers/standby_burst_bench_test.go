@@ -727,7 +727,7 @@ func BenchmarkStandbyThroughput(b *testing.B) {
 	}
 	var r throughputResult
 	for i := 0; i < b.N; i++ {
-		r = measureThroughput(b, fmt.Sprintf("bench-turnover-%d", i), 100, 1000)
+		r = measureThroughput(b, fmt.Sprintf("bench-turnover-%d", i), v1.StandbyRunning, 100, 1000)
 	}
 	fmt.Print(r)
 	b.ReportMetric(r.botsPerMin(), "bots/sim-min")
@@ -789,10 +789,10 @@ func sumOps(ops map[string]int) int {
 	return n
 }
 
-// measureThroughput runs total bots through a ready pool of slots standby slots.
-func measureThroughput(tb testing.TB, name string, slots, total int) throughputResult {
+// measureThroughput runs total bots through a ready pool of slots slots in the standby mode.
+func measureThroughput(tb testing.TB, name string, standby v1.StandbyMode, slots, total int) throughputResult {
 	tb.Helper()
-	bs := newBurstScenario(tb, name, burstMode{standby: v1.StandbyRunning, step: throughputStep}, slots)
+	bs := newBurstScenario(tb, name, burstMode{standby: standby, step: throughputStep}, slots)
 	defer bs.sc.teardown()
 	bs.warmUp("warmup")
 	res := throughputResult{slots: slots, bots: total}
