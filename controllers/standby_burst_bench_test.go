@@ -517,7 +517,8 @@ type burstResult struct {
 	bots          int
 	known, report []time.Duration // simulated, from the burst's creation
 	knownWall     []time.Duration // real, from the start of the burst's creates
-	burstSim      time.Duration   // creation → the last bot's first report
+	reportWall    []time.Duration
+	burstSim      time.Duration // creation → the last bot's first report
 	burstWall     time.Duration
 	burstOps      map[string]int
 	pathOps       map[string]int // creation → the last container knowing its bot
@@ -566,6 +567,7 @@ func measureBurst(tb testing.TB, name string, mode burstMode, n int) burstResult
 		res.known = append(res.known, c.knownAt.Sub(t0))
 		res.report = append(res.report, c.reportedAt.Sub(t0))
 		res.knownWall = append(res.knownWall, c.knownWall.Sub(wall0))
+		res.reportWall = append(res.reportWall, c.reportWall.Sub(wall0))
 	}
 	res.pathOps = byOp(bs.sc.sim.Requests()[mark:last])
 
@@ -631,6 +633,7 @@ func (r burstResult) String() string {
 		// With no Coolify request on the way, the clock need not move: the real time is the
 		// operator's own reaction (binding, the bot API's answer), on this machine.
 		fmt.Fprintf(&w, "    real time, start of the creates → container knows its bot: %s\n", spread(r.knownWall, time.Millisecond))
+		fmt.Fprintf(&w, "    real time, start of the creates → first report:            %s\n", spread(r.reportWall, time.Millisecond))
 	}
 	own, shared := startPath(r.burstOps)
 	fmt.Fprintf(&w, "    Coolify requests during the burst (creation → last first report, %s simulated, %s real): %d about the bots, "+
