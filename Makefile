@@ -97,6 +97,7 @@ BENCH_FLAGS ?= -run '^$$' -benchtime 1x -count 1 -timeout 60m
 bench: ## Run the benchmarks (envtest, simulator, real Postgres) and print the figures against their targets.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench . ./bench/
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench CoolifyTraffic ./controllers/
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench 'StandbyBurst|StandbyThroughput' ./controllers/
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench Heartbeats ./botapi/
 
 .PHONY: soak
