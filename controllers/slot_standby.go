@@ -37,7 +37,7 @@ import (
 // is Ready only while an ask carries its current credential and came after the deploy request
 // of its current container. A fresh container gets a fresh credential, so an ask from the
 // container of an earlier bot (whatever a meeting left running in it) can never make the slot
-// Ready or claim the next binding.
+// Ready or claim the next binding (invariant 12).
 
 const (
 	// standbyAskWindow is how recent the last ask of a Ready slot's container must be. A

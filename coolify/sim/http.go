@@ -44,6 +44,9 @@ type Request struct {
 	Op   string
 	Code int
 	User string
+	// App is the application the request is about (named in its path, or through the
+	// deployment it names, or /deploy's uuid); empty for lists and lookups.
+	App string
 }
 
 type msg map[string]any
@@ -210,8 +213,24 @@ func (s *Sim) record(op string, code int, rc *reqCtx, at time.Time) {
 		user = rc.tok.user
 	}
 	if len(s.log) < requestLogLimit {
-		s.log = append(s.log, Request{At: at, Op: op, Code: code, User: user})
+		s.log = append(s.log, Request{At: at, Op: op, Code: code, User: user, App: s.requestApp(rc)})
 	}
+}
+
+// requestApp is the application a request names: its path's uuid when that is an application
+// or one of its deployments, or the uuid /deploy was asked for. Callers hold s.mu.
+func (s *Sim) requestApp(rc *reqCtx) string {
+	if len(rc.params) > 0 {
+		p := rc.params[0]
+		if _, ok := s.apps[p]; ok {
+			return p
+		}
+		if d, ok := s.deploys[p]; ok {
+			return d.app.uuid
+		}
+		return ""
+	}
+	return rc.r.URL.Query().Get("uuid")
 }
 
 // write answers like Laravel: JSON when the client accepts it; otherwise 429 and 5xx come
