@@ -44,25 +44,33 @@ func (s *Server) findSlot(r *http.Request) (*v1.BotPoolSlot, error) {
 	if !ok || token == "" {
 		return nil, errorf(http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <BOTPOOL_SLOT_TOKEN>")
 	}
-	invalid := errorf(http.StatusUnauthorized, "invalid token")
-	hash := slottoken.Hash([]byte(token))
+	slot, err := s.slotByHash(r.Context(), slottoken.Hash([]byte(token)))
+	if errors.Is(err, errNoSuchToken) {
+		return nil, errorf(http.StatusUnauthorized, "invalid token")
+	}
+	return slot, err
+}
 
+var errNoSuchToken = errors.New("no slot records this token")
+
+// slotByHash finds the one slot that records hash, or errNoSuchToken.
+func (s *Server) slotByHash(ctx context.Context, hash string) (*v1.BotPoolSlot, error) {
 	// Every bot calls through here, several times a minute each: the lookups read the cached
 	// objects without the defensive deep copy, which was most of a heartbeat's CPU. That is safe
 	// because nothing here changes what it reads, and an informer replaces cached objects rather
 	// than changing them; a caller that changes a bot copies it first (boundBot).
 	var slots v1.BotPoolSlotList
-	if err := s.cfg.Cache.List(r.Context(), &slots, client.MatchingFields{indexTokenHash: hash}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := s.cfg.Cache.List(ctx, &slots, client.MatchingFields{indexTokenHash: hash}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	// Two slots recording one hash is no token the operator issued (it issues each one fresh):
 	// someone copied a status. Neither is served.
 	if len(slots.Items) != 1 {
-		return nil, invalid
+		return nil, errNoSuchToken
 	}
 	slot := &slots.Items[0]
 	if subtle.ConstantTimeCompare([]byte(slot.Status.TokenSHA256), []byte(hash)) != 1 {
-		return nil, invalid
+		return nil, errNoSuchToken
 	}
 	return slot, nil
 }

@@ -21,7 +21,8 @@ import (
 
 var logLevels = map[string]bool{"debug": true, "info": true, "warn": true, "error": true}
 
-// handleConfig answers GET /v1/slots/{appUUID}/config with the bound bot's configuration.
+// handleConfig answers GET /v1/slots/{appUUID}/config with the bound bot's configuration;
+// with ?wait=<duration> a free slot's request waits for the binding (see awaitBinding).
 func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 	slot, err := s.authenticate(r)
 	if err != nil {
@@ -29,6 +30,16 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 	}
 	if app := r.PathValue("appUUID"); slot.Status.ApplicationUUID != app {
 		return 0, nil, errorf(http.StatusForbidden, "this slot's token does not belong to application "+app)
+	}
+	wait, err := parseWait(r.URL.Query())
+	if err != nil {
+		return 0, nil, err
+	}
+	s.recordAsk(r.Context(), slot)
+	if slot.Spec.BotRef == nil && wait > 0 {
+		if slot, err = s.awaitBinding(r, slot, wait); err != nil {
+			return 0, nil, err
+		}
 	}
 	ref := slot.Spec.BotRef
 	if ref == nil {
@@ -48,6 +59,48 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 		return 0, nil, errorf(http.StatusGone, fmt.Sprintf("bot %s is %s: exit", bot.Name, bot.Status.Phase))
 	}
 	return http.StatusOK, s.configOf(bot), nil
+}
+
+// askEvery is how often one replica records the asks of one slot's container that carry the
+// same token: a container calling in a loop costs the store no more than that.
+const askEvery = time.Second
+
+// askMark is the last ask recorded for a slot.
+type askMark struct {
+	hash string
+	at   time.Time
+}
+
+// recordAsk records that the slot's container asked for work now, with the hash of the token
+// it used, so the slot controller can tell a container that waits for a bot (and the current
+// container from an older one) from one that stopped asking. A store outage never fails the
+// call: the ask is buffered, or logged and lost (the container asks again).
+func (s *Server) recordAsk(ctx context.Context, slot *v1.BotPoolSlot) {
+	now := s.cfg.Clock.Now()
+	hash := slot.Status.TokenSHA256
+	s.mu.Lock()
+	last, ok := s.asked[slot.UID]
+	due := !ok || last.hash != hash || now.Sub(last.at) >= askEvery
+	if due {
+		if len(s.asked) >= pruneAbove {
+			for uid, m := range s.asked {
+				if now.Sub(m.at) >= askEvery {
+					delete(s.asked, uid)
+				}
+			}
+		}
+		s.asked[slot.UID] = askMark{hash: hash, at: now}
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	err := s.cfg.Liveness.RecordSlotAsk(ctx, store.SlotAsk{
+		SlotUID: slot.UID, Namespace: slot.Namespace, Name: slot.Name, TokenSHA256: hash, At: now,
+	})
+	if !store.Accepted(err) {
+		s.cfg.Log.Error(err, "Recording a slot's ask failed", "slot", slot.Name, "namespace", slot.Namespace)
+	}
 }
 
 func (s *Server) configOf(bot *v1.Bot) botclient.Config {

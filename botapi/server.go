@@ -37,6 +37,8 @@ import (
 type Liveness interface {
 	RecordHeartbeat(ctx context.Context, hb store.Heartbeat) error
 	AppendBotEvents(ctx context.Context, events []store.BotEvent) error
+	// RecordSlotAsk records a config call of a slot's container (see recordAsk).
+	RecordSlotAsk(ctx context.Context, ask store.SlotAsk) error
 }
 
 // Config holds what a Server needs.
@@ -49,6 +51,13 @@ type Config struct {
 	TLSCertFile, TLSKeyFile string
 	// Cache answers reads; it must have the indexes of IndexFields.
 	Cache client.Reader
+	// Informers, when set, is the cache whose informer on BotPoolSlots wakes the config
+	// requests that wait for a binding (Start calls WatchBindings with it); AddToManager sets
+	// the manager's. Without it a wait ends at its deadline only.
+	Informers Informers
+	// MaxWaiters bounds the config requests waiting at once on this replica (default
+	// DefaultMaxWaiters); past it a request that asks to wait is answered 503.
+	MaxWaiters int
 	// Client writes Bot status. It should record the versions its writes replace in Writes
 	// (cachelag.NewClient, as controllers.Setup's Client does), so the Bot controller waits
 	// for the cache after a report instead of judging the version the report replaced.
@@ -85,6 +94,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	limiters map[types.UID]*rate.Limiter
+	asked    map[types.UID]askMark // the last ask recorded per slot (see recordAsk)
+
+	waiters *waiters
 
 	// authFailures is checked before a request's token is: unauthenticated callers meet a
 	// limit too, not only the slots.
@@ -105,14 +117,26 @@ func New(cfg Config) *Server {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.MaxWaiters <= 0 {
+		cfg.MaxWaiters = DefaultMaxWaiters
+	}
 	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{},
+		asked: map[types.UID]askMark{}, waiters: newWaiters(cfg.MaxWaiters, cfg.Registerer),
 		authFailures: newFailureLimiter(cfg.AuthFailureRate, cfg.AuthFailureBurst)}
 }
 
 // Handler returns the API's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /v1/slots/{appUUID}/config", s.instrument("config", s.handleConfig))
+	// Waiting requests are measured apart: their latency is the wait for a binding.
+	config, configWait := s.instrument("config", s.handleConfig), s.instrument("configWait", s.handleConfig)
+	mux.HandleFunc("GET /v1/slots/{appUUID}/config", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("wait") != "" {
+			configWait.ServeHTTP(w, r)
+			return
+		}
+		config.ServeHTTP(w, r)
+	})
 	mux.Handle("POST /v1/bots/{name}/heartbeat", s.instrument("heartbeat", s.handleHeartbeat))
 	mux.Handle("POST /v1/bots/{name}/status", s.instrument("status", s.handleStatus))
 	mux.Handle("POST /v1/bots/{name}/events", s.instrument("events", s.handleEvents))
@@ -129,10 +153,16 @@ func (s *Server) Start(ctx context.Context) error {
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		WriteTimeout:      writeTimeout, // a config request may wait up to MaxConfigWait
+
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: 16 << 10,
+		BaseContext:    func(net.Listener) context.Context { return ctx },
+	}
+	if s.cfg.Informers != nil {
+		if err := s.WatchBindings(ctx, s.cfg.Informers); err != nil {
+			return err
+		}
 	}
 	serve := srv.ListenAndServe
 	if s.cfg.TLSCertFile != "" {

@@ -59,7 +59,27 @@ type fakeLiveness struct {
 	mu     sync.Mutex
 	beats  []store.Heartbeat
 	events []store.BotEvent
+	asks   []store.SlotAsk
 	err    error
+}
+
+func (f *fakeLiveness) RecordSlotAsk(_ context.Context, a store.SlotAsk) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asks = append(f.asks, a)
+	return f.err
+}
+
+func (f *fakeLiveness) asksOf(uid types.UID) []store.SlotAsk {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.SlotAsk
+	for _, a := range f.asks {
+		if a.SlotUID == uid {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (f *fakeLiveness) RecordHeartbeat(_ context.Context, hb store.Heartbeat) error {
@@ -99,6 +119,7 @@ type harness struct {
 	live  *fakeLiveness
 	logs  *bytes.Buffer
 	url   string
+	srv   *Server
 }
 
 func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
@@ -115,7 +136,10 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	for _, f := range mutate {
 		f(&cfg)
 	}
-	srv := httptest.NewServer(New(cfg).Handler())
+	h.srv = New(cfg)
+	// The shared cache's informer wakes this server's waits until the test ends.
+	must(t, h.srv.WatchBindings(t.Context(), objCache))
+	srv := httptest.NewServer(h.srv.Handler())
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	return h

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -35,6 +36,8 @@ var (
 type Error struct {
 	StatusCode int
 	Message    string
+	// RetryAfter is the answer's Retry-After, when it had one (whole seconds).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -134,6 +137,75 @@ func (c *Client) Config(ctx context.Context) (Config, error) {
 	return cfg, err
 }
 
+// DefaultWait is the wait WaitForBinding asks the operator for when given none.
+const DefaultWait = 30 * time.Second
+
+// WaitForBinding asks for the bound bot's configuration until there is one, each request
+// waiting up to wait (at most 60s; the operator answers the moment a bot is bound, so a
+// standby container learns its bot at once). It returns ErrGone when the operator says the
+// slot's container should exit, and the error of an answer that will not change (401, 403…);
+// transient failures (429, 503, no answer) are retried with backoff, honouring Retry-After.
+// It returns ctx's error when ctx ends.
+func (c *Client) WaitForBinding(ctx context.Context, wait time.Duration) (Config, error) {
+	if wait <= 0 {
+		wait = DefaultWait
+	}
+	const firstBackoff, mostBackoff = 200 * time.Millisecond, 5 * time.Second
+	backoff := firstBackoff
+	for {
+		start := time.Now()
+		cfg, err := c.configWait(ctx, wait)
+		var pause time.Duration
+		switch {
+		case err == nil:
+			return cfg, nil
+		case errors.Is(err, ErrSlotFree):
+			backoff = firstBackoff
+			// An operator that does not wait (one older than the long-poll) answers at once:
+			// pause instead of asking in a tight loop.
+			if time.Since(start) < wait/2 {
+				pause = min(wait, time.Second)
+			}
+		case Retryable(err):
+			pause = backoff
+			var apiErr *Error
+			if errors.As(err, &apiErr) {
+				pause = max(pause, apiErr.RetryAfter)
+			}
+			backoff = min(2*backoff, mostBackoff)
+		default:
+			return cfg, err
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Config{}, ctx.Err()
+			case <-t.C:
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return Config{}, err
+		}
+	}
+}
+
+// configWait is one config request that waits up to wait. Its HTTP client gives it the time
+// to: an http.Client's Timeout shorter than the wait would cut every wait short.
+func (c *Client) configWait(ctx context.Context, wait time.Duration) (Config, error) {
+	hc := c.http
+	if hc.Timeout != 0 && hc.Timeout < wait+10*time.Second {
+		longer := *hc
+		longer.Timeout = wait + 10*time.Second
+		hc = &longer
+	}
+	var cfg Config
+	path := "/v1/slots/" + url.PathEscape(c.appUUID) + "/config?wait=" + url.QueryEscape(wait.String())
+	err := c.doWith(ctx, hc, http.MethodGet, path, nil, &cfg)
+	return cfg, err
+}
+
 // Heartbeat proves the bot is alive and returns what it should do next.
 func (c *Client) Heartbeat(ctx context.Context, bot string) (HeartbeatResponse, error) {
 	var resp HeartbeatResponse
@@ -160,6 +232,10 @@ func (c *Client) botPath(bot, action string) string {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	return c.doWith(ctx, c.http, method, path, body, out)
+}
+
+func (c *Client) doWith(ctx context.Context, hc *http.Client, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -177,7 +253,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
@@ -191,7 +267,11 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = http.StatusText(resp.StatusCode)
 		}
-		return &Error{StatusCode: resp.StatusCode, Message: e.Error}
+		apiErr := &Error{StatusCode: resp.StatusCode, Message: e.Error}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			apiErr.RetryAfter = time.Duration(secs) * time.Second
+		}
+		return apiErr
 	}
 	if out == nil {
 		return nil

@@ -128,6 +128,10 @@ func (s *flakyStore) RecordTransition(ctx context.Context, t store.Transition) e
 	return s.write(func(m *memory.Store) error { return m.RecordTransition(ctx, t) })
 }
 
+func (s *flakyStore) RecordSlotAsk(ctx context.Context, a store.SlotAsk) error {
+	return s.write(func(m *memory.Store) error { return m.RecordSlotAsk(ctx, a) })
+}
+
 func (s *flakyStore) AppendBotEvents(ctx context.Context, events []store.BotEvent) error {
 	return s.write(func(m *memory.Store) error { return m.AppendBotEvents(ctx, events) })
 }

@@ -63,6 +63,9 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/slots/"+testApp+"/config":
+		if r.URL.Query().Get("wait") == "" {
+			f.t.Errorf("config request without a wait: %s", r.URL)
+		}
 		f.calls = append(f.calls, "config")
 		code := next(&f.configCodes)
 		if f.freeForever {
@@ -130,7 +133,9 @@ func leaveAt(n int) func(int) botclient.Action {
 	}
 }
 
-var fast = Behaviour{MeetingLength: 40 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: time.Millisecond}
+// fast waits 20ms per config request: the fake API answers 404 at once, as an operator that
+// does not wait would, and the client pauses the wait (at most 1s) before it asks again.
+var fast = Behaviour{MeetingLength: 40 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: time.Millisecond, Wait: 20 * time.Millisecond}
 
 func TestRun(t *testing.T) {
 	for _, tc := range []struct {
@@ -220,6 +225,28 @@ func TestRun(t *testing.T) {
 				t.Errorf("calls\n %v\nwant\n %v", calls, tc.calls)
 			}
 		})
+	}
+}
+
+// TestRunOnConfig: OnConfig gets the configuration once, before the bot reports anything.
+func TestRunOnConfig(t *testing.T) {
+	api := &fakeAPI{configCodes: []int{404}}
+	c := start(t, api)
+	var got []botclient.Config
+	var callsThen []string
+	b := fast
+	b.OnConfig = func(cfg botclient.Config) {
+		got = append(got, cfg)
+		callsThen = api.recorded()
+	}
+	if _, err := Run(t.Context(), c, b); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Bot != "standup" {
+		t.Fatalf("OnConfig got %+v, want the config of standup once", got)
+	}
+	if want := []string{"config", "config"}; !slices.Equal(callsThen, want) {
+		t.Errorf("calls when OnConfig ran: %v, want %v (before any report)", callsThen, want)
 	}
 }
 
