@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -73,42 +72,4 @@ func (s *Server) slotByHash(ctx context.Context, hash string) (*v1.BotPoolSlot, 
 		return nil, errNoSuchToken
 	}
 	return slot, nil
-}
-
-// relation is how a named bot relates to the calling slot.
-type relation int
-
-const (
-	// unrelated: the slot never served this bot; the token does not authorize it.
-	unrelated relation = iota
-	// bound: the slot's botRef names this bot (same uid).
-	bound
-	// released: the slot served this bot before, or its Bot object is gone.
-	released
-)
-
-// botFor resolves the named bot from the calling slot's point of view. bot is nil when the
-// Bot object does not exist. bot shares its maps and pointers with the cache: read it only.
-func (s *Server) botFor(ctx context.Context, slot *v1.BotPoolSlot, name string) (*v1.Bot, relation, error) {
-	bot := &v1.Bot{}
-	err := s.cfg.Cache.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: name}, bot, client.UnsafeDisableDeepCopy)
-	ref := slot.Spec.BotRef
-	switch {
-	case apierrors.IsNotFound(err):
-		if ref != nil && ref.Name == name {
-			return nil, released, nil
-		}
-		return nil, unrelated, nil
-	case err != nil:
-		return nil, unrelated, err
-	case ref != nil && ref.Name == name && ref.UID == bot.UID:
-		return bot, bound, nil
-	case bot.Status.SlotName == slot.Name:
-		return bot, released, nil
-	}
-	return bot, unrelated, nil
-}
-
-func forbidden(name string) error {
-	return errorf(http.StatusForbidden, "this slot's token does not authorize bot "+name)
 }

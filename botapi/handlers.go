@@ -58,7 +58,15 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 	if bot.Status.Phase.Terminal() {
 		return 0, nil, errorf(http.StatusGone, fmt.Sprintf("bot %s is %s: exit", bot.Name, bot.Status.Phase))
 	}
-	return http.StatusOK, s.configOf(bot), nil
+	// The first answer for the binding claims it and carries the bot's credential; any later
+	// one is refused.
+	cred, err := s.claim(r.Context(), slot, bot)
+	if err != nil {
+		return 0, nil, err
+	}
+	cfg := s.configOf(bot)
+	cfg.Credential = cred
+	return http.StatusOK, cfg, nil
 }
 
 // askEvery is how often one replica records the asks of one slot's container that carry the
@@ -132,45 +140,33 @@ func (s *Server) configOf(bot *v1.Bot) botclient.Config {
 
 // handleHeartbeat records liveness and tells the bot what to do next.
 func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	slot, err := s.authenticate(r)
+	bot, slot, err := s.authenticateBinding(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	if err := readBody(r, maxHeartbeatBody, &struct{}{}, true); err != nil {
 		return 0, nil, err
 	}
-	name := r.PathValue("name")
-	bot, rel, err := s.botFor(r.Context(), slot, name)
-	if err != nil {
-		return 0, nil, err
+	resp := botclient.HeartbeatResponse{LogLevel: "info"}
+	// Liveness is upserted on every authorized beat, so a record lost in an outage is whole
+	// again on the next one. A store outage never fails the bot: the beat is buffered, the
+	// answer says so, and liveness reads "unknown", never "dead", until it is written. A beat
+	// the store did not take at all is a 503: the bot beats again.
+	switch err := s.recordBeat(r.Context(), bot); {
+	case errors.Is(err, store.ErrBuffered):
+		resp.Buffered = true
+	case err != nil:
+		return 0, nil, &apiError{code: http.StatusServiceUnavailable,
+			msg: "the operator could not record this heartbeat; send it again", retryAfter: time.Second}
 	}
-	if rel == unrelated {
-		return 0, nil, forbidden(name)
+	if lvl := bot.Annotations[v1.AnnotationLogLevel]; logLevels[lvl] {
+		resp.LogLevel = lvl
 	}
-	resp := botclient.HeartbeatResponse{Action: botclient.ActionExit, LogLevel: "info"}
-	if bot != nil {
-		// Liveness is upserted on every authorized beat, so a record lost in an outage is
-		// whole again on the next one. A store outage never fails the bot: the beat is
-		// buffered, the answer says so, and liveness reads "unknown", never "dead", until it
-		// is written. A beat the store did not take at all is a 503: the bot beats again.
-		switch err := s.recordBeat(r.Context(), bot); {
-		case errors.Is(err, store.ErrBuffered):
-			resp.Buffered = true
-		case err != nil:
-			return 0, nil, &apiError{code: http.StatusServiceUnavailable,
-				msg: "the operator could not record this heartbeat; send it again", retryAfter: time.Second}
-		}
-		if lvl := bot.Annotations[v1.AnnotationLogLevel]; logLevels[lvl] {
-			resp.LogLevel = lvl
-		}
-	}
-	if rel == bound {
-		resp.Action = s.actionFor(bot)
-		if resp.Action == botclient.ActionContinue && !slot.DeletionTimestamp.IsZero() {
-			// The slot is being deleted (its pool deleted or pruned, its namespace going): the
-			// bot leaves gracefully before the slot controller deletes its application.
-			resp.Action = botclient.ActionLeave
-		}
+	resp.Action = s.actionFor(bot)
+	if resp.Action == botclient.ActionContinue && !slot.DeletionTimestamp.IsZero() {
+		// The slot is being deleted (its pool deleted or pruned, its namespace going): the
+		// bot leaves gracefully before the slot controller deletes its application.
+		resp.Action = botclient.ActionLeave
 	}
 	return http.StatusOK, resp, nil
 }
@@ -201,24 +197,16 @@ func (s *Server) actionFor(bot *v1.Bot) botclient.Action {
 	return botclient.ActionContinue
 }
 
-// boundBot authenticates the calling slot, decodes the body into v (at most limit bytes) and
-// returns the bot named in the path, which must be the one bound to the slot: a copy of its own,
-// which the caller may change (a status patch does).
+// boundBot authenticates the bot by its binding credential, decodes the body into v (at most
+// limit bytes) and returns the bot, which must be the one named in the path and still bound:
+// a copy of its own, which the caller may change (a status patch does).
 func (s *Server) boundBot(r *http.Request, limit int64, v any) (*v1.Bot, *v1.BotPoolSlot, error) {
-	slot, err := s.authenticate(r)
+	bot, slot, err := s.authenticateBinding(r)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := readBody(r, limit, v, false); err != nil {
 		return nil, nil, err
-	}
-	name := r.PathValue("name")
-	bot, rel, err := s.botFor(r.Context(), slot, name)
-	if err != nil {
-		return nil, nil, err
-	}
-	if rel != bound {
-		return nil, nil, forbidden(name)
 	}
 	return bot.DeepCopy(), slot, nil
 }

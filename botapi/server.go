@@ -3,9 +3,11 @@
 // the containers; every replica of the manager serves this API (it needs no leadership), and
 // heartbeats go to the store, not to the API server.
 //
-// Auth is a per-slot bearer token the slot controller issued (kept in a Secret owned by the
-// slot, its hash recorded in the slot's status): it authorizes only the bot currently bound to
-// that slot.
+// Auth is two-fold. A per-slot bearer token the slot controller issued (kept in a Secret owned
+// by the slot, its hash recorded in the slot's status) fetches the configuration of the bot
+// bound to that slot, once per binding; that answer carries a credential for that bot only
+// (its hash recorded in the Bot's status.binding), which heartbeats, status reports and events
+// require, valid while the binding lasts. See binding.go and docs/botapi.md.
 package botapi
 
 import (
@@ -24,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
+	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +61,10 @@ type Config struct {
 	// MaxWaiters bounds the config requests waiting at once on this replica (default
 	// DefaultMaxWaiters); past it a request that asks to wait is answered 503.
 	MaxWaiters int
+	// CatchUp is how long a request with an unknown binding credential waits for the cache
+	// to show a claim another replica may have just written (default DefaultCatchUp; negative
+	// waits not at all, for a cache that never lags behind the writes it is shown).
+	CatchUp time.Duration
 	// Client writes Bot status. It should record the versions its writes replace in Writes
 	// (cachelag.NewClient, as controllers.Setup's Client does), so the Bot controller waits
 	// for the cache after a report instead of judging the version the report replaced.
@@ -70,6 +77,9 @@ type Config struct {
 	// nothing.
 	Writes   *cachelag.Tracker
 	Liveness Liveness
+	// Recorder receives the Warning Event of a binding claimed twice; nil records none.
+	// AddToManager sets the manager's recorder named "botpool".
+	Recorder kevents.EventRecorder
 	Clock    clock.PassiveClock
 	Log      logr.Logger
 	// Registerer receives the API's metrics; nil registers none.
@@ -95,6 +105,7 @@ type Server struct {
 	mu       sync.Mutex
 	limiters map[types.UID]*rate.Limiter
 	asked    map[types.UID]askMark // the last ask recorded per slot (see recordAsk)
+	issued   map[string]issued     // binding credentials this replica issued, by hash
 
 	waiters *waiters
 
@@ -120,8 +131,11 @@ func New(cfg Config) *Server {
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = DefaultMaxWaiters
 	}
+	if cfg.CatchUp == 0 {
+		cfg.CatchUp = DefaultCatchUp
+	}
 	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{},
-		asked: map[types.UID]askMark{}, waiters: newWaiters(cfg.MaxWaiters, cfg.Registerer),
+		asked: map[types.UID]askMark{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.Registerer),
 		authFailures: newFailureLimiter(cfg.AuthFailureRate, cfg.AuthFailureBurst)}
 }
 

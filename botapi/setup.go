@@ -22,6 +22,9 @@ func AddToManager(ctx context.Context, mgr manager.Manager, cfg Config) error {
 	if cfg.Informers == nil {
 		cfg.Informers = mgr.GetCache()
 	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = mgr.GetEventRecorder("botpool")
+	}
 	if cfg.Client == nil {
 		// Recording in Writes, as the controllers' client does: the Bot controller must wait
 		// for the cache after a report (no hand-written record is left to forget).

@@ -98,3 +98,10 @@ const (
 	// its application (Warning Event).
 	ReasonSlotRetired = "SlotRetired"
 )
+
+// Reasons of the bot API's Events.
+const (
+	// ReasonBindingClaimedTwice: a config call found the bot's binding already handed out to a
+	// container and was refused (Warning Event on the Bot, and an audit row).
+	ReasonBindingClaimedTwice = "BindingClaimedTwice"
+)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,11 +23,13 @@ var (
 	ErrSlotFree = errors.New("slot is free")
 	// ErrGone (410 on config): the bound bot is finished; the container should exit.
 	ErrGone = errors.New("bot is finished")
-	// ErrUnauthorized (401): the token is missing or wrong.
+	// ErrUnauthorized (401): the token is missing or wrong; on a bot call, also when the
+	// binding of the credential has ended (exit) or the slot token was sent instead of it.
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrForbidden (403): the token belongs to a slot not bound to this bot.
 	ErrForbidden = errors.New("forbidden")
-	// ErrConflict (409): the reported phase is not a valid next phase.
+	// ErrConflict (409): the reported phase is not a valid next phase; on config, the binding
+	// was already handed out (a binding is handed out once: exit).
 	ErrConflict = errors.New("conflict")
 	// ErrRateLimited (429): slow down.
 	ErrRateLimited = errors.New("rate limited")
@@ -104,12 +107,19 @@ func Retry(ctx context.Context, attempts int, first, most time.Duration, call fu
 	}
 }
 
-// Client talks to the operator's bot API for one slot.
+// Client talks to the operator's bot API for one slot. It keeps the binding credential of the
+// last configuration it received (Config, WaitForBinding) and sends it, instead of the slot
+// token, with the bot calls (Heartbeat, ReportStatus, SendEvents): the operator accepts only
+// that credential there. Until it has one (an operator older than binding credentials sends
+// none) the bot calls carry the slot token. It is safe for concurrent use.
 type Client struct {
 	base    string
 	appUUID string
 	token   string
 	http    *http.Client
+
+	mu         sync.Mutex
+	credential string
 }
 
 // New returns a client for the slot whose application is appUUID.
@@ -133,8 +143,29 @@ func FromEnv() (*Client, error) {
 // once the bot is finished.
 func (c *Client) Config(ctx context.Context) (Config, error) {
 	var cfg Config
-	err := c.do(ctx, http.MethodGet, "/v1/slots/"+url.PathEscape(c.appUUID)+"/config", nil, &cfg)
+	err := c.doWith(ctx, c.http, c.token, http.MethodGet, "/v1/slots/"+url.PathEscape(c.appUUID)+"/config", nil, &cfg)
+	c.keep(cfg, err)
 	return cfg, err
+}
+
+// keep remembers the credential of a configuration received.
+func (c *Client) keep(cfg Config, err error) {
+	if err != nil || cfg.Credential == "" {
+		return
+	}
+	c.mu.Lock()
+	c.credential = cfg.Credential
+	c.mu.Unlock()
+}
+
+// botToken is what the bot calls carry: the binding credential once there is one.
+func (c *Client) botToken() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.credential != "" {
+		return c.credential
+	}
+	return c.token
 }
 
 // DefaultWait is the wait WaitForBinding asks the operator for when given none.
@@ -202,7 +233,8 @@ func (c *Client) configWait(ctx context.Context, wait time.Duration) (Config, er
 	}
 	var cfg Config
 	path := "/v1/slots/" + url.PathEscape(c.appUUID) + "/config?wait=" + url.QueryEscape(wait.String())
-	err := c.doWith(ctx, hc, http.MethodGet, path, nil, &cfg)
+	err := c.doWith(ctx, hc, c.token, http.MethodGet, path, nil, &cfg)
+	c.keep(cfg, err)
 	return cfg, err
 }
 
@@ -231,11 +263,12 @@ func (c *Client) botPath(bot, action string) string {
 	return "/v1/bots/" + url.PathEscape(bot) + "/" + action
 }
 
+// do sends a bot call, with the binding credential.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	return c.doWith(ctx, c.http, method, path, body, out)
+	return c.doWith(ctx, c.http, c.botToken(), method, path, body, out)
 }
 
-func (c *Client) doWith(ctx context.Context, hc *http.Client, method, path string, body, out any) error {
+func (c *Client) doWith(ctx context.Context, hc *http.Client, token, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -248,7 +281,7 @@ func (c *Client) doWith(ctx context.Context, hc *http.Client, method, path strin
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -1,7 +1,8 @@
 // Package simbot is a simulated meeting bot: what a bot image does, through the bot API only.
 // It runs in the containers of the Coolify simulator (start it from sim.Hooks.OnStart) for the
 // controller tests, the soak test and the demo, so they exercise the same contract a real bot
-// image follows (docs/botapi.md): ask for its config until a bot is bound, report JoiningCall
+// image follows (docs/botapi.md): wait for its config until a bot is bound (the client keeps the
+// binding credential the config carries and sends it with the bot calls), report JoiningCall
 // and InCall, beat during the meeting, obey the heartbeat's leave and exit, report CallEnded and
 // Done.
 package simbot
@@ -50,8 +51,9 @@ const (
 	Finished Outcome = "Finished"
 	// Left: a heartbeat answered "leave"; the bot reported Leaving, CallEnded and Done.
 	Left Outcome = "Left"
-	// Exited: the operator said the bot is over (config 410 or heartbeat "exit"); the
-	// container stopped without reporting anything more.
+	// Exited: the operator said the bot is over (config 410, heartbeat "exit", or a heartbeat
+	// refused with 401 once the binding ended); the container stopped without reporting
+	// anything more.
 	Exited Outcome = "Exited"
 )
 
@@ -149,6 +151,11 @@ func (r *run) meet(ctx context.Context, every time.Duration) (botclient.Action, 
 			hb, err = r.cl.Heartbeat(ctx, r.res.Bot)
 			return err
 		})
+		if errors.Is(err, botclient.ErrUnauthorized) {
+			// The binding ended (the slot no longer serves this bot): the credential is
+			// refused from then on, and the container stops, as a heartbeat's exit says.
+			return botclient.ActionExit, nil
+		}
 		if err != nil {
 			return "", fmt.Errorf("heartbeat: %w", err)
 		}

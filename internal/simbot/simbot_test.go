@@ -28,6 +28,8 @@ type fakeAPI struct {
 	freeForever bool
 	// beat answers the n-th heartbeat (1-based).
 	beat func(n int) botclient.Action
+	// beatCodes are the codes of the first heartbeats; 200 after they run out.
+	beatCodes []int
 	// statusCodes are the answers to the first status reports; 200 after they run out.
 	statusCodes []int
 	calls       []string
@@ -35,13 +37,19 @@ type fakeAPI struct {
 }
 
 const (
-	testApp   = "app-1"
-	testToken = "bpt_secret"
+	testApp        = "app-1"
+	testToken      = "bpt_secret"
+	testCredential = "bpb_secret"
 )
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if got := r.Header.Get("Authorization"); got != "Bearer "+testToken {
-		f.t.Errorf("%s %s with Authorization %q", r.Method, r.URL.Path, got)
+	// The slot token fetches the config; the bot calls carry the config's credential.
+	want := testToken
+	if r.Method == http.MethodPost {
+		want = testCredential
+	}
+	if got := r.Header.Get("Authorization"); got != "Bearer "+want {
+		f.t.Errorf("%s %s with Authorization %q, want %q", r.Method, r.URL.Path, got, want)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -71,7 +79,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.freeForever {
 			code = http.StatusNotFound
 		}
-		answer(code, botclient.Config{Bot: "standup", HeartbeatInterval: botclient.Duration(5 * time.Millisecond)})
+		answer(code, botclient.Config{Bot: "standup", HeartbeatInterval: botclient.Duration(5 * time.Millisecond), Credential: testCredential})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/bots/standup/heartbeat":
 		f.calls = append(f.calls, "heartbeat")
 		f.beats++
@@ -79,7 +87,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.beat != nil {
 			action = f.beat(f.beats)
 		}
-		answer(http.StatusOK, botclient.HeartbeatResponse{Action: action})
+		answer(next(&f.beatCodes), botclient.HeartbeatResponse{Action: action})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/bots/standup/status":
 		var rep botclient.StatusReport
 		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
@@ -162,6 +170,12 @@ func TestRun(t *testing.T) {
 		name:  "exits at once when a heartbeat says so",
 		api:   &fakeAPI{beat: func(int) botclient.Action { return botclient.ActionExit }},
 		b:     Behaviour{MeetingLength: time.Hour},
+		want:  Result{Bot: "standup", Outcome: Exited, Heartbeats: 1},
+		calls: []string{"config", "JoiningCall", "InCall", "heartbeat*"},
+	}, {
+		name:  "a heartbeat refused once the binding ended is an exit",
+		api:   &fakeAPI{beatCodes: []int{200, 401}},
+		b:     Behaviour{MeetingLength: time.Hour, HeartbeatEvery: 5 * time.Millisecond},
 		want:  Result{Bot: "standup", Outcome: Exited, Heartbeats: 1},
 		calls: []string{"config", "JoiningCall", "InCall", "heartbeat*"},
 	}, {
