@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -182,4 +183,31 @@ func TestClaimBeforeTheCacheHasIt(t *testing.T) {
 	other, _ := newBindingCredential()
 	code, body = h.call("POST", "/v1/bots/standup/heartbeat", other, "")
 	wantStatus(t, "a credential never issued", code, body, http.StatusUnauthorized, "invalid token")
+}
+
+// botlessCache is a cache that has not seen any Bot yet (its Bot informer lags the slots').
+type botlessCache struct{ client.Reader }
+
+func (c botlessCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1.Bot); ok {
+		return apierrors.NewNotFound(v1.GroupVersion.WithResource("bots").GroupResource(), key.Name)
+	}
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestConfigOfABotTheCacheHasNotSeen: a binding seen before its Bot (a waiting request is woken
+// by the slot's informer) is not "the bot is gone": the container gets its configuration.
+func TestConfigOfABotTheCacheHasNotSeen(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Cache = botlessCache{objCache} })
+	s := h.slot("pool-zoom-001")
+	h.bind(s, h.bot("standup"))
+	code, body := h.call("GET", "/v1/slots/"+s.app+"/config", s.token, "")
+	wantStatus(t, "a bot only the API server has", code, body, http.StatusOK, `"bot":"standup"`)
+
+	other := h.slot("pool-zoom-002")
+	gone := h.bot("gone")
+	h.bind(other, gone)
+	must(t, env.Client.Delete(context.Background(), gone))
+	code, body = h.call("GET", "/v1/slots/"+other.app+"/config", other.token, "")
+	wantStatus(t, "a bot the API server has not either", code, body, http.StatusGone, "no longer exists")
 }

@@ -45,21 +45,18 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 	if ref == nil {
 		return 0, nil, errorf(http.StatusNotFound, "no bot is bound to this slot yet")
 	}
-	bot := &v1.Bot{}
-	if err := s.cfg.Cache.Get(r.Context(), client.ObjectKey{Namespace: slot.Namespace, Name: ref.Name}, bot); err != nil {
-		if apierrors.IsNotFound(err) {
-			return 0, nil, errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
-		}
+	bot, err := s.boundBotOf(r.Context(), slot.Namespace, ref)
+	if err != nil {
 		return 0, nil, err
-	}
-	if bot.UID != ref.UID {
-		return 0, nil, errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
 	}
 	if bot.Status.Phase.Terminal() {
 		return 0, nil, errorf(http.StatusGone, fmt.Sprintf("bot %s is %s: exit", bot.Name, bot.Status.Phase))
 	}
 	// The first answer for the binding claims it and carries the bot's credential; any later
-	// one is refused.
+	// one is refused. A caller that left already would burn the binding: none is claimed.
+	if err := r.Context().Err(); err != nil {
+		return 0, nil, &apiError{code: http.StatusServiceUnavailable, msg: "the request ended before the answer"}
+	}
 	cred, err := s.claim(r.Context(), slot, bot)
 	if err != nil {
 		return 0, nil, err
@@ -109,6 +106,32 @@ func (s *Server) recordAsk(ctx context.Context, slot *v1.BotPoolSlot) {
 	if !store.Accepted(err) {
 		s.cfg.Log.Error(err, "Recording a slot's ask failed", "slot", slot.Name, "namespace", slot.Namespace)
 	}
+}
+
+// boundBotOf returns the bot a slot's botRef names. This replica's cache may have seen the
+// binding before the Bot (two informers; a waiting request is woken by the slot's): a bot the
+// cache lacks, or holds under another uid, is read from the API server before the container is
+// told that its bot is gone.
+func (s *Server) boundBotOf(ctx context.Context, namespace string, ref *v1.BotReference) (*v1.Bot, error) {
+	gone := errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
+	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
+	bot := &v1.Bot{}
+	err := s.cfg.Cache.Get(ctx, key, bot)
+	if err == nil && bot.UID == ref.UID {
+		return bot, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if err := s.cfg.APIReader.Get(ctx, key, bot); apierrors.IsNotFound(err) {
+		return nil, gone
+	} else if err != nil {
+		return nil, err
+	}
+	if bot.UID != ref.UID {
+		return nil, gone
+	}
+	return bot, nil
 }
 
 func (s *Server) configOf(bot *v1.Bot) botclient.Config {
