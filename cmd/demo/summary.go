@@ -390,7 +390,7 @@ func (rp report) print(out io.Writer) {
 		if rp.notReadyYet > 0 {
 			w.f(" (%d not yet)", rp.notReadyYet)
 		}
-		w.f("; %d first containers (new or lost slots)\n", rp.firstStandby)
+		w.f("; %d first containers (warm-up, new or lost slots)\n", rp.firstStandby)
 	}
 	if len(rp.recoveries) == 0 {
 		w.f("  recoveries    none needed\n")
