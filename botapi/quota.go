@@ -161,15 +161,3 @@ func (q *quotaLiveness) AppendBotEvents(ctx context.Context, events []store.BotE
 	}
 	return err
 }
-
-// RecordSlotAsk passes a container's ask for work on to the store. The wrapper must not hide
-// it: the handlers find it by a type assertion on the Liveness, and without it no standby
-// slot of an operator running with the event quota (the binary's default) would ever be Ready.
-func (q *quotaLiveness) RecordSlotAsk(ctx context.Context, ask store.SlotAsk) error {
-	if rec, ok := q.Liveness.(interface {
-		RecordSlotAsk(context.Context, store.SlotAsk) error
-	}); ok {
-		return rec.RecordSlotAsk(ctx, ask)
-	}
-	return nil
-}
