@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -44,63 +43,33 @@ func (s *Server) findSlot(r *http.Request) (*v1.BotPoolSlot, error) {
 	if !ok || token == "" {
 		return nil, errorf(http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <BOTPOOL_SLOT_TOKEN>")
 	}
-	invalid := errorf(http.StatusUnauthorized, "invalid token")
-	hash := slottoken.Hash([]byte(token))
+	slot, err := s.slotByHash(r.Context(), slottoken.Hash([]byte(token)))
+	if errors.Is(err, errNoSuchToken) {
+		return nil, errorf(http.StatusUnauthorized, "invalid token")
+	}
+	return slot, err
+}
 
+var errNoSuchToken = errors.New("no slot records this token")
+
+// slotByHash finds the one slot that records hash, or errNoSuchToken.
+func (s *Server) slotByHash(ctx context.Context, hash string) (*v1.BotPoolSlot, error) {
 	// Every bot calls through here, several times a minute each: the lookups read the cached
 	// objects without the defensive deep copy, which was most of a heartbeat's CPU. That is safe
 	// because nothing here changes what it reads, and an informer replaces cached objects rather
 	// than changing them; a caller that changes a bot copies it first (boundBot).
 	var slots v1.BotPoolSlotList
-	if err := s.cfg.Cache.List(r.Context(), &slots, client.MatchingFields{indexTokenHash: hash}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := s.cfg.Cache.List(ctx, &slots, client.MatchingFields{indexTokenHash: hash}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	// Two slots recording one hash is no token the operator issued (it issues each one fresh):
 	// someone copied a status. Neither is served.
 	if len(slots.Items) != 1 {
-		return nil, invalid
+		return nil, errNoSuchToken
 	}
 	slot := &slots.Items[0]
 	if subtle.ConstantTimeCompare([]byte(slot.Status.TokenSHA256), []byte(hash)) != 1 {
-		return nil, invalid
+		return nil, errNoSuchToken
 	}
 	return slot, nil
-}
-
-// relation is how a named bot relates to the calling slot.
-type relation int
-
-const (
-	// unrelated: the slot never served this bot; the token does not authorize it.
-	unrelated relation = iota
-	// bound: the slot's botRef names this bot (same uid).
-	bound
-	// released: the slot served this bot before, or its Bot object is gone.
-	released
-)
-
-// botFor resolves the named bot from the calling slot's point of view. bot is nil when the
-// Bot object does not exist. bot shares its maps and pointers with the cache: read it only.
-func (s *Server) botFor(ctx context.Context, slot *v1.BotPoolSlot, name string) (*v1.Bot, relation, error) {
-	bot := &v1.Bot{}
-	err := s.cfg.Cache.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: name}, bot, client.UnsafeDisableDeepCopy)
-	ref := slot.Spec.BotRef
-	switch {
-	case apierrors.IsNotFound(err):
-		if ref != nil && ref.Name == name {
-			return nil, released, nil
-		}
-		return nil, unrelated, nil
-	case err != nil:
-		return nil, unrelated, err
-	case ref != nil && ref.Name == name && ref.UID == bot.UID:
-		return bot, bound, nil
-	case bot.Status.SlotName == slot.Name:
-		return bot, released, nil
-	}
-	return bot, unrelated, nil
-}
-
-func forbidden(name string) error {
-	return errorf(http.StatusForbidden, "this slot's token does not authorize bot "+name)
 }

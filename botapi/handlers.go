@@ -21,7 +21,8 @@ import (
 
 var logLevels = map[string]bool{"debug": true, "info": true, "warn": true, "error": true}
 
-// handleConfig answers GET /v1/slots/{appUUID}/config with the bound bot's configuration.
+// handleConfig answers GET /v1/slots/{appUUID}/config with the bound bot's configuration;
+// with ?wait=<duration> a free slot's request waits for the binding (see awaitBinding).
 func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 	slot, err := s.authenticate(r)
 	if err != nil {
@@ -30,31 +31,107 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 	if app := r.PathValue("appUUID"); slot.Status.ApplicationUUID != app {
 		return 0, nil, errorf(http.StatusForbidden, "this slot's token does not belong to application "+app)
 	}
-	// The container asked for work: a standby slot is Ready only on such an ask, made with
-	// its current credential (store.SlotAsk). A store that does not take it fails nothing.
-	if rec, ok := s.cfg.Liveness.(interface {
-		RecordSlotAsk(context.Context, store.SlotAsk) error
-	}); ok {
-		_ = rec.RecordSlotAsk(r.Context(), store.SlotAsk{SlotUID: slot.UID, Namespace: slot.Namespace, Name: slot.Name, TokenSHA256: slot.Status.TokenSHA256, At: s.cfg.Clock.Now()})
+	wait, err := parseWait(r.URL.Query())
+	if err != nil {
+		return 0, nil, err
+	}
+	s.recordAsk(r.Context(), slot)
+	if slot.Spec.BotRef == nil && wait > 0 {
+		if slot, err = s.awaitBinding(r, slot, wait); err != nil {
+			return 0, nil, err
+		}
 	}
 	ref := slot.Spec.BotRef
 	if ref == nil {
 		return 0, nil, errorf(http.StatusNotFound, "no bot is bound to this slot yet")
 	}
-	bot := &v1.Bot{}
-	if err := s.cfg.Cache.Get(r.Context(), client.ObjectKey{Namespace: slot.Namespace, Name: ref.Name}, bot); err != nil {
-		if apierrors.IsNotFound(err) {
-			return 0, nil, errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
-		}
+	bot, err := s.boundBotOf(r.Context(), slot.Namespace, ref)
+	if err != nil {
 		return 0, nil, err
-	}
-	if bot.UID != ref.UID {
-		return 0, nil, errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
 	}
 	if bot.Status.Phase.Terminal() {
 		return 0, nil, errorf(http.StatusGone, fmt.Sprintf("bot %s is %s: exit", bot.Name, bot.Status.Phase))
 	}
-	return http.StatusOK, s.configOf(bot), nil
+	// The first answer for the binding claims it and carries the bot's credential; any later
+	// one is refused. A caller that left already would burn the binding: none is claimed.
+	if err := r.Context().Err(); err != nil {
+		return 0, nil, &apiError{code: http.StatusServiceUnavailable, msg: "the request ended before the answer"}
+	}
+	cred, err := s.claim(r.Context(), slot, bot)
+	if err != nil {
+		return 0, nil, err
+	}
+	cfg := s.configOf(bot)
+	cfg.Credential = cred
+	return http.StatusOK, cfg, nil
+}
+
+// askEvery is how often one replica records the asks of one slot's container that carry the
+// same token: a container calling in a loop costs the store no more than that.
+const askEvery = time.Second
+
+// askMark is the last ask recorded for a slot.
+type askMark struct {
+	hash string
+	at   time.Time
+}
+
+// recordAsk records that the slot's container asked for work now, with the hash of the token
+// it used, so the slot controller can tell a container that waits for a bot (and the current
+// container from an older one) from one that stopped asking. A store outage never fails the
+// call: the ask is buffered, or logged and lost (the container asks again).
+func (s *Server) recordAsk(ctx context.Context, slot *v1.BotPoolSlot) {
+	now := s.cfg.Clock.Now()
+	hash := slot.Status.TokenSHA256
+	s.mu.Lock()
+	last, ok := s.asked[slot.UID]
+	due := !ok || last.hash != hash || now.Sub(last.at) >= askEvery
+	if due {
+		if len(s.asked) >= pruneAbove {
+			for uid, m := range s.asked {
+				if now.Sub(m.at) >= askEvery {
+					delete(s.asked, uid)
+				}
+			}
+		}
+		s.asked[slot.UID] = askMark{hash: hash, at: now}
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	err := s.cfg.Liveness.RecordSlotAsk(ctx, store.SlotAsk{
+		SlotUID: slot.UID, Namespace: slot.Namespace, Name: slot.Name, TokenSHA256: hash, At: now,
+	})
+	if !store.Accepted(err) {
+		s.cfg.Log.Error(err, "Recording a slot's ask failed", "slot", slot.Name, "namespace", slot.Namespace)
+	}
+}
+
+// boundBotOf returns the bot a slot's botRef names. This replica's cache may have seen the
+// binding before the Bot (two informers; a waiting request is woken by the slot's): a bot the
+// cache lacks, or holds under another uid, is read from the API server before the container is
+// told that its bot is gone.
+func (s *Server) boundBotOf(ctx context.Context, namespace string, ref *v1.BotReference) (*v1.Bot, error) {
+	gone := errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
+	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
+	bot := &v1.Bot{}
+	err := s.cfg.Cache.Get(ctx, key, bot)
+	if err == nil && bot.UID == ref.UID {
+		return bot, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if err := s.cfg.APIReader.Get(ctx, key, bot); apierrors.IsNotFound(err) {
+		return nil, gone
+	} else if err != nil {
+		return nil, err
+	}
+	if bot.UID != ref.UID {
+		return nil, gone
+	}
+	return bot, nil
 }
 
 func (s *Server) configOf(bot *v1.Bot) botclient.Config {
@@ -86,45 +163,33 @@ func (s *Server) configOf(bot *v1.Bot) botclient.Config {
 
 // handleHeartbeat records liveness and tells the bot what to do next.
 func (s *Server) handleHeartbeat(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	slot, err := s.authenticate(r)
+	bot, slot, err := s.authenticateBinding(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	if err := readBody(r, maxHeartbeatBody, &struct{}{}, true); err != nil {
 		return 0, nil, err
 	}
-	name := r.PathValue("name")
-	bot, rel, err := s.botFor(r.Context(), slot, name)
-	if err != nil {
-		return 0, nil, err
+	resp := botclient.HeartbeatResponse{LogLevel: "info"}
+	// Liveness is upserted on every authorized beat, so a record lost in an outage is whole
+	// again on the next one. A store outage never fails the bot: the beat is buffered, the
+	// answer says so, and liveness reads "unknown", never "dead", until it is written. A beat
+	// the store did not take at all is a 503: the bot beats again.
+	switch err := s.recordBeat(r.Context(), bot); {
+	case errors.Is(err, store.ErrBuffered):
+		resp.Buffered = true
+	case err != nil:
+		return 0, nil, &apiError{code: http.StatusServiceUnavailable,
+			msg: "the operator could not record this heartbeat; send it again", retryAfter: time.Second}
 	}
-	if rel == unrelated {
-		return 0, nil, forbidden(name)
+	if lvl := bot.Annotations[v1.AnnotationLogLevel]; logLevels[lvl] {
+		resp.LogLevel = lvl
 	}
-	resp := botclient.HeartbeatResponse{Action: botclient.ActionExit, LogLevel: "info"}
-	if bot != nil {
-		// Liveness is upserted on every authorized beat, so a record lost in an outage is
-		// whole again on the next one. A store outage never fails the bot: the beat is
-		// buffered, the answer says so, and liveness reads "unknown", never "dead", until it
-		// is written. A beat the store did not take at all is a 503: the bot beats again.
-		switch err := s.recordBeat(r.Context(), bot); {
-		case errors.Is(err, store.ErrBuffered):
-			resp.Buffered = true
-		case err != nil:
-			return 0, nil, &apiError{code: http.StatusServiceUnavailable,
-				msg: "the operator could not record this heartbeat; send it again", retryAfter: time.Second}
-		}
-		if lvl := bot.Annotations[v1.AnnotationLogLevel]; logLevels[lvl] {
-			resp.LogLevel = lvl
-		}
-	}
-	if rel == bound {
-		resp.Action = s.actionFor(bot)
-		if resp.Action == botclient.ActionContinue && !slot.DeletionTimestamp.IsZero() {
-			// The slot is being deleted (its pool deleted or pruned, its namespace going): the
-			// bot leaves gracefully before the slot controller deletes its application.
-			resp.Action = botclient.ActionLeave
-		}
+	resp.Action = s.actionFor(bot)
+	if resp.Action == botclient.ActionContinue && !slot.DeletionTimestamp.IsZero() {
+		// The slot is being deleted (its pool deleted or pruned, its namespace going): the
+		// bot leaves gracefully before the slot controller deletes its application.
+		resp.Action = botclient.ActionLeave
 	}
 	return http.StatusOK, resp, nil
 }
@@ -155,24 +220,16 @@ func (s *Server) actionFor(bot *v1.Bot) botclient.Action {
 	return botclient.ActionContinue
 }
 
-// boundBot authenticates the calling slot, decodes the body into v (at most limit bytes) and
-// returns the bot named in the path, which must be the one bound to the slot: a copy of its own,
-// which the caller may change (a status patch does).
+// boundBot authenticates the bot by its binding credential, decodes the body into v (at most
+// limit bytes) and returns the bot, which must be the one named in the path and still bound:
+// a copy of its own, which the caller may change (a status patch does).
 func (s *Server) boundBot(r *http.Request, limit int64, v any) (*v1.Bot, *v1.BotPoolSlot, error) {
-	slot, err := s.authenticate(r)
+	bot, slot, err := s.authenticateBinding(r)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := readBody(r, limit, v, false); err != nil {
 		return nil, nil, err
-	}
-	name := r.PathValue("name")
-	bot, rel, err := s.botFor(r.Context(), slot, name)
-	if err != nil {
-		return nil, nil, err
-	}
-	if rel != bound {
-		return nil, nil, forbidden(name)
 	}
 	return bot.DeepCopy(), slot, nil
 }

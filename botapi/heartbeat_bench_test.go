@@ -36,7 +36,7 @@ import (
 )
 
 // Heartbeats into Postgres through the bot API (issue 8, item 6): many bound bots beat over
-// HTTP at a steady pace, each through its slot's token, into the Postgres store; the figure is
+// HTTP at a steady pace, each with its binding credential, into the Postgres store; the figure is
 // the sustained rate of acknowledged beats and their latency as the bots see it.
 const (
 	beatTargetRate = 20_000
@@ -55,7 +55,7 @@ type beatLoad struct {
 
 func (l beatLoad) offered() float64 { return float64(l.bots) / l.interval.Seconds() }
 
-// fleetBot is a bot bound to a slot, with the slot's token.
+// fleetBot is a bot bound to a slot, with the binding credential its container claimed.
 type fleetBot struct {
 	name  string
 	uid   types.UID
@@ -98,14 +98,19 @@ func newFleet(tb testing.TB, ns string, n int) []fleetBot {
 				return err
 			}
 		}
-		withToken := 0
+		withToken, claimed := 0, 0
 		for i := range slots.Items {
 			if slots.Items[i].Status.TokenSHA256 != "" {
 				withToken++
 			}
 		}
-		if withToken != n || len(bots.Items) != n {
-			return fmt.Errorf("the cache holds %d slots with a token and %d bots of %d", withToken, len(bots.Items), n)
+		for i := range bots.Items {
+			if bots.Items[i].Status.Binding != nil {
+				claimed++
+			}
+		}
+		if withToken != n || claimed != n {
+			return fmt.Errorf("the cache holds %d slots with a token and %d claimed bots of %d", withToken, claimed, n)
 		}
 		return nil
 	})
@@ -141,7 +146,13 @@ func createBoundBot(ctx context.Context, ns string, i int) (fleetBot, error) {
 	if err := env.Client.Status().Update(ctx, s); err != nil {
 		return fleetBot{}, err
 	}
-	return fleetBot{name: name, uid: b.UID, token: token}, nil
+	// The claim its container's config call would write: heartbeats carry its credential.
+	cred, hash := newBindingCredential()
+	b.Status.Binding = &v1.BindingClaim{SlotName: slotName, SlotUID: s.UID, ClaimedAt: metav1.Now(), CredentialSHA256: hash}
+	if err := env.Client.Status().Update(ctx, b); err != nil {
+		return fleetBot{}, err
+	}
+	return fleetBot{name: name, uid: b.UID, token: cred}, nil
 }
 
 // serveBotAPI runs the bot API as the manager does (Server.Start, its timeouts) on a loopback

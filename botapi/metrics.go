@@ -10,8 +10,9 @@ import (
 )
 
 type metrics struct {
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	requests      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	claimsRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -26,6 +27,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"endpoint"}),
 	}
+	m.claimsRefused = promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "botpool_botapi_binding_claims_refused_total",
+		Help: "Config calls refused because the binding was already handed out (a binding is handed out once).",
+	}))
 	m.requests = promreg.Register(reg, m.requests)
 	m.latency = promreg.Register(reg, m.latency)
 	return m

@@ -12,6 +12,7 @@ import (
 
 	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/internal/pgtest"
+	"botpool.dev/botpool/internal/slottoken"
 	"botpool.dev/botpool/store/postgres"
 )
 
@@ -33,10 +34,12 @@ func TestEndpointsWithPostgres(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 
 	h := newHarness(t, func(c *Config) { c.Liveness = st })
-	_, b, c := h.boundBot("pool-google-meet-001", "standup")
+	s, b, c := h.boundBot("pool-google-meet-001", "standup")
 
-	if _, err := c.Config(ctx); err != nil {
-		t.Fatal(err)
+	// The config call that claimed the binding is the slot's latest ask.
+	asks, err := st.LastSlotAsks(ctx, []types.UID{s.slot.UID})
+	if ask := asks[s.slot.UID]; err != nil || ask.TokenSHA256 != slottoken.Hash([]byte(s.token)) || !ask.At.Equal(h.clock.Now().Truncate(time.Microsecond)) {
+		t.Errorf("the slot's ask in Postgres = %+v (%v), want now with its token's hash", asks, err)
 	}
 	if resp, err := c.Heartbeat(ctx, "standup"); err != nil || resp.Action != botclient.ActionContinue {
 		t.Fatalf("heartbeat: %+v, %v", resp, err)

@@ -126,10 +126,10 @@ func TestEventQuotaAnswers429(t *testing.T) {
 	})
 	s, _, _ := h.boundBot("pool-zoom-001", "standup")
 	body := `{"events":[` + strings.Repeat(`{"type":"log"},`, 99) + `{"type":"log"}]}`
-	code, msg := h.call("POST", "/v1/bots/standup/events", s.token, body)
+	code, msg := h.call("POST", "/v1/bots/standup/events", s.cred, body)
 	wantStatus(t, "first burst", code, msg, http.StatusAccepted, "accepted")
 	req, _ := http.NewRequest("POST", h.url+"/v1/bots/standup/events", strings.NewReader(`{"events":[{"type":"log"}]}`))
-	req.Header.Set("Authorization", "Bearer "+s.token)
+	req.Header.Set("Authorization", "Bearer "+s.cred)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	must(t, err)

@@ -3,9 +3,11 @@
 // the containers; every replica of the manager serves this API (it needs no leadership), and
 // heartbeats go to the store, not to the API server.
 //
-// Auth is a per-slot bearer token the slot controller issued (kept in a Secret owned by the
-// slot, its hash recorded in the slot's status): it authorizes only the bot currently bound to
-// that slot.
+// Auth is two-fold. A per-slot bearer token the slot controller issued (kept in a Secret owned
+// by the slot, its hash recorded in the slot's status) fetches the configuration of the bot
+// bound to that slot, once per binding; that answer carries a credential for that bot only
+// (its hash recorded in the Bot's status.binding), which heartbeats, status reports and events
+// require, valid while the binding lasts. See binding.go and docs/botapi.md.
 package botapi
 
 import (
@@ -24,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
+	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +40,8 @@ import (
 type Liveness interface {
 	RecordHeartbeat(ctx context.Context, hb store.Heartbeat) error
 	AppendBotEvents(ctx context.Context, events []store.BotEvent) error
+	// RecordSlotAsk records a config call of a slot's container (see recordAsk).
+	RecordSlotAsk(ctx context.Context, ask store.SlotAsk) error
 }
 
 // Config holds what a Server needs.
@@ -49,6 +54,17 @@ type Config struct {
 	TLSCertFile, TLSKeyFile string
 	// Cache answers reads; it must have the indexes of IndexFields.
 	Cache client.Reader
+	// Informers, when set, is the cache whose informer on BotPoolSlots wakes the config
+	// requests that wait for a binding (Start calls WatchBindings with it); AddToManager sets
+	// the manager's. Without it a wait ends at its deadline only.
+	Informers Informers
+	// MaxWaiters bounds the config requests waiting at once on this replica (default
+	// DefaultMaxWaiters); past it a request that asks to wait is answered 503.
+	MaxWaiters int
+	// CatchUp is how long a request with an unknown binding credential waits for the cache
+	// to show a claim another replica may have just written (default DefaultCatchUp; negative
+	// waits not at all, for a cache that never lags behind the writes it is shown).
+	CatchUp time.Duration
 	// Client writes Bot status. It should record the versions its writes replace in Writes
 	// (cachelag.NewClient, as controllers.Setup's Client does), so the Bot controller waits
 	// for the cache after a report instead of judging the version the report replaced.
@@ -61,6 +77,9 @@ type Config struct {
 	// nothing.
 	Writes   *cachelag.Tracker
 	Liveness Liveness
+	// Recorder receives the Warning Event of a binding claimed twice; nil records none.
+	// AddToManager sets the manager's recorder named "botpool".
+	Recorder kevents.EventRecorder
 	Clock    clock.PassiveClock
 	Log      logr.Logger
 	// Registerer receives the API's metrics; nil registers none.
@@ -85,6 +104,10 @@ type Server struct {
 
 	mu       sync.Mutex
 	limiters map[types.UID]*rate.Limiter
+	asked    map[types.UID]askMark // the last ask recorded per slot (see recordAsk)
+	issued   map[string]issued     // binding credentials this replica issued, by hash
+
+	waiters *waiters
 
 	// authFailures is checked before a request's token is: unauthenticated callers meet a
 	// limit too, not only the slots.
@@ -105,14 +128,29 @@ func New(cfg Config) *Server {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.MaxWaiters <= 0 {
+		cfg.MaxWaiters = DefaultMaxWaiters
+	}
+	if cfg.CatchUp == 0 {
+		cfg.CatchUp = DefaultCatchUp
+	}
 	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{},
+		asked: map[types.UID]askMark{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.Registerer),
 		authFailures: newFailureLimiter(cfg.AuthFailureRate, cfg.AuthFailureBurst)}
 }
 
 // Handler returns the API's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /v1/slots/{appUUID}/config", s.instrument("config", s.handleConfig))
+	// Waiting requests are measured apart: their latency is the wait for a binding.
+	config, configWait := s.instrument("config", s.handleConfig), s.instrument("configWait", s.handleConfig)
+	mux.HandleFunc("GET /v1/slots/{appUUID}/config", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("wait") != "" {
+			configWait.ServeHTTP(w, r)
+			return
+		}
+		config.ServeHTTP(w, r)
+	})
 	mux.Handle("POST /v1/bots/{name}/heartbeat", s.instrument("heartbeat", s.handleHeartbeat))
 	mux.Handle("POST /v1/bots/{name}/status", s.instrument("status", s.handleStatus))
 	mux.Handle("POST /v1/bots/{name}/events", s.instrument("events", s.handleEvents))
@@ -129,10 +167,16 @@ func (s *Server) Start(ctx context.Context) error {
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		WriteTimeout:      writeTimeout, // a config request may wait up to MaxConfigWait
+
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: 16 << 10,
+		BaseContext:    func(net.Listener) context.Context { return ctx },
+	}
+	if s.cfg.Informers != nil {
+		if err := s.WatchBindings(ctx, s.cfg.Informers); err != nil {
+			return err
+		}
 	}
 	serve := srv.ListenAndServe
 	if s.cfg.TLSCertFile != "" {

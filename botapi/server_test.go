@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,7 +60,27 @@ type fakeLiveness struct {
 	mu     sync.Mutex
 	beats  []store.Heartbeat
 	events []store.BotEvent
+	asks   []store.SlotAsk
 	err    error
+}
+
+func (f *fakeLiveness) RecordSlotAsk(_ context.Context, a store.SlotAsk) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asks = append(f.asks, a)
+	return f.err
+}
+
+func (f *fakeLiveness) asksOf(uid types.UID) []store.SlotAsk {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.SlotAsk
+	for _, a := range f.asks {
+		if a.SlotUID == uid {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (f *fakeLiveness) RecordHeartbeat(_ context.Context, hb store.Heartbeat) error {
@@ -93,19 +114,21 @@ func (f *fakeLiveness) beatsOf(uid types.UID) int {
 
 // harness is one bot API server over the shared envtest cache, with its own namespace.
 type harness struct {
-	t     *testing.T
-	ns    string
-	clock *clocktesting.FakeClock
-	live  *fakeLiveness
-	logs  *bytes.Buffer
-	url   string
+	t      *testing.T
+	ns     string
+	clock  *clocktesting.FakeClock
+	live   *fakeLiveness
+	logs   *bytes.Buffer
+	url    string
+	srv    *Server
+	events *recordedEvents
 }
 
 func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
-	h := &harness{t: t, ns: env.Namespace(t), clock: clocktesting.NewFakeClock(time.Now()), live: &fakeLiveness{}, logs: &bytes.Buffer{}}
+	h := &harness{t: t, ns: env.Namespace(t), clock: clocktesting.NewFakeClock(time.Now()), live: &fakeLiveness{}, logs: &bytes.Buffer{}, events: &recordedEvents{}}
 	var logMu sync.Mutex
 	cfg := Config{
-		Cache: objCache, Client: env.Client, APIReader: env.Client, Liveness: h.live, Clock: h.clock,
+		Cache: objCache, Client: env.Client, APIReader: env.Client, Liveness: h.live, Clock: h.clock, Recorder: h.events,
 		Log: funcr.New(func(prefix, args string) {
 			logMu.Lock()
 			defer logMu.Unlock()
@@ -115,18 +138,22 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	for _, f := range mutate {
 		f(&cfg)
 	}
-	srv := httptest.NewServer(New(cfg).Handler())
+	h.srv = New(cfg)
+	// The shared cache's informer wakes this server's waits until the test ends.
+	must(t, h.srv.WatchBindings(t.Context(), objCache))
+	srv := httptest.NewServer(h.srv.Handler())
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	return h
 }
 
 // slotFixture is a slot with its application, token (its Secret, its hash in the status) and
-// (optionally) a bound bot.
+// (optionally) a bound bot and the binding credential its container claimed.
 type slotFixture struct {
 	slot  *v1.BotPoolSlot
 	token string
 	app   string
+	cred  string
 }
 
 func (h *harness) slot(name string) *slotFixture {
@@ -163,13 +190,28 @@ func (h *harness) bot(name string, mutate ...func(*v1.Bot)) *v1.Bot {
 	return b
 }
 
-// boundBot is a slot with a bot bound to it, and the client of the slot's container.
+// boundBot is a slot with a bot bound to it, and the client of the slot's container, which
+// has claimed the binding (its config call): it sends the binding credential with bot calls.
 func (h *harness) boundBot(slot, bot string, mutate ...func(*v1.Bot)) (*slotFixture, *v1.Bot, *botclient.Client) {
 	h.t.Helper()
 	f := h.slot(slot)
 	b := h.bot(bot, mutate...)
 	h.bind(f, b)
-	return f, b, h.client(f)
+	c := h.client(f)
+	cfg, err := c.Config(context.Background())
+	must(h.t, err)
+	f.cred = cfg.Credential
+	h.eventually(func() error { // the claim is in the cache
+		got := &v1.Bot{}
+		if err := objCache.Get(context.Background(), client.ObjectKeyFromObject(b), got); err != nil {
+			return err
+		}
+		if got.Status.Binding == nil {
+			return errors.New("no claim in the cache yet")
+		}
+		return nil
+	})
+	return f, b, c
 }
 
 // bind writes the slot's botRef (as the bot controller does) and mirrors it into the bot.
@@ -195,9 +237,14 @@ func (h *harness) release(f *slotFixture) {
 func (h *harness) updateBotStatus(b *v1.Bot, mutate func(*v1.Bot)) {
 	h.t.Helper()
 	ctx := context.Background()
-	must(h.t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), b))
-	mutate(b)
-	must(h.t, env.Client.Status().Update(ctx, b))
+	// The bot API may write the status meanwhile (a claim): read again and retry.
+	must(h.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		mutate(b)
+		return env.Client.Status().Update(ctx, b)
+	}))
 	h.synced(b)
 }
 
@@ -294,8 +341,21 @@ func TestConfig(t *testing.T) {
 		},
 		HeartbeatInterval: botclient.Duration(10 * time.Second),
 	}
+	cred := cfg.Credential
+	cfg.Credential = ""
 	if cfg != want {
 		t.Errorf("config =\n  %+v\nwant\n  %+v", cfg, want)
+	}
+	// The answer claimed the binding: a credential for this bot, its hash in the Bot's status.
+	var claimed v1.Bot
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), &claimed))
+	if c := claimed.Status.Binding; !strings.HasPrefix(cred, "bpb_") || len(cred) != bindingCredentialLen || c == nil ||
+		c.CredentialSHA256 != slottoken.Hash([]byte(cred)) || c.SlotName != s.slot.Name || c.SlotUID != s.slot.UID ||
+		!c.ClaimedAt.Time.Equal(h.clock.Now().Truncate(time.Second)) {
+		t.Errorf("credential %q, claim %+v; want a bpb_ credential whose hash the Bot records with its slot", cred, claimed.Status.Binding)
+	}
+	if _, err := h.client(s).Config(ctx); !errors.Is(err, botclient.ErrConflict) {
+		t.Errorf("a second config call for the binding: %v, want 409", err)
 	}
 
 	h.updateBotStatus(b, func(b *v1.Bot) { b.Status.Phase = v1.BotDone })
@@ -356,7 +416,7 @@ func TestHeartbeat(t *testing.T) {
 	}
 	// A beat the store did not take at all is a 503 the bot retries, not a silent 200.
 	h.live.err = errors.New("store closed")
-	code, body := h.call("POST", "/v1/bots/standup/heartbeat", s.token, "")
+	code, body := h.call("POST", "/v1/bots/standup/heartbeat", s.cred, "")
 	wantStatus(t, "beat the store refused", code, body, 503, "could not record this heartbeat")
 	h.live.err = nil
 	if resp, err := c.Heartbeat(ctx, "standup"); err != nil || resp.Buffered {
@@ -371,19 +431,18 @@ func TestHeartbeat(t *testing.T) {
 	if _, err := c.Heartbeat(ctx, "nobody"); !errors.Is(err, botclient.ErrForbidden) {
 		t.Errorf("beat for a bot that does not exist: %v, want 403", err)
 	}
+	code, body = h.call("POST", "/v1/bots/standup/heartbeat", s.cred, `{"extra":true}`)
+	wantStatus(t, "unknown field", code, body, 400, `unknown field \"extra\"`)
 
-	// Released from the slot: exit, and liveness is still recorded.
+	// Released from the slot: the binding has ended, and its credential with it.
 	before := h.live.beatsOf(b.UID)
 	h.release(s)
-	if resp, _ := c.Heartbeat(ctx, "standup"); resp.Action != botclient.ActionExit {
-		t.Errorf("released bot: %s, want exit", resp.Action)
+	if _, err := c.Heartbeat(ctx, "standup"); !errors.Is(err, botclient.ErrUnauthorized) {
+		t.Errorf("released bot: %v, want 401", err)
 	}
-	if h.live.beatsOf(b.UID) != before+1 {
-		t.Errorf("a released bot's beat was not recorded")
+	if h.live.beatsOf(b.UID) != before {
+		t.Errorf("a beat with an ended binding's credential was recorded")
 	}
-
-	code, body = h.call("POST", "/v1/bots/standup/heartbeat", s.token, `{"extra":true}`)
-	wantStatus(t, "unknown field", code, body, 400, `unknown field \"extra\"`)
 	code, body = h.call("POST", "/v1/bots/standup/heartbeat", "", "")
 	wantStatus(t, "no token", code, body, 401, "missing bearer token")
 }
@@ -412,10 +471,10 @@ func TestHeartbeatLeaveAndExit(t *testing.T) {
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), b))
 	b.Finalizers = nil
 	must(t, env.Client.Update(ctx, b))
-	// Gone entirely, still named by the slot: exit.
+	// Gone entirely, still named by the slot: its credential authenticates nothing (401).
 	h.eventually(func() error {
-		if resp, err := c.Heartbeat(ctx, "leaver"); err != nil || resp.Action != botclient.ActionExit {
-			return fmt.Errorf("deleted bot: %+v %w, want exit", resp, err)
+		if resp, err := c.Heartbeat(ctx, "leaver"); !errors.Is(err, botclient.ErrUnauthorized) {
+			return fmt.Errorf("deleted bot: %+v %w, want 401", resp, err)
 		}
 		return nil
 	})
@@ -488,9 +547,9 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status of another slot's bot: %v, want 403", err)
 	}
 
-	code, body := h.call("POST", "/v1/bots/kicked/status", s2.token, `{"phase":"Dancing"}`)
+	code, body := h.call("POST", "/v1/bots/kicked/status", s2.cred, `{"phase":"Dancing"}`)
 	wantStatus(t, "unknown phase", code, body, 400, "is not one a bot reports")
-	code, body = h.call("POST", "/v1/bots/kicked/status", s2.token, "")
+	code, body = h.call("POST", "/v1/bots/kicked/status", s2.cred, "")
 	wantStatus(t, "empty body", code, body, 400, "empty body")
 }
 
@@ -555,21 +614,21 @@ func TestEvents(t *testing.T) {
 	}
 	// Data the JSON decoder takes but the store cannot keep is the bot's to fix: 400, not a 503
 	// it would send again forever.
-	code, body := h.call("POST", "/v1/bots/standup/events", s.token, `{"events":[{"type":"log","data":"a\u0000b"}]}`)
+	code, body := h.call("POST", "/v1/bots/standup/events", s.cred, `{"events":[{"type":"log","data":"a\u0000b"}]}`)
 	wantStatus(t, "NUL in data", code, body, 400, "NUL character")
 	h.live.err = fmt.Errorf("%w: insert_events: untranslatable character", store.ErrInvalid)
-	code, body = h.call("POST", "/v1/bots/standup/events", s.token, `{"events":[{"type":"log"}]}`)
+	code, body = h.call("POST", "/v1/bots/standup/events", s.cred, `{"events":[{"type":"log"}]}`)
 	wantStatus(t, "data the store refused", code, body, 400, "the store refused these events")
 	h.live.err = nil
 
-	code, body = h.call("POST", "/v1/bots/standup/events", s.token, `{"events":[]}`)
+	code, body = h.call("POST", "/v1/bots/standup/events", s.cred, `{"events":[]}`)
 	wantStatus(t, "no events", code, body, 400, "between 1 and 100")
 	big := `{"events":[` + strings.Repeat(`{"type":"log","data":"`+strings.Repeat("x", 10000)+`"},`, 60) + `{"type":"log"}]}`
-	code, body = h.call("POST", "/v1/bots/standup/events", s.token, big)
+	code, body = h.call("POST", "/v1/bots/standup/events", s.cred, big)
 	wantStatus(t, "huge body", code, body, 413, "body larger than")
 
 	req, _ := http.NewRequest("POST", h.url+"/v1/bots/standup/events", strings.NewReader(`{"events":[{"type":"log"}]}`))
-	req.Header.Set("Authorization", "Bearer "+s.token)
+	req.Header.Set("Authorization", "Bearer "+s.cred)
 	req.Header.Set("Content-Type", "text/plain")
 	r, err := http.DefaultClient.Do(req)
 	must(t, err)
@@ -585,31 +644,30 @@ func TestEvents(t *testing.T) {
 
 	// A store that cannot take the events says so, with Retry-After, instead of dropping them.
 	h.live.err = errors.New("connection refused")
-	code, body = h.call("POST", "/v1/bots/standup/events", s.token, `{"events":[{"type":"log"}]}`)
+	code, body = h.call("POST", "/v1/bots/standup/events", s.cred, `{"events":[{"type":"log"}]}`)
 	wantStatus(t, "store failure", code, body, 503, "retry later")
 }
 
 func TestRateLimitPerSlot(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.SlotRate, c.SlotBurst = 1, 3 })
 	ctx := context.Background()
-	s := h.slot("pool-zoom-001")
+	s, _, c := h.boundBot("pool-zoom-001", "chatty")
 	quiet := h.slot("pool-zoom-002")
-	b := h.bot("chatty")
-	h.bind(s, b)
+	h.clock.Step(time.Second) // the bucket, which the claim drew on, is full again
 
 	for i := range 3 {
-		if _, err := h.client(s).Heartbeat(ctx, "chatty"); err != nil {
+		if _, err := c.Heartbeat(ctx, "chatty"); err != nil {
 			t.Fatalf("beat %d within the burst: %v", i, err)
 		}
 	}
-	code, body := h.call("POST", "/v1/bots/chatty/heartbeat", s.token, "")
+	code, body := h.call("POST", "/v1/bots/chatty/heartbeat", s.cred, "")
 	wantStatus(t, "over the burst", code, body, 429, "too many requests")
 	// Another slot is not affected; time refills the bucket.
 	if _, err := h.client(quiet).Config(ctx); !errors.Is(err, botclient.ErrSlotFree) {
 		t.Errorf("another slot: %v, want its own answer (404)", err)
 	}
 	h.clock.Step(time.Second)
-	if _, err := h.client(s).Heartbeat(ctx, "chatty"); err != nil {
+	if _, err := c.Heartbeat(ctx, "chatty"); err != nil {
 		t.Errorf("after a second: %v", err)
 	}
 }
@@ -644,7 +702,8 @@ func TestTokensNeverLogged(t *testing.T) {
 	if h.logs.Len() == 0 {
 		t.Fatal("expected error logs to inspect")
 	}
-	if strings.Contains(h.logs.String(), s.token) || strings.Contains(h.logs.String(), s.token[:20]) {
+	if logs := h.logs.String(); strings.Contains(logs, s.token) || strings.Contains(logs, s.token[:20]) ||
+		strings.Contains(logs, s.cred) || strings.Contains(logs, s.cred[:20]) {
 		t.Fatalf("a token appears in the logs:\n%s", h.logs.String())
 	}
 }

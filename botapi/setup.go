@@ -11,12 +11,19 @@ import (
 
 // AddToManager registers the bot API's cache indexes on mgr and adds the server, which every
 // replica runs (see NeedLeaderElection). Cache and APIReader default to the manager's, Client
-// to the manager's recording in cfg.Writes.
+// to the manager's recording in cfg.Writes, Informers (what wakes waiting config requests) to
+// the manager's cache.
 // The manager and the envtest suites call it; the model check, which starts no manager,
 // indexes its own cache and serves the Handler.
 func AddToManager(ctx context.Context, mgr manager.Manager, cfg Config) error {
 	if cfg.Cache == nil {
 		cfg.Cache = mgr.GetCache()
+	}
+	if cfg.Informers == nil {
+		cfg.Informers = mgr.GetCache()
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = mgr.GetEventRecorder("botpool")
 	}
 	if cfg.Client == nil {
 		// Recording in Writes, as the controllers' client does: the Bot controller must wait

@@ -206,14 +206,25 @@ func TestLegacyTaggedSlotKeepsItsApplication(t *testing.T) {
 	}
 }
 
-// heartbeat sends one heartbeat of bot through the bot API with its slot's token.
-func heartbeat(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) botclient.Action {
+// claimBinding is the slot's container fetching its config with the slot's token: the client
+// keeps the binding credential the answer carries, which the bot calls need.
+func claimBinding(t *testing.T, slot *v1.BotPoolSlot) *botclient.Client {
 	t.Helper()
 	var secret corev1.Secret
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}, &secret); err != nil {
 		t.Fatal(err)
 	}
 	cl := botclient.New("http://"+botAPIAddr, slot.Status.ApplicationUUID, string(secret.Data[slottoken.Key]), nil)
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		_, err := cl.Config(context.Background())
+		return err
+	})
+	return cl
+}
+
+// heartbeat sends one heartbeat of bot through the bot API with its binding credential.
+func heartbeat(t *testing.T, cl *botclient.Client, bot *v1.Bot) botclient.Action {
+	t.Helper()
 	var hb botclient.HeartbeatResponse
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		var err error
@@ -238,11 +249,12 @@ func (sc *scenario) deletePool() *v1.BotPoolSlot {
 func TestDeletingAPoolLetsRunningBotsLeave(t *testing.T) {
 	sc := newScenario(t, "drained", sim.Config{})
 	bot, slot := sc.running("in-a-call")
-	if a := heartbeat(t, slot, bot); a != botclient.ActionContinue {
+	cl := claimBinding(t, slot)
+	if a := heartbeat(t, cl, bot); a != botclient.ActionContinue {
 		t.Fatalf("before the deletion the bot is told %q", a)
 	}
 	sc.deletePool()
-	if a := heartbeat(t, slot, bot); a != botclient.ActionLeave {
+	if a := heartbeat(t, cl, bot); a != botclient.ActionLeave {
 		t.Errorf("a bot of a deleted pool is told %q, want leave", a)
 	}
 	kubetest.Eventually(t, 10*time.Second, func() error {

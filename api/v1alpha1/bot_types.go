@@ -4,6 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Defaults of Bot.spec, the same values the CRD defaults to.
@@ -229,6 +230,13 @@ type BotStatus struct {
 	// +optional
 	Callback *CallbackStatus `json:"callback,omitempty"`
 
+	// Binding records the claim of the bot's binding: the bot API writes it, with an
+	// optimistic lock, when it hands the bot's configuration (and a credential for this bot
+	// only) to the container of the slot bound to it. A binding is handed out once: a later
+	// config call for it is refused.
+	// +optional
+	Binding *BindingClaim `json:"binding,omitempty"`
+
 	// Conditions: Ready, Bound, Alive.
 	// +optional
 	// +listType=map
@@ -251,6 +259,29 @@ const (
 	// It is not tried again.
 	CallbackFailed CallbackState = "Failed"
 )
+
+// BindingClaim is the claim of a bot's binding by its slot's container.
+type BindingClaim struct {
+	// SlotName is the slot whose container claimed the binding.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	SlotName string `json:"slotName"`
+
+	// SlotUID is the uid of that slot: the binding credential is valid while this slot's
+	// spec.botRef names the bot.
+	// +required
+	SlotUID types.UID `json:"slotUID"`
+
+	// ClaimedAt is when the container received the bot's configuration.
+	// +required
+	ClaimedAt metav1.Time `json:"claimedAt"`
+
+	// CredentialSHA256 is the hex SHA-256 of the binding credential handed out with the
+	// configuration; the credential itself is kept nowhere.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	CredentialSHA256 string `json:"credentialSHA256"`
+}
 
 // CallbackStatus is the outcome of a bot's callback.
 type CallbackStatus struct {

@@ -109,3 +109,10 @@ const (
 	// minIdle (its Reconciling condition, while fresh containers start).
 	ReasonWarmingStandby = "WarmingStandby"
 )
+
+// Reasons of the bot API's Events.
+const (
+	// ReasonBindingClaimedTwice: a config call found the bot's binding already handed out to a
+	// container and was refused (Warning Event on the Bot, and an audit row).
+	ReasonBindingClaimedTwice = "BindingClaimedTwice"
+)

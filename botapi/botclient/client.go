@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -21,11 +23,13 @@ var (
 	ErrSlotFree = errors.New("slot is free")
 	// ErrGone (410 on config): the bound bot is finished; the container should exit.
 	ErrGone = errors.New("bot is finished")
-	// ErrUnauthorized (401): the token is missing or wrong.
+	// ErrUnauthorized (401): the token is missing or wrong; on a bot call, also when the
+	// binding of the credential has ended (exit) or the slot token was sent instead of it.
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrForbidden (403): the token belongs to a slot not bound to this bot.
 	ErrForbidden = errors.New("forbidden")
-	// ErrConflict (409): the reported phase is not a valid next phase.
+	// ErrConflict (409): the reported phase is not a valid next phase; on config, the binding
+	// was already handed out (a binding is handed out once: exit).
 	ErrConflict = errors.New("conflict")
 	// ErrRateLimited (429): slow down.
 	ErrRateLimited = errors.New("rate limited")
@@ -35,6 +39,8 @@ var (
 type Error struct {
 	StatusCode int
 	Message    string
+	// RetryAfter is the answer's Retry-After, when it had one (whole seconds).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -101,12 +107,19 @@ func Retry(ctx context.Context, attempts int, first, most time.Duration, call fu
 	}
 }
 
-// Client talks to the operator's bot API for one slot.
+// Client talks to the operator's bot API for one slot. It keeps the binding credential of the
+// last configuration it received (Config, WaitForBinding) and sends it, instead of the slot
+// token, with the bot calls (Heartbeat, ReportStatus, SendEvents): the operator accepts only
+// that credential there. Until it has one (an operator older than binding credentials sends
+// none) the bot calls carry the slot token. It is safe for concurrent use.
 type Client struct {
 	base    string
 	appUUID string
 	token   string
 	http    *http.Client
+
+	mu         sync.Mutex
+	credential string
 }
 
 // New returns a client for the slot whose application is appUUID.
@@ -130,7 +143,98 @@ func FromEnv() (*Client, error) {
 // once the bot is finished.
 func (c *Client) Config(ctx context.Context) (Config, error) {
 	var cfg Config
-	err := c.do(ctx, http.MethodGet, "/v1/slots/"+url.PathEscape(c.appUUID)+"/config", nil, &cfg)
+	err := c.doWith(ctx, c.http, c.token, http.MethodGet, "/v1/slots/"+url.PathEscape(c.appUUID)+"/config", nil, &cfg)
+	c.keep(cfg, err)
+	return cfg, err
+}
+
+// keep remembers the credential of a configuration received.
+func (c *Client) keep(cfg Config, err error) {
+	if err != nil || cfg.Credential == "" {
+		return
+	}
+	c.mu.Lock()
+	c.credential = cfg.Credential
+	c.mu.Unlock()
+}
+
+// botToken is what the bot calls carry: the binding credential once there is one.
+func (c *Client) botToken() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.credential != "" {
+		return c.credential
+	}
+	return c.token
+}
+
+// DefaultWait is the wait WaitForBinding asks the operator for when given none.
+const DefaultWait = 30 * time.Second
+
+// WaitForBinding asks for the bound bot's configuration until there is one, each request
+// waiting up to wait (at most 60s; the operator answers the moment a bot is bound, so a
+// standby container learns its bot at once). It returns ErrGone when the operator says the
+// slot's container should exit, and the error of an answer that will not change (401, 403…);
+// transient failures (429, 503, no answer) are retried with backoff, honouring Retry-After.
+// It returns ctx's error when ctx ends.
+func (c *Client) WaitForBinding(ctx context.Context, wait time.Duration) (Config, error) {
+	if wait <= 0 {
+		wait = DefaultWait
+	}
+	const firstBackoff, mostBackoff = 200 * time.Millisecond, 5 * time.Second
+	backoff := firstBackoff
+	for {
+		start := time.Now()
+		cfg, err := c.configWait(ctx, wait)
+		var pause time.Duration
+		switch {
+		case err == nil:
+			return cfg, nil
+		case errors.Is(err, ErrSlotFree):
+			backoff = firstBackoff
+			// An operator that does not wait (one older than the long-poll) answers at once:
+			// pause instead of asking in a tight loop.
+			if time.Since(start) < wait/2 {
+				pause = min(wait, time.Second)
+			}
+		case Retryable(err):
+			pause = backoff
+			var apiErr *Error
+			if errors.As(err, &apiErr) {
+				pause = max(pause, apiErr.RetryAfter)
+			}
+			backoff = min(2*backoff, mostBackoff)
+		default:
+			return cfg, err
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Config{}, ctx.Err()
+			case <-t.C:
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return Config{}, err
+		}
+	}
+}
+
+// configWait is one config request that waits up to wait. Its HTTP client gives it the time
+// to: an http.Client's Timeout shorter than the wait would cut every wait short.
+func (c *Client) configWait(ctx context.Context, wait time.Duration) (Config, error) {
+	hc := c.http
+	if hc.Timeout != 0 && hc.Timeout < wait+10*time.Second {
+		longer := *hc
+		longer.Timeout = wait + 10*time.Second
+		hc = &longer
+	}
+	var cfg Config
+	path := "/v1/slots/" + url.PathEscape(c.appUUID) + "/config?wait=" + url.QueryEscape(wait.String())
+	err := c.doWith(ctx, hc, c.token, http.MethodGet, path, nil, &cfg)
+	c.keep(cfg, err)
 	return cfg, err
 }
 
@@ -159,7 +263,12 @@ func (c *Client) botPath(bot, action string) string {
 	return "/v1/bots/" + url.PathEscape(bot) + "/" + action
 }
 
+// do sends a bot call, with the binding credential.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	return c.doWith(ctx, c.http, c.botToken(), method, path, body, out)
+}
+
+func (c *Client) doWith(ctx context.Context, hc *http.Client, token, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -172,12 +281,12 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
@@ -191,7 +300,11 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = http.StatusText(resp.StatusCode)
 		}
-		return &Error{StatusCode: resp.StatusCode, Message: e.Error}
+		apiErr := &Error{StatusCode: resp.StatusCode, Message: e.Error}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			apiErr.RetryAfter = time.Duration(secs) * time.Second
+		}
+		return apiErr
 	}
 	if out == nil {
 		return nil

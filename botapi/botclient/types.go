@@ -4,7 +4,9 @@
 //
 // A container learns three things from its environment (set by the operator when it creates
 // the slot's Coolify application): POOL_SLOT_UUID (its application uuid), BOTPOOL_API_URL and
-// BOTPOOL_SLOT_TOKEN. FromEnv builds a client from them.
+// BOTPOOL_SLOT_TOKEN. FromEnv builds a client from them. The slot token only fetches the
+// configuration; the configuration carries a credential for its bot, which the Client keeps and
+// sends with the bot's heartbeats, status reports and events (see Client).
 package botclient
 
 import (
@@ -25,6 +27,10 @@ type Config struct {
 	Leave       AutomaticLeave `json:"automaticLeave"`
 	// HeartbeatInterval is how often the operator expects a heartbeat.
 	HeartbeatInterval Duration `json:"heartbeatInterval"`
+	// Credential authorizes the heartbeats, status reports and events of this bot, and of no
+	// other, while its binding lasts. It is handed out once: a later config call for the same
+	// binding is refused (409). The Client keeps it and sends it with every bot call.
+	Credential string `json:"credential,omitempty"`
 }
 
 // AutomaticLeave holds the timeouts after which a bot leaves on its own.

@@ -23,6 +23,8 @@ type containers struct {
 	mu      sync.Mutex
 	rng     *rand.Rand
 	running map[string]runningBot // by application uuid
+	// lastSeq is the Seq of each application's last start or stop seen.
+	lastSeq map[string]uint64
 	wg      sync.WaitGroup
 	started int
 	errs    []error
@@ -31,11 +33,14 @@ type containers struct {
 type runningBot struct {
 	seq    uint64
 	cancel context.CancelFunc
+	// stop is the simulator's reason when it stopped the container (written under mu).
+	stop *string
 }
 
 func newContainers(ctx context.Context, meetMin, meetMax time.Duration, seed uint64, log io.Writer) *containers {
 	return &containers{ctx: ctx, meetMin: meetMin, meetRange: max(meetMax-meetMin, 0), log: printer{log},
-		rng: rand.New(rand.NewPCG(seed, 0xb07)), running: map[string]runningBot{}}
+		rng: rand.New(rand.NewPCG(seed, 0xb07)), running: map[string]runningBot{},
+		lastSeq: map[string]uint64{}}
 }
 
 // behaviour draws one meeting: its length uniformly between the flags' bounds, beats every
@@ -49,18 +54,29 @@ func (c *containers) behaviour() simbot.Behaviour {
 		HeartbeatEvery: time.Second, PollEvery: 250 * time.Millisecond}
 }
 
-// onStart is the simulator's OnStart hook: a container came up, its bot starts.
+// onStart is the simulator's OnStart hook: a container came up, its bot starts. In a pool with
+// standby Stopped the container starts for a bound bot and finds it at its first ask; with
+// standby Running it starts for a free slot and keeps asking until a bot is bound (simbot's
+// config loop), as a standby bot image does.
 func (c *containers) onStart(ctr sim.Container) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx.Err() != nil {
 		return
 	}
+	// Hooks of two goroutines may arrive out of order: a start older than what this
+	// application already did (a later start, or its stop) is over already.
+	if ctr.Seq < c.lastSeq[ctr.AppUUID] {
+		return
+	}
+	c.lastSeq[ctr.AppUUID] = ctr.Seq
 	if prev, ok := c.running[ctr.AppUUID]; ok {
+		*prev.stop = "replaced"
 		prev.cancel()
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	c.running[ctr.AppUUID] = runningBot{seq: ctr.Seq, cancel: cancel}
+	stop := new(string)
+	c.running[ctr.AppUUID] = runningBot{seq: ctr.Seq, cancel: cancel, stop: stop}
 	c.started++
 	b := c.behaviour()
 	c.wg.Add(1)
@@ -69,8 +85,10 @@ func (c *containers) onStart(ctr sim.Container) {
 		defer cancel()
 		res, err := simbot.Run(ctx, ctr, b)
 		switch {
+		case errors.Is(err, context.Canceled) && res.Bot == "":
+			c.log.f("%s %s: container stopped (%s) before a bot was bound\n", stamp(), ctr.AppName, c.stopReason(stop))
 		case errors.Is(err, context.Canceled):
-			c.log.f("%s %s: container stopped (bot %q, %d heartbeats)\n", stamp(), ctr.AppName, res.Bot, res.Heartbeats)
+			c.log.f("%s %s: container stopped (%s; bot %q, %d heartbeats)\n", stamp(), ctr.AppName, c.stopReason(stop), res.Bot, res.Heartbeats)
 		case err != nil:
 			c.log.f("%s %s: bot %q failed: %v\n", stamp(), ctr.AppName, res.Bot, err)
 			c.mu.Lock()
@@ -82,14 +100,31 @@ func (c *containers) onStart(ctr sim.Container) {
 	}()
 }
 
-// onStop is the simulator's OnStop hook: the bot of a stopped or crashed container stops too.
+// onStop is the simulator's OnStop hook: the bot of a stopped, crashed, replaced ("redeployed")
+// or deleted container stops too, whether it still waited for its binding or was in its
+// meeting, as a process does when its container goes.
 func (c *containers) onStop(ctr sim.Container) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if ctr.Seq < c.lastSeq[ctr.AppUUID] {
+		return // a later start already replaced the container this stop was about
+	}
+	c.lastSeq[ctr.AppUUID] = ctr.Seq
 	if r, ok := c.running[ctr.AppUUID]; ok && r.seq < ctr.Seq {
+		*r.stop = ctr.Reason
 		r.cancel()
 		delete(c.running, ctr.AppUUID)
 	}
+}
+
+// stopReason says why a run's context ended: the simulator's reason, or the demo's end.
+func (c *containers) stopReason(stop *string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if *stop != "" {
+		return *stop
+	}
+	return "the demo ended"
 }
 
 // wait stops every bot (the demo's context ended) and waits for them.

@@ -76,7 +76,8 @@ func (o *output) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration,
 
 // TestDemoEndToEnd runs the demo binary as a person would, in a short configuration with the
 // default faults, checks what it left running through its kubeconfig, then stops it with
-// Ctrl-C (SIGINT) and checks that nothing is left.
+// Ctrl-C (SIGINT) and checks that nothing is left. Then a second, smaller run with standby
+// Running checks that its bots start on standby containers and their slots are recycled.
 func TestDemoEndToEnd(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard()) // the test's own client has nothing to log
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
@@ -94,7 +95,12 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	build("manager", "botpool.dev/botpool")
 	build("demo", "botpool.dev/botpool/cmd/demo")
+	t.Run("Stopped", func(t *testing.T) { stoppedRun(t, assets, bin) })
+	t.Run("Running", func(t *testing.T) { runningRun(t, bin) })
+}
 
+// stoppedRun is the default mode with every fault, left running for kubectl, then Ctrl-C.
+func stoppedRun(t *testing.T, assets, bin string) {
 	const bots = 5
 	dir := filepath.Join(t.TempDir(), "demo")
 	cmd := exec.Command(filepath.Join(bin, "demo"),
@@ -135,6 +141,9 @@ func TestDemoEndToEnd(t *testing.T) {
 	kubeconfig := out.waitFor(t, regexp.MustCompile(`export KUBECONFIG=(\S+)`), time.Second, exited)[1]
 
 	t.Logf("the demo's output up to the summary:\n%s", summary)
+	if !strings.Contains(summary, "Pool: standby Stopped") {
+		t.Errorf("the header does not name the pool's standby mode (Stopped, the default):\n%s", summary)
+	}
 	c, server := clientFor(t, kubeconfig)
 	fatal := checkBots(t, c, bots+1, summary)
 	checkSummary(t, summary, bots+1, fatal)
@@ -165,6 +174,67 @@ func TestDemoEndToEnd(t *testing.T) {
 	if err := c.List(context.Background(), &v1.BotList{}); err == nil {
 		t.Errorf("the API server at %s still answers after Ctrl-C", server)
 	}
+}
+
+// runningRun is a small run with standby Running and no faults, to its end (--exit): every bot
+// starts on a Ready standby container, well before a deployment could have started it, and
+// the slots the burst freed are recycled.
+func runningRun(t *testing.T, bin string) {
+	const bots, slots = 6, 4
+	cmd := exec.Command(filepath.Join(bin, "demo"),
+		"--manager", filepath.Join(bin, "manager"), "--standby", "Running",
+		"--bots", strconv.Itoa(bots), "--max-slots", strconv.Itoa(slots), "--min-idle", strconv.Itoa(slots),
+		"--faults", "none", "--schedule-in", "0", "--meeting-min", "4s", "--meeting-max", "6s",
+		"--build-kubectl=false", "--timeout", "3m", "--exit")
+	cmd.Dir = filepath.Join("..", "..")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	out := string(b)
+	t.Logf("the demo's output:\n%s", out)
+	if err != nil {
+		t.Fatalf("the demo failed: %v; stderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(out, "Pool: standby Running") {
+		t.Errorf("the header does not name the pool's standby mode Running")
+	}
+	head := regexp.MustCompile(`Summary: (\d+) bots in \S+ — (\d+) Done, (\d+) Fatal`).FindStringSubmatch(out)
+	if head == nil || head[1] != strconv.Itoa(bots) || head[2] != strconv.Itoa(bots) {
+		t.Fatalf("summary %q, want %d bots, all Done", head, bots)
+	}
+	// Every bot found a Ready standby container: the first ones kept by minIdle, the rest
+	// the fresh containers of the slots the first ones freed. None had a deployment.
+	starts := regexp.MustCompile(`starts +(\d+) warm .*, (\d+) cold .*, (\d+) standby`).FindStringSubmatch(out)
+	if starts == nil || starts[1] != "0" || starts[2] != "0" || starts[3] != strconv.Itoa(bots) {
+		t.Errorf("starts %q, want 0 warm, 0 cold and %d standby", starts, bots)
+	}
+	times := regexp.MustCompile(`start times .*: standby \d+: (\S+) / \S+ / \S+;`).FindStringSubmatch(out)
+	recycles := regexp.MustCompile(`recycles +(\d+) fresh containers after a bot, off the start path \(deployment median (\S+),`).FindStringSubmatch(out)
+	if times == nil || recycles == nil {
+		t.Fatalf("no start times or recycles line in the summary")
+	}
+	// The bots that waited for a freed slot started on its recycled container.
+	if n, _ := strconv.Atoi(recycles[1]); n < bots-slots {
+		t.Errorf("%s recycles, want at least %d (one per slot a waiting bot took)", recycles[1], bots-slots)
+	}
+	// A bot's start in Stopped mode includes at least one deployment; a standby start none.
+	standby, deployment := parseSeconds(t, times[1]), parseSeconds(t, recycles[2])
+	if standby >= deployment {
+		t.Errorf("standby starts took a median %s from creation to running, no faster than one deployment (%s)", times[1], recycles[2])
+	}
+	if !strings.Contains(out, "every simulated bot got the answers it expected") || !strings.Contains(out, "no panic") {
+		t.Errorf("simulated bots met unexpected answers or the operator panicked")
+	}
+}
+
+// parseSeconds reads a duration of the summary ("0.3s", "1m2s").
+func parseSeconds(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("duration %q in the summary: %v", s, err)
+	}
+	return d
 }
 
 func clientFor(t *testing.T, kubeconfig string) (client.Client, string) {

@@ -23,6 +23,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
 // options are the demo's flags.
@@ -36,6 +38,7 @@ type options struct {
 	scheduleIn   time.Duration
 	scheduleLead time.Duration
 	faults       string
+	standby      string
 	exit         bool
 	dir          string
 	keep         bool
@@ -58,6 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.scheduleIn, "schedule-in", 40*time.Second, "Start time of the scheduled bot, from the burst; 0 leaves it out.")
 	fs.DurationVar(&o.scheduleLead, "schedule-lead", 10*time.Second, "The operator's --schedule-lead: how early a scheduled bot joins the queue.")
 	fs.StringVar(&o.faults, "faults", faultsAll, "Injected Coolify faults: all (transient errors, one failed pull, one crash), transient (only errors the operator retries), none.")
+	fs.StringVar(&o.standby, "standby", string(v1.StandbyStopped), "The pool's spec.standby: Stopped (a free slot has no container; every start is a Coolify deployment) or Running (a free slot keeps a container waiting for its binding; a bot starts with no Coolify request, and its slot gets a fresh container after it).")
 	fs.BoolVar(&o.exit, "exit", false, "Stop and clean up after the summary instead of waiting for Ctrl-C (for CI).")
 	fs.StringVar(&o.dir, "dir", "", "Directory for the kubeconfig, logs and applied manifests; default a new temporary one. Removed at the end unless --keep.")
 	fs.BoolVar(&o.keep, "keep", false, "Keep the demo directory (logs, manifests) after stopping.")
@@ -83,6 +87,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.faults != faultsAll && o.faults != faultsTransient && o.faults != faultsNone {
 		errs = append(errs, fmt.Errorf("--faults must be %s, %s or %s, got %q", faultsAll, faultsTransient, faultsNone, o.faults))
+	}
+	if o.standby != string(v1.StandbyStopped) && o.standby != string(v1.StandbyRunning) {
+		errs = append(errs, fmt.Errorf("--standby must be %s or %s (the pool's spec.standby), got %q", v1.StandbyStopped, v1.StandbyRunning, o.standby))
 	}
 	if o.scheduleIn < 0 || o.scheduleLead < 0 {
 		errs = append(errs, errors.New("--schedule-in and --schedule-lead must not be negative"))

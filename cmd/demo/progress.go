@@ -54,6 +54,7 @@ type view struct {
 	tty      bool
 	start    time.Time
 	maxSlots int
+	standby  bool // the pool keeps standby containers: show how many are Ready
 
 	drawn    int // lines of the last terminal frame, to redraw over
 	lastLine string
@@ -105,6 +106,17 @@ func counts(f frame) (map[string]int, map[v1.SlotPhase]int, int) {
 	return bots, slots, total
 }
 
+// readyStandby counts free slots whose standby container is Ready: what a bot starts on at once.
+func readyStandby(f frame) int {
+	n := 0
+	for _, s := range f.slots {
+		if !s.deleted && !s.bound && s.phase == v1.SlotIdle && s.standby == v1.StandbyReady {
+			n++
+		}
+	}
+	return n
+}
+
 func (v *view) line(f frame) {
 	bots, slots, total := counts(f)
 	var b strings.Builder
@@ -115,6 +127,9 @@ func (v *view) line(f frame) {
 	fmt.Fprintf(&b, " | slots %d/%d:", total, v.maxSlots)
 	for _, p := range slotOrder {
 		fmt.Fprintf(&b, " %s %d", strings.ToLower(string(p)), slots[p])
+	}
+	if v.standby {
+		fmt.Fprintf(&b, " standby-ready %d", readyStandby(f))
 	}
 	if f.note != "" {
 		fmt.Fprintf(&b, " | %s", f.note)
@@ -137,6 +152,9 @@ func (v *view) table(w printer, f frame) {
 	w.f("\nslots %d/%d", total, v.maxSlots)
 	for _, p := range slotOrder {
 		w.f("  %s %d", strings.ToLower(string(p)), slots[p])
+	}
+	if v.standby {
+		w.f("  standby-ready %d", readyStandby(f))
 	}
 	w.f("\n%s\n\n", f.status)
 	if len(f.bots) == 0 {

@@ -31,9 +31,12 @@ type botRecord struct {
 	finished time.Time
 	slot     string
 	app      string
-	phase    v1.BotPhase
-	reason   v1.BotReason
-	message  string
+	// standby: the bot was bound to a slot whose standby container was Ready, so it started
+	// with no deployment of its own.
+	standby bool
+	phase   v1.BotPhase
+	reason  v1.BotReason
+	message string
 }
 
 func (b *botRecord) terminal() bool { return b.phase.Terminal() }
@@ -43,7 +46,12 @@ type slotRecord struct {
 	name    string
 	phase   v1.SlotPhase
 	bound   bool // spec.botRef is set
+	botRef  string
 	created time.Time
+	// standby is the state of the slot's standby container (pools with standby Running);
+	// readyAt lists each time it turned Ready.
+	standby v1.StandbyState
+	readyAt []time.Time
 	// errors are the reasons the slot entered Error; recovered counts Error → Idle.
 	errors    []string
 	recovered int
@@ -179,6 +187,23 @@ func (r *recorder) onSlot(o any, deleted bool) {
 	}
 	s.deleted = deleted
 	s.bound = slot.Spec.BotRef != nil
+	if ref := slot.Spec.BotRef; ref != nil && ref.Name != s.botRef {
+		// The binding's own update: the dispatcher binds a standby slot only while its
+		// container is Ready, and the bot then starts on that container.
+		if b := r.bots[ref.Name]; b != nil {
+			b.standby = slot.Status.Standby == v1.StandbyReady
+		}
+	}
+	s.botRef = ""
+	if slot.Spec.BotRef != nil {
+		s.botRef = slot.Spec.BotRef.Name
+	}
+	if st := slot.Status.Standby; st != s.standby {
+		if st == v1.StandbyReady {
+			s.readyAt = append(s.readyAt, now)
+		}
+		s.standby = st
+	}
 	next := slot.Status.Phase
 	if next == s.phase {
 		return
@@ -207,18 +232,22 @@ func (r *recorder) snapshot() ([]botRecord, []slotRecord) {
 		c := *s
 		c.errors = append([]string(nil), s.errors...)
 		c.recovery = append([]time.Duration(nil), s.recovery...)
+		c.readyAt = append([]time.Time(nil), s.readyAt...)
 		slots = append(slots, c)
 	}
 	return bots, slots
 }
 
 // botOfApp returns the bot an application served at a moment: the last one bound to it
-// before then. It names the bot of a crashed container.
+// before then and not finished yet. It names the bot of a crashed container.
 func botOfApp(bots []botRecord, app string, at time.Time) string {
 	best := ""
 	var bound time.Time
 	for _, b := range bots {
-		if b.app == app && !b.bound.IsZero() && b.bound.Before(at) && b.bound.After(bound) {
+		// A bot that had finished before was not in the container (a standby container that
+		// crashed while it waited for the next bot).
+		over := !b.finished.IsZero() && b.finished.Before(at)
+		if b.app == app && !b.bound.IsZero() && !over && b.bound.Before(at) && b.bound.After(bound) {
 			best, bound = b.name, b.bound
 		}
 	}

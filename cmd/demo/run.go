@@ -82,6 +82,8 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 		return nil
 	}
 	out.f("botpool demo in %s\n", st.dir)
+	out.f("Pool: standby %s (%s), maxSlots %d, minIdle %d; %d bots, faults %s\n", o.standby, standbyNote(o.standby),
+		o.maxSlots, o.minIdle, o.bots, o.faults)
 
 	kubectl := findKubectl(assets, o.buildKubectl, st)
 
@@ -125,7 +127,7 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 
 	pool := poolValues{CoolifyURL: coolify.URL, CoolifyToken: fixture.Token, ProjectUUID: fixture.ProjectUUID,
 		ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName, Image: botImage, ImageTag: botImageTag,
-		MaxSlots: o.maxSlots, MinIdle: o.minIdle, Speed: o.speed}
+		MaxSlots: o.maxSlots, MinIdle: o.minIdle, Standby: o.standby, Speed: o.speed}
 	fs.image = botImage + ":" + botImageTag
 	if err := step("Applying the Coolify Secret and the BotPool", func() error {
 		doc, err := render(st.dir, "pool", pool)
@@ -146,7 +148,8 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	out.f("  operator pid %s, bot API http://%s, metrics http://%s/metrics, log %s\n\n", st.pid(), ports.botAPI, ports.metrics, st.managerLog)
 	fs.start()
 
-	loop := &loop{o: o, rec: rec, faults: fs, st: st, view: &view{out: stdout, tty: tty, start: began, maxSlots: o.maxSlots}}
+	loop := &loop{o: o, rec: rec, faults: fs, st: st, view: &view{out: stdout, tty: tty, start: began, maxSlots: o.maxSlots,
+		standby: o.standby == string(v1.StandbyRunning)}}
 	if err := loop.warmUp(ctx); err != nil {
 		return err
 	}
@@ -160,7 +163,7 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	loop.view.forget()
 
 	snapBots, snapSlots := rec.snapshot()
-	rp := newReport(snapBots, snapSlots, fs, ctrs.failures(), time.Since(burstAt))
+	rp := newReport(snapBots, snapSlots, fs, ctrs.failures(), burstAt, o.standby)
 	rp.operatorErrors, rp.operatorPanics = countLog(st.managerLog)
 	rp.print(stdout)
 	var summary strings.Builder
@@ -179,6 +182,14 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// standbyNote says what the pool's standby mode means for a bot's start.
+func standbyNote(mode string) string {
+	if mode == string(v1.StandbyRunning) {
+		return "free slots keep a container waiting for its binding: a start needs no Coolify request"
+	}
+	return "free slots have no container: every start is a Coolify deployment"
 }
 
 func scaled(d time.Duration, speed float64) time.Duration {
@@ -256,10 +267,16 @@ func (l *loop) every(ctx context.Context, limit time.Duration, what string, done
 // warmUp waits until the pool has its minIdle slots ready, so the burst finds warm slots.
 func (l *loop) warmUp(ctx context.Context) error {
 	l.note = fmt.Sprintf("warming up: the pool creates its %d minIdle slots", l.o.minIdle)
+	if l.o.standby == string(v1.StandbyRunning) {
+		l.note += " and their standby containers"
+	}
 	var pool v1.BotPool
 	return l.every(ctx, 2*time.Minute, "warming up the pool", func(f frame) bool {
 		if err := l.st.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "meet"}, &pool); err != nil {
 			return false
+		}
+		if l.o.standby == string(v1.StandbyRunning) {
+			return readyStandby(f) >= l.o.minIdle // minIdle counts Ready containers
 		}
 		_, slots, _ := counts(f)
 		return slots[v1.SlotIdle] >= l.o.minIdle

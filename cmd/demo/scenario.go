@@ -30,6 +30,7 @@ type poolValues struct {
 	ProjectUUID, ServerUUID, EnvironmentName string
 	Image, ImageTag                          string
 	MaxSlots, MinIdle                        int
+	Standby                                  string
 	Speed                                    float64
 }
 

@@ -14,10 +14,12 @@ import (
 	"botpool.dev/botpool/coolify/sim"
 )
 
-// Start kinds: did the bot's deployment pull the image, or find it in the server's cache?
+// Start kinds: did the bot's deployment pull the image, or find it in the server's cache? Or
+// did it have no deployment of its own: a standby container (pool standby Running) took it?
 const (
-	startWarm = "warm"
-	startCold = "cold"
+	startWarm    = "warm"
+	startCold    = "cold"
+	startStandby = "standby"
 )
 
 // How a bot got its slot.
@@ -31,7 +33,8 @@ const (
 type row struct {
 	botRecord
 	slotWas string
-	start   string // startWarm, startCold, or "" when it never deployed
+	start   string // startWarm, startCold, startStandby, or "" when it never started
+	depUUID string // the bot's own deployment
 	// deployment is how long Coolify took for the bot's deployment (pull and start), without
 	// the wait at the deploy gate before it was requested; -1 when it did not finish.
 	deployment time.Duration
@@ -39,22 +42,37 @@ type row struct {
 
 // report is the summary's numbers, kept apart from the printing so the test can check them.
 type report struct {
-	rows          []row
-	done, failed  int
-	reasons       map[v1.BotReason]int
-	warm, cold    []time.Duration // Coolify's deployment durations, per start kind
-	toBound       []time.Duration
-	queueWaits    []time.Duration // of the bots that waited for a slot to be freed
-	slotWas       map[string]int
-	inversions    []string
-	recoveries    []string
-	retired       []string
-	requests      int
-	serverErrors  int
-	tooMany       int
-	pullFailed    []string // bots that failed on the injected pull failure
-	crashed       []string // bots whose container crashed
-	containerErrs []error
+	rows         []row
+	done, failed int
+	reasons      map[v1.BotReason]int
+	warm, cold   []time.Duration // Coolify's deployment durations, per start kind
+	standby      string          // the pool's spec.standby
+	// toRunning is creation (or leaving Scheduled) → first report, per start kind.
+	toRunning map[string][]time.Duration
+	// standbyDeploys are deployments with no bot of a standby pool: recycles (a fresh
+	// container after a bot) and first containers (of a new slot, or replacing a lost one).
+	recycles       []time.Duration // their deployment durations (-1: not finished)
+	firstStandby   int
+	readyAgain     []time.Duration // a bot's end → its slot's container Ready again
+	notReadyYet    int             // slots of finished bots not Ready again by the summary
+	standbyCrashed []string        // bots bound to a crashed standby container before it was noticed
+	standbyCrashes int             // standby containers that crashed with no bot
+	pullHitStandby bool            // the injected pull failure failed a deployment with no bot
+	// requestsRun counts Coolify requests since the burst, requestsStarting those sent while
+	// some bot waited to start (between its creation and its first report).
+	requestsRun, requestsStarting int
+	toBound                       []time.Duration
+	queueWaits                    []time.Duration // of the bots that waited for a slot to be freed
+	slotWas                       map[string]int
+	inversions                    []string
+	recoveries                    []string
+	retired                       []string
+	requests                      int
+	serverErrors                  int
+	tooMany                       int
+	pullFailed                    []string // bots that failed on the injected pull failure
+	crashed                       []string // bots whose container crashed
+	containerErrs                 []error
 	// operatorErrors and operatorPanics count the operator's error log lines and the panics
 	// its reconcilers recovered from; both should be rare, panics never.
 	operatorErrors, operatorPanics int
@@ -75,6 +93,11 @@ func classify(bots []botRecord, deps []sim.DeploymentInfo) []row {
 	rows := make([]row, 0, len(bots))
 	for _, b := range bots {
 		r := row{botRecord: b, deployment: -1}
+		if b.standby {
+			r.start = startStandby // no deployment of its own: the slot's next one is a recycle
+			rows = append(rows, r)
+			continue
+		}
 		if b.app != "" && !b.bound.IsZero() {
 			// The bot's deployment is the one of its application requested closest to its binding.
 			var best *sim.DeploymentInfo
@@ -85,6 +108,7 @@ func classify(bots []botRecord, deps []sim.DeploymentInfo) []row {
 				}
 			}
 			if best != nil {
+				r.depUUID = best.UUID
 				if best.Status == "finished" {
 					r.deployment = best.Finished.Sub(best.Created)
 				}
@@ -129,9 +153,10 @@ func absDur(d time.Duration) time.Duration {
 	return d
 }
 
-func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error, took time.Duration) report {
-	rp := report{rows: classify(bots, f.sim.Deployments()), reasons: map[v1.BotReason]int{}, slotWas: map[string]int{},
-		containerErrs: failures, took: took}
+func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error, burstAt time.Time, standby string) report {
+	deps := f.sim.Deployments()
+	rp := report{rows: classify(bots, deps), reasons: map[v1.BotReason]int{}, slotWas: map[string]int{},
+		containerErrs: failures, took: time.Since(burstAt), standby: standby, toRunning: map[string][]time.Duration{}}
 	created := map[string]time.Time{}
 	for _, s := range slots {
 		created[s.name] = s.created
@@ -163,6 +188,9 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 				rp.queueWaits = append(rp.queueWaits, r.bound.Sub(r.asked))
 			}
 		}
+		if !r.running.IsZero() && !r.asked.IsZero() && r.start != "" {
+			rp.toRunning[r.start] = append(rp.toRunning[r.start], r.running.Sub(r.asked))
+		}
 		if !r.running.IsZero() && r.deployment >= 0 {
 			switch r.start {
 			case startWarm:
@@ -175,8 +203,17 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 	for _, c := range f.crashes() {
 		if name := botOfApp(bots, c.app, c.at); name != "" {
 			rp.crashed = append(rp.crashed, name)
+			continue
+		}
+		rp.standbyCrashes++
+		for _, b := range bots {
+			if b.app == c.app && b.bound.After(c.at) && b.reason == v1.ReasonStandbyLost {
+				rp.standbyCrashed = append(rp.standbyCrashed, b.name)
+			}
 		}
 	}
+	rp.standbyDeployments(rp.rows, slots, deps)
+	rp.requestsRun, rp.requestsStarting = countRequests(f.sim.Requests(), bots, burstAt)
 	rp.inversions = inversions(bots)
 	for _, s := range slots {
 		for i, reason := range s.errors {
@@ -193,6 +230,84 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 	sort.Strings(rp.recoveries)
 	rp.requests, rp.serverErrors, rp.tooMany = f.coolifyErrors()
 	return rp
+}
+
+// standbyDeployments sorts the deployments no bot had (a standby pool's) into recycles, after
+// a bot of the same application ended, and first containers; and measures how long after a
+// bot's end its slot was Ready again.
+func (rp *report) standbyDeployments(rows []row, slots []slotRecord, deps []sim.DeploymentInfo) {
+	own := map[string]bool{}
+	for _, r := range rows {
+		if r.depUUID != "" {
+			own[r.depUUID] = true
+		}
+	}
+	for _, d := range deps {
+		if own[d.UUID] {
+			continue
+		}
+		if d.Status == "failed" {
+			rp.pullHitStandby = true
+		}
+		recycle := false
+		for _, r := range rows {
+			if r.app == d.AppUUID && !r.finished.IsZero() && r.finished.Before(d.Created) {
+				recycle = true
+				break
+			}
+		}
+		switch {
+		case !recycle:
+			rp.firstStandby++
+		case d.Status == "finished":
+			rp.recycles = append(rp.recycles, d.Finished.Sub(d.Created))
+		default:
+			rp.recycles = append(rp.recycles, -1)
+		}
+	}
+	if rp.standby != string(v1.StandbyRunning) {
+		return
+	}
+	ready := map[string][]time.Time{}
+	for _, s := range slots {
+		ready[s.name] = s.readyAt
+	}
+	for _, r := range rows {
+		if r.slot == "" || r.finished.IsZero() || r.running.IsZero() {
+			continue
+		}
+		i := slices.IndexFunc(ready[r.slot], func(t time.Time) bool { return t.After(r.finished) })
+		if i < 0 {
+			rp.notReadyYet++
+			continue
+		}
+		rp.readyAgain = append(rp.readyAgain, ready[r.slot][i].Sub(r.finished))
+	}
+}
+
+// countRequests counts the Coolify requests sent since the burst, and those sent while some
+// bot waited to start: between its creation (or leaving Scheduled) and its first report.
+func countRequests(log []sim.Request, bots []botRecord, since time.Time) (run, starting int) {
+	for _, req := range log {
+		if req.At.Before(since) {
+			continue
+		}
+		run++
+		for _, b := range bots {
+			if b.asked.IsZero() || req.At.Before(b.asked) {
+				continue
+			}
+			end := b.running
+			if end.IsZero() {
+				end = b.finished // never ran: it waited until it failed
+			}
+			if end.IsZero() || req.At.Before(end) {
+				starting++
+				break
+			}
+		}
+	}
+	return run, starting
 }
 
 // inversions finds pairs served against the queue order: a bot bound while one of higher
@@ -229,7 +344,7 @@ func (rp report) print(out io.Writer) {
 		return a.Before(b)
 	})
 	w.f("\nSummary: %d bots in %s — %d Done, %d Fatal\n\n", len(rows), rp.took.Round(time.Second), rp.done, rp.failed)
-	w.f("%-22s %5s  %-22s %-5s %5s %8s %8s %8s %8s  %s\n", "BOT (in binding order)", "PRIO", "SLOT", "WAS", "START", "→BOUND", "DEPLOY", "→RUNNING", "RAN", "RESULT")
+	w.f("%-22s %5s  %-22s %-5s %7s %8s %8s %8s %8s  %s\n", "BOT (in binding order)", "PRIO", "SLOT", "WAS", "START", "→BOUND", "DEPLOY", "→RUNNING", "RAN", "RESULT")
 	for _, r := range rows {
 		result := string(r.phase)
 		if r.phase == v1.BotFatal {
@@ -238,16 +353,17 @@ func (rp report) print(out io.Writer) {
 		if r.scheduled {
 			result += " (scheduled)"
 		}
-		w.f("%-22s %5d  %-22s %-5s %5s %8s %8s %8s %8s  %s\n", r.name, r.priority, orDash(r.slot), orDash(r.slotWas), orDash(r.start),
+		w.f("%-22s %5d  %-22s %-5s %7s %8s %8s %8s %8s  %s\n", r.name, r.priority, orDash(r.slot), orDash(r.slotWas), orDash(r.start),
 			seconds(since(r.asked, r.bound)), seconds(since(r.bound, r.running)), seconds(since(r.asked, r.running)),
 			seconds(since(r.running, r.finished)), result)
 	}
 	w.f("\nWAS: the slot was idle when the bot asked (warm, kept by minIdle or left free), new (created by\n" +
 		"the pool for the queue), or freed by another bot while this one waited. START: warm (image cached)\n" +
-		"or cold (image pulled). →BOUND and →RUNNING count from when the bot asked for a slot (its creation;\n" +
-		"for a scheduled bot, the moment it left Scheduled), so →BOUND is its queue wait. DEPLOY is binding →\n" +
-		"running: a warm start, a cold pull, or a wait at the deploy gate behind one. RAN is its container's\n" +
-		"life until Done or Fatal.\n\n")
+		"or cold (image pulled), or standby (a Ready standby container took it: no deployment of its own).\n" +
+		"→BOUND and →RUNNING count from when the bot asked for a slot (its creation; for a scheduled bot,\n" +
+		"the moment it left Scheduled), so →BOUND is its queue wait. DEPLOY is binding → running: a warm\n" +
+		"start, a cold pull, a wait at the deploy gate behind one, or a standby container learning its\n" +
+		"binding. RAN is its container's life until Done or Fatal.\n\n")
 
 	w.f("Totals\n")
 	w.f("  bots          %d Done, %d Fatal%s\n", rp.done, rp.failed, reasonList(rp.reasons))
@@ -259,8 +375,23 @@ func (rp report) print(out io.Writer) {
 	} else {
 		w.f("; %d served out of priority order: %s\n", len(rp.inversions), strings.Join(rp.inversions, "; "))
 	}
-	w.f("  starts        %d warm (image cached, deployment median %s), %d cold (image pulled: %s)\n",
+	w.f("  starts        %d warm (image cached, deployment median %s), %d cold (image pulled: %s)",
 		len(rp.warm), seconds(median(rp.warm)), len(rp.cold), durations(rp.cold))
+	if n := len(rp.toRunning[startStandby]); n > 0 || rp.standby == string(v1.StandbyRunning) {
+		w.f(", %d standby (no deployment of their own)", n)
+	}
+	w.f("\n")
+	w.f("  start times   creation → running (first report), median / p90 / max:%s\n", rp.startTimes())
+	if rp.standby == string(v1.StandbyRunning) {
+		w.f("  recycles      %d fresh containers after a bot, off the start path (deployment median %s, max %s); "+
+			"slot Ready again after its bot: median %s, max %s",
+			len(rp.recycles), seconds(median(finished(rp.recycles))), seconds(maxOf(rp.recycles)),
+			seconds(median(rp.readyAgain)), seconds(maxOf(rp.readyAgain)))
+		if rp.notReadyYet > 0 {
+			w.f(" (%d not yet)", rp.notReadyYet)
+		}
+		w.f("; %d first containers (warm-up, new or lost slots)\n", rp.firstStandby)
+	}
 	if len(rp.recoveries) == 0 {
 		w.f("  recoveries    none needed\n")
 	} else {
@@ -269,10 +400,21 @@ func (rp report) print(out io.Writer) {
 	if len(rp.retired) > 0 {
 		w.f("  retired slots %s\n", strings.Join(rp.retired, ", "))
 	}
-	w.f("  Coolify       %d requests; %d answered 5xx and %d answered 429 (injected or rate-limited), all retried\n",
-		rp.requests, rp.serverErrors, rp.tooMany)
+	w.f("  Coolify       %d requests since the burst, %d of them while a bot waited to start (%d in all, with the warm-up); "+
+		"%d answered 5xx and %d answered 429 (injected or rate-limited), all retried\n",
+		rp.requestsRun, rp.requestsStarting, rp.requests, rp.serverErrors, rp.tooMany)
 	if len(rp.pullFailed) > 0 {
 		w.f("  pull failure  the injected failed pull failed %s (DeploymentFailed); its slot went to Error and recovered\n", strings.Join(rp.pullFailed, ", "))
+	}
+	if len(rp.pullFailed) == 0 && rp.pullHitStandby {
+		w.f("  pull failure  the injected failed pull hit a standby container's deployment, which no bot waited for; its slot went to Error and recovered\n")
+	}
+	if rp.standbyCrashes > 0 {
+		w.f("  crash         a standby container crashed while it waited for a bot; its slot stopped being offered once it stopped asking for work")
+		if len(rp.standbyCrashed) > 0 {
+			w.f(", but %s was bound to it before and failed (StandbyLost)", strings.Join(rp.standbyCrashed, ", "))
+		}
+		w.f("\n")
 	}
 	if len(rp.crashed) > 0 {
 		w.f("  crash         the container of %s crashed mid-meeting; without heartbeats the operator failed it (HeartbeatTimeout) and freed its slot\n", strings.Join(rp.crashed, ", "))
@@ -339,6 +481,40 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// p90 is the nearest-rank 90th percentile; -1 for none.
+func p90(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return -1
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)*9+9)/10-1]
+}
+
+// finished drops the durations of deployments that did not finish (-1).
+func finished(ds []time.Duration) []time.Duration {
+	return slices.DeleteFunc(slices.Clone(ds), func(d time.Duration) bool { return d < 0 })
+}
+
+// startTimes is the comparison of creation → running by how the bots started.
+func (rp report) startTimes() string {
+	var b strings.Builder
+	for _, kind := range []string{startStandby, startWarm, startCold} {
+		ds := rp.toRunning[kind]
+		if kind == startStandby && len(ds) == 0 && rp.standby != string(v1.StandbyRunning) {
+			continue
+		}
+		if len(ds) == 0 {
+			fmt.Fprintf(&b, " %s none;", kind)
+			continue
+		}
+		fmt.Fprintf(&b, " %s %d: %s / %s / %s;", kind, len(ds), seconds(median(ds)), seconds(p90(ds)), seconds(maxOf(ds)))
+	}
+	all := slices.Concat(rp.toRunning[startStandby], rp.toRunning[startWarm], rp.toRunning[startCold])
+	fmt.Fprintf(&b, " all %d: %s / %s / %s", len(all), seconds(median(all)), seconds(p90(all)), seconds(maxOf(all)))
+	return b.String()
 }
 
 func maxOf(ds []time.Duration) time.Duration {

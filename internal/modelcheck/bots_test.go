@@ -18,9 +18,11 @@ import (
 )
 
 // container is a bot container the simulator runs: it knows only its environment (the slot's
-// application uuid and token) and speaks only the bot API, like a real bot image.
+// application uuid and token) and speaks only the bot API, like a real bot image: the slot's
+// token fetches the config, whose binding credential (cred) the bot calls carry.
 type container struct {
 	app, slot, token string
+	cred             string // from its config; empty until it fetched one
 	bot              string // from its config; empty until it fetched one
 	phase            v1.BotPhase
 	leave            bool // a heartbeat told it to leave
@@ -88,6 +90,7 @@ func (w *world) fetchConfig(c *container) {
 		if cfg.Bot != c.bot {
 			c.bot, c.phase, c.leave = cfg.Bot, "", false
 		}
+		c.cred = cfg.Credential
 	case http.StatusGone:
 		c.exited = true
 	}
@@ -97,7 +100,7 @@ func (w *world) fetchConfig(c *container) {
 func (w *world) heartbeat(c *container) {
 	w.counts["bot-api heartbeat"]++
 	w.checkAliveTimer(c.bot)
-	code, body := w.call(http.MethodPost, "/v1/bots/"+c.bot+"/heartbeat", c.token, nil)
+	code, body := w.call(http.MethodPost, "/v1/bots/"+c.bot+"/heartbeat", c.cred, nil)
 	switch code {
 	case http.StatusOK:
 		w.beats[c.bot] = w.clk.Now()
@@ -111,6 +114,8 @@ func (w *world) heartbeat(c *container) {
 		}
 	case http.StatusForbidden, http.StatusGone:
 		c.bot = "" // no longer this slot's bot: ask again
+	case http.StatusUnauthorized:
+		c.exited = true // the binding ended: its credential is refused from then on
 	}
 }
 
@@ -149,7 +154,7 @@ func (w *world) finish(c *container) {
 
 func (w *world) sendStatus(c *container, rep botclient.StatusReport) {
 	w.counts["bot-api status "+rep.Phase]++
-	code, body := w.call(http.MethodPost, "/v1/bots/"+c.bot+"/status", c.token, rep)
+	code, body := w.call(http.MethodPost, "/v1/bots/"+c.bot+"/status", c.cred, rep)
 	switch code {
 	case http.StatusOK:
 		var resp botclient.StatusResponse
@@ -160,7 +165,7 @@ func (w *world) sendStatus(c *container, rep botclient.StatusReport) {
 		}
 	case http.StatusForbidden:
 		c.bot = ""
-	case http.StatusGone:
+	case http.StatusGone, http.StatusUnauthorized:
 		c.exited = true
 	}
 }

@@ -102,10 +102,6 @@ func (s *flakyStore) LastHeartbeats(ctx context.Context, bots []types.UID) (map[
 	return s.mem.LastHeartbeats(ctx, bots)
 }
 
-func (s *flakyStore) RecordSlotAsk(ctx context.Context, ask store.SlotAsk) error {
-	return s.write(func(m *memory.Store) error { return m.RecordSlotAsk(ctx, ask) })
-}
-
 func (s *flakyStore) LastSlotAsks(ctx context.Context, slots []types.UID) (map[types.UID]store.SlotAsk, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -139,6 +135,10 @@ func (s *flakyStore) RecordTransition(ctx context.Context, t store.Transition) e
 		s.mu.Unlock()
 	}
 	return s.write(func(m *memory.Store) error { return m.RecordTransition(ctx, t) })
+}
+
+func (s *flakyStore) RecordSlotAsk(ctx context.Context, a store.SlotAsk) error {
+	return s.write(func(m *memory.Store) error { return m.RecordSlotAsk(ctx, a) })
 }
 
 func (s *flakyStore) AppendBotEvents(ctx context.Context, events []store.BotEvent) error {

@@ -252,8 +252,10 @@ func (w *world) newOperator() *operator {
 	must(err)
 	must(botapi.IndexFields(w.ctx, w.cache))
 	op := &operator{pools: ctrls.Pools, slots: ctrls.Slots, bots: ctrls.Bots, disp: ctrls.Dispatcher}
+	// No catch-up for unknown binding credentials: it would wait in real time for a cache the
+	// model moves in steps (a container beating for a deleted bot would cost a second each).
 	op.botAPI = botapi.New(botapi.Config{Cache: c, Client: ctrls.Client, APIReader: w.api, Writes: ctrls.Writes, Liveness: w.store,
-		Clock: w.clk, Log: logr.Discard(), HeartbeatInterval: heartbeatInterval}).Handler()
+		Clock: w.clk, Log: logr.Discard(), HeartbeatInterval: heartbeatInterval, CatchUp: -1}).Handler()
 	return op
 }
 

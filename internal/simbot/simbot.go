@@ -1,7 +1,8 @@
 // Package simbot is a simulated meeting bot: what a bot image does, through the bot API only.
 // It runs in the containers of the Coolify simulator (start it from sim.Hooks.OnStart) for the
 // controller tests, the soak test and the demo, so they exercise the same contract a real bot
-// image follows (docs/botapi.md): ask for its config until a bot is bound, report JoiningCall
+// image follows (docs/botapi.md): wait for its config until a bot is bound (the client keeps the
+// binding credential the config carries and sends it with the bot calls), report JoiningCall
 // and InCall, beat during the meeting, obey the heartbeat's leave and exit, report CallEnded and
 // Done.
 package simbot
@@ -26,9 +27,15 @@ type Behaviour struct {
 	JoinDelay time.Duration
 	// HeartbeatEvery is the heartbeat period; zero uses the interval the config asks for.
 	HeartbeatEvery time.Duration
-	// PollEvery is how often the container of a free slot asks for its bot again, and the
-	// first back-off after a transient error (doubled per retry). Default 100ms.
+	// PollEvery is the first back-off after a transient error of a report or heartbeat
+	// (doubled per retry). Default 100ms.
 	PollEvery time.Duration
+	// Wait is how long one config request of a free slot's container waits for a binding
+	// (botclient.WaitForBinding). Default 30s.
+	Wait time.Duration
+	// OnConfig, when set, is called the moment the container has its bot's configuration,
+	// before it reports anything (a benchmark timestamps "the container knows its bot").
+	OnConfig func(botclient.Config)
 	// Retries bounds the attempts of one status report or heartbeat that meets transient
 	// errors (5xx, 429, connection refused). Default 8.
 	Retries int
@@ -44,8 +51,9 @@ const (
 	Finished Outcome = "Finished"
 	// Left: a heartbeat answered "leave"; the bot reported Leaving, CallEnded and Done.
 	Left Outcome = "Left"
-	// Exited: the operator said the bot is over (config 410 or heartbeat "exit"); the
-	// container stopped without reporting anything more.
+	// Exited: the operator said the bot is over (config 410, heartbeat "exit", or a heartbeat
+	// refused with 401 once the binding ended); the container stopped without reporting
+	// anything more.
 	Exited Outcome = "Exited"
 )
 
@@ -67,6 +75,9 @@ func Run(ctx context.Context, c sim.Container, b Behaviour) (Result, error) {
 	if b.Retries <= 0 {
 		b.Retries = 8
 	}
+	if b.Wait <= 0 {
+		b.Wait = botclient.DefaultWait
+	}
 	r := &run{b: b, cl: botclient.New(c.Env["BOTPOOL_API_URL"], c.Env["POOL_SLOT_UUID"], c.Env["BOTPOOL_SLOT_TOKEN"], b.HTTPClient)}
 	err := r.play(ctx)
 	return r.res, err
@@ -79,13 +90,17 @@ type run struct {
 }
 
 func (r *run) play(ctx context.Context) error {
-	cfg, err := r.config(ctx)
+	// A warm slot's container waits here, woken by its binding.
+	cfg, err := r.cl.WaitForBinding(ctx, r.b.Wait)
 	if errors.Is(err, botclient.ErrGone) {
 		r.res.Outcome = Exited
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	if r.b.OnConfig != nil {
+		r.b.OnConfig(cfg)
 	}
 	r.res.Bot = cfg.Bot
 	if err := r.report(ctx, botclient.PhaseJoiningCall); err != nil {
@@ -126,20 +141,6 @@ func (r *run) play(ctx context.Context) error {
 	return nil
 }
 
-// config asks for the bound bot until there is one: a warm slot's container waits here.
-func (r *run) config(ctx context.Context) (botclient.Config, error) {
-	for {
-		cfg, err := r.cl.Config(ctx)
-		retry := errors.Is(err, botclient.ErrSlotFree) || botclient.Retryable(err)
-		if err == nil || !retry {
-			return cfg, err
-		}
-		if err := sleep(ctx, r.b.PollEvery); err != nil {
-			return cfg, err
-		}
-	}
-}
-
 // meet beats at once and then every period until the meeting is over or the operator answers
 // something other than continue, which it returns.
 func (r *run) meet(ctx context.Context, every time.Duration) (botclient.Action, error) {
@@ -150,6 +151,11 @@ func (r *run) meet(ctx context.Context, every time.Duration) (botclient.Action, 
 			hb, err = r.cl.Heartbeat(ctx, r.res.Bot)
 			return err
 		})
+		if errors.Is(err, botclient.ErrUnauthorized) {
+			// The binding ended (the slot no longer serves this bot): the credential is
+			// refused from then on, and the container stops, as a heartbeat's exit says.
+			return botclient.ActionExit, nil
+		}
 		if err != nil {
 			return "", fmt.Errorf("heartbeat: %w", err)
 		}

@@ -28,6 +28,8 @@ type fakeAPI struct {
 	freeForever bool
 	// beat answers the n-th heartbeat (1-based).
 	beat func(n int) botclient.Action
+	// beatCodes are the codes of the first heartbeats; 200 after they run out.
+	beatCodes []int
 	// statusCodes are the answers to the first status reports; 200 after they run out.
 	statusCodes []int
 	calls       []string
@@ -35,13 +37,19 @@ type fakeAPI struct {
 }
 
 const (
-	testApp   = "app-1"
-	testToken = "bpt_secret"
+	testApp        = "app-1"
+	testToken      = "bpt_secret"
+	testCredential = "bpb_secret"
 )
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if got := r.Header.Get("Authorization"); got != "Bearer "+testToken {
-		f.t.Errorf("%s %s with Authorization %q", r.Method, r.URL.Path, got)
+	// The slot token fetches the config; the bot calls carry the config's credential.
+	want := testToken
+	if r.Method == http.MethodPost {
+		want = testCredential
+	}
+	if got := r.Header.Get("Authorization"); got != "Bearer "+want {
+		f.t.Errorf("%s %s with Authorization %q, want %q", r.Method, r.URL.Path, got, want)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -63,12 +71,15 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/slots/"+testApp+"/config":
+		if r.URL.Query().Get("wait") == "" {
+			f.t.Errorf("config request without a wait: %s", r.URL)
+		}
 		f.calls = append(f.calls, "config")
 		code := next(&f.configCodes)
 		if f.freeForever {
 			code = http.StatusNotFound
 		}
-		answer(code, botclient.Config{Bot: "standup", HeartbeatInterval: botclient.Duration(5 * time.Millisecond)})
+		answer(code, botclient.Config{Bot: "standup", HeartbeatInterval: botclient.Duration(5 * time.Millisecond), Credential: testCredential})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/bots/standup/heartbeat":
 		f.calls = append(f.calls, "heartbeat")
 		f.beats++
@@ -76,7 +87,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.beat != nil {
 			action = f.beat(f.beats)
 		}
-		answer(http.StatusOK, botclient.HeartbeatResponse{Action: action})
+		answer(next(&f.beatCodes), botclient.HeartbeatResponse{Action: action})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/bots/standup/status":
 		var rep botclient.StatusReport
 		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
@@ -130,7 +141,9 @@ func leaveAt(n int) func(int) botclient.Action {
 	}
 }
 
-var fast = Behaviour{MeetingLength: 40 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: time.Millisecond}
+// fast waits 20ms per config request: the fake API answers 404 at once, as an operator that
+// does not wait would, and the client pauses the wait (at most 1s) before it asks again.
+var fast = Behaviour{MeetingLength: 40 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: time.Millisecond, Wait: 20 * time.Millisecond}
 
 func TestRun(t *testing.T) {
 	for _, tc := range []struct {
@@ -157,6 +170,12 @@ func TestRun(t *testing.T) {
 		name:  "exits at once when a heartbeat says so",
 		api:   &fakeAPI{beat: func(int) botclient.Action { return botclient.ActionExit }},
 		b:     Behaviour{MeetingLength: time.Hour},
+		want:  Result{Bot: "standup", Outcome: Exited, Heartbeats: 1},
+		calls: []string{"config", "JoiningCall", "InCall", "heartbeat*"},
+	}, {
+		name:  "a heartbeat refused once the binding ended is an exit",
+		api:   &fakeAPI{beatCodes: []int{200, 401}},
+		b:     Behaviour{MeetingLength: time.Hour, HeartbeatEvery: 5 * time.Millisecond},
 		want:  Result{Bot: "standup", Outcome: Exited, Heartbeats: 1},
 		calls: []string{"config", "JoiningCall", "InCall", "heartbeat*"},
 	}, {
@@ -220,6 +239,28 @@ func TestRun(t *testing.T) {
 				t.Errorf("calls\n %v\nwant\n %v", calls, tc.calls)
 			}
 		})
+	}
+}
+
+// TestRunOnConfig: OnConfig gets the configuration once, before the bot reports anything.
+func TestRunOnConfig(t *testing.T) {
+	api := &fakeAPI{configCodes: []int{404}}
+	c := start(t, api)
+	var got []botclient.Config
+	var callsThen []string
+	b := fast
+	b.OnConfig = func(cfg botclient.Config) {
+		got = append(got, cfg)
+		callsThen = api.recorded()
+	}
+	if _, err := Run(t.Context(), c, b); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Bot != "standup" {
+		t.Fatalf("OnConfig got %+v, want the config of standup once", got)
+	}
+	if want := []string{"config", "config"}; !slices.Equal(callsThen, want) {
+		t.Errorf("calls when OnConfig ran: %v, want %v (before any report)", callsThen, want)
 	}
 }
 

@@ -1,0 +1,213 @@
+package botapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/slottoken"
+)
+
+// recordedEvents is an events.EventRecorder that keeps what it was given.
+type recordedEvents struct {
+	mu     sync.Mutex
+	events []string // "<Type> <Reason> <object name>: <note>"
+}
+
+func (r *recordedEvents) Eventf(regarding runtime.Object, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
+	name := ""
+	if o, ok := regarding.(client.Object); ok {
+		name = o.GetName()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf("%s %s %s: %s", eventtype, reason, name, fmt.Sprintf(note, args...)))
+}
+
+func (r *recordedEvents) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
+// botCalls are the calls a binding credential authorizes, for bot name.
+func botCalls(name string) [][2]string {
+	return [][2]string{
+		{"/v1/bots/" + name + "/heartbeat", ""},
+		{"/v1/bots/" + name + "/status", `{"phase":"InCall"}`},
+		{"/v1/bots/" + name + "/events", `{"events":[{"type":"log"}]}`},
+	}
+}
+
+// TestBindingClaimedTwice: a binding is handed out once. A second config call is refused with
+// 409 and leaves a Warning Event on the Bot and an audit row; the first credential keeps
+// working, and no second one exists.
+func TestBindingClaimedTwice(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	s, b, c := h.boundBot("pool-zoom-001", "standup")
+
+	code, body := h.call("GET", "/v1/slots/"+s.app+"/config", s.token, "")
+	wantStatus(t, "second claim", code, body, http.StatusConflict, "a binding is handed out once")
+	if got := h.events.list(); len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+v1.ReasonBindingClaimedTwice+" standup: ") {
+		t.Errorf("events = %q, want one Warning %s on the bot", got, v1.ReasonBindingClaimedTwice)
+	}
+	h.live.mu.Lock()
+	var audit int
+	for _, e := range h.live.events {
+		if e.Type == AuditBindingClaimRefused && e.BotUID == b.UID && strings.Contains(string(e.Data), s.slot.Name) {
+			audit++
+		}
+	}
+	h.live.mu.Unlock()
+	if audit != 1 {
+		t.Errorf("%d audit rows of the refused claim, want 1: %+v", audit, h.live.events)
+	}
+	var got v1.Bot
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), &got))
+	if got.Status.Binding == nil || got.Status.Binding.CredentialSHA256 != slottoken.Hash([]byte(s.cred)) {
+		t.Errorf("claim after the refused one = %+v, want the first credential's", got.Status.Binding)
+	}
+	if _, err := c.Heartbeat(ctx, "standup"); err != nil {
+		t.Errorf("the first credential after a refused claim: %v", err)
+	}
+}
+
+// TestBindingClaimedOnceUnderRace: concurrent config calls for one binding (a container and a
+// copy of it, or two replicas' answers) hand it out exactly once: the claim is written with an
+// optimistic lock on the Bot.
+func TestBindingClaimedOnceUnderRace(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.SlotBurst = 100 })
+	s := h.slot("pool-zoom-001")
+	h.bind(s, h.bot("standup"))
+	const callers = 6
+	codes := make(chan int, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			code, _ := h.call("GET", "/v1/slots/"+s.app+"/config", s.token, "")
+			codes <- code
+		})
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[http.StatusOK] != 1 || got[http.StatusConflict] != callers-1 {
+		t.Fatalf("answers %v, want one 200 and %d 409", got, callers-1)
+	}
+}
+
+// TestEndedBindingCredentialRefused: a binding credential is valid while the slot names its
+// bot: released, rebound to another bot, or deleted, it authenticates nothing.
+func TestEndedBindingCredentialRefused(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	s, _, c := h.boundBot("pool-zoom-001", "standup")
+	if _, err := c.Heartbeat(ctx, "standup"); err != nil {
+		t.Fatal(err)
+	}
+	h.release(s)
+	for _, call := range botCalls("standup") {
+		code, body := h.call("POST", call[0], s.cred, call[1])
+		wantStatus(t, "released: "+call[0], code, body, http.StatusUnauthorized, "the binding of this credential has ended")
+	}
+	// The slot serves another bot now: the old credential gets nothing of it either.
+	next := h.bot("next")
+	h.bind(s, next)
+	for _, name := range []string{"standup", "next"} {
+		for _, call := range botCalls(name) {
+			code, body := h.call("POST", call[0], s.cred, call[1])
+			if code != http.StatusUnauthorized && code != http.StatusForbidden {
+				t.Errorf("rebound slot, %s with the old credential: %d %s, want 401 or 403", call[0], code, body)
+			}
+		}
+	}
+}
+
+// TestSlotTokenRefusedOnBotCalls: the slot's own token only claims.
+func TestSlotTokenRefusedOnBotCalls(t *testing.T) {
+	h := newHarness(t)
+	s, b, _ := h.boundBot("pool-zoom-001", "standup")
+	for _, call := range botCalls("standup") {
+		code, body := h.call("POST", call[0], s.token, call[1])
+		wantStatus(t, "slot token on "+call[0], code, body, http.StatusUnauthorized, "send the binding credential of the config answer")
+	}
+	if n := h.live.beatsOf(b.UID); n != 0 {
+		t.Errorf("%d beats recorded with the slot token", n)
+	}
+}
+
+// TestCredentialOfAnotherBotRefused: bot A's credential on bot B's routes.
+func TestCredentialOfAnotherBotRefused(t *testing.T) {
+	h := newHarness(t)
+	a, _, _ := h.boundBot("pool-zoom-001", "alpha")
+	_, beta, _ := h.boundBot("pool-zoom-002", "beta")
+	for _, call := range botCalls("beta") {
+		code, body := h.call("POST", call[0], a.cred, call[1])
+		wantStatus(t, "alpha's credential on "+call[0], code, body, http.StatusForbidden, "does not authorize bot beta")
+	}
+	if n := h.live.beatsOf(beta.UID); n != 0 {
+		t.Errorf("%d beats of beta recorded with alpha's credential", n)
+	}
+	// A made-up credential of the right shape, and one of another shape: 401, counted.
+	forged, _ := newBindingCredential()
+	for _, tok := range []string{forged, "bpb_short", "whatever"} {
+		code, body := h.call("POST", "/v1/bots/beta/heartbeat", tok, "")
+		wantStatus(t, "made-up credential "+tok[:4], code, body, http.StatusUnauthorized, "invalid token")
+	}
+}
+
+// TestClaimBeforeTheCacheHasIt: the calls right after a claim may reach the replica before its
+// cache shows the claim; the replica that made it remembers it.
+func TestClaimBeforeTheCacheHasIt(t *testing.T) {
+	h := newHarness(t)
+	s := h.slot("pool-zoom-001")
+	b := h.bot("standup")
+	h.bind(s, b)
+	cred, hash := newBindingCredential()
+	// As claim does after its write, but without the write: the cache never sees this claim.
+	h.srv.rememberIssued(b, v1.BindingClaim{SlotName: s.slot.Name, SlotUID: s.slot.UID, CredentialSHA256: hash})
+	code, body := h.call("POST", "/v1/bots/standup/heartbeat", cred, "")
+	wantStatus(t, "a claim the cache has not shown", code, body, http.StatusOK, "continue")
+	other, _ := newBindingCredential()
+	code, body = h.call("POST", "/v1/bots/standup/heartbeat", other, "")
+	wantStatus(t, "a credential never issued", code, body, http.StatusUnauthorized, "invalid token")
+}
+
+// botlessCache is a cache that has not seen any Bot yet (its Bot informer lags the slots').
+type botlessCache struct{ client.Reader }
+
+func (c botlessCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1.Bot); ok {
+		return apierrors.NewNotFound(v1.GroupVersion.WithResource("bots").GroupResource(), key.Name)
+	}
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestConfigOfABotTheCacheHasNotSeen: a binding seen before its Bot (a waiting request is woken
+// by the slot's informer) is not "the bot is gone": the container gets its configuration.
+func TestConfigOfABotTheCacheHasNotSeen(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Cache = botlessCache{objCache} })
+	s := h.slot("pool-zoom-001")
+	h.bind(s, h.bot("standup"))
+	code, body := h.call("GET", "/v1/slots/"+s.app+"/config", s.token, "")
+	wantStatus(t, "a bot only the API server has", code, body, http.StatusOK, `"bot":"standup"`)
+
+	other := h.slot("pool-zoom-002")
+	gone := h.bot("gone")
+	h.bind(other, gone)
+	must(t, env.Client.Delete(context.Background(), gone))
+	code, body = h.call("GET", "/v1/slots/"+other.app+"/config", other.token, "")
+	wantStatus(t, "a bot the API server has not either", code, body, http.StatusGone, "no longer exists")
+}

@@ -1,0 +1,226 @@
+package botapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/promreg"
+)
+
+// Long-poll binding delivery: GET /v1/slots/{uuid}/config?wait=30s parks the request of a free
+// slot's container until a bot is bound to the slot, and answers at once then, or 404 at the
+// deadline. What wakes it is the binding itself, seen by this replica's informer on
+// BotPoolSlots (WatchBindings): every replica serves waits, each woken by its own cache.
+const (
+	// MaxConfigWait is the longest wait a config request may ask for; a longer one is refused
+	// with 400. A standby container that waits asks again at least this often, so its slot's
+	// latest ask (store.SlotAsk) is never older than that while it waits.
+	MaxConfigWait = 60 * time.Second
+	// DefaultMaxWaiters bounds the config requests waiting at once on one replica.
+	DefaultMaxWaiters = 4096
+	// waitGrace bounds a wait in real time beyond its deadline, whatever the injected clock
+	// says: a fake clock nobody steps must not park a request (and its goroutine) for ever.
+	waitGrace = 5 * time.Second
+	// writeTimeout is the HTTP server's: long enough for the longest wait and its answer.
+	writeTimeout = MaxConfigWait + waitGrace + 15*time.Second
+)
+
+// parseWait reads the wait query parameter: absent (or empty) is no wait.
+func parseWait(q url.Values) (time.Duration, error) {
+	raw := q.Get("wait")
+	if raw == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(raw)
+	switch {
+	case err != nil:
+		return 0, errorf(http.StatusBadRequest, fmt.Sprintf("wait %q is not a duration: send wait=30s", raw))
+	case d < 0 || d > MaxConfigWait:
+		return 0, errorf(http.StatusBadRequest, fmt.Sprintf("wait %s is out of range: at most %s", raw, MaxConfigWait))
+	}
+	return d, nil
+}
+
+// Informers is where WatchBindings finds the informer on BotPoolSlots (a cache.Cache).
+type Informers interface {
+	GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error)
+}
+
+// WatchBindings wakes the config requests waiting for a slot whenever the slot changes in the
+// informer (its binding written, its token replaced, the slot deleted); each then looks at the
+// slot again in the cache, which the informer updated before it called us. The handler goes
+// away when ctx ends. Start calls it with Config.Informers; a server served through Handler
+// alone calls it itself, or its waits end at their deadlines only.
+func (s *Server) WatchBindings(ctx context.Context, informers Informers) error {
+	inf, err := informers.GetInformer(ctx, &v1.BotPoolSlot{})
+	if err != nil {
+		return fmt.Errorf("watching slots for the bot API's waits: %w", err)
+	}
+	wake := func(obj any) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if m, err := meta.Accessor(obj); err == nil {
+			s.waiters.wake(m.GetUID())
+		}
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    wake,
+		UpdateFunc: func(_, obj any) { wake(obj) },
+		DeleteFunc: wake,
+	})
+	if err != nil {
+		return fmt.Errorf("watching slots for the bot API's waits: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		_ = inf.RemoveEventHandler(reg)
+	}()
+	return nil
+}
+
+// waiters are the config requests waiting on this replica, at most one per slot: a container
+// holds one wait at a time, so a second request of the same slot takes the place of the first
+// (which is answered 409): a connection that died without the server noticing never holds a
+// fresh container back, and one slot's token cannot park more than one request per replica.
+// Past max waiters in all, a request is refused with 503 and Retry-After.
+type waiters struct {
+	max     int
+	gauge   prometheus.Gauge
+	results *prometheus.CounterVec
+
+	mu     sync.Mutex
+	bySlot map[types.UID]*waiter
+}
+
+type waiter struct {
+	wake     chan struct{} // the slot changed: look again
+	replaced chan struct{} // a newer request of the slot took this one's place
+}
+
+func newWaiters(max int, reg prometheus.Registerer) *waiters {
+	w := &waiters{
+		max:    max,
+		bySlot: map[types.UID]*waiter{},
+		gauge: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "botpool_botapi_config_waiters",
+			Help: "Config requests waiting for a binding on this replica.",
+		})),
+		results: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_botapi_config_waits_total",
+			Help: "Ended config waits by result: bound (a binding woke it), timeout (404 at the deadline), replaced (a newer request of the slot), gone (the slot or its token went), cancelled (the client left), refused (too many waiting).",
+		}, []string{"result"})),
+	}
+	return w
+}
+
+// add registers a wait for slot, taking the place of the slot's earlier one.
+func (ws *waiters) add(slot types.UID) (*waiter, bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if old, ok := ws.bySlot[slot]; ok {
+		close(old.replaced)
+		delete(ws.bySlot, slot)
+	} else if len(ws.bySlot) >= ws.max {
+		ws.results.WithLabelValues("refused").Inc()
+		return nil, false
+	}
+	w := &waiter{wake: make(chan struct{}, 1), replaced: make(chan struct{})}
+	ws.bySlot[slot] = w
+	ws.gauge.Set(float64(len(ws.bySlot)))
+	return w, true
+}
+
+// done removes w, unless a newer wait of the slot already took its place, and counts how the
+// wait ended.
+func (ws *waiters) done(slot types.UID, w *waiter, result string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.bySlot[slot] == w {
+		delete(ws.bySlot, slot)
+	}
+	ws.gauge.Set(float64(len(ws.bySlot)))
+	ws.results.WithLabelValues(result).Inc()
+}
+
+func (ws *waiters) wake(slot types.UID) {
+	ws.mu.Lock()
+	w := ws.bySlot[slot]
+	ws.mu.Unlock()
+	if w == nil {
+		return
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default: // already woken: it will look once more
+	}
+}
+
+// awaitBinding parks a free slot's config request until the slot is bound, its token no longer
+// names it, or the wait is over; it returns the slot as the cache has it then.
+func (s *Server) awaitBinding(r *http.Request, slot *v1.BotPoolSlot, wait time.Duration) (*v1.BotPoolSlot, error) {
+	w, ok := s.waiters.add(slot.UID)
+	if !ok {
+		return nil, &apiError{code: http.StatusServiceUnavailable, msg: "too many requests wait for a bot on this replica; ask again", retryAfter: time.Second}
+	}
+	result := "cancelled"
+	defer func() { s.waiters.done(slot.UID, w, result) }()
+
+	ctx, cancel := context.WithTimeout(r.Context(), wait+waitGrace)
+	defer cancel()
+	deadline, stop := s.timer(wait)
+	defer stop()
+	hash := slot.Status.TokenSHA256
+	for {
+		// Looked at after registering, and again after each wake: a binding written between the
+		// first read and the registration is not missed.
+		cur, err := s.slotByHash(ctx, hash)
+		if err != nil || cur.UID != slot.UID {
+			result = "gone"
+			return nil, errorf(http.StatusGone, "this slot's token no longer names a slot (the slot was deleted, or its container replaced): exit")
+		}
+		if cur.Spec.BotRef != nil {
+			result = "bound"
+			return cur, nil
+		}
+		select {
+		case <-w.wake:
+		case <-w.replaced:
+			result = "replaced"
+			return nil, errorf(http.StatusConflict, "a newer config request of this slot's container waits in this one's place")
+		case <-deadline:
+			result = "timeout"
+			return cur, nil
+		case <-ctx.Done():
+			if r.Context().Err() != nil {
+				return nil, &apiError{code: http.StatusServiceUnavailable, msg: "the request ended before a bot was bound"}
+			}
+			result = "timeout"
+			return cur, nil
+		}
+	}
+}
+
+// timer fires after d on the injected clock when it has timers (a fake clock in tests), else in
+// real time.
+func (s *Server) timer(d time.Duration) (<-chan time.Time, func()) {
+	if c, ok := s.cfg.Clock.(clock.Clock); ok {
+		t := c.NewTimer(d)
+		return t.C(), func() { t.Stop() }
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}
