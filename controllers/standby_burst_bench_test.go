@@ -762,8 +762,8 @@ func (r throughputResult) recyclesPerMin() float64 {
 
 func (r throughputResult) String() string {
 	var w strings.Builder
-	fmt.Fprintf(&w, "\nStandby throughput (%s=1 go test -run '^$' -bench StandbyThroughput -benchtime 1x ./controllers/), simulated time, clock resolution %s\n",
-		standbyBenchEnv, throughputStep)
+	fmt.Fprintf(&w, "\nStandby throughput (go test -run '^$' -bench StandbyThroughput -benchtime 1x ./controllers/), simulated time, clock resolution %s\n",
+		throughputStep)
 	fmt.Fprintf(&w, "  %d bots through %d standby slots, meetings of %s: %s simulated, %s real (%d settles cut short)\n",
 		r.bots, r.slots, throughputMeeting, r.simulated.Round(time.Second), r.real.Round(time.Second), r.overruns)
 	fmt.Fprintf(&w, "    %.1f bots per simulated minute, %.1f recycles per simulated minute (%d recycles)  [reported]\n",
