@@ -328,7 +328,7 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 	st.SkippedRecoveries = 0
 	if s.bot == nil {
 		// Asks count from here: only the container this deployment starts can make it Ready.
-		st.StandbySince = &metav1.Time{Time: now}
+		st.Standby, st.StandbySince = v1.StandbyStarting, &metav1.Time{Time: now}
 	}
 	r.moveTo(s, v1.SlotDeploying, "", "Deploying "+what)
 	s.after(r.jittered(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)))
@@ -378,7 +378,9 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	if st.DeployingSince == nil {
 		st.DeployingSince = st.PhaseSince.DeepCopy()
 	}
-	if s.bot == nil && standbyPool(s) && st.Standby == v1.StandbyStarting {
+	if s.bot == nil && st.Standby != "" && s.slot.Spec.BotRef == nil {
+		// A standby container's deployment (whatever the pool's mode is now: a slot of a
+		// pool switched to Stopped stops the container once it is deployed).
 		return r.deployingStandby(ctx, s, poll)
 	}
 	if since := r.Clock.Since(st.PhaseSince.Time); s.bot != nil && since < poll/2 {

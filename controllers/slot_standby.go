@@ -87,8 +87,9 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 		return r.watchStandby(ctx, s)
 	}
 	// No container yet (a new slot, one just released or recovered, a pool switched to
-	// Running), or one that stopped asking: deploy a fresh one.
-	if st.Standby != v1.StandbyLost {
+	// Running), or one that stopped asking: deploy a fresh one. Lost stays until the deploy
+	// request is out (the slot says why it redeploys meanwhile).
+	if st.Standby == "" {
 		r.setStandby(s, v1.StandbyStarting)
 	}
 	if !r.admit(ctx, s) {
@@ -214,16 +215,20 @@ func boundSince(bot *v1.Bot) *metav1.Time {
 
 // deployingStandby follows the deployment of a fresh standby container: finished → Idle (the
 // container is Starting until it asks for work), failed → Error (recovered like any slot).
-// There is no bot, so no heartbeat can speak for it: deploymentTimeout applies as it is.
+// Only the deployment's own record counts: the application's status lags and may still show
+// the container of the bot before as running. There is no bot, so no heartbeat can speak for
+// it: deploymentTimeout applies as it is, and a deployment that cannot be found is lost after
+// deployGracePeriod.
 func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotScope, poll time.Duration) error {
 	st := &s.slot.Status
-	if since := r.Clock.Since(st.PhaseSince.Time); since < poll/2 {
-		s.after(poll - since)
+	inPhase := r.Clock.Since(st.PhaseSince.Time)
+	if inPhase < poll/2 {
+		s.after(poll - inPhase)
 		return nil
 	}
-	verdict, listed, err := r.judge(ctx, s, poll, false)
-	if err == nil && listed && verdict.phase == v1.SlotError {
-		verdict, _, err = r.judge(ctx, s, readNow, false) // fail on what Coolify says now
+	dep, _, err := r.findDeployment(ctx, s, poll)
+	if err == nil && (dep == nil || dep.Status.Terminal() && dep.Status != coolify.DeploymentFinished) {
+		dep, _, err = r.findDeployment(ctx, s, readNow) // fail on what Coolify says now
 	}
 	if err != nil {
 		st.Message = "Starting a standby container; Coolify did not answer the last poll"
@@ -233,19 +238,30 @@ func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotSco
 		s.after(poll)
 		return nil
 	}
-	switch verdict.phase {
-	case v1.SlotBusy:
+	timing := s.pool.Spec.Timing
+	var failed deployVerdict
+	switch {
+	case dep != nil && dep.Status == coolify.DeploymentFinished:
 		// The deployment is over: no request is pending that a later pass must look for.
 		st.DeployingSince = nil
-		r.moveTo(s, v1.SlotIdle, "", "Standby container deployed ("+verdict.message+"); waiting for it to ask for work")
-	case v1.SlotError:
-		r.cancelDeployment(ctx, s)
-		st.DeploymentUUID, st.DeployingSince = "", nil
-		r.toError(ctx, s, verdict.reason, "Starting a standby container: "+verdict.message)
-	default:
+		r.moveTo(s, v1.SlotIdle, "", "Standby container deployed (deployment "+dep.DeploymentUUID+"); waiting for it to ask for work")
+		return nil
+	case dep != nil:
+		if failed = judgeDeployment(dep, nil, inPhase, timing, false); failed.phase != v1.SlotError {
+			st.Message = "Starting a standby container (deployment " + dep.DeploymentUUID + " " + string(dep.Status) + ")"
+			s.after(poll)
+			return nil
+		}
+	case inPhase <= timing.DeployGracePeriod.OrDefault(v1.DefaultDeployGracePeriod):
 		st.Message = "Starting a standby container"
 		s.after(poll)
+		return nil
+	default:
+		failed = deployVerdict{reason: string(v1.ReasonDeploymentLost), message: "No deployment of the standby container can be found"}
 	}
+	r.cancelDeployment(ctx, s)
+	st.DeploymentUUID, st.DeployingSince = "", nil
+	r.toError(ctx, s, failed.reason, "Starting a standby container: "+failed.message)
 	return nil
 }
 
@@ -262,15 +278,13 @@ func (r *BotPoolSlotReconciler) rotateCredential(ctx context.Context, s *slotSco
 	return r.setEnv(ctx, s, token)
 }
 
-// freshCredential prepares a stopped standby slot for its next container: a fresh credential
-// in the application's env, and status.standby Starting (the Idle step deploys it). A slot
-// of a Stopped pool only forgets its standby state. done says the pass is over: the
-// application is gone and the slot goes back to Creating.
+// freshCredential prepares a slot whose container was stopped for its next container, in
+// either mode: a fresh credential in the application's env (the next container is a
+// deployment, which applies it), and on a standby pool status.standby Starting (the Idle step
+// deploys it). Whatever the last container kept — a meeting's code still running in it, a
+// copy of its environment — can then claim no later binding of the slot (invariant 12). done
+// says the pass is over: the application is gone and the slot goes back to Creating.
 func (r *BotPoolSlotReconciler) freshCredential(ctx context.Context, s *slotScope) (done bool, err error) {
-	if !standbyPool(s) {
-		r.setStandby(s, "")
-		return false, nil
-	}
 	if err := r.rotateCredential(ctx, s); err != nil {
 		if s.slot.Status.ApplicationUUID == "" {
 			r.recreate(s)
@@ -279,7 +293,9 @@ func (r *BotPoolSlotReconciler) freshCredential(ctx context.Context, s *slotScop
 		return false, err
 	}
 	r.setStandby(s, "")
-	r.setStandby(s, v1.StandbyStarting)
+	if standbyPool(s) {
+		r.setStandby(s, v1.StandbyStarting)
+	}
 	return false, nil
 }
 

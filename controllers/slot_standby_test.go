@@ -151,7 +151,7 @@ func (sc *scenario) standbyReady() *v1.BotPoolSlot {
 		if s.Status.Phase == v1.SlotIdle && s.Status.Standby == v1.StandbyReady && s.Spec.BotRef == nil {
 			return true
 		}
-		clk.Step(250 * time.Millisecond)
+		sc.advance()
 		if debugStandby {
 			sc.t.Logf("now %s slot %s/%s %q dep=%s deps=%+v", clk.Now().Format("15:04:05.000"), s.Status.Phase, s.Status.Standby, s.Status.Message, s.Status.DeploymentUUID, sc.sim.Deployments())
 		}
@@ -160,6 +160,20 @@ func (sc *scenario) standbyReady() *v1.BotPoolSlot {
 }
 
 var debugStandby = false
+
+// advance moves the fake clock on by a second, paced, while one of the scenario's slots waits
+// for Coolify's time (a deployment), and leaves it alone otherwise. What standby containers do
+// happens in real time — they ask, the bot API answers, they ask again when a long-poll ends —
+// and a fake clock run ahead of them (Eventually looks every 10 ms) would age their asks past
+// the ask window and make Ready slots Lost: the test would see its own haste.
+func (sc *scenario) advance() {
+	for _, s := range listSlots(sc.t, sc.ns) {
+		if s.Status.Phase == v1.SlotDeploying {
+			step(time.Second)
+			return
+		}
+	}
+}
 
 // TestStandbySlotLifecycle: a free slot of a Running pool keeps a container that asks for
 // work; a bot bound to it starts with no Coolify request between its creation and its first
@@ -188,7 +202,8 @@ func TestStandbySlotLifecycle(t *testing.T) {
 	kubetest.Eventually(t, 15*time.Second, func() error {
 		cs.check()
 		if b := sc.bot(bot.Name); b.Status.StartedAt == nil {
-			return fmt.Errorf("bot %s has not reported yet (%s)", b.Name, b.Status.Phase)
+			sl := listSlots(t, sc.ns)[0]
+			return fmt.Errorf("bot %s has not reported yet (%s); slot %s/%s bound %v: %s; %s; now %s", b.Name, b.Status.Phase, sl.Status.Phase, sl.Status.Standby, sl.Spec.BotRef != nil, sl.Status.Message, trail(t, sc.ns, sl.Name), clk.Now().Format("15:04:05.000"))
 		}
 		return nil
 	})
@@ -248,7 +263,8 @@ func TestStandbySlotLifecycle(t *testing.T) {
 	kubetest.Eventually(t, 15*time.Second, func() error {
 		cs.check()
 		if b := sc.bot(next.Name); b.Status.Phase != v1.BotDone {
-			return fmt.Errorf("bot %s is %s", b.Name, b.Status.Phase)
+			sl := listSlots(t, sc.ns)[0]
+			return fmt.Errorf("bot %s is %s (%s); slot %s/%s rv %s bound %v: %s; %s", b.Name, b.Status.Phase, b.Status.Message, sl.Status.Phase, sl.Status.Standby, sl.ResourceVersion, sl.Spec.BotRef != nil, sl.Status.Message, trail(t, sc.ns, sl.Name))
 		}
 		return nil
 	})
@@ -369,7 +385,7 @@ func TestStandbyPoolSwitchedToStopped(t *testing.T) {
 				}
 			}
 			if got < n {
-				clk.Step(250 * time.Millisecond)
+				sc.advance()
 				return fmt.Errorf("%d free slots Ready, want %d", got, n)
 			}
 			return nil
@@ -404,7 +420,7 @@ func TestStandbyPoolSwitchedToStopped(t *testing.T) {
 			}
 			app, ok := sc.sim.App(s.Status.ApplicationUUID)
 			if s.Status.Standby != "" || !ok || app.Running {
-				clk.Step(250 * time.Millisecond)
+				step(250 * time.Millisecond) // the stop takes a moment of Coolify's time
 				return fmt.Errorf("free slot %s: standby %q, container running %v", s.Name, s.Status.Standby, app.Running)
 			}
 		}
@@ -419,7 +435,7 @@ func TestStandbyPoolSwitchedToStopped(t *testing.T) {
 	kubetest.Eventually(t, 30*time.Second, func() error {
 		for _, s := range listSlots(t, sc.ns) {
 			if s.Spec.BotRef != nil || s.Status.Phase != v1.SlotIdle || s.Status.Standby != "" {
-				clk.Step(250 * time.Millisecond)
+				step(250 * time.Millisecond) // the bot's leave and the stop take Coolify's time
 				return fmt.Errorf("slot %s is %s, standby %q, bound %v", s.Name, s.Status.Phase, s.Status.Standby, s.Spec.BotRef != nil)
 			}
 		}
@@ -446,7 +462,7 @@ func TestStandbyRecycleThatFails(t *testing.T) {
 		if s.Status.Phase == v1.SlotError || s.Status.RecoveryAttempts > 0 {
 			return true
 		}
-		clk.Step(250 * time.Millisecond)
+		sc.advance()
 		return false
 	})
 	if failed.Status.Reason != "" && failed.Status.Reason != string(v1.ReasonDeploymentFailed) {
@@ -483,7 +499,7 @@ func TestStandbyAcrossAManagerRestart(t *testing.T) {
 				}
 			}
 			if len(deployed) < slots {
-				clk.Step(250 * time.Millisecond)
+				sc.advance()
 				return fmt.Errorf("%d free slots Ready, want %d", len(deployed), slots)
 			}
 			return nil
@@ -495,6 +511,9 @@ func TestStandbyAcrossAManagerRestart(t *testing.T) {
 	restartManager(t)
 	after := readySlots()
 	if fmt.Sprint(after) != fmt.Sprint(before) || len(sc.sim.Deployments()) != deploys {
+		for name := range before {
+			t.Logf("slot %s: %s", name, trail(t, sc.ns, name))
+		}
 		t.Fatalf("a restart redeployed Ready standby slots: %v, then %v (%d deployments, then %d)", before, after, deploys, len(sc.sim.Deployments()))
 	}
 	var bots []*v1.Bot
@@ -536,7 +555,7 @@ func TestStandbyBotDeletedWhileItsContainerClaims(t *testing.T) {
 		b := &v1.Bot{}
 		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), b)
 		if err == nil {
-			clk.Step(250 * time.Millisecond)
+			step(250 * time.Millisecond) // its leave grace runs on the fake clock
 			return fmt.Errorf("bot %s still there (%s)", b.Name, b.Status.Phase)
 		}
 		return client.IgnoreNotFound(err)
@@ -549,4 +568,17 @@ func TestStandbyBotDeletedWhileItsContainerClaims(t *testing.T) {
 	if n := len(cs.served(bot.Name)); n > 1 {
 		t.Fatalf("the deleted bot was served by %d containers", n)
 	}
+}
+
+// trail is a slot's audit log in one line, for failure messages.
+func trail(t *testing.T, ns, slot string) string {
+	trs, err := liveStore.Transitions(context.Background(), ns, slot)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, tr := range trs {
+		fmt.Fprintf(&b, "%s>%s(%s)@%s ", tr.From, tr.To, tr.Reason, tr.At.Format("15:04:05.000"))
+	}
+	return b.String()
 }
