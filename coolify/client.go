@@ -236,6 +236,10 @@ type call struct {
 	idempotent bool
 	// out receives the decoded 2xx body; nil discards it. A *string takes the raw body.
 	out any
+	// yield hands the call back (a *WaitError) instead of waiting for the rate limiter
+	// while a start-path request waits there, or for a pause: its caller has somewhere
+	// better to keep it (see SetDescription).
+	yield bool
 }
 
 // do runs a call with the instance's guard, rate limiting, retries and metrics. It waits
@@ -255,7 +259,7 @@ func (c *Client) do(ctx context.Context, cl call) (err error) {
 			return fmt.Errorf("coolify %s: encode body: %w", cl.op, err)
 		}
 	}
-	release, err := c.instance.acquire(ctx, c.clock, cl.op, c.maxWait)
+	release, err := c.instance.acquire(ctx, c.clock, cl.op, c.maxWait, PriorityOf(ctx))
 	if err != nil {
 		return err
 	}
@@ -332,7 +336,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 }
 
 func (c *Client) attempt(ctx context.Context, cl call, payload []byte, deadline time.Time) error {
-	waited, err := c.limiter.wait(ctx, c.clock, cl.op, c.maxWait)
+	waited, err := c.limiter.wait(ctx, c.clock, cl.op, c.maxWait, cl.yield)
 	if err != nil {
 		return err
 	}
