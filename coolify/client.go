@@ -3,6 +3,8 @@ package coolify
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -223,6 +225,14 @@ func redactUserinfo(raw string) string {
 
 // BaseURL is the API root the client calls, ending in /api/v1.
 func (c *Client) BaseURL() string { return c.base.String() }
+
+// UserKey names the Coolify user the client acts as without revealing the token: a hash of
+// the instance's base URL and the token. Clients with the same key share what Coolify
+// shows one user (its budget, its team's servers); different keys share nothing.
+func (c *Client) UserKey() string {
+	sum := sha256.Sum256([]byte(c.base.String() + "\x00" + c.token))
+	return "user:" + hex.EncodeToString(sum[:12])
+}
 
 // call describes one API request.
 type call struct {

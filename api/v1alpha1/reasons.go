@@ -97,4 +97,7 @@ const (
 	// ReasonSlotRetired: a slot failed maxRecoveryAttempts times in a row and is deleted with
 	// its application (Warning Event).
 	ReasonSlotRetired = "SlotRetired"
+	// ReasonServerRunsFewer: the pool's maxConcurrentDeployments exceeds what its Coolify
+	// server runs at once, which bounds the pool's deployments instead (DeploymentsCapped).
+	ReasonServerRunsFewer = "ServerRunsFewer"
 )
