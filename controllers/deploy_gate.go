@@ -19,12 +19,13 @@ import (
 //
 // Slots the cache already shows Deploying are counted by the caller; the gate remembers the
 // admissions the cache may not show yet, so concurrent reconciles cannot overshoot the limit.
-// For the server it remembers every pool's deploying slots as each pool last told it, until
-// the slot's Done.
+// For the server it remembers every pool's deployments in flight as the pool's last Admit saw
+// them, less each slot's Done, and believes no cache that still shows a slot Deploying after
+// its Done (for admissionTTL).
 //
 // Its maps hold only live state: a pool's admissions go with its last slot's release, a
-// pause once it ends, a server's slots with their Done (or serverHeldTTL), and what is known
-// of an image once unused for warmTTL.
+// pause once it ends, a pool's deployments on a server with their Done (or serverHeldTTL), and
+// what is known of an image once unused for warmTTL.
 type DeployGate struct {
 	Clock clock.PassiveClock
 
@@ -32,20 +33,24 @@ type DeployGate struct {
 	admitted map[types.NamespacedName]map[string]time.Time // pool → slot → admitted at
 	warm     map[string]time.Time                          // pool uid|image:tag → last seen warm
 	paused   map[string]time.Time                          // Coolify instance|server → no deploys before
-	// onServer: coolifyServer.key → slot (namespace/name) → its deployment in flight there.
-	onServer map[string]map[types.NamespacedName]serverHeld
-	pruned   time.Time
+	// onServer: coolifyServer.key → pool → its deployments in flight there, as the pool's
+	// last Admit saw them.
+	onServer map[string]map[types.NamespacedName]poolFlight
+	// done: slot (namespace/name) → its Done, for admissionTTL: a cache that still shows the
+	// slot Deploying lags, and the slot no longer counts for its server.
+	done   map[types.NamespacedName]time.Time
+	pruned time.Time
 }
 
-// serverHeld is a slot's deployment in flight on a server: its pool, and when the gate last
-// knew it in flight (admitted, or shown Deploying by its pool's cache).
-type serverHeld struct {
-	pool types.NamespacedName
-	seen time.Time
+// poolFlight is what a pool's last Admit saw of its deployments in flight.
+type poolFlight struct {
+	slots map[string]bool
+	seen  time.Time
 }
 
-// serverHeldTTL forgets a deployment no Done ended (its slot moved on in another process,
-// say) and no pass of its pool showed again: longer than any deployment runs.
+// serverHeldTTL forgets what a pool saw when it has not asked again for this long and no
+// Done ended its deployments (its slots moved on in another process, say): longer than any
+// deployment runs.
 const serverHeldTTL = 30 * time.Minute
 
 // admissionTTL bounds how long an admission counts without the cache confirming it.
@@ -84,7 +89,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, slot string, dep
 		g.paused = map[string]time.Time{}
 	}
 	if g.onServer == nil {
-		g.onServer = map[string]map[types.NamespacedName]serverHeld{}
+		g.onServer = map[string]map[types.NamespacedName]poolFlight{}
 	}
 	g.prune(now)
 	if now.Before(g.paused[serverKey(srv.instance, pool)]) {
@@ -108,8 +113,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, slot string, dep
 		}
 	}
 	delete(inFlight, slot)
-	onServer := g.serverView(srv.key, key, inFlight, now)
-	delete(onServer, types.NamespacedName{Namespace: pool.Namespace, Name: slot})
+	onServer := g.serverView(srv.key, key, adm, deploying, slot, now)
 	limit := int(pool.Spec.MaxConcurrentDeployments)
 	if limit < 1 {
 		limit = v1.DefaultMaxConcurrentDeployments
@@ -119,38 +123,61 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, slot string, dep
 	} else if _, known := g.warm[imageKey(pool)]; !known {
 		limit = 1 // the first pull of the image on this server runs alone
 	}
-	if len(inFlight) >= limit || srv.runs > 0 && len(onServer) >= srv.runs {
+	if len(inFlight) >= limit || srv.runs > 0 && onServer >= srv.runs {
 		return false
 	}
 	adm[slot] = now
-	g.onServer[srv.key][types.NamespacedName{Namespace: pool.Namespace, Name: slot}] = serverHeld{pool: key, seen: now}
+	if f, ok := g.onServer[srv.key][key]; ok {
+		f.slots[slot] = true
+	} else {
+		if g.onServer[srv.key] == nil {
+			g.onServer[srv.key] = map[types.NamespacedName]poolFlight{}
+		}
+		g.onServer[srv.key][key] = poolFlight{slots: map[string]bool{slot: true}, seen: now}
+	}
+	delete(g.done, types.NamespacedName{Namespace: pool.Namespace, Name: slot})
 	return true
 }
 
-// serverView brings the server's deployments in flight up to date with what pool's pass
-// knows of its own (inFlight: the cache's Deploying slots and the fresh admissions) and
-// returns them all, every pool's. Callers hold g.mu.
-func (g *DeployGate) serverView(server string, pool types.NamespacedName, inFlight map[string]bool, now time.Time) map[types.NamespacedName]serverHeld {
-	held := g.onServer[server]
-	if held == nil {
-		held = map[types.NamespacedName]serverHeld{}
-		g.onServer[server] = held
+// serverView records what pool's pass knows of its own deployments in flight (its fresh
+// admissions, and the slots its cache shows Deploying unless their Done is more recent than
+// the cache) and counts the server's, over every pool, slot excluded. Callers hold g.mu.
+func (g *DeployGate) serverView(server string, pool types.NamespacedName, adm map[string]time.Time, deploying []string, slot string, now time.Time) int {
+	if g.done == nil {
+		g.done = map[types.NamespacedName]time.Time{}
 	}
-	for s := range inFlight {
-		held[types.NamespacedName{Namespace: pool.Namespace, Name: s}] = serverHeld{pool: pool, seen: now}
+	mine := map[string]bool{}
+	for s := range adm {
+		mine[s] = true
 	}
-	view := make(map[types.NamespacedName]serverHeld, len(held))
-	for s, h := range held {
-		switch {
-		case h.pool == pool && !inFlight[s.Name] && now.Sub(h.seen) > admissionTTL:
-			delete(held, s) // its pool's cache would show it by now: it ended
-		case now.Sub(h.seen) > serverHeldTTL:
-			delete(held, s)
-		default:
-			view[s] = h
+	for _, s := range deploying {
+		if at, ok := g.done[types.NamespacedName{Namespace: pool.Namespace, Name: s}]; !ok || now.Sub(at) > admissionTTL {
+			mine[s] = true
 		}
 	}
-	return view
+	delete(mine, slot)
+	pools := g.onServer[server]
+	if pools == nil {
+		pools = map[types.NamespacedName]poolFlight{}
+		g.onServer[server] = pools
+	}
+	if len(mine) > 0 {
+		pools[pool] = poolFlight{slots: mine, seen: now}
+	} else {
+		delete(pools, pool)
+	}
+	n := 0
+	for p, f := range pools {
+		if now.Sub(f.seen) > serverHeldTTL {
+			delete(pools, p)
+			continue
+		}
+		n += len(f.slots)
+	}
+	if len(pools) == 0 {
+		delete(g.onServer, server)
+	}
+	return n
 }
 
 // prune drops ended pauses, expired admissions, empty pools and images not seen warm for
@@ -180,14 +207,19 @@ func (g *DeployGate) prune(now time.Time) {
 			delete(g.warm, k)
 		}
 	}
-	for k, held := range g.onServer {
-		for s, h := range held {
-			if now.Sub(h.seen) > serverHeldTTL {
-				delete(held, s)
+	for k, pools := range g.onServer {
+		for p, f := range pools {
+			if now.Sub(f.seen) > serverHeldTTL || len(f.slots) == 0 {
+				delete(pools, p)
 			}
 		}
-		if len(held) == 0 {
+		if len(pools) == 0 {
 			delete(g.onServer, k)
+		}
+	}
+	for s, at := range g.done {
+		if now.Sub(at) > admissionTTL {
+			delete(g.done, s)
 		}
 	}
 }
@@ -223,11 +255,24 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 			delete(g.admitted, key)
 		}
 	}
-	for k, held := range g.onServer {
-		delete(held, types.NamespacedName{Namespace: pool.Namespace, Name: slot})
-		if len(held) == 0 {
+	counted := false
+	for k, pools := range g.onServer {
+		if f, ok := pools[key]; ok && f.slots[slot] {
+			counted = true
+			delete(f.slots, slot)
+			if len(f.slots) == 0 {
+				delete(pools, key)
+			}
+		}
+		if len(pools) == 0 {
 			delete(g.onServer, k)
 		}
+	}
+	if counted { // a slot that never counted on a server needs no record
+		if g.done == nil {
+			g.done = map[types.NamespacedName]time.Time{}
+		}
+		g.done[types.NamespacedName{Namespace: pool.Namespace, Name: slot}] = g.Clock.Now()
 	}
 	if finished {
 		if g.warm == nil {

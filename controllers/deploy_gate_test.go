@@ -52,28 +52,35 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 
 // TestDeployGateLearnsAServerFromEachPoolsCache: after a restart the gate knows nothing it
 // admitted; each pool's pass tells it which of its slots deploy, and those count for the
-// server until their Done. A pool's slot its cache no longer shows stops counting once an
-// admission would have shown there.
+// server, every pool's as the pool last saw them. A cache that still shows a slot Deploying
+// after its Done lags, and is not believed.
 func TestDeployGateLearnsAServerFromEachPoolsCache(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	g := &DeployGate{Clock: fc}
 	one, two := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
 	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
 
-	// meet's cache shows two deployments: the server is full for zoom.
+	// meet's cache shows two deployments: the server is full, for meet and for zoom.
 	if g.Admit(one, srv, "meet-3", []string{"meet-1", "meet-2"}, true) {
 		t.Fatal("meet-3 admitted beside two deploying slots on a server that runs two")
 	}
 	if g.Admit(two, srv, "zoom-1", nil, true) {
 		t.Fatal("zoom admitted while meet's cache shows the server full")
 	}
-	fc.Step(admissionTTL + time.Second)
-	// meet's next pass shows meet-1 only: meet-2 ended without a Done this process saw.
-	if !g.Admit(one, srv, "meet-3", []string{"meet-1"}, true) {
-		t.Fatal("meet-2, which meet's cache no longer shows, still counts")
+	// meet-2's deployment ended; meet's cache does not show it yet.
+	g.Done(one, "meet-2", true)
+	if !g.Admit(one, srv, "meet-3", []string{"meet-1", "meet-2"}, true) {
+		t.Fatal("meet-2 counts again after its Done, because a lagging cache still shows it")
 	}
-	g.Done(one, "meet-1", true)
+	if g.Admit(two, srv, "zoom-1", nil, true) {
+		t.Fatal("zoom admitted beside meet-1 and meet-3")
+	}
+	// meet-1 ended in another process (no Done here): meet's next pass no longer shows it.
+	if !g.Admit(one, srv, "meet-4", []string{"meet-3"}, true) {
+		t.Fatal("meet-1, which meet's cache no longer shows, still counts")
+	}
 	g.Done(one, "meet-3", true)
+	g.Done(one, "meet-4", true)
 	if got := g.serversHeld(); got != 0 {
 		t.Fatalf("the gate holds %d servers after every Done", got)
 	}
