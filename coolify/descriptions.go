@@ -19,7 +19,7 @@ import (
 // one PATCH per application with the last text; the replaced call has already returned nil
 // (counted in botpool_coolify_descriptions_superseded_total). A queued update that then fails
 // is logged and dropped, as a failed description always was. Errors come back only from a
-// request sent at once (or the local length check).
+// request sent at once, a refusal by the server (a 429), or the local length check.
 func (c *Client) SetDescription(ctx context.Context, uuid, description string) error {
 	if utf8.RuneCountInString(description) > MaxDescriptionLength {
 		return fmt.Errorf("coolify: description longer than %d characters: %w", MaxDescriptionLength, ErrValidation)
@@ -34,7 +34,10 @@ func (c *Client) SetDescription(ctx context.Context, uuid, description string) e
 		return nil
 	}
 	err := c.sendDescription(WithPriority(ctx, Housekeeping), uuid, description, true)
-	if _, throttled := RetryAfter(err); throttled {
+	var we *WaitError
+	if errors.As(err, &we) && (we.Reason == WaitLimiter || we.Reason == WaitBulkhead) {
+		// Held back on our side (the budget is short): queued. What the server refused (a
+		// 429, an open breaker) goes back to the caller as before.
 		if q.requeue(key, description) {
 			c.metrics.superseded.Inc()
 		}

@@ -69,27 +69,45 @@ func TestDescriptionsCoalesceWhileTheBudgetIsShort(t *testing.T) {
 		t.Fatalf("superseded = %v, want 4", got)
 	}
 
-	// Time moves a second at a time: the start path gets its token first, then the queued
-	// description goes, once.
+	// Time moves a second at a time, each step once every waiting goroutine (the start-path
+	// request until it is served, the description sender until it has sent) waits on the
+	// fake clock: the start path gets its token first, then the queued description goes, once.
+	startDone := false
 	for step := 0; ; step++ {
-		if step > 10 {
+		if step > 30 {
 			t.Fatal("the queued description was never sent")
 		}
-		fc.Step(time.Second)
 		sent := false
 		kubetest.Eventually(t, 10*time.Second, func() error {
-			sent = s.Counts()["update-application-by-uuid"][200] == 1
-			if sent || lim.PendingDescriptions() == 1 {
+			if !startDone {
+				select {
+				case err := <-started:
+					if err != nil {
+						t.Fatalf("start-path request: %v", err)
+					}
+					startDone = true
+				default:
+				}
+			}
+			if sent = s.Counts()["update-application-by-uuid"][200] == 1; sent {
 				return nil
 			}
-			return errors.New("the sender is between steps")
+			want := 1
+			if !startDone {
+				want = 2
+			}
+			if fc.Waiters() < want {
+				return errors.New("a goroutine is between two waits")
+			}
+			return nil
 		})
 		if sent {
 			break
 		}
+		fc.Step(time.Second)
 	}
-	if err := <-started; err != nil {
-		t.Fatalf("start-path request: %v", err)
+	if !startDone {
+		t.Fatal("the description went before the start-path request was served")
 	}
 	start, desc := -1, -1
 	for i, r := range s.Requests() {
