@@ -39,18 +39,18 @@ func TestDeployGatePauseIsPerInstanceAndCapped(t *testing.T) {
 	const instA, instB = "https://coolify-a.example/api/v1", "https://coolify-b.example/api/v1"
 
 	g.Pause(a, instA, fc.Now().Add(365*24*time.Hour))
-	if g.Admit(a, instA, "slot-a", nil, true) {
+	if g.Admit(a, coolifyServer{instance: instA}, "slot-a", nil, true) {
 		t.Fatal("the paused server admitted a deployment")
 	}
-	if !g.Admit(b, instB, "slot-b", nil, true) {
+	if !g.Admit(b, coolifyServer{instance: instB}, "slot-b", nil, true) {
 		t.Fatal("another instance's server with the same uuid was paused too")
 	}
 	fc.Step(coolify.MaxPause - time.Second)
-	if g.Admit(a, instA, "slot-a", nil, true) {
+	if g.Admit(a, coolifyServer{instance: instA}, "slot-a", nil, true) {
 		t.Fatal("admitted before the pause ended")
 	}
 	fc.Step(time.Second)
-	if !g.Admit(a, instA, "slot-a", nil, true) {
+	if !g.Admit(a, coolifyServer{instance: instA}, "slot-a", nil, true) {
 		t.Fatal("still paused after MaxPause: the year-long Retry-After was not capped")
 	}
 }
@@ -63,7 +63,7 @@ func TestDeployGateForgets(t *testing.T) {
 	for i := range 50 {
 		p := gatePool("ns", fmt.Sprintf("pool-%d", i), "srv")
 		g.Pause(p, fmt.Sprintf("https://c%d.example/api/v1", i), fc.Now().Add(time.Minute))
-		if !g.Admit(p, "", "slot", nil, true) {
+		if !g.Admit(p, coolifyServer{}, "slot", nil, true) {
 			t.Fatalf("pool %d not admitted", i)
 		}
 		g.Done(p, "slot", true)
@@ -73,7 +73,7 @@ func TestDeployGateForgets(t *testing.T) {
 	}
 	fc.Step(warmTTL + time.Minute)
 	live := gatePool("ns", "live", "srv")
-	g.Admit(live, "", "slot", nil, false)
+	g.Admit(live, coolifyServer{}, "slot", nil, false)
 	if adm, warm, paused := g.size(); adm != 1 || warm != 0 || paused != 0 {
 		t.Fatalf("after warmTTL: %d admitted, %d warm, %d paused; want 1, 0, 0", adm, warm, paused)
 	}

@@ -13,8 +13,9 @@ import (
 
 // BulkReader reads Coolify state in bulk and shares it: one list of a pool's applications per
 // interval, and one list of the instance's active deployments per interval, serve every slot
-// of the pool, instead of one request per slot per poll. Concurrent readers of a stale list
-// share one request.
+// of the pool, instead of one request per slot per poll; one list of a Coolify user's servers
+// (their capacity settings, see server_limits.go) serves every pool of that user. Concurrent
+// readers of a stale list share one request.
 type BulkReader struct {
 	Clock clock.PassiveClock
 
@@ -25,6 +26,10 @@ type BulkReader struct {
 	// deleted holds the applications (tag/uuid) we asked Coolify to delete: deletion is
 	// asynchronous and lists show them for a while, and a slot must never adopt one.
 	deleted map[string]time.Time
+	// servers holds each Coolify user's servers by uuid (see Servers); serversTried when a
+	// user's last read was tried, so a failing one is not retried on every pass.
+	servers      map[string]snapshot[map[string]coolify.ServerSettings]
+	serversTried map[string]time.Time
 }
 
 type snapshot[T any] struct {

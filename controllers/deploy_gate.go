@@ -11,15 +11,21 @@ import (
 	"botpool.dev/botpool/coolify"
 )
 
-// DeployGate bounds the deployments a pool has in flight (maxConcurrentDeployments), and lets
+// DeployGate bounds the deployments a pool has in flight (maxConcurrentDeployments) and, once
+// its server's settings are known, the deployments in flight on the server over every pool
+// of the same Coolify user (what the server runs at once: see server_limits.go); and it lets
 // the first deployment of an image on a server run alone: it pulls the image, and the others
 // then start from the server's cache instead of pulling the same gigabytes side by side.
 //
 // Slots the cache already shows Deploying are counted by the caller; the gate remembers the
 // admissions the cache may not show yet, so concurrent reconciles cannot overshoot the limit.
+// For the server it remembers every pool's deployments in flight as the pool's last Admit saw
+// them, less each slot's Done, and believes no cache that still shows a slot Deploying after
+// its Done (for admissionTTL).
 //
 // Its maps hold only live state: a pool's admissions go with its last slot's release, a
-// pause once it ends, and what is known of an image once unused for warmTTL.
+// pause once it ends, a pool's deployments on a server with their Done (or serverHeldTTL), and
+// what is known of an image once unused for warmTTL.
 type DeployGate struct {
 	Clock clock.PassiveClock
 
@@ -27,8 +33,25 @@ type DeployGate struct {
 	admitted map[types.NamespacedName]map[string]time.Time // pool → slot → admitted at
 	warm     map[string]time.Time                          // pool uid|image:tag → last seen warm
 	paused   map[string]time.Time                          // Coolify instance|server → no deploys before
-	pruned   time.Time
+	// onServer: coolifyServer.key → pool → its deployments in flight there, as the pool's
+	// last Admit saw them.
+	onServer map[string]map[types.NamespacedName]poolFlight
+	// done: slot (namespace/name) → its Done, for admissionTTL: a cache that still shows the
+	// slot Deploying lags, and the slot no longer counts for its server.
+	done   map[types.NamespacedName]time.Time
+	pruned time.Time
 }
+
+// poolFlight is what a pool's last Admit saw of its deployments in flight.
+type poolFlight struct {
+	slots map[string]bool
+	seen  time.Time
+}
+
+// serverHeldTTL forgets what a pool saw when it has not asked again for this long and no
+// Done ended its deployments (its slots moved on in another process, say): longer than any
+// deployment runs.
+const serverHeldTTL = 30 * time.Minute
 
 // admissionTTL bounds how long an admission counts without the cache confirming it.
 const admissionTTL = time.Minute
@@ -49,9 +72,9 @@ func serverKey(instance string, pool *v1.BotPool) string {
 	return instance + "|" + pool.Spec.Coolify.ServerUUID
 }
 
-// Admit reports whether slot may start a deployment now. deploying names the pool's slots
-// the cache shows Deploying (slot itself excluded); instance is the pool's Coolify instance.
-func (g *DeployGate) Admit(pool *v1.BotPool, instance, slot string, deploying []string, warm bool) bool {
+// Admit reports whether slot may start a deployment now on srv, its pool's server.
+// deploying names the pool's slots the cache shows Deploying (slot itself excluded).
+func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, slot string, deploying []string, warm bool) bool {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	now := g.Clock.Now()
 	g.mu.Lock()
@@ -65,8 +88,11 @@ func (g *DeployGate) Admit(pool *v1.BotPool, instance, slot string, deploying []
 	if g.paused == nil { // Pause may have made it already: never replace it
 		g.paused = map[string]time.Time{}
 	}
+	if g.onServer == nil {
+		g.onServer = map[string]map[types.NamespacedName]poolFlight{}
+	}
 	g.prune(now)
-	if now.Before(g.paused[serverKey(instance, pool)]) {
+	if now.Before(g.paused[serverKey(srv.instance, pool)]) {
 		return false
 	}
 	adm := g.admitted[key]
@@ -87,6 +113,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, instance, slot string, deploying []
 		}
 	}
 	delete(inFlight, slot)
+	onServer := g.serverView(srv.key, key, adm, deploying, slot, now)
 	limit := int(pool.Spec.MaxConcurrentDeployments)
 	if limit < 1 {
 		limit = v1.DefaultMaxConcurrentDeployments
@@ -96,11 +123,61 @@ func (g *DeployGate) Admit(pool *v1.BotPool, instance, slot string, deploying []
 	} else if _, known := g.warm[imageKey(pool)]; !known {
 		limit = 1 // the first pull of the image on this server runs alone
 	}
-	if len(inFlight) >= limit {
+	if len(inFlight) >= limit || srv.runs > 0 && onServer >= srv.runs {
 		return false
 	}
 	adm[slot] = now
+	if f, ok := g.onServer[srv.key][key]; ok {
+		f.slots[slot] = true
+	} else {
+		if g.onServer[srv.key] == nil {
+			g.onServer[srv.key] = map[types.NamespacedName]poolFlight{}
+		}
+		g.onServer[srv.key][key] = poolFlight{slots: map[string]bool{slot: true}, seen: now}
+	}
+	delete(g.done, types.NamespacedName{Namespace: pool.Namespace, Name: slot})
 	return true
+}
+
+// serverView records what pool's pass knows of its own deployments in flight (its fresh
+// admissions, and the slots its cache shows Deploying unless their Done is more recent than
+// the cache) and counts the server's, over every pool, slot excluded. Callers hold g.mu.
+func (g *DeployGate) serverView(server string, pool types.NamespacedName, adm map[string]time.Time, deploying []string, slot string, now time.Time) int {
+	if g.done == nil {
+		g.done = map[types.NamespacedName]time.Time{}
+	}
+	mine := map[string]bool{}
+	for s := range adm {
+		mine[s] = true
+	}
+	for _, s := range deploying {
+		if at, ok := g.done[types.NamespacedName{Namespace: pool.Namespace, Name: s}]; !ok || now.Sub(at) > admissionTTL {
+			mine[s] = true
+		}
+	}
+	delete(mine, slot)
+	pools := g.onServer[server]
+	if pools == nil {
+		pools = map[types.NamespacedName]poolFlight{}
+		g.onServer[server] = pools
+	}
+	if len(mine) > 0 {
+		pools[pool] = poolFlight{slots: mine, seen: now}
+	} else {
+		delete(pools, pool)
+	}
+	n := 0
+	for p, f := range pools {
+		if now.Sub(f.seen) > serverHeldTTL {
+			delete(pools, p)
+			continue
+		}
+		n += len(f.slots)
+	}
+	if len(pools) == 0 {
+		delete(g.onServer, server)
+	}
+	return n
 }
 
 // prune drops ended pauses, expired admissions, empty pools and images not seen warm for
@@ -128,6 +205,21 @@ func (g *DeployGate) prune(now time.Time) {
 	for k, at := range g.warm {
 		if now.Sub(at) > warmTTL {
 			delete(g.warm, k)
+		}
+	}
+	for k, pools := range g.onServer {
+		for p, f := range pools {
+			if now.Sub(f.seen) > serverHeldTTL || len(f.slots) == 0 {
+				delete(pools, p)
+			}
+		}
+		if len(pools) == 0 {
+			delete(g.onServer, k)
+		}
+	}
+	for s, at := range g.done {
+		if now.Sub(at) > admissionTTL {
+			delete(g.done, s)
 		}
 	}
 }
@@ -163,6 +255,25 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 			delete(g.admitted, key)
 		}
 	}
+	counted := false
+	for k, pools := range g.onServer {
+		if f, ok := pools[key]; ok && f.slots[slot] {
+			counted = true
+			delete(f.slots, slot)
+			if len(f.slots) == 0 {
+				delete(pools, key)
+			}
+		}
+		if len(pools) == 0 {
+			delete(g.onServer, k)
+		}
+	}
+	if counted { // a slot that never counted on a server needs no record
+		if g.done == nil {
+			g.done = map[types.NamespacedName]time.Time{}
+		}
+		g.done[types.NamespacedName{Namespace: pool.Namespace, Name: slot}] = g.Clock.Now()
+	}
 	if finished {
 		if g.warm == nil {
 			g.warm = map[string]time.Time{}
@@ -176,4 +287,11 @@ func (g *DeployGate) size() (admitted, warm, paused int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.admitted), len(g.warm), len(g.paused)
+}
+
+// serversHeld reports how many servers the gate counts deployments on, for tests.
+func (g *DeployGate) serversHeld() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.onServer)
 }

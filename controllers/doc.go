@@ -55,10 +55,12 @@
 //	dispatcher.go        Dispatcher: binding waves (in queue order: keepOrder) and queue positions
 //
 //	coolify_api.go       CoolifyAPI, the Coolify calls the controllers make; which instance a client talks to
-//	coolify_reads.go     BulkReader: a pool's applications and active deployments, listed once for all slots
+//	coolify_reads.go     BulkReader: a pool's applications and active deployments, listed once for all slots (and a user's servers)
 //	coolify_tags.go      the pool's Coolify tag and the owner mark on application descriptions
 //	coolify_wait.go      Coolify asking to wait: coolifyWait, throttledMessage
-//	deploy_gate.go       DeployGate: a pool's deployments in flight, a new image pulled alone, server pauses
+//	deploy_gate.go       DeployGate: a pool's deployments in flight, a server's over its pools, a new image pulled alone, server pauses
+//	server_limits.go     what each Coolify server runs at once (GET /servers, cached per user) and the pool's DeploymentsCapped
+//	coolify_priority.go  which Coolify requests are the start path and which housekeeping (slotPriority)
 //
 // The RBAC markers below are the manager's whole contract with the API server; controller-gen
 // turns them into config/rbac/role.yaml and the Helm chart's ClusterRole.

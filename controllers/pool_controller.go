@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
 )
 
 // poolFinalizer holds a BotPool until its slots (and through their own finalizers, the
@@ -76,6 +77,8 @@ type poolScope struct {
 	draining int
 	// throttled says why Coolify asked this pass to wait, or "".
 	throttled string
+	// server is what Coolify last said of the pool's server's settings, nil while unknown.
+	server *coolify.ServerSettings
 	// requeue is when the pool is looked at again after a pass that went well.
 	requeue time.Duration
 }
@@ -111,6 +114,7 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	if err := r.connect(ctx, s); err != nil {
 		return err
 	}
+	r.readServerLimits(ctx, s)
 	if err := r.supply(ctx, s); err != nil {
 		return err
 	}

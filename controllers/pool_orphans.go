@@ -23,6 +23,7 @@ import (
 // application is deleted: a running one may serve a meeting (of a cluster whose identity
 // changed, say), so it gets a Warning Event and is left alone.
 func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) error {
+	ctx = coolify.WithPriority(ctx, coolify.Housekeeping) // nobody waits for a sweep
 	tag := r.tag(s.pool)
 	apps, err := r.Coolify.Apps(ctx, s.api, tag, orDefault(r.OrphanCheck, DefaultAppCheck))
 	if err != nil {

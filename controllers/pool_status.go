@@ -40,6 +40,8 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonAvailable, "The pool reaches Coolify and serves bots")
 	}
 
+	setServerCondition(p, s.server, now)
+
 	switch {
 	case len(s.created) > 0 || counts.Creating > 0:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonScalingUp,

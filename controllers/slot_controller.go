@@ -189,6 +189,7 @@ func (r *BotPoolSlotReconciler) run(ctx context.Context, s *slotScope) error {
 		}
 		return r.instanceChanged(ctx, s)
 	}
+	ctx = withSlotPriority(ctx, s)
 	if deleted {
 		return r.reconcileDelete(ctx, s)
 	}

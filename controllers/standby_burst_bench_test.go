@@ -524,14 +524,14 @@ type burstResult struct {
 	// burst's creation and its container knowing the bot, summed over the bots: what a
 	// start itself cost Coolify (pathOps also holds other bots' housekeeping after their
 	// starts, such as a Busy slot's description).
-	ownPath int
-	readySim      time.Duration  // the meetings end → the pool ready again
-	readyWall     time.Duration
-	readyOps      map[string]int
-	tooMany       int
-	maxPerMin     int
-	overruns      int
-	steps         int
+	ownPath   int
+	readySim  time.Duration // the meetings end → the pool ready again
+	readyWall time.Duration
+	readyOps  map[string]int
+	tooMany   int
+	maxPerMin int
+	overruns  int
+	steps     int
 }
 
 // measureBurst: a pool of n warm slots, ready (minIdle n; in Running mode n standby

@@ -83,6 +83,10 @@ func TestMain(m *testing.M) {
 func startManager(e *kubetest.Env) error {
 	coolifySim = newSim(sim.Config{})
 	fixture = coolifySim.SeedDefault()
+	// Tests share this server one after another, and deployments one leaves in flight would
+	// hold the next one's back in the deploy gate's per-server bound: it runs what it is asked
+	// to (tests of a server's capacity give their pool a server of its own).
+	coolifySim.SetServerCapacity(fixture.ServerUUID, 100, 100)
 	return runManager(e)
 }
 

@@ -124,14 +124,6 @@ func (c *Client) ListApplications(ctx context.Context, tag string) ([]Applicatio
 	return out, err
 }
 
-func (c *Client) SetDescription(ctx context.Context, uuid, description string) error {
-	if utf8.RuneCountInString(description) > MaxDescriptionLength {
-		return fmt.Errorf("coolify: description longer than %d characters: %w", MaxDescriptionLength, ErrValidation)
-	}
-	return c.do(ctx, call{op: "update-application-by-uuid", method: http.MethodPatch,
-		path: "/applications/" + esc(uuid), body: map[string]string{"description": description}, idempotent: true})
-}
-
 func (c *Client) DeleteApplication(ctx context.Context, uuid string, o DeleteOptions) error {
 	q := url.Values{
 		"delete_configurations":     {strconv.FormatBool(o.DeleteConfigurations)},

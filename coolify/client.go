@@ -3,6 +3,8 @@ package coolify
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,6 +226,14 @@ func redactUserinfo(raw string) string {
 // BaseURL is the API root the client calls, ending in /api/v1.
 func (c *Client) BaseURL() string { return c.base.String() }
 
+// UserKey names the Coolify user the client acts as without revealing the token: a hash of
+// the instance's base URL and the token. Clients with the same key share what Coolify
+// shows one user (its budget, its team's servers); different keys share nothing.
+func (c *Client) UserKey() string {
+	sum := sha256.Sum256([]byte(c.base.String() + "\x00" + c.token))
+	return "user:" + hex.EncodeToString(sum[:12])
+}
+
 // call describes one API request.
 type call struct {
 	op     string
@@ -236,6 +246,10 @@ type call struct {
 	idempotent bool
 	// out receives the decoded 2xx body; nil discards it. A *string takes the raw body.
 	out any
+	// yield hands the call back (a *WaitError) instead of waiting for the rate limiter
+	// while a start-path request waits there, or for a pause: its caller has somewhere
+	// better to keep it (see SetDescription).
+	yield bool
 }
 
 // do runs a call with the instance's guard, rate limiting, retries and metrics. It waits
@@ -255,7 +269,7 @@ func (c *Client) do(ctx context.Context, cl call) (err error) {
 			return fmt.Errorf("coolify %s: encode body: %w", cl.op, err)
 		}
 	}
-	release, err := c.instance.acquire(ctx, c.clock, cl.op, c.maxWait)
+	release, err := c.instance.acquire(ctx, c.clock, cl.op, c.maxWait, PriorityOf(ctx))
 	if err != nil {
 		return err
 	}
@@ -332,7 +346,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 }
 
 func (c *Client) attempt(ctx context.Context, cl call, payload []byte, deadline time.Time) error {
-	waited, err := c.limiter.wait(ctx, c.clock, cl.op, c.maxWait)
+	waited, err := c.limiter.wait(ctx, c.clock, cl.op, c.maxWait, cl.yield)
 	if err != nil {
 		return err
 	}

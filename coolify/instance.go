@@ -2,6 +2,7 @@ package coolify
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -55,6 +56,10 @@ func (l InstanceLimits) withDefaults() InstanceLimits {
 type Instance struct {
 	limits InstanceLimits
 	slots  chan struct{}
+	// house bounds the places housekeeping holds (half of them, at least one): a request on
+	// the start path always finds a place, or waits only behind other start-path requests,
+	// however much housekeeping waits in the rate limiter while holding its place.
+	house chan struct{}
 
 	mu        sync.Mutex
 	failures  int           // transport failures in a row
@@ -67,43 +72,76 @@ type Instance struct {
 // NewInstance builds an instance guard.
 func NewInstance(limits InstanceLimits) *Instance {
 	limits = limits.withDefaults()
-	return &Instance{limits: limits, slots: make(chan struct{}, limits.MaxInFlight)}
+	return &Instance{limits: limits, slots: make(chan struct{}, limits.MaxInFlight),
+		house: make(chan struct{}, max(limits.MaxInFlight/2, 1))}
 }
 
-// acquire takes a bulkhead slot for a call, waiting at most maxWait for one, unless the
-// breaker is open. release must be called when the call ends.
-func (in *Instance) acquire(ctx context.Context, clk clock.Clock, op string, maxWait time.Duration) (release func(), err error) {
+// acquire takes a bulkhead slot for a call of class prio, waiting at most maxWait for one,
+// unless the breaker is open. release must be called when the call ends.
+func (in *Instance) acquire(ctx context.Context, clk clock.Clock, op string, maxWait time.Duration, prio Priority) (release func(), err error) {
 	probe, err := in.admit(clk.Now(), op)
 	if err != nil {
 		return nil, err
 	}
-	release = func() {
-		<-in.slots
-		if probe {
-			in.mu.Lock()
-			in.probing = false
-			in.mu.Unlock()
+	// One timer bounds the whole wait, made only when a place is not free at once (a test's
+	// clock may move when a timer is made).
+	var t clock.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
 		}
+	}()
+	timer := func() clock.Timer {
+		if t == nil && maxWait > 0 {
+			t = clk.NewTimer(maxWait)
+		}
+		return t
 	}
+	var held []chan struct{}
+	release = func() {
+		for _, ch := range held {
+			<-ch
+		}
+		in.unprobe(probe)
+	}
+	sems := []chan struct{}{in.slots}
+	if prio == Housekeeping {
+		sems = []chan struct{}{in.house, in.slots}
+	}
+	for _, sem := range sems {
+		if err := enter(ctx, sem, timer); err != nil {
+			release()
+			if errors.Is(err, errBulkheadFull) {
+				return nil, &WaitError{Op: op, Reason: WaitBulkhead, Wait: bulkheadRetry}
+			}
+			return nil, err
+		}
+		held = append(held, sem)
+	}
+	return release, nil
+}
+
+var errBulkheadFull = errors.New("bulkhead full")
+
+// enter takes a place in sem, waiting until the timer fires (none: not at all) or ctx ends.
+func enter(ctx context.Context, sem chan struct{}, timer func() clock.Timer) error {
 	select {
-	case in.slots <- struct{}{}:
-		return release, nil
+	case sem <- struct{}{}:
+		return nil
 	default:
 	}
-	if maxWait > 0 {
-		t := clk.NewTimer(maxWait)
-		defer t.Stop()
-		select {
-		case in.slots <- struct{}{}:
-			return release, nil
-		case <-t.C():
-		case <-ctx.Done():
-			in.unprobe(probe)
-			return nil, ctx.Err()
-		}
+	t := timer()
+	if t == nil {
+		return errBulkheadFull
 	}
-	in.unprobe(probe)
-	return nil, &WaitError{Op: op, Reason: WaitBulkhead, Wait: bulkheadRetry}
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-t.C():
+		return errBulkheadFull
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // admit applies the breaker: closed lets every call through; open refuses; after the open

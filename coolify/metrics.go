@@ -14,6 +14,8 @@ type Metrics struct {
 	throttled *prometheus.CounterVec
 	waits     *prometheus.CounterVec
 	notSent   *prometheus.CounterVec
+	// superseded counts description updates replaced by a newer one before they were sent.
+	superseded prometheus.Counter
 }
 
 // NewMetrics builds the collectors and registers them with reg; a nil reg registers nothing.
@@ -46,6 +48,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "botpool_coolify_calls_deferred_total",
 			Help: "Coolify API calls handed back to the caller to retry later instead of waiting (reason: rate_limited, limiter, bulkhead, breaker).",
 		}, []string{"operation", "reason"}),
+		superseded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "botpool_coolify_descriptions_superseded_total",
+			Help: "Application description updates replaced, while they waited for the rate limit, by a newer one for the same application (never sent).",
+		}),
 	}
 	m.requests = promreg.Register(reg, m.requests)
 	m.duration = promreg.Register(reg, m.duration)
@@ -53,5 +59,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.throttled = promreg.Register(reg, m.throttled)
 	m.waits = promreg.Register(reg, m.waits)
 	m.notSent = promreg.Register(reg, m.notSent)
+	m.superseded = promreg.Register(reg, m.superseded)
 	return m
 }

@@ -31,6 +31,10 @@ const (
 	ConditionBound = "Bound"
 	// ConditionAlive is True on a Bot whose container sends heartbeats.
 	ConditionAlive = "Alive"
+	// ConditionDeploymentsCapped is True on a BotPool whose maxConcurrentDeployments asks for
+	// more deployments at once than its Coolify server runs (concurrent_builds): advice, it
+	// leaves Ready as it is. Absent otherwise, and while the server's settings are unknown.
+	ConditionDeploymentsCapped = "DeploymentsCapped"
 )
 
 // BotReason says why a Bot ended in Fatal (status.reason) or why a condition has its status.

@@ -108,6 +108,9 @@ const (
 	// ReasonWarmingStandby: a pool with standby Running has fewer ready standby slots than
 	// minIdle (its Reconciling condition, while fresh containers start).
 	ReasonWarmingStandby = "WarmingStandby"
+	// ReasonServerRunsFewer: the pool's maxConcurrentDeployments exceeds what its Coolify
+	// server runs at once, which bounds the pool's deployments instead (DeploymentsCapped).
+	ReasonServerRunsFewer = "ServerRunsFewer"
 )
 
 // Reasons of the bot API's Events.

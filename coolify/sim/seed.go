@@ -135,6 +135,21 @@ func (s *Sim) WarmImage(serverUUID, image, tag string) {
 	}
 }
 
+// SetServerCapacity changes a server's concurrent_builds and deployment_queue_limit, as
+// PATCH /servers/{uuid} does (values below 1 are left as they are).
+func (s *Sim) SetServerCapacity(serverUUID string, concurrentBuilds, queueLimit int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if srv := s.servers[serverUUID]; srv != nil {
+		if concurrentBuilds >= 1 {
+			srv.ConcurrentBuilds = concurrentBuilds
+		}
+		if queueLimit >= 1 {
+			srv.DeploymentQueueLimit = queueLimit
+		}
+	}
+}
+
 // Fixture names what SeedDefault created.
 type Fixture struct {
 	ServerUUID      string

@@ -1,0 +1,38 @@
+package controllers
+
+import (
+	"context"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+)
+
+// When a Coolify user's budget (200 requests a minute) is short, the client serves the start
+// path first (see coolify.Priority). The controllers mark what is housekeeping; a request
+// nobody marked counts as the start path, so a forgotten mark costs what it cost before
+// priorities existed, and never holds a waiting bot back.
+//
+//   - a slot's pass: see slotPriority;
+//   - the pool's orphan sweep and its reads of the servers' settings: housekeeping
+//     (pool_orphans.go, server_limits.go);
+//   - description updates: housekeeping, always (the client marks them, and coalesces them).
+
+// withSlotPriority marks ctx's Coolify requests with the class of the slot's pass.
+func withSlotPriority(ctx context.Context, s *slotScope) context.Context {
+	return coolify.WithPriority(ctx, slotPriority(s))
+}
+
+// slotPriority is the class of a slot pass's Coolify requests: the start path while a bound
+// bot that is not being deleted waits for its container (its slot is created, deployed and
+// its deployment followed for it), housekeeping otherwise: a free slot's existence checks, a
+// running bot's slot's checks, the stop of a released slot, a recovery, a deletion.
+func slotPriority(s *slotScope) coolify.Priority {
+	if s.bot == nil || !s.bot.DeletionTimestamp.IsZero() || !s.slot.DeletionTimestamp.IsZero() {
+		return coolify.Housekeeping
+	}
+	switch s.slot.Status.Phase {
+	case "", v1.SlotCreating, v1.SlotIdle, v1.SlotDeploying:
+		return coolify.StartPath
+	}
+	return coolify.Housekeeping
+}

@@ -1,0 +1,180 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+)
+
+// A Coolify server runs concurrent_builds deployments at once (2 by default) and queues at
+// most deployment_queue_limit more, for every pool and person deploying to it. The pool
+// controller reads each Coolify user's servers (GET /servers) now and then; the deploy gate
+// then bounds the deployments in flight per server, over all pools of that user, to what the
+// server runs, and a pool that asks for more says so in a condition. Until a read succeeds,
+// the gate bounds per pool only, as it always did: a failing GET /servers never holds a
+// deployment back.
+const (
+	// serversRefresh is how long a user's list of servers is believed: settings change by
+	// hand, rarely, and a read costs one request of the user's budget.
+	serversRefresh = 5 * time.Minute
+	// serversRetry is how soon a read that failed (or any read) is tried again.
+	serversRetry = time.Minute
+	// serversForget drops the list of a user no pool has asked about for this long.
+	serversForget = time.Hour
+)
+
+// serverLister is the part of a Coolify client that lists servers. *coolify.Client has it;
+// a client without it (a unit test's fake) leaves the gate per pool.
+type serverLister interface {
+	ListServers(ctx context.Context) ([]coolify.Server, error)
+}
+
+// coolifyUser names the Coolify user an API acts as (see coolify.Client.UserKey), or "" for
+// an API that does not say.
+func coolifyUser(api CoolifyAPI) string {
+	if u, ok := api.(interface{ UserKey() string }); ok {
+		return u.UserKey()
+	}
+	return ""
+}
+
+// RefreshServers reads the servers of api's user unless a read is at most serversRefresh old
+// (or one was tried within serversRetry). It is housekeeping, and a failure changes nothing:
+// the last settings read (or none) stay in use.
+func (b *BulkReader) RefreshServers(ctx context.Context, api CoolifyAPI) {
+	user := coolifyUser(api)
+	lister, ok := api.(serverLister)
+	if user == "" || !ok {
+		return
+	}
+	now := b.Clock.Now()
+	b.mu.Lock()
+	for u, snap := range b.servers {
+		if now.Sub(snap.fetched) > serversForget && now.Sub(b.serversTried[u]) > serversForget {
+			delete(b.servers, u)
+			delete(b.serversTried, u)
+		}
+	}
+	snap, known := b.servers[user]
+	due := (!known || now.Sub(snap.fetched) >= serversRefresh) && now.Sub(b.serversTried[user]) >= serversRetry
+	if due {
+		if b.serversTried == nil {
+			b.serversTried = map[string]time.Time{}
+		}
+		b.serversTried[user] = now
+	}
+	b.mu.Unlock()
+	if !due {
+		return
+	}
+	_, err, _ := b.flight.Do("servers/"+user, func() (any, error) {
+		list, err := lister.ListServers(coolify.WithPriority(ctx, coolify.Housekeeping))
+		if err != nil {
+			return nil, err
+		}
+		byUUID := make(map[string]coolify.ServerSettings, len(list))
+		for _, s := range list {
+			byUUID[s.UUID] = s.Settings
+		}
+		b.mu.Lock()
+		if b.servers == nil {
+			b.servers = map[string]snapshot[map[string]coolify.ServerSettings]{}
+		}
+		b.servers[user] = snapshot[map[string]coolify.ServerSettings]{items: byUUID, fetched: b.Clock.Now()}
+		b.mu.Unlock()
+		return nil, nil
+	})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("Reading the Coolify servers' settings failed; deployments are bounded per pool only until a read succeeds", "error", err.Error())
+	}
+}
+
+// ServerSettings is what the last read of user's servers said of server; ok is false when
+// there was none, or the user does not see that server.
+func (b *BulkReader) ServerSettings(user, server string) (settings coolify.ServerSettings, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	settings, ok = b.servers[user].items[server]
+	return settings, ok
+}
+
+// serverRuns is how many deployments a server runs at once by its settings: concurrent_builds,
+// or fewer when its queue holds fewer (every deployment is queued first, and a full queue
+// refuses the next). 0 means unknown.
+func serverRuns(st coolify.ServerSettings) int {
+	n := st.ConcurrentBuilds
+	if n <= 0 {
+		return 0
+	}
+	if q := st.DeploymentQueueLimit; q > 0 && q < n {
+		n = q
+	}
+	return n
+}
+
+// coolifyServer is the Coolify server a pool deploys to, as the pool's credentials see it.
+type coolifyServer struct {
+	// instance is the Coolify instance (its base URL): a full queue pauses an instance's server.
+	instance string
+	// key names the server for the deploy gate's per-server bound: instance, Coolify user and
+	// server uuid. Server uuids are unique only per instance, and a pool may name any uuid:
+	// with the user in the key, a tenant's pool naming another tenant's server (on another
+	// instance, or in another team of the same one) never shares, and so never fills, its
+	// gate; the pools of one user on one server share it.
+	key string
+	// runs is what the server runs at once (serverRuns), 0 while unknown.
+	runs int
+}
+
+// serverOf is the slot's pool's server, with what its last read settings say it runs.
+func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
+	instance, user, uuid := coolifyInstance(s.api), coolifyUser(s.api), s.pool.Spec.Coolify.ServerUUID
+	srv := coolifyServer{instance: instance, key: instance + "|" + user + "|" + uuid}
+	if st, ok := r.Coolify.ServerSettings(user, uuid); ok {
+		srv.runs = serverRuns(st)
+	}
+	return srv
+}
+
+// readServerLimits refreshes the servers of the pool's Coolify user (housekeeping, at most
+// every serversRefresh) and notes what the pool's server runs, for its status.
+func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) {
+	if s.api == nil || r.Coolify == nil {
+		return
+	}
+	r.Coolify.RefreshServers(ctx, s.api)
+	if st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), s.pool.Spec.Coolify.ServerUUID); ok {
+		s.server = &st
+	}
+}
+
+// setServerCondition says, in DeploymentsCapped, when the pool's maxConcurrentDeployments asks
+// for more than its server runs: advice, not a fault, so Ready does not change. It is absent
+// when the pool asks for no more, or while the server's settings are unknown.
+func setServerCondition(p *v1.BotPool, server *coolify.ServerSettings, now time.Time) {
+	want := int(p.Spec.MaxConcurrentDeployments)
+	if want < 1 {
+		want = v1.DefaultMaxConcurrentDeployments
+	}
+	runs := 0
+	if server != nil {
+		runs = serverRuns(*server)
+	}
+	if runs == 0 || want <= runs {
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionDeploymentsCapped)
+		return
+	}
+	v1.SetCondition(&p.Status.Conditions, metav1.Condition{
+		Type: v1.ConditionDeploymentsCapped, Status: metav1.ConditionTrue, Reason: v1.ReasonServerRunsFewer, ObservedGeneration: p.Generation,
+		Message: fmt.Sprintf("maxConcurrentDeployments is %d, but Coolify server %s runs %d deployment(s) at once (concurrent_builds %d, deployment_queue_limit %d), "+
+			"shared by every pool on it: at most %d of this pool's deployments run at once. Lower maxConcurrentDeployments, or raise concurrent_builds in Coolify",
+			want, p.Spec.Coolify.ServerUUID, runs, server.ConcurrentBuilds, server.DeploymentQueueLimit, runs),
+	}, now)
+}
