@@ -64,10 +64,15 @@ func TestPoolSaysWhenItsServerRunsFewerDeployments(t *testing.T) {
 		t.Errorf("advice made the pool not Ready: %+v", pool.Status.Conditions)
 	}
 
-	pool.Spec.MaxConcurrentDeployments = 2
-	if err := env.Client.Update(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
+	// The pool controller writes the pool's status meanwhile: update the latest version.
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		latest := &v1.BotPool{}
+		if err := env.Client.Get(context.Background(), key, latest); err != nil {
+			return err
+		}
+		latest.Spec.MaxConcurrentDeployments = 2
+		return env.Client.Update(context.Background(), latest)
+	})
 	capped(t, key, notCapped)
 }
 
