@@ -72,10 +72,16 @@ func (r *BotPoolSlotReconciler) setStandby(s *slotScope, state v1.StandbyState) 
 		return
 	}
 	now := metav1.NewTime(r.Clock.Now())
-	st.Standby, st.StandbySince = state, &now
-	if state == "" {
+	switch {
+	case state == "":
 		st.StandbySince = nil
+	case state == v1.StandbyReady && st.StandbySince != nil:
+		// Ready keeps the deploy request's time: the container's asks count only from then
+		// (lastAsk), and an ask made before the slot noticed it must keep counting.
+	default:
+		st.StandbySince = &now
 	}
+	st.Standby = state
 }
 
 // standbyIdle is the step of a free Idle slot of a standby pool: deploy a fresh container,
@@ -120,7 +126,7 @@ func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) 
 			r.setStandby(s, v1.StandbyReady)
 			st.Message = "Standby container " + shortToken(st.TokenSHA256) + " asks for work"
 			r.Recorder.Eventf(s.slot, nil, corev1.EventTypeNormal, v1.ReasonStandbyReady, "Standby",
-				"The fresh container asked for work %s after its deploy request", ask.At.Sub(st.StandbySince.Time).Round(time.Millisecond))
+				"The fresh container asked for work %s after its deploy request", max(0, ask.At.Sub(st.StandbySince.Time)).Round(time.Millisecond))
 			r.describe(ctx, s, v1.SlotIdle, now)
 			s.after(r.standbyCheck(s, standbyReadyCheck))
 			return nil

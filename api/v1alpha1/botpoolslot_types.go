@@ -107,7 +107,8 @@ type BotPoolSlotStatus struct {
 	// Running); empty when the slot has none. Written by the slot controller only.
 	// +optional
 	Standby StandbyState `json:"standby,omitempty"`
-	// StandbySince is when Standby last changed.
+	// StandbySince is when the slot's current standby container was requested (Starting,
+	// Ready: its asks count from then), or when it was found Lost.
 	// +optional
 	StandbySince *metav1.Time `json:"standbySince,omitempty"`
 
