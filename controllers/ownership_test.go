@@ -35,6 +35,11 @@ type ownershipAPI struct {
 
 func (a *ownershipAPI) SetDescription(context.Context, string, string) error { return nil }
 
+// UpsertEnvs takes the fresh credential a slot sets once its container is stopped.
+func (a *ownershipAPI) UpsertEnvs(_ context.Context, _ string, env []coolify.EnvVar) ([]coolify.EnvVar, error) {
+	return env, nil
+}
+
 func (a *ownershipAPI) ListApplications(context.Context, string) ([]coolify.Application, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
