@@ -72,6 +72,10 @@ func (w *PoolWrapper) Queue(defaultTimeout, maxTimeout v1.Duration) *PoolWrapper
 	return w
 }
 func (w *PoolWrapper) Timing(t v1.Timing) *PoolWrapper { w.Spec.Timing = t; return w }
+func (w *PoolWrapper) Standby(m v1.StandbyMode) *PoolWrapper {
+	w.Spec.Standby = m
+	return w
+}
 
 // SlotEnvFrom names the Secret whose keys every slot's containers get as env variables.
 func (w *PoolWrapper) SlotEnvFrom(secret string) *PoolWrapper {
