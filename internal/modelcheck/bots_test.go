@@ -21,6 +21,8 @@ import (
 // application uuid and token) and speaks only the bot API, like a real bot image: the slot's
 // token fetches the config, whose binding credential (cred) the bot calls carry.
 type container struct {
+	seq              uint64 // the simulator's, increasing with every container start
+	asked            bool   // the bot API took one of its config calls (it authenticated)
 	app, slot, token string
 	cred             string // from its config; empty until it fetched one
 	bot              string // from its config; empty until it fetched one
@@ -33,8 +35,10 @@ type container struct {
 func (w *world) containerStarted(c sim.Container) {
 	w.cmu.Lock()
 	defer w.cmu.Unlock()
-	w.containers[c.AppUUID] = &container{app: c.AppUUID, slot: c.AppName, token: c.Env["BOTPOOL_SLOT_TOKEN"]}
+	ct := &container{seq: c.Seq, app: c.AppUUID, slot: c.AppName, token: c.Env["BOTPOOL_SLOT_TOKEN"]}
+	w.containers[c.AppUUID] = ct
 	w.lastStart[c.AppUUID] = c.At
+	w.containerStartedForStandby(ct)
 }
 
 func (w *world) containerStopped(c sim.Container) {
@@ -83,10 +87,14 @@ func (w *world) call(method, path, token string, body any) (int, []byte) {
 func (w *world) fetchConfig(c *container) {
 	w.counts["bot-api config"]++
 	code, body := w.call(http.MethodGet, "/v1/slots/"+c.app+"/config", c.token, nil)
+	if code != http.StatusUnauthorized && code != http.StatusTooManyRequests {
+		c.asked = true
+	}
 	switch code {
 	case http.StatusOK:
 		var cfg botclient.Config
 		must(json.Unmarshal(body, &cfg))
+		w.containerServes(c, cfg.Bot)
 		if cfg.Bot != c.bot {
 			c.bot, c.phase, c.leave = cfg.Bot, "", false
 		}

@@ -169,6 +169,7 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 	now := w.clk.Now()
 	w.log.add(fmt.Sprintf("%s MODEL %s slot %s: %s", now.Format("15:04:05.000"), op, nameOf(o, n), describeSlot(n)))
 	if n != nil && n.Spec.BotRef != nil && (o == nil || o.Spec.BotRef == nil) {
+		w.checkStandbyBinding(n)
 		w.bindAt[n.Name] = now
 		w.binds = append(w.binds, bindEvent{slot: n.Name, pool: n.Spec.Pool, bot: n.Spec.BotRef.Name, uid: n.Spec.BotRef.UID, at: now})
 		w.counts["write: bind"]++
@@ -189,7 +190,10 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 				o.Name, o.Status.Phase, o.Status.RecoveryAttempts, w.faults.coolify)
 		}
 	}
-	if o != nil && n != nil && n.Status.RecoveryAttempts > o.Status.RecoveryAttempts && w.faults.coolifyDown() {
+	// A standby container that did not take its bot (StandbyLost) is judged on the bot API's
+	// record of its asks, not on Coolify: an outage neither causes nor excuses it.
+	standbyLost := n != nil && n.Status.Reason == string(v1.ReasonStandbyLost)
+	if o != nil && n != nil && n.Status.RecoveryAttempts > o.Status.RecoveryAttempts && w.faults.coolifyDown() && !standbyLost {
 		w.violate("invariant 9: slot %s counted a failed recovery (%d) while every Coolify call fails (%s): %s",
 			n.Name, n.Status.RecoveryAttempts, w.faults.coolify, n.Status.Message)
 	}
@@ -217,20 +221,31 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 		started, ok := w.lastStart[app]
 		byHand := w.deletedByHand[app]
 		w.cmu.Unlock()
-		if byHand {
+		w.cmu.Lock()
+		_, taken := w.standby.servedBy[bot]
+		w.cmu.Unlock()
+		switch {
+		case byHand:
 			w.counts["slot Busy on an application deleted by hand"]++
-		} else if !w.running(app) && (!ok || started.Before(w.bindAt[n.Name])) {
+		case o.Status.Standby == v1.StandbyReady:
+			// A standby slot's container started before the binding and took it from the
+			// bot API: the bot's binding reached a container (it may have crashed since).
+			if !taken {
+				w.violate("slot %s turned Busy (%q) on its standby container, but no container took bot %s's binding", n.Name, n.Status.Message, bot)
+			}
+		case !w.running(app) && (!ok || started.Before(w.bindAt[n.Name])):
 			w.violate("slot %s turned Busy (%q) but no container of application %s ran since bot %s was bound at %s (last start %s; deployments %s)",
 				n.Name, n.Status.Message, app, bot, w.bindAt[n.Name].Format(time.RFC3339), started.Format(time.RFC3339), w.deploymentsOf(app))
 		}
 	case v1.SlotError:
-		if w.faults.coolifyDown() {
+		if w.faults.coolifyDown() && !standbyLost {
 			w.violate("invariant 9: slot %s went to Error (%s: %s) while every Coolify call fails (%s)",
 				n.Name, n.Status.Reason, n.Status.Message, w.faults.coolify)
 		}
 		switch n.Status.Reason {
 		case string(v1.ReasonDeployingTimeout), "DeploymentTimeout", "DeploymentLost":
-			if w.postgres && w.store.isDown() {
+			// A standby container's deployment has no bot, so no liveness to read.
+			if w.postgres && w.store.isDown() && bot != "" {
 				w.violate("invariant 10: slot %s failed bot %s's deployment (%s) on liveness while the store is down", n.Name, bot, n.Status.Reason)
 			}
 			w.checkNotFresh(bot, n.Spec.Pool, "slot "+n.Name+" failed its deployment ("+n.Status.Reason+")")
@@ -410,7 +425,8 @@ func freeSlots(slots []v1.BotPoolSlot, pool string) []string {
 // isFreeSlot is the model's own reading of a free slot: Idle, unbound, not being deleted and
 // no deployment of its own in flight.
 func isFreeSlot(s *v1.BotPoolSlot) bool {
-	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() && s.Status.DeployingSince == nil
+	return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil && s.DeletionTimestamp.IsZero() && s.Status.DeployingSince == nil &&
+		(s.Status.Standby == "" || s.Status.Standby == v1.StandbyReady) // a standby slot is free while its container asks
 }
 
 // checkQueueServed: invariant 3 in the API server.
@@ -498,7 +514,7 @@ func (w *world) checkSettled(when string) {
 				w.violate("mirror (%s): slot %s is bound to bot %s, whose status.slotName is %q", when, s.Name, b.Name, b.Status.SlotName)
 			}
 		}
-		if s.Status.Phase == v1.SlotIdle && s.Status.ApplicationUUID != "" && w.running(s.Status.ApplicationUUID) {
+		if s.Status.Phase == v1.SlotIdle && s.Status.Standby == "" && s.Status.ApplicationUUID != "" && w.running(s.Status.ApplicationUUID) {
 			w.violate("settled (%s): slot %s is Idle but its container runs", when, s.Name)
 		}
 	}
