@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"botpool.dev/botpool/internal/stats"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -113,12 +115,12 @@ func warmAcquire(b *testing.B) {
 	rate := float64(burstBots) / window.Seconds()
 
 	r := newReport(b, "Warm acquire (issue 8, items 1 and 2)")
-	r.atMost("uncontended acquire p50", ms(percentile(seq, 50)), ms(targetUncontendedP50), "ms")
-	r.atMost("uncontended acquire p99", ms(percentile(seq, 99)), ms(targetUncontendedP99), "ms")
-	r.info("burst acquire p50", "%.4g ms", ms(percentile(burst, 50)))
-	r.info("burst acquire p99", "%.4g ms", ms(percentile(burst, 99)))
-	r.info("burst create → Queued p50/p99", "%.4g / %.4g ms", ms(percentile(toQueued, 50)), ms(percentile(toQueued, 99)))
-	r.info("burst Queued → bound p50/p99", "%.4g / %.4g ms", ms(percentile(queuedToBound, 50)), ms(percentile(queuedToBound, 99)))
+	r.atMost("uncontended acquire p50", ms(stats.Percentile(seq, 50)), ms(targetUncontendedP50), "ms")
+	r.atMost("uncontended acquire p99", ms(stats.Percentile(seq, 99)), ms(targetUncontendedP99), "ms")
+	r.info("burst acquire p50", "%.4g ms", ms(stats.Percentile(burst, 50)))
+	r.info("burst acquire p99", "%.4g ms", ms(stats.Percentile(burst, 99)))
+	r.info("burst create → Queued p50/p99", "%.4g / %.4g ms", ms(stats.Percentile(toQueued, 50)), ms(stats.Percentile(toQueued, 99)))
+	r.info("burst Queued → bound p50/p99", "%.4g / %.4g ms", ms(stats.Percentile(queuedToBound, 50)), ms(stats.Percentile(queuedToBound, 99)))
 	r.atLeast("burst assignments/s", rate, targetBurstRate, "/s")
 	r.info("manager CPU per burst bot", "%.3g ms", ms(cpu)/burstBots)
 	r.info("raw updates/s (16 workers)", "%.4g /s", raw)
@@ -129,10 +131,10 @@ func warmAcquire(b *testing.B) {
 	r.note("acquire = create request sent → slot.spec.botRef seen by the benchmark's watch; raw = merge patches of one BotPoolSlot's spec.botRef each (optimistic lock), before the manager runs")
 	r.note("warm-up: %d slots Idle %v after the pool was created", sequentialBots+burstBots, warmup.Round(time.Second))
 	r.print()
-	r.metric(ms(percentile(seq, 50)), "seq-p50-ms")
-	r.metric(ms(percentile(seq, 99)), "seq-p99-ms")
-	r.metric(ms(percentile(burst, 50)), "burst-p50-ms")
-	r.metric(ms(percentile(burst, 99)), "burst-p99-ms")
+	r.metric(ms(stats.Percentile(seq, 50)), "seq-p50-ms")
+	r.metric(ms(stats.Percentile(seq, 99)), "seq-p99-ms")
+	r.metric(ms(stats.Percentile(burst, 50)), "burst-p50-ms")
+	r.metric(ms(stats.Percentile(burst, 99)), "burst-p99-ms")
 	r.metric(rate, "assign/s")
 	r.metric(raw, "raw-updates/s")
 	r.metric(rate/raw, "ratio-vs-raw")

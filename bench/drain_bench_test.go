@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"botpool.dev/botpool/internal/stats"
+
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
@@ -106,19 +108,19 @@ func queueDrain(b *testing.B) {
 		sc.fatalf("%d releases were followed by a binding, want %d", len(release), drainQueued)
 	}
 	r := newReport(b, "Queue drain (issue 8, item 3)")
-	r.atMost("release → next bound p50", ms(percentile(release, 50)), ms(targetReleaseToBound), "ms")
-	r.atMost("release → next bound p99", ms(percentile(release, 99)), ms(targetReleaseToBound), "ms")
-	r.info("Done reported → next bound p50/p99", "%.4g / %.4g ms", ms(percentile(fromDone, 50)), ms(percentile(fromDone, 99)))
-	r.info("slot Idle → next bound p50/p99", "%.4g / %.4g ms", ms(percentile(fromIdle, 50)), ms(percentile(fromIdle, 99)))
+	r.atMost("release → next bound p50", ms(stats.Percentile(release, 50)), ms(targetReleaseToBound), "ms")
+	r.atMost("release → next bound p99", ms(stats.Percentile(release, 99)), ms(targetReleaseToBound), "ms")
+	r.info("Done reported → next bound p50/p99", "%.4g / %.4g ms", ms(stats.Percentile(fromDone, 50)), ms(stats.Percentile(fromDone, 99)))
+	r.info("slot Idle → next bound p50/p99", "%.4g / %.4g ms", ms(stats.Percentile(fromIdle, 50)), ms(stats.Percentile(fromIdle, 99)))
 	r.info("time to serve all 1000", "%.3g s", served.Seconds())
 	r.info("manager CPU per served bot", "%.3g ms", ms(cpu)/float64(drainQueued+drainSlots))
 	r.note("%d slots Busy, %d bots queued; each bot stays %v in its meeting (±50%%) once the first ones may end; served = release of the first bots → last queued bot bound",
 		drainSlots, drainQueued, drainMeeting)
 	r.note("release = the slot's spec.botRef cleared (the slot controller's answer to Done), seen by the benchmark's watch, like every binding")
 	r.print()
-	r.metric(ms(percentile(release, 50)), "release-p50-ms")
-	r.metric(ms(percentile(release, 99)), "release-p99-ms")
-	r.metric(ms(percentile(fromDone, 50)), "done-p50-ms")
+	r.metric(ms(stats.Percentile(release, 50)), "release-p50-ms")
+	r.metric(ms(stats.Percentile(release, 99)), "release-p99-ms")
+	r.metric(ms(stats.Percentile(fromDone, 50)), "done-p50-ms")
 	r.metric(served.Seconds(), "serve-1000-s")
 }
 

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"botpool.dev/botpool/internal/stats"
 )
 
 // The measuring helpers decide every figure the benchmarks print, so they are tested on
@@ -18,14 +20,14 @@ func TestPercentile(t *testing.T) {
 		p    float64
 		want time.Duration
 	}{{50, 50 * time.Millisecond}, {99, 99 * time.Millisecond}, {100, 100 * time.Millisecond}, {0.1, time.Millisecond}} {
-		if got := percentile(ds, c.p); got != c.want {
+		if got := stats.Percentile(ds, c.p); got != c.want {
 			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
 		}
 	}
-	if got := percentile([]time.Duration{7}, 99); got != 7 {
+	if got := stats.Percentile([]time.Duration{7}, 99); got != 7 {
 		t.Errorf("p99 of one = %v, want 7", got)
 	}
-	if got := percentile(nil, 50); got != 0 {
+	if got := stats.Percentile(nil, 50); got != 0 {
 		t.Errorf("p50 of none = %v, want 0", got)
 	}
 	if ds[0] != 100*time.Millisecond {

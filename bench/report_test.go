@@ -3,25 +3,12 @@ package bench
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 )
-
-// percentile returns the nearest-rank p-th percentile (0 < p ≤ 100) of ds; 0 for none.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	rank := int(math.Ceil(p / 100 * float64(len(s))))
-	return s[min(max(rank, 1), len(s))-1]
-}
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

@@ -7,15 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"botpool.dev/botpool/internal/stats"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
@@ -600,19 +600,8 @@ func measureBurst(tb testing.TB, name string, mode burstMode, n int) burstResult
 	return res
 }
 
-// nearestRank is the nearest-rank p-th percentile (0 < p ≤ 100) of ds; 0 for none.
-func nearestRank(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	rank := int(math.Ceil(p / 100 * float64(len(s))))
-	return s[min(max(rank, 1), len(s))-1]
-}
-
 func spread(ds []time.Duration, round time.Duration) string {
-	return fmt.Sprintf("p50 %s, p99 %s, max %s", nearestRank(ds, 50).Round(round), nearestRank(ds, 99).Round(round), nearestRank(ds, 100).Round(round))
+	return fmt.Sprintf("p50 %s, p99 %s, max %s", stats.Percentile(ds, 50).Round(round), stats.Percentile(ds, 99).Round(round), stats.Percentile(ds, 100).Round(round))
 }
 
 // sharedReads are the pool's background reads: they run whether or not bots start, once per
@@ -666,7 +655,7 @@ func (r burstResult) String() string {
 	fmt.Fprintf(&w, "      by route: %s\n", opsLine(r.readyOps, 1))
 	fmt.Fprintf(&w, "    whole run: %d answered 429, at most %d requests in any 60 s (limit %d)\n", r.tooMany, r.maxPerMin, coolify.DefaultRateLimit)
 	if r.mode.standby.Running() {
-		p99 := nearestRank(r.known, 99)
+		p99 := stats.Percentile(r.known, 99)
 		fmt.Fprintf(&w, "    [target: p99 created → knows its bot ≤ %s simulated: %s; 0 Coolify requests on a bot's own start path: %s]\n",
 			burstTarget, verdict(p99 <= burstTarget), verdict(r.ownPath == 0))
 	}
@@ -676,7 +665,7 @@ func (r burstResult) String() string {
 // ratioLine compares the baseline with Running: how many times longer a bot waits in Stopped
 // mode. A Running figure below the clock's resolution gives a lower bound.
 func ratioLine(what string, stopped, running []time.Duration, step time.Duration) string {
-	s, r := nearestRank(stopped, 99), nearestRank(running, 99)
+	s, r := stats.Percentile(stopped, 99), stats.Percentile(running, 99)
 	if r == 0 {
 		return fmt.Sprintf("    %s p99: Stopped %s, Running within the first step (< %s): Stopped/Running > %.0f×\n",
 			what, s.Round(time.Second), step, float64(s)/float64(step))
@@ -707,9 +696,9 @@ func BenchmarkStandbyBurst(b *testing.B) {
 	for _, r := range results {
 		w.WriteString(r.String())
 		tag := strings.ToLower(string(r.mode.standby))
-		b.ReportMetric(nearestRank(r.known, 50).Seconds(), "p50-known-s-"+tag)
-		b.ReportMetric(nearestRank(r.known, 99).Seconds(), "p99-known-s-"+tag)
-		b.ReportMetric(nearestRank(r.report, 99).Seconds(), "p99-report-s-"+tag)
+		b.ReportMetric(stats.Percentile(r.known, 50).Seconds(), "p50-known-s-"+tag)
+		b.ReportMetric(stats.Percentile(r.known, 99).Seconds(), "p99-known-s-"+tag)
+		b.ReportMetric(stats.Percentile(r.report, 99).Seconds(), "p99-report-s-"+tag)
 		b.ReportMetric(float64(r.ownPath), "own-path-requests-"+tag)
 		b.ReportMetric(r.readySim.Seconds(), "ready-again-s-"+tag)
 	}
