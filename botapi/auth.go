@@ -16,24 +16,34 @@ import (
 
 // authenticate finds the slot whose token the request carries. Every failure is the same 401
 // so a caller learns nothing about which part was wrong. A client address that failed too
-// often is refused with 429 before any lookup (see authFailures).
+// often gets 429 for its failures (see authFailures) — only for them: many containers share
+// one address (a Coolify server's, a proxy's), and the retired ones of any tenant, sending a
+// replaced slot token or an ended binding's credential, must not lock the others out. The
+// lookup is a cache index, cheap enough to make before the limit.
 func (s *Server) authenticate(r *http.Request) (*v1.BotPoolSlot, error) {
-	from := clientKey(r.RemoteAddr)
-	if wait := s.authFailures.blocked(from, s.cfg.Clock.Now()); wait > 0 {
-		return nil, &apiError{code: http.StatusTooManyRequests, msg: "too many requests with invalid tokens from this address", retryAfter: wait}
-	}
 	slot, err := s.findSlot(r)
-	var ae *apiError
-	if errors.As(err, &ae) && ae.code == http.StatusUnauthorized {
-		s.authFailures.failed(from, s.cfg.Clock.Now())
-	}
 	if err != nil {
-		return nil, err
+		return nil, s.authFailed(r, err)
 	}
 	if !s.allow(slot.UID) {
 		return nil, &apiError{code: http.StatusTooManyRequests, msg: "too many requests from this slot", retryAfter: time.Second}
 	}
 	return slot, nil
+}
+
+// authFailed counts a failed authentication against the client's address and answers it:
+// err (a 401), or 429 once the address failed too often. Other errors pass unchanged.
+func (s *Server) authFailed(r *http.Request, err error) error {
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.code != http.StatusUnauthorized {
+		return err
+	}
+	from, now := clientKey(r.RemoteAddr), s.cfg.Clock.Now()
+	if wait := s.authFailures.blocked(from, now); wait > 0 {
+		return &apiError{code: http.StatusTooManyRequests, msg: "too many requests with invalid tokens from this address", retryAfter: wait}
+	}
+	s.authFailures.failed(from, now)
+	return err
 }
 
 // findSlot finds the slot whose recorded token hash (status.tokenSHA256, written by the slot

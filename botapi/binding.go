@@ -153,14 +153,10 @@ func (s *Server) refuseClaim(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolS
 // path names that bot and that its binding holds, and applies the slot's rate limit. The slot
 // token is refused here: it only claims. bot and slot are the cache's: read only.
 func (s *Server) authenticateBinding(r *http.Request) (*v1.Bot, *v1.BotPoolSlot, error) {
-	from := clientKey(r.RemoteAddr)
-	if wait := s.authFailures.blocked(from, s.cfg.Clock.Now()); wait > 0 {
-		return nil, nil, &apiError{code: http.StatusTooManyRequests, msg: "too many requests with invalid tokens from this address", retryAfter: wait}
-	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	switch {
 	case !ok || token == "":
-		return nil, nil, errorf(http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <the credential of the config answer>")
+		return nil, nil, s.authFailed(r, errorf(http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <the credential of the config answer>"))
 	case strings.HasPrefix(token, slotPrefix):
 		// Not looked up, so not counted: an image written for the slot token learns what to do.
 		return nil, nil, errorf(http.StatusUnauthorized, "the slot token (BOTPOOL_SLOT_TOKEN) only fetches the config: "+
@@ -168,8 +164,7 @@ func (s *Server) authenticateBinding(r *http.Request) (*v1.Bot, *v1.BotPoolSlot,
 	}
 	bot, claim, err := s.botByCredential(r.Context(), token)
 	if errors.Is(err, errNoSuchToken) {
-		s.authFailures.failed(from, s.cfg.Clock.Now())
-		return nil, nil, errorf(http.StatusUnauthorized, "invalid token")
+		return nil, nil, s.authFailed(r, errorf(http.StatusUnauthorized, "invalid token"))
 	}
 	if err != nil {
 		return nil, nil, err

@@ -414,6 +414,18 @@ func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope)
 func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why string) error {
 	ref := *s.slot.Spec.BotRef
 	ctrl.LoggerFrom(ctx).Info("Releasing slot", "bot", ref.Name, "why", why)
+	if st := &s.slot.Status; st.Phase == v1.SlotIdle && st.Standby == v1.StandbyReady {
+		// The bot ended before it started, but its standby container may have taken its
+		// binding (the meeting, its credential): it serves no other bot. The slot replaces it
+		// as after any bot, and says so in its status before it lets the bot go: were the
+		// binding cleared first, a crash or a lost write in between would leave a free,
+		// Ready slot whose container could take the next bot.
+		before := s.slot.DeepCopy()
+		r.moveTo(s, v1.SlotReleasing, "", "Bot "+ref.Name+" let go before it started; replacing the standby container that may have taken it")
+		if err := r.Client.Status().Patch(ctx, s.slot, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return err
+		}
+	}
 	patch := client.MergeFromWithOptions(s.slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	s.slot.Spec.BotRef = nil
 	status := s.slot.Status // the patch answers with the stored status; keep ours
@@ -422,14 +434,6 @@ func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why st
 	}
 	s.slot.Status = status
 	s.bot = nil
-	if status.Phase == v1.SlotIdle && status.Standby == v1.StandbyReady {
-		// The bot ended before it started, but its standby container may have taken its
-		// binding (the meeting, its credential): it serves no other bot. The slot replaces
-		// it as after any bot; the releasing step runs on the next pass, which the update
-		// above brings.
-		r.moveTo(s, v1.SlotReleasing, "", "Bot "+ref.Name+" let go before it started; replacing the standby container that may have taken it")
-		s.transitions[len(s.transitions)-1].BotUID, s.transitions[len(s.transitions)-1].BotName = ref.UID, ref.Name
-	}
 	return nil
 }
 

@@ -98,6 +98,19 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 	if st.Standby == "" {
 		r.setStandby(s, v1.StandbyStarting)
 	}
+	if st.Standby == v1.StandbyLost {
+		// The lost container may still run (hung, cut off): the fresh one gets a credential
+		// it never had, like every fresh container (invariant 12). Once: Starting without a
+		// deployment is the slot waiting for the gate with its new credential.
+		if err := r.rotateCredential(ctx, s); err != nil {
+			if st.ApplicationUUID == "" {
+				r.recreate(s)
+				return nil
+			}
+			return err
+		}
+		r.setStandby(s, v1.StandbyStarting)
+	}
 	if !r.admit(ctx, s) {
 		if !isCoolifyBusyMessage(st.Message) {
 			st.Message = "Standby container to start; " + gateWaitMessage
@@ -134,7 +147,13 @@ func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) 
 		// Counted from the end of its deployment (the move to Idle): a cold pull is no silence.
 		limit := s.pool.Spec.Timing.DeployGracePeriod.OrDefault(v1.DefaultDeployGracePeriod)
 		if waited := r.Clock.Since(st.PhaseSince.Time); waited > limit {
-			r.standbyLost(s, fmt.Sprintf("The fresh container did not ask for work within %s of its deployment", limit))
+			// An image that never asks (a wrong bot API URL, a broken image) would redeploy
+			// forever: this one counts as a failure, and maxRecoveryAttempts of them in a row
+			// retire the slot with a Warning Event, as any failing slot.
+			st.DeploymentUUID = ""
+			r.setStandby(s, v1.StandbyLost)
+			r.Metrics.standbyLostOne()
+			r.toError(ctx, s, string(v1.ReasonStandbyLost), fmt.Sprintf("The fresh standby container did not ask the bot API for work within %s of its deployment (its image must wait for its binding: docs/pools-and-slots.md)", limit))
 			return nil
 		}
 		st.Message = "Standby container deployed; waiting for it to ask for work"
@@ -191,6 +210,14 @@ func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) 
 		return nil
 	}
 	if waited := r.Clock.Since(bound.Time); waited > standbyAskWindow {
+		if c := s.bot.Status.Binding; c != nil && c.SlotUID == s.slot.UID {
+			// Its container took the binding (the bot API recorded the claim) but has not
+			// reported yet: it is the bot's, and the heartbeat rules judge it from here,
+			// however long it takes to join. (Not sooner: the claim alone does not wake the
+			// slot, and a Busy slot's description is a Coolify request the start path spares.)
+			r.toBusy(ctx, s, "Bot "+s.bot.Name+" was taken by the standby container, which has not reported yet")
+			return nil
+		}
 		s.slot.Status.DeploymentUUID = ""
 		r.setStandby(s, v1.StandbyLost)
 		r.toError(ctx, s, string(v1.ReasonStandbyLost),
@@ -326,6 +353,13 @@ func (r *BotPoolSlotReconciler) leaveStandby(ctx context.Context, s *slotScope) 
 		if stopped, err := r.stop(ctx, s, "Stopping the standby container (the pool's standby is Stopped)"); err != nil || !stopped {
 			return err
 		}
+	}
+	if err := r.rotateCredential(ctx, s); err != nil { // the next container is a bot's
+		if s.slot.Status.ApplicationUUID == "" {
+			r.recreate(s)
+			return nil
+		}
+		return err
 	}
 	r.setStandby(s, "")
 	s.slot.Status.DeploymentUUID = ""

@@ -316,7 +316,7 @@ func (f *benchFleet) container(bot string) (benchContainer, bool) {
 	if bc == nil {
 		return benchContainer{}, false
 	}
-	return benchContainer{bot: bc.bot, knownAt: bc.knownAt, reportedAt: bc.reportedAt, knownWall: bc.knownWall,
+	return benchContainer{c: bc.c, bot: bc.bot, knownAt: bc.knownAt, reportedAt: bc.reportedAt, knownWall: bc.knownWall,
 		reportWall: bc.reportWall, ended: bc.ended, knownMark: bc.knownMark}, true
 }
 
@@ -577,7 +577,7 @@ func measureBurst(tb testing.TB, name string, mode burstMode, n int) burstResult
 	for _, bot := range names {
 		c, _ := bs.fleet.container(bot)
 		for _, r := range reqs[mark:c.knownMark] {
-			if r.App == c.c.AppUUID {
+			if c.c.AppUUID != "" && r.App == c.c.AppUUID {
 				res.ownPath++
 			}
 		}
