@@ -30,6 +30,11 @@ type cutoffAPI struct {
 	describe int
 }
 
+// UpsertEnvs takes the fresh credential a slot sets once its container is stopped.
+func (a *cutoffAPI) UpsertEnvs(_ context.Context, _ string, env []coolify.EnvVar) ([]coolify.EnvVar, error) {
+	return env, nil
+}
+
 func (a *cutoffAPI) SetDescription(context.Context, string, string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -199,6 +199,11 @@ type transitionAPI struct {
 
 func (a *transitionAPI) SetDescription(context.Context, string, string) error { return nil }
 
+// UpsertEnvs takes the fresh credential a slot sets once its container is stopped.
+func (a *transitionAPI) UpsertEnvs(_ context.Context, _ string, env []coolify.EnvVar) ([]coolify.EnvVar, error) {
+	return env, nil
+}
+
 func (a *transitionAPI) Deploy(context.Context, string) (coolify.DeployResult, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
