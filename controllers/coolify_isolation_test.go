@@ -38,19 +38,19 @@ func TestDeployGatePauseIsPerInstanceAndCapped(t *testing.T) {
 	b := gatePool("tenant-b", "pool", "srv-0") // the same uuid, on another instance
 	const instA, instB = "https://coolify-a.example/api/v1", "https://coolify-b.example/api/v1"
 
-	g.Pause(a, instA, fc.Now().Add(365*24*time.Hour))
-	if g.Admit(a, coolifyServer{instance: instA}, "slot-a", nil, true) {
+	g.Pause(a, coolifyServer{instance: instA}, true, fc.Now().Add(365*24*time.Hour))
+	if g.Admit(a, coolifyServer{instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
 		t.Fatal("the paused server admitted a deployment")
 	}
-	if !g.Admit(b, coolifyServer{instance: instB}, "slot-b", nil, true) {
+	if !g.Admit(b, coolifyServer{instance: instB}, deployAsk{slot: "slot-b", warm: true}) {
 		t.Fatal("another instance's server with the same uuid was paused too")
 	}
 	fc.Step(coolify.MaxPause - time.Second)
-	if g.Admit(a, coolifyServer{instance: instA}, "slot-a", nil, true) {
+	if g.Admit(a, coolifyServer{instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
 		t.Fatal("admitted before the pause ended")
 	}
 	fc.Step(time.Second)
-	if !g.Admit(a, coolifyServer{instance: instA}, "slot-a", nil, true) {
+	if !g.Admit(a, coolifyServer{instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
 		t.Fatal("still paused after MaxPause: the year-long Retry-After was not capped")
 	}
 }
@@ -62,8 +62,8 @@ func TestDeployGateForgets(t *testing.T) {
 	g := &DeployGate{Clock: fc}
 	for i := range 50 {
 		p := gatePool("ns", fmt.Sprintf("pool-%d", i), "srv")
-		g.Pause(p, fmt.Sprintf("https://c%d.example/api/v1", i), fc.Now().Add(time.Minute))
-		if !g.Admit(p, coolifyServer{}, "slot", nil, true) {
+		g.Pause(p, coolifyServer{instance: fmt.Sprintf("https://c%d.example/api/v1", i)}, true, fc.Now().Add(time.Minute))
+		if !g.Admit(p, coolifyServer{}, deployAsk{slot: "slot", warm: true}) {
 			t.Fatalf("pool %d not admitted", i)
 		}
 		g.Done(p, "slot", true)
@@ -73,7 +73,7 @@ func TestDeployGateForgets(t *testing.T) {
 	}
 	fc.Step(warmTTL + time.Minute)
 	live := gatePool("ns", "live", "srv")
-	g.Admit(live, coolifyServer{}, "slot", nil, false)
+	g.Admit(live, coolifyServer{}, deployAsk{slot: "slot", warm: false})
 	if adm, warm, paused := g.size(); adm != 1 || warm != 0 || paused != 0 {
 		t.Fatalf("after warmTTL: %d admitted, %d warm, %d paused; want 1, 0, 0", adm, warm, paused)
 	}

@@ -17,6 +17,10 @@ import (
 // the first deployment of an image on a server run alone: it pulls the image, and the others
 // then start from the server's cache instead of pulling the same gigabytes side by side.
 //
+// Starts go before recycles: a deployment a bot waits for (deployAsk.start) that finds the
+// server full is remembered, and while it waits no recycle nobody waits for takes the room a
+// Done frees on that server.
+//
 // Slots the cache already shows Deploying are counted by the caller; the gate remembers the
 // admissions the cache may not show yet, so concurrent reconciles cannot overshoot the limit.
 // For the server it remembers every pool's deployments in flight as the pool's last Admit saw
@@ -32,7 +36,10 @@ type DeployGate struct {
 	mu       sync.Mutex
 	admitted map[types.NamespacedName]map[string]time.Time // pool → slot → admitted at
 	warm     map[string]time.Time                          // pool uid|image:tag → last seen warm
-	paused   map[string]time.Time                          // Coolify instance|server → no deploys before
+	paused   map[string]time.Time                          // pauseKey → no deploys before
+	// starts: coolifyServer.key → slot → when a deployment a bot waits for was last refused
+	// for want of room on the server. While one waits, recycles there are refused (see Admit).
+	starts map[string]map[types.NamespacedName]time.Time
 	// onServer: coolifyServer.key → pool → its deployments in flight there, as the pool's
 	// last Admit saw them.
 	onServer map[string]map[types.NamespacedName]poolFlight
@@ -66,16 +73,41 @@ func imageKey(pool *v1.BotPool) string {
 	return string(pool.UID) + "|" + pool.Spec.Image + ":" + pool.Spec.ImageTag
 }
 
-// serverKey names a Coolify server: server uuids are unique only within one Coolify instance,
-// and a pool on another instance (another tenant's, maybe) must not pause this one's server.
-func serverKey(instance string, pool *v1.BotPool) string {
-	return instance + "|" + pool.Spec.Coolify.ServerUUID
+// startWaitTTL is how long a start refused for room on its server holds recycles there back:
+// a start that still waits asks again every gate retry (2 s), one that stopped waiting (its
+// bot went, or it deploys elsewhere now) releases them after this.
+const startWaitTTL = 15 * time.Second
+
+// pauseKey names what a pause stops. A full queue (429 from /deploy) is the server's: every
+// user deploying there waits, so the key is the server on its instance (server uuids are
+// unique only within one instance, and a pool on another instance, another tenant's maybe,
+// must not pause this one's). A rate limit is the Coolify user's own budget: it pauses that
+// user's deployments to the server, and no other tenant's (srv.key holds the user).
+func pauseKey(srv coolifyServer, pool *v1.BotPool, queueFull bool) string {
+	if queueFull {
+		return srv.instance + "|" + pool.Spec.Coolify.ServerUUID
+	}
+	return "user|" + srv.key
 }
 
-// Admit reports whether slot may start a deployment now on srv, its pool's server.
-// deploying names the pool's slots the cache shows Deploying (slot itself excluded).
-func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, slot string, deploying []string, warm bool) bool {
+// deployAsk is what a slot asks the gate for.
+type deployAsk struct {
+	slot string
+	// deploying names the pool's slots the cache shows Deploying (slot itself excluded).
+	deploying []string
+	// warm: a deployment of the pool's image is known to have completed on the server.
+	warm bool
+	// start: a bot waits for this deployment (its own container, or a standby pool's recycle
+	// while the pool has bots queued). A recycle no bot waits for is not a start: it never
+	// takes room on the server a start waits for (the issue's "recycles never hold back a
+	// start").
+	start bool
+}
+
+// Admit reports whether a slot may start a deployment now on srv, its pool's server.
+func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) bool {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
+	slot, deploying := ask.slot, ask.deploying
 	now := g.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -92,7 +124,9 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, slot string, dep
 		g.onServer = map[string]map[types.NamespacedName]poolFlight{}
 	}
 	g.prune(now)
-	if now.Before(g.paused[serverKey(srv.instance, pool)]) {
+	slotKey := types.NamespacedName{Namespace: pool.Namespace, Name: slot}
+	if now.Before(g.paused[pauseKey(srv, pool, true)]) || now.Before(g.paused[pauseKey(srv, pool, false)]) {
+		g.startWaits(srv, slotKey, ask.start, now)
 		return false
 	}
 	adm := g.admitted[key]
@@ -118,14 +152,21 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, slot string, dep
 	if limit < 1 {
 		limit = v1.DefaultMaxConcurrentDeployments
 	}
-	if warm {
+	if ask.warm {
 		g.warm[imageKey(pool)] = now
 	} else if _, known := g.warm[imageKey(pool)]; !known {
 		limit = 1 // the first pull of the image on this server runs alone
 	}
-	if len(inFlight) >= limit || srv.runs > 0 && onServer >= srv.runs {
+	if len(inFlight) >= limit {
+		// The pool's own bound: its own deployments hold it, no other pool's recycles.
+		g.startWaits(srv, slotKey, false, now)
 		return false
 	}
+	if srv.runs > 0 && onServer >= srv.runs || !ask.start && g.startWaiting(srv, slotKey, now) {
+		g.startWaits(srv, slotKey, ask.start, now)
+		return false
+	}
+	g.startWaits(srv, slotKey, false, now)
 	adm[slot] = now
 	if f, ok := g.onServer[srv.key][key]; ok {
 		f.slots[slot] = true
@@ -135,8 +176,40 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, slot string, dep
 		}
 		g.onServer[srv.key][key] = poolFlight{slots: map[string]bool{slot: true}, seen: now}
 	}
-	delete(g.done, types.NamespacedName{Namespace: pool.Namespace, Name: slot})
+	delete(g.done, slotKey)
 	return true
+}
+
+// startWaits records (waits) or forgets that slot's start waits for room on srv. Callers hold
+// g.mu.
+func (g *DeployGate) startWaits(srv coolifyServer, slot types.NamespacedName, waits bool, now time.Time) {
+	if !waits {
+		if m := g.starts[srv.key]; m != nil {
+			delete(m, slot)
+			if len(m) == 0 {
+				delete(g.starts, srv.key)
+			}
+		}
+		return
+	}
+	if g.starts == nil {
+		g.starts = map[string]map[types.NamespacedName]time.Time{}
+	}
+	if g.starts[srv.key] == nil {
+		g.starts[srv.key] = map[types.NamespacedName]time.Time{}
+	}
+	g.starts[srv.key][slot] = now
+}
+
+// startWaiting reports whether a start other than slot waits for room on srv. Callers hold
+// g.mu.
+func (g *DeployGate) startWaiting(srv coolifyServer, slot types.NamespacedName, now time.Time) bool {
+	for s, at := range g.starts[srv.key] {
+		if s != slot && now.Sub(at) <= startWaitTTL {
+			return true
+		}
+	}
+	return false
 }
 
 // serverView records what pool's pass knows of its own deployments in flight (its fresh
@@ -222,17 +295,27 @@ func (g *DeployGate) prune(now time.Time) {
 			delete(g.done, s)
 		}
 	}
+	for k, slots := range g.starts {
+		for s, at := range slots {
+			if now.Sub(at) > startWaitTTL {
+				delete(slots, s)
+			}
+		}
+		if len(slots) == 0 {
+			delete(g.starts, k)
+		}
+	}
 }
 
-// Pause stops new deployments to the pool's server on its Coolify instance until the given
-// time, but never for more than coolify.MaxPause: Coolify answered that its queue is full,
-// with a Retry-After that holds for every slot on the server (a server that asks for a year
-// is asked again after MaxPause).
-func (g *DeployGate) Pause(pool *v1.BotPool, instance string, until time.Time) {
+// Pause stops new deployments to the pool's server until the given time, but never for more
+// than coolify.MaxPause (a server that asks for a year is asked again after MaxPause): Coolify
+// answered a deploy with 429 and a Retry-After. A full queue pauses every deployment to the
+// server on that instance, a rate limit only those of the pool's Coolify user (pauseKey).
+func (g *DeployGate) Pause(pool *v1.BotPool, srv coolifyServer, queueFull bool, until time.Time) {
 	if limit := g.Clock.Now().Add(coolify.MaxPause); until.After(limit) {
 		until = limit
 	}
-	key := serverKey(instance, pool)
+	key := pauseKey(srv, pool, queueFull)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.paused == nil {

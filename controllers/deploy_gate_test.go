@@ -23,10 +23,10 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 	const instA, instB = "https://coolify-a.example/api/v1", "https://coolify-b.example/api/v1"
 	srv := coolifyServer{instance: instA, key: instA + "|user:a|srv-0", runs: 2}
 
-	if !g.Admit(one, srv, "meet-1", nil, true) || !g.Admit(two, srv, "zoom-1", nil, true) {
+	if !g.Admit(one, srv, deployAsk{slot: "meet-1", warm: true}) || !g.Admit(two, srv, deployAsk{slot: "zoom-1", deploying: nil, warm: true}) {
 		t.Fatal("the server's two builds were not given")
 	}
-	if g.Admit(two, srv, "zoom-2", []string{"zoom-1"}, true) {
+	if g.Admit(two, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, warm: true}) {
 		t.Fatal("a third deployment on a server that runs two: the pools do not share the server's bound")
 	}
 	other := gatePool("tenant-b", "meet", "srv-0")
@@ -34,18 +34,18 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 		{instance: instB, key: instB + "|user:a|srv-0", runs: 2}, // same uuid, another instance
 		{instance: instA, key: instA + "|user:b|srv-0", runs: 2}, // another user's token
 	} {
-		if !g.Admit(other, elsewhere, "meet-1", nil, true) {
+		if !g.Admit(other, elsewhere, deployAsk{slot: "meet-1", warm: true}) {
 			t.Fatalf("%s shares the gate of another tenant's server", elsewhere.key)
 		}
 		g.Done(other, "meet-1", true)
 	}
-	if !g.Admit(two, coolifyServer{instance: instA, key: srv.key}, "zoom-2", []string{"zoom-1"}, true) {
+	if !g.Admit(two, coolifyServer{instance: instA, key: srv.key}, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, warm: true}) {
 		t.Fatal("settings unknown: the pool's own bound (5) should apply")
 	}
 	g.Done(two, "zoom-2", false)
 
 	g.Done(one, "meet-1", true) // its deployment ended
-	if !g.Admit(two, srv, "zoom-2", []string{"zoom-1"}, true) {
+	if !g.Admit(two, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, warm: true}) {
 		t.Fatal("a build freed by another pool's Done was not given")
 	}
 }
@@ -61,28 +61,122 @@ func TestDeployGateLearnsAServerFromEachPoolsCache(t *testing.T) {
 	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
 
 	// meet's cache shows two deployments: the server is full, for meet and for zoom.
-	if g.Admit(one, srv, "meet-3", []string{"meet-1", "meet-2"}, true) {
+	if g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, warm: true}) {
 		t.Fatal("meet-3 admitted beside two deploying slots on a server that runs two")
 	}
-	if g.Admit(two, srv, "zoom-1", nil, true) {
+	if g.Admit(two, srv, deployAsk{slot: "zoom-1", warm: true}) {
 		t.Fatal("zoom admitted while meet's cache shows the server full")
 	}
 	// meet-2's deployment ended; meet's cache does not show it yet.
 	g.Done(one, "meet-2", true)
-	if !g.Admit(one, srv, "meet-3", []string{"meet-1", "meet-2"}, true) {
+	if !g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, warm: true}) {
 		t.Fatal("meet-2 counts again after its Done, because a lagging cache still shows it")
 	}
-	if g.Admit(two, srv, "zoom-1", nil, true) {
+	if g.Admit(two, srv, deployAsk{slot: "zoom-1", warm: true}) {
 		t.Fatal("zoom admitted beside meet-1 and meet-3")
 	}
 	// meet-1 ended in another process (no Done here): meet's next pass no longer shows it.
-	if !g.Admit(one, srv, "meet-4", []string{"meet-3"}, true) {
+	if !g.Admit(one, srv, deployAsk{slot: "meet-4", deploying: []string{"meet-3"}, warm: true}) {
 		t.Fatal("meet-1, which meet's cache no longer shows, still counts")
 	}
 	g.Done(one, "meet-3", true)
 	g.Done(one, "meet-4", true)
 	if got := g.serversHeld(); got != 0 {
 		t.Fatalf("the gate holds %d servers after every Done", got)
+	}
+}
+
+// TestDeployGateStartsGoBeforeRecycles: a standby pool's recycles (deployments no bot waits
+// for) fill a server that runs two; a Stopped pool's start that finds no room there is
+// remembered, and while it waits no recycle takes the room a Done frees: the start gets it.
+// A recycle its pool's queued bots wait for is a start itself and is not held back. A start
+// held only by its own pool's bound holds no other pool's recycles, and a start that stopped
+// asking releases them after startWaitTTL.
+func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := &DeployGate{Clock: fc}
+	standby, stopped := gatePool("team", "warm", "srv-0"), gatePool("team", "cold", "srv-0")
+	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
+	recycle := func(slot string) bool { return g.Admit(standby, srv, deployAsk{slot: slot, warm: true}) }
+	start := func(slot string) bool { return g.Admit(stopped, srv, deployAsk{slot: slot, warm: true, start: true}) }
+
+	if !recycle("warm-1") || !recycle("warm-2") {
+		t.Fatal("an idle server refused two recycles")
+	}
+	if start("cold-1") {
+		t.Fatal("a third deployment on a server that runs two")
+	}
+	g.Done(standby, "warm-1", true)
+	if recycle("warm-3") {
+		t.Fatal("a recycle took the room a waiting start needs")
+	}
+	if !g.Admit(standby, srv, deployAsk{slot: "warm-4", warm: true, start: true}) {
+		t.Fatal("a recycle the pool's queued bots wait for was held back like housekeeping")
+	}
+	g.Done(standby, "warm-4", true)
+	if !start("cold-1") {
+		t.Fatal("the waiting start did not get the room a Done freed")
+	}
+	g.Done(stopped, "cold-1", true)
+	g.Done(standby, "warm-2", true)
+	if !recycle("warm-3") {
+		t.Fatal("a recycle was refused after the start it waited behind got its room")
+	}
+	g.Done(standby, "warm-3", true)
+
+	// A start held back by its own pool's bound (1 here) waits for that pool only.
+	one := gatePool("team", "single", "srv-0")
+	one.Spec.MaxConcurrentDeployments = 1
+	if !g.Admit(one, srv, deployAsk{slot: "single-1", warm: true, start: true}) {
+		t.Fatal("the single pool's first start was refused")
+	}
+	if g.Admit(one, srv, deployAsk{slot: "single-2", deploying: []string{"single-1"}, warm: true, start: true}) {
+		t.Fatal("the single pool ran two deployments although its bound is one")
+	}
+	if !recycle("warm-5") {
+		t.Fatal("a start waiting on its own pool's bound held another pool's recycle back")
+	}
+	g.Done(standby, "warm-5", true)
+
+	// A start that stops asking (its bot went) holds recycles back for startWaitTTL at most.
+	if !recycle("warm-6") || start("cold-2") {
+		t.Fatal("setup: the server should be full (single-1, warm-6) for cold-2")
+	}
+	g.Done(standby, "warm-6", true)
+	if recycle("warm-7") {
+		t.Fatal("a recycle went before the start that asked an instant ago")
+	}
+	fc.Step(startWaitTTL + time.Second)
+	if !recycle("warm-7") {
+		t.Fatal("a start that stopped asking still holds recycles back after startWaitTTL")
+	}
+}
+
+// TestDeployGateRateLimitPausesOnlyItsUser: a 429 for the Coolify user's rate limit pauses
+// that user's deployments to the server, not another user's (another tenant's) on the same
+// server; a full deployment queue is the server's, and pauses every user's there.
+func TestDeployGateRateLimitPausesOnlyItsUser(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := &DeployGate{Clock: fc}
+	a, b := gatePool("tenant-a", "pool", "srv-0"), gatePool("tenant-b", "pool", "srv-0")
+	srvA := coolifyServer{instance: "i", key: "i|user:a|srv-0"}
+	srvB := coolifyServer{instance: "i", key: "i|user:b|srv-0"}
+
+	g.Pause(a, srvA, false, fc.Now().Add(time.Minute))
+	if g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) {
+		t.Fatal("the rate-limited user's deployment was admitted during its pause")
+	}
+	if !g.Admit(b, srvB, deployAsk{slot: "b-1", warm: true}) {
+		t.Fatal("one user's rate limit paused another user's deployments to the same server")
+	}
+	g.Done(b, "b-1", true)
+	g.Pause(b, srvB, true, fc.Now().Add(time.Minute))
+	if g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) || g.Admit(b, srvB, deployAsk{slot: "b-1", warm: true}) {
+		t.Fatal("a full queue on the server did not pause every user's deployments there")
+	}
+	fc.Step(time.Minute)
+	if !g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) {
+		t.Fatal("still paused after the Retry-After")
 	}
 }
 

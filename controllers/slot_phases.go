@@ -308,9 +308,10 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 		s.after(wait)
 		return nil
 	case errors.As(err, &apiErr) && (errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrRateLimited)):
-		// Honour Retry-After for the whole server (by the injected clock), and keep asking
-		// the gate meanwhile: the bot stays bound and waits, it does not fail.
-		r.Gate.Pause(s.pool, coolifyInstance(s.api), now.Add(max(apiErr.RetryAfter, r.gateRetry())))
+		// Honour Retry-After for the whole server, or the user's deployments to it (by the
+		// injected clock), and keep asking the gate meanwhile: the bot stays bound and
+		// waits, it does not fail.
+		r.Gate.Pause(s.pool, r.serverOf(s), errors.Is(err, coolify.ErrQueueFull), now.Add(max(apiErr.RetryAfter, r.gateRetry())))
 		st.Message = "Coolify is busy (" + apiErr.Message + "); deploying " + what + " when it has room"
 		s.after(r.jittered(r.gateRetry()))
 		return nil

@@ -145,7 +145,10 @@ func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, ms
 // back when the slot leaves Deploying (moveTo), when the pass that took it did not get there
 // (advance), or when the slot goes away (dropFinalizer).
 func (r *BotPoolSlotReconciler) admit(ctx context.Context, s *slotScope) bool {
-	s.admitted = r.Gate.Admit(s.pool, r.serverOf(s), s.slot.Name, r.deployingSlots(ctx, s), r.imageWarm(ctx, s))
+	s.admitted = r.Gate.Admit(s.pool, r.serverOf(s), deployAsk{
+		slot: s.slot.Name, deploying: r.deployingSlots(ctx, s), warm: r.imageWarm(ctx, s),
+		start: s.bot != nil || queuedForRecycle(s),
+	})
 	return s.admitted
 }
 

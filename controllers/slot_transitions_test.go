@@ -151,7 +151,7 @@ func TestSlotMovesReturnTheGateAdmission(t *testing.T) {
 		for _, to := range allSlotPhases[1:] {
 			t.Run(phaseName(from)+"→"+string(to), func(t *testing.T) {
 				gate := &DeployGate{Clock: fclk}
-				if !gate.Admit(pool, coolifyServer{}, "slot", nil, false) {
+				if !gate.Admit(pool, coolifyServer{}, deployAsk{slot: "slot", warm: false}) {
 					t.Fatal("the gate refused an empty pool")
 				}
 				r := &BotPoolSlotReconciler{Clock: fclk, Gate: gate}
