@@ -80,8 +80,10 @@ type BotPoolSpec struct {
 	// no container, and every bot's start is a Coolify deployment. Running: a free slot keeps
 	// a container running that waits on the bot API for its binding, so a bot starts with no
 	// Coolify request at all; after each bot the slot gets a fresh container (a deployment,
-	// off the start path), and minIdle counts ready containers. Idle containers cost the
-	// server memory and CPU (see docs/pools-and-slots.md).
+	// off the start path), and minIdle counts ready containers (the pool is Reconciling,
+	// WarmingStandby, until that many are; a slot whose fresh container is on its way gets
+	// no extra slot beside it). Idle containers cost the server memory and CPU (see
+	// docs/pools-and-slots.md).
 	// +optional
 	// +kubebuilder:default=Stopped
 	Standby StandbyMode `json:"standby,omitempty"`
