@@ -149,7 +149,11 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	delete(inFlight, slot)
 	onServer := g.serverView(srv.key, key, adm, deploying, slot, now)
 	limit := int(pool.Spec.MaxConcurrentDeployments)
-	if limit < 1 {
+	switch {
+	case limit > 0:
+	case srv.runs > 0:
+		limit = srv.runs // unset: what the server runs, which bounds it below anyway
+	default:
 		limit = v1.DefaultMaxConcurrentDeployments
 	}
 	if ask.warm {

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -207,5 +208,39 @@ func TestDeploymentsCappedCondition(t *testing.T) {
 	setServerCondition(pool, nil, now)
 	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped); c != nil {
 		t.Fatal("advice kept while the settings are unknown")
+	}
+	pool.Spec.MaxConcurrentDeployments = 0 // unset: follows the server
+	setServerCondition(pool, settings, now)
+	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped); c != nil {
+		t.Fatalf("advice on a pool that asks for nothing: %+v", c)
+	}
+}
+
+// TestDeployGateUnsetBoundFollowsTheServer: a pool without maxConcurrentDeployments deploys
+// as many at once as its server runs (6 here, above the fallback of 4), and 4 while the
+// server's settings are unknown.
+func TestDeployGateUnsetBoundFollowsTheServer(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := &DeployGate{Clock: fc}
+	pool := gatePool("team", "meet", "srv-0")
+	pool.Spec.MaxConcurrentDeployments = 0
+	admitted := func(srv coolifyServer) int {
+		var deploying []string
+		for i := range 10 {
+			slot := fmt.Sprintf("meet-%d", i)
+			if g.Admit(pool, srv, deployAsk{slot: slot, deploying: deploying, warm: true, start: true}) {
+				deploying = append(deploying, slot)
+			}
+		}
+		for _, slot := range deploying {
+			g.Done(pool, slot, true)
+		}
+		return len(deploying)
+	}
+	if n := admitted(coolifyServer{instance: "i", key: "i|u|srv-0", runs: 6}); n != 6 {
+		t.Fatalf("%d deployments at once on a server that runs 6, want 6", n)
+	}
+	if n := admitted(coolifyServer{instance: "i", key: "i|u|srv-0"}); n != v1.DefaultMaxConcurrentDeployments {
+		t.Fatalf("%d deployments at once while the server is unknown, want %d", n, v1.DefaultMaxConcurrentDeployments)
 	}
 }

@@ -159,10 +159,7 @@ func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) 
 // for more than its server runs: advice, not a fault, so Ready does not change. It is absent
 // when the pool asks for no more, or while the server's settings are unknown.
 func setServerCondition(p *v1.BotPool, server *coolify.ServerSettings, now time.Time) {
-	want := int(p.Spec.MaxConcurrentDeployments)
-	if want < 1 {
-		want = v1.DefaultMaxConcurrentDeployments
-	}
+	want := int(p.Spec.MaxConcurrentDeployments) // unset follows the server: no advice to give
 	runs := 0
 	if server != nil {
 		runs = serverRuns(*server)

@@ -10,6 +10,8 @@ import (
 // when a field is unset (an object stored before a default existed).
 const (
 	DefaultMaxSlots                 = 100
+	// DefaultMaxConcurrentDeployments bounds a pool without maxConcurrentDeployments while its
+	// server's capacity is unknown (the CRD has no default: unset follows the server).
 	DefaultMaxConcurrentDeployments = 4
 	DefaultImageTag                 = "latest"
 
@@ -89,9 +91,10 @@ type BotPoolSpec struct {
 	Standby StandbyMode `json:"standby,omitempty"`
 
 	// MaxConcurrentDeployments caps the deployments in flight at once for this pool, so a
-	// burst of bots does not overrun the Coolify server's build queue.
+	// burst of bots does not overrun the Coolify server's build queue. Unset: what the pool's
+	// server runs at once (its concurrent_builds, read from Coolify), shared with the other
+	// pools there; 4 while that is unknown.
 	// +optional
-	// +kubebuilder:default=4
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	MaxConcurrentDeployments int32 `json:"maxConcurrentDeployments,omitempty"`

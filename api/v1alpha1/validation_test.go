@@ -278,7 +278,7 @@ func TestSamplesAreAcceptedAndDefaulted(t *testing.T) {
 			expect(t, "imageTag", s.ImageTag, v1.DefaultImageTag)
 			expect(t, "maxSlots", s.MaxSlots, int32(10))
 			expect(t, "minIdle", s.MinIdle, int32(2))
-			expect(t, "maxConcurrentDeployments", s.MaxConcurrentDeployments, int32(v1.DefaultMaxConcurrentDeployments))
+			expect(t, "maxConcurrentDeployments (unset: follows the server)", s.MaxConcurrentDeployments, int32(0))
 			expect(t, "queue.defaultTimeout", s.Queue.DefaultTimeout.Duration(), v1.DefaultQueueTimeout)
 			expect(t, "queue.maxTimeout", s.Queue.MaxTimeout.Duration(), v1.DefaultMaxQueueTimeout)
 			tm := s.Timing
