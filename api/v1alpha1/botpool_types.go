@@ -9,7 +9,7 @@ import (
 // Defaults of BotPool.spec, the same values the CRD defaults to. Controllers fall back to them
 // when a field is unset (an object stored before a default existed).
 const (
-	DefaultMaxSlots                 = 100
+	DefaultMaxSlots = 100
 	// DefaultMaxConcurrentDeployments bounds a pool without maxConcurrentDeployments while its
 	// server's capacity is unknown (the CRD has no default: unset follows the server).
 	DefaultMaxConcurrentDeployments = 4
