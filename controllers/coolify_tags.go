@@ -42,8 +42,8 @@ func clusterPoolTag(cluster, namespace, name string) string {
 // answers carry neither tags nor project or server uuids, and older servers ignore the tag
 // filter, so this mark is how the operator checks on its own side that an application is its
 // own before it adopts or deletes one.
-func ownerMark(tag string, pool *v1.BotPool) string {
-	sum := sha256.Sum256([]byte(pool.Spec.Coolify.ProjectUUID + "/" + pool.Spec.Coolify.ServerUUID))
+func ownerMark(tag string, pool *v1.BotPool, server string) string {
+	sum := sha256.Sum256([]byte(pool.Spec.Coolify.ProjectUUID + "/" + server))
 	return " {" + tag + "@" + hex.EncodeToString(sum[:3]) + "}"
 }
 
@@ -66,8 +66,8 @@ func carriesTag(app *coolify.Application, tag string) bool {
 // created: it carries the exact owner mark (cluster, namespace, pool, project and server) and
 // runs the pool's image. A same-named application of another cluster, pool or placement is
 // never adopted.
-func adoptable(app *coolify.Application, tag string, pool *v1.BotPool) bool {
-	if !strings.HasSuffix(app.Description, ownerMark(tag, pool)) {
+func adoptable(app *coolify.Application, tag string, pool *v1.BotPool, server string) bool {
+	if !strings.HasSuffix(app.Description, ownerMark(tag, pool, server)) {
 		return false
 	}
 	want := pool.Spec.ImageTag

@@ -34,8 +34,8 @@ type DeployGate struct {
 	Clock clock.PassiveClock
 
 	mu       sync.Mutex
-	admitted map[types.NamespacedName]map[string]time.Time // pool → slot → admitted at
-	warm     map[string]time.Time                          // pool uid|image:tag → last seen warm
+	admitted map[types.NamespacedName]map[string]admission // pool → slot → its admission
+	warm     map[string]time.Time                          // imageKey → last seen warm
 	paused   map[string]time.Time                          // pauseKey → no deploys before
 	// starts: coolifyServer.key → slot → when a deployment a bot waits for was last refused
 	// for want of room on the server. While one waits, recycles there are refused (see Admit).
@@ -47,6 +47,12 @@ type DeployGate struct {
 	// slot Deploying lags, and the slot no longer counts for its server.
 	done   map[types.NamespacedName]time.Time
 	pruned time.Time
+}
+
+// admission is one the cache may not show yet: when, and on which server (coolifyServer.key).
+type admission struct {
+	at     time.Time
+	server string
 }
 
 // poolFlight is what a pool's last Admit saw of its deployments in flight.
@@ -67,10 +73,11 @@ const admissionTTL = time.Minute
 // forgetting costs one lone deployment (a pull, or a cache hit) the next time.
 const warmTTL = 24 * time.Hour
 
-// imageKey names what "warm" is known about: a pool's image. Pools sharing a server each
-// learn once that the image is cached, which costs at most one lone deployment per pool.
-func imageKey(pool *v1.BotPool) string {
-	return string(pool.UID) + "|" + pool.Spec.Image + ":" + pool.Spec.ImageTag
+// imageKey names what "warm" is known about: a pool's image on one server (each server has
+// its own cache). Pools sharing a server each learn once that the image is cached there,
+// which costs at most one lone deployment per pool and server.
+func imageKey(pool *v1.BotPool, server string) string {
+	return string(pool.UID) + "|" + server + "|" + pool.Spec.Image + ":" + pool.Spec.ImageTag
 }
 
 // startWaitTTL is how long a start refused for room on its server holds recycles there back:
@@ -85,7 +92,7 @@ const startWaitTTL = 15 * time.Second
 // user's deployments to the server, and no other tenant's (srv.key holds the user).
 func pauseKey(srv coolifyServer, pool *v1.BotPool, queueFull bool) string {
 	if queueFull {
-		return srv.instance + "|" + pool.Spec.Coolify.ServerUUID
+		return srv.instance + "|" + srv.uuid
 	}
 	return "user|" + srv.key
 }
@@ -93,8 +100,9 @@ func pauseKey(srv coolifyServer, pool *v1.BotPool, queueFull bool) string {
 // deployAsk is what a slot asks the gate for.
 type deployAsk struct {
 	slot string
-	// deploying names the pool's slots the cache shows Deploying (slot itself excluded).
-	deploying []string
+	// deploying names the pool's slots the cache shows Deploying (slot itself excluded), and
+	// here those of them on the slot's server.
+	deploying, here []string
 	// warm: a deployment of the pool's image is known to have completed on the server.
 	warm bool
 	// start: a bot waits for this deployment (its own container, or a standby pool's recycle
@@ -112,7 +120,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.admitted == nil {
-		g.admitted = map[types.NamespacedName]map[string]time.Time{}
+		g.admitted = map[types.NamespacedName]map[string]admission{}
 	}
 	if g.warm == nil {
 		g.warm = map[string]time.Time{}
@@ -131,37 +139,46 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	}
 	adm := g.admitted[key]
 	if adm == nil {
-		adm = map[string]time.Time{}
+		adm = map[string]admission{}
 		g.admitted[key] = adm
 	}
-	inFlight := map[string]bool{}
+	inFlight, inFlightHere := map[string]bool{}, map[string]bool{}
 	for _, s := range deploying {
 		inFlight[s] = true
 		delete(adm, s) // the cache shows it now
 	}
-	for s, at := range adm {
-		if now.Sub(at) > admissionTTL {
+	for _, s := range ask.here {
+		inFlightHere[s] = true
+	}
+	admHere := map[string]bool{}
+	for s, a := range adm {
+		switch {
+		case now.Sub(a.at) > admissionTTL:
 			delete(adm, s)
-		} else {
+		case s == slot:
+		default:
 			inFlight[s] = true
+			if a.server == srv.key {
+				inFlightHere[s] = true
+				admHere[s] = true
+			}
 		}
 	}
 	delete(inFlight, slot)
-	onServer := g.serverView(srv.key, key, adm, deploying, slot, now)
+	delete(inFlightHere, slot)
+	onServer := g.serverView(srv.key, key, admHere, ask.here, slot, now)
+	// The pool's own bound: maxConcurrentDeployments over all its servers. Unset, the
+	// servers' bounds are the pool's, or 4 while the server's settings are unknown.
 	limit := int(pool.Spec.MaxConcurrentDeployments)
-	switch {
-	case limit > 0:
-	case srv.runs > 0:
-		limit = srv.runs // unset: what the server runs, which bounds it below anyway
-	default:
+	if limit < 1 && srv.runs == 0 {
 		limit = v1.DefaultMaxConcurrentDeployments
 	}
 	if ask.warm {
-		g.warm[imageKey(pool)] = now
-	} else if _, known := g.warm[imageKey(pool)]; !known {
-		limit = 1 // the first pull of the image on this server runs alone
+		g.warm[imageKey(pool, srv.key)] = now
 	}
-	if len(inFlight) >= limit {
+	_, known := g.warm[imageKey(pool, srv.key)]
+	// The first pull of the image on a server runs alone there; another server's runs beside.
+	if limit > 0 && len(inFlight) >= limit || !known && len(inFlightHere) >= 1 {
 		// The pool's own bound: its own deployments hold it, no other pool's recycles.
 		g.startWaits(srv, slotKey, false, now)
 		return false
@@ -171,7 +188,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 		return false
 	}
 	g.startWaits(srv, slotKey, false, now)
-	adm[slot] = now
+	adm[slot] = admission{at: now, server: srv.key}
 	if f, ok := g.onServer[srv.key][key]; ok {
 		f.slots[slot] = true
 	} else {
@@ -219,7 +236,7 @@ func (g *DeployGate) startWaiting(srv coolifyServer, slot types.NamespacedName, 
 // serverView records what pool's pass knows of its own deployments in flight (its fresh
 // admissions, and the slots its cache shows Deploying unless their Done is more recent than
 // the cache) and counts the server's, over every pool, slot excluded. Callers hold g.mu.
-func (g *DeployGate) serverView(server string, pool types.NamespacedName, adm map[string]time.Time, deploying []string, slot string, now time.Time) int {
+func (g *DeployGate) serverView(server string, pool types.NamespacedName, adm map[string]bool, deploying []string, slot string, now time.Time) int {
 	if g.done == nil {
 		g.done = map[types.NamespacedName]time.Time{}
 	}
@@ -270,8 +287,8 @@ func (g *DeployGate) prune(now time.Time) {
 		}
 	}
 	for k, adm := range g.admitted {
-		for s, at := range adm {
-			if now.Sub(at) > admissionTTL {
+		for s, a := range adm {
+			if now.Sub(a.at) > admissionTTL {
 				delete(adm, s)
 			}
 		}
@@ -331,12 +348,16 @@ func (g *DeployGate) Pause(pool *v1.BotPool, srv coolifyServer, queueFull bool, 
 }
 
 // Done releases slot's admission; finished says a deployment of the pool's image completed,
-// so the image is cached on the server from now on.
+// so the image is cached on the slot's server from now on (the server the gate admitted or
+// counted the slot on; one it knows nothing of, after a restart, costs a lone deployment
+// later).
 func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	server := ""
 	if adm := g.admitted[key]; adm != nil {
+		server = adm[slot].server
 		delete(adm, slot)
 		if len(adm) == 0 {
 			delete(g.admitted, key)
@@ -346,6 +367,7 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 	for k, pools := range g.onServer {
 		if f, ok := pools[key]; ok && f.slots[slot] {
 			counted = true
+			server = k
 			delete(f.slots, slot)
 			if len(f.slots) == 0 {
 				delete(pools, key)
@@ -361,11 +383,11 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 		}
 		g.done[types.NamespacedName{Namespace: pool.Namespace, Name: slot}] = g.Clock.Now()
 	}
-	if finished {
+	if finished && server != "" {
 		if g.warm == nil {
 			g.warm = map[string]time.Time{}
 		}
-		g.warm[imageKey(pool)] = g.Clock.Now()
+		g.warm[imageKey(pool, server)] = g.Clock.Now()
 	}
 }
 

@@ -27,7 +27,7 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 	if !g.Admit(one, srv, deployAsk{slot: "meet-1", warm: true}) || !g.Admit(two, srv, deployAsk{slot: "zoom-1", deploying: nil, warm: true}) {
 		t.Fatal("the server's two builds were not given")
 	}
-	if g.Admit(two, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, warm: true}) {
+	if g.Admit(two, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true}) {
 		t.Fatal("a third deployment on a server that runs two: the pools do not share the server's bound")
 	}
 	other := gatePool("tenant-b", "meet", "srv-0")
@@ -40,13 +40,13 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 		}
 		g.Done(other, "meet-1", true)
 	}
-	if !g.Admit(two, coolifyServer{instance: instA, key: srv.key}, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, warm: true}) {
+	if !g.Admit(two, coolifyServer{instance: instA, key: srv.key}, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true}) {
 		t.Fatal("settings unknown: the pool's own bound (5) should apply")
 	}
 	g.Done(two, "zoom-2", false)
 
 	g.Done(one, "meet-1", true) // its deployment ended
-	if !g.Admit(two, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, warm: true}) {
+	if !g.Admit(two, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true}) {
 		t.Fatal("a build freed by another pool's Done was not given")
 	}
 }
@@ -62,7 +62,7 @@ func TestDeployGateLearnsAServerFromEachPoolsCache(t *testing.T) {
 	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
 
 	// meet's cache shows two deployments: the server is full, for meet and for zoom.
-	if g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, warm: true}) {
+	if g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, here: []string{"meet-1", "meet-2"}, warm: true}) {
 		t.Fatal("meet-3 admitted beside two deploying slots on a server that runs two")
 	}
 	if g.Admit(two, srv, deployAsk{slot: "zoom-1", warm: true}) {
@@ -70,14 +70,14 @@ func TestDeployGateLearnsAServerFromEachPoolsCache(t *testing.T) {
 	}
 	// meet-2's deployment ended; meet's cache does not show it yet.
 	g.Done(one, "meet-2", true)
-	if !g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, warm: true}) {
+	if !g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, here: []string{"meet-1", "meet-2"}, warm: true}) {
 		t.Fatal("meet-2 counts again after its Done, because a lagging cache still shows it")
 	}
 	if g.Admit(two, srv, deployAsk{slot: "zoom-1", warm: true}) {
 		t.Fatal("zoom admitted beside meet-1 and meet-3")
 	}
 	// meet-1 ended in another process (no Done here): meet's next pass no longer shows it.
-	if !g.Admit(one, srv, deployAsk{slot: "meet-4", deploying: []string{"meet-3"}, warm: true}) {
+	if !g.Admit(one, srv, deployAsk{slot: "meet-4", deploying: []string{"meet-3"}, here: []string{"meet-3"}, warm: true}) {
 		t.Fatal("meet-1, which meet's cache no longer shows, still counts")
 	}
 	g.Done(one, "meet-3", true)
@@ -131,7 +131,7 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 	if !g.Admit(one, srv, deployAsk{slot: "single-1", warm: true, start: true}) {
 		t.Fatal("the single pool's first start was refused")
 	}
-	if g.Admit(one, srv, deployAsk{slot: "single-2", deploying: []string{"single-1"}, warm: true, start: true}) {
+	if g.Admit(one, srv, deployAsk{slot: "single-2", deploying: []string{"single-1"}, here: []string{"single-1"}, warm: true, start: true}) {
 		t.Fatal("the single pool ran two deployments although its bound is one")
 	}
 	if !recycle("warm-5") {
@@ -228,7 +228,7 @@ func TestDeployGateUnsetBoundFollowsTheServer(t *testing.T) {
 		var deploying []string
 		for i := range 10 {
 			slot := fmt.Sprintf("meet-%d", i)
-			if g.Admit(pool, srv, deployAsk{slot: slot, deploying: deploying, warm: true, start: true}) {
+			if g.Admit(pool, srv, deployAsk{slot: slot, deploying: deploying, here: deploying, warm: true, start: true}) {
 				deploying = append(deploying, slot)
 			}
 		}
@@ -242,5 +242,58 @@ func TestDeployGateUnsetBoundFollowsTheServer(t *testing.T) {
 	}
 	if n := admitted(coolifyServer{instance: "i", key: "i|u|srv-0"}); n != v1.DefaultMaxConcurrentDeployments {
 		t.Fatalf("%d deployments at once while the server is unknown, want %d", n, v1.DefaultMaxConcurrentDeployments)
+	}
+}
+
+// TestDeployGateSpreadsOverServers: a pool on two servers deploys on each up to what that
+// server runs (a full server holds no deployment to the other), each server's first pull of
+// the image runs alone there while the other server pulls beside it, and the pool's own
+// maxConcurrentDeployments bounds its deployments over both.
+func TestDeployGateSpreadsOverServers(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := &DeployGate{Clock: fc}
+	pool := gatePool("team", "meet", "")
+	pool.Spec.MaxConcurrentDeployments = 0
+	a := coolifyServer{instance: "i", key: "i|u|srv-a", uuid: "srv-a", runs: 2}
+	b := coolifyServer{instance: "i", key: "i|u|srv-b", uuid: "srv-b", runs: 2}
+	var deploying []string
+	here := map[string][]string{}
+	admit := func(srv coolifyServer, slot string, warm bool) bool {
+		ok := g.Admit(pool, srv, deployAsk{slot: slot, deploying: deploying, here: here[srv.key], warm: warm, start: true})
+		if ok {
+			deploying = append(deploying, slot)
+			here[srv.key] = append(here[srv.key], slot)
+		}
+		return ok
+	}
+
+	// Cold image: one pull per server, side by side.
+	if !admit(a, "a-1", false) || !admit(b, "b-1", false) {
+		t.Fatal("each server's first pull should run, one per server")
+	}
+	if admit(a, "a-2", false) || admit(b, "b-2", false) {
+		t.Fatal("a second deployment of a cold image ran beside the server's first pull")
+	}
+	g.Done(pool, "a-1", true) // a's pull finished: the image is cached on a, not on b
+	deploying, here["i|u|srv-a"] = []string{"b-1"}, nil
+	if !admit(a, "a-2", false) || !admit(a, "a-3", false) {
+		t.Fatal("a server whose pull finished should run what it runs (2)")
+	}
+	if admit(a, "a-4", false) {
+		t.Fatal("a third deployment on a server that runs two")
+	}
+	if admit(b, "b-2", false) {
+		t.Fatal("b's image is still cold: its pull runs alone there")
+	}
+
+	// The pool's own bound spans its servers.
+	pool.Spec.MaxConcurrentDeployments = 3
+	g.Done(pool, "b-1", true)
+	deploying, here["i|u|srv-b"] = []string{"a-2", "a-3"}, nil
+	if !admit(b, "b-2", true) {
+		t.Fatal("b has room and the pool is under its bound")
+	}
+	if admit(b, "b-3", true) {
+		t.Fatal("the pool's maxConcurrentDeployments 3 was exceeded over its two servers")
 	}
 }

@@ -234,7 +234,8 @@ func (d *Dispatcher) positionsDue(pool types.NamespacedName) bool {
 	return d.Clock.Since(d.positioned[pool]) >= positionEvery
 }
 
-// freeSlots lists the pool's Idle, unbound slots, least recently used first. It leaves out a
+// freeSlots lists the pool's Idle, unbound slots on servers that take bots (pool_servers.go),
+// least recently used first. It leaves out a
 // slot the cache shows free in a version a write of this process replaced (the slot
 // controller found its application gone, say): a binding built on it would lose the conflict,
 // and while the head of the queue waited for the next wave, a bot behind it paired with a slot
@@ -260,7 +261,7 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 			}
 			delete(d.taken, s.UID)
 		}
-		if !isFree(s) {
+		if !isFree(s) || !onActiveServer(s, pool) { // a cordoned server's slots drain
 			continue
 		}
 		if d.Writes.Replaced(s.UID, s.ResourceVersion) {

@@ -37,6 +37,7 @@
 //
 //	pool_controller.go   BotPoolReconciler: entry, observe, connect, deletion
 //	pool_supply.go       supply, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)
+//	pool_servers.go      a pool over several servers: slotServer, placement of new slots, drain, status.servers
 //	pool_orphans.go      deleting Coolify applications of the pool's tag that no slot owns
 //	pool_status.go       the pool's status and conditions, computed from one pass
 //

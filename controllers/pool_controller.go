@@ -77,6 +77,8 @@ type poolScope struct {
 	draining int
 	// throttled says why Coolify asked this pass to wait, or "".
 	throttled string
+	// serversFull counts the slots supply wanted but no Active server had room for.
+	serversFull int
 	// server is what Coolify last said of the pool's server's settings, nil while unknown.
 	server *coolify.ServerSettings
 	// requeue is when the pool is looked at again after a pass that went well.
@@ -115,7 +117,13 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 		return err
 	}
 	r.readServerLimits(ctx, s)
+	if err := r.recordServers(ctx, s); err != nil {
+		return err
+	}
 	if err := r.supply(ctx, s); err != nil {
+		return err
+	}
+	if err := r.drain(ctx, s); err != nil {
 		return err
 	}
 	if err := r.deleteOrphanApps(ctx, s); err != nil {

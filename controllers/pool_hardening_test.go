@@ -61,12 +61,12 @@ func TestClusterPoolTag(t *testing.T) {
 func TestOwnerMarkAndAdoption(t *testing.T) {
 	pool := newPool("bots", "zoom", func(p *v1.BotPool) { p.Spec.ImageTag = "1.2" })
 	tag := clusterPoolTag("uid:a", "bots", "zoom")
-	mine := coolify.Application{Description: marked(strings.Repeat("x", 300), ownerMark(tag, pool)),
+	mine := coolify.Application{Description: marked(strings.Repeat("x", 300), ownerMark(tag, pool, pool.Spec.Coolify.ServerUUID)),
 		DockerRegistryImageName: pool.Spec.Image, DockerRegistryImageTag: "1.2"}
 	if len(mine.Description) > maxDescription {
 		t.Errorf("description of %d characters: Coolify answers 500 above %d", len(mine.Description), maxDescription)
 	}
-	if !adoptable(&mine, tag, pool) || !carriesTag(&mine, tag) {
+	if !adoptable(&mine, tag, pool, pool.Spec.Coolify.ServerUUID) || !carriesTag(&mine, tag) {
 		t.Error("the slot's own application is not adoptable")
 	}
 	otherImage := mine
@@ -74,10 +74,10 @@ func TestOwnerMarkAndAdoption(t *testing.T) {
 	moved := newPool("bots", "zoom", func(p *v1.BotPool) { p.Spec.ImageTag = "1.2"; p.Spec.Coolify.ServerUUID = "srv-2" })
 	otherCluster := clusterPoolTag("uid:b", "bots", "zoom")
 	for what, ok := range map[string]bool{
-		"another image":          adoptable(&otherImage, tag, pool),
-		"another server":         adoptable(&mine, tag, moved),
-		"another cluster's mark": adoptable(&mine, otherCluster, pool),
-		"no mark":                adoptable(&coolify.Application{DockerRegistryImageName: pool.Spec.Image, DockerRegistryImageTag: "1.2"}, tag, pool),
+		"another image":          adoptable(&otherImage, tag, pool, pool.Spec.Coolify.ServerUUID),
+		"another server":         adoptable(&mine, tag, moved, pool.Spec.Coolify.ServerUUID),
+		"another cluster's mark": adoptable(&mine, otherCluster, pool, pool.Spec.Coolify.ServerUUID),
+		"no mark":                adoptable(&coolify.Application{DockerRegistryImageName: pool.Spec.Image, DockerRegistryImageTag: "1.2"}, tag, pool, pool.Spec.Coolify.ServerUUID),
 	} {
 		if ok {
 			t.Errorf("an application with %s is adoptable", what)
@@ -106,10 +106,10 @@ func TestOrphanSweepChecksOwnershipItself(t *testing.T) {
 	sc.phase(v1.SlotIdle)
 	sc.sim.SetFault("list-applications", sim.Fault{ErrorRate: 1}) // no sweep while we set up
 	other := clusterPoolTag("uid:another-cluster", sc.ns, sc.pool.Name)
-	foreign := sc.createApp(slotName(v1.PlatformZoom, 7), []string{other}, marked("[IDLE]", ownerMark(other, sc.pool)))
+	foreign := sc.createApp(slotName(v1.PlatformZoom, 7), []string{other}, marked("[IDLE]", ownerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	unmarked := sc.createApp(slotName(v1.PlatformZoom, 8), nil, "")
-	orphan := sc.createApp(slotName(v1.PlatformZoom, 9), []string{sc.tag()}, marked("[IDLE]", ownerMark(sc.tag(), sc.pool)))
-	running := sc.createApp(slotName(v1.PlatformZoom, 6), []string{sc.tag()}, marked("[BUSY]", ownerMark(sc.tag(), sc.pool)))
+	orphan := sc.createApp(slotName(v1.PlatformZoom, 9), []string{sc.tag()}, marked("[IDLE]", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	running := sc.createApp(slotName(v1.PlatformZoom, 6), []string{sc.tag()}, marked("[BUSY]", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
 	if _, err := sc.api.Deploy(context.Background(), running); err != nil {
 		t.Fatal(err)
@@ -146,9 +146,9 @@ func TestSlotNeverAdoptsAnotherClustersApplication(t *testing.T) {
 	sc := newScenario(t, "twoclusters", sim.Config{}, func(p *v1.BotPool) { p.Spec.MinIdle = 0 })
 	connector.use(sc.pool.Name, ignoringFilter{sc.api})
 	other := clusterPoolTag("uid:production", sc.ns, sc.pool.Name)
-	theirs := sc.createApp(slotName(v1.PlatformZoom, 1), []string{other}, marked("[IDLE] Available - never used", ownerMark(other, sc.pool)))
+	theirs := sc.createApp(slotName(v1.PlatformZoom, 1), []string{other}, marked("[IDLE] Available - never used", ownerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	legacy := clusterPoolTag("", sc.ns, sc.pool.Name)
-	oldOnes := sc.createApp(slotName(v1.PlatformZoom, 1), []string{legacy}, marked("[IDLE] Available - never used", ownerMark(legacy, sc.pool)))
+	oldOnes := sc.createApp(slotName(v1.PlatformZoom, 1), []string{legacy}, marked("[IDLE] Available - never used", ownerMark(legacy, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	patch := client.MergeFrom(sc.pool.DeepCopy())
 	sc.pool.Spec.MinIdle = 1
 	if err := env.Client.Patch(context.Background(), sc.pool, patch); err != nil {

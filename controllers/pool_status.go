@@ -17,6 +17,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	counts := countSlots(s.slots)
 	p.Status.Slots = &counts
 	p.Status.Queued = int32(s.waiting)
+	p.Status.Servers = serverStatuses(p, s.slots)
 	gen := p.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		v1.SetCondition(&p.Status.Conditions, metav1.Condition{
@@ -43,6 +44,9 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	setServerCondition(p, s.server, now)
 
 	switch {
+	case s.serversFull > 0:
+		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonServersFull,
+			fmt.Sprintf("%d more slot(s) wanted, but every server is cordoned or at its maxSlots", s.serversFull))
 	case len(s.created) > 0 || counts.Creating > 0:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonScalingUp,
 			"Creating slots for waiting bots or to keep minIdle slots warm")

@@ -58,7 +58,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 	}
 	free := 0
 	for i := range s.slots {
-		if available(&s.slots[i]) {
+		if sl := &s.slots[i]; available(sl) && onActiveServer(sl, s.pool) {
 			free++
 		}
 	}
@@ -76,6 +76,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 	prefix := slotPrefix(spec.Platform)
 	used := map[int]bool{}
 	total, free := 0, 0
+	var mine []v1.BotPoolSlot
 	for i := range live.Items {
 		sl := &live.Items[i]
 		if n, ok := slotNumber(prefix, sl.Name); ok {
@@ -83,19 +84,27 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		}
 		if sl.Spec.Pool == s.pool.Name {
 			total++
-			if available(sl) {
+			mine = append(mine, *sl)
+			if available(sl) && onActiveServer(sl, s.pool) {
 				free++
 			}
 		}
 	}
 	want := slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), total, free, s.waiting)
+	place := newPlacement(s.pool, mine)
 	for attempts := 0; len(s.created) < want && attempts < 2*want+10; attempts++ {
+		server, ok := place.next()
+		if !ok {
+			s.serversFull = want - len(s.created)
+			break
+		}
 		n := lowestFree(used, 1)[0]
 		used[n] = true
-		slot := r.newSlot(s.pool, slotName(spec.Platform, n))
+		slot := r.newSlot(s.pool, slotName(spec.Platform, n), server)
 		if err := r.Client.Create(ctx, slot); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				continue // taken meanwhile (another pool of the platform): try the next number
+				place.slots[server]-- // not placed after all
+				continue              // taken meanwhile (another pool of the platform): try the next number
 			}
 			return fmt.Errorf("creating slot %s: %w", slot.Name, err)
 		}
@@ -144,11 +153,12 @@ func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int
 	return nil
 }
 
-func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name string) *v1.BotPoolSlot {
+func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name, server string) *v1.BotPoolSlot {
 	slot := &v1.BotPoolSlot{}
 	slot.Namespace, slot.Name = pool.Namespace, name
 	slot.Labels = map[string]string{v1.LabelPool: pool.Name}
 	slot.Spec.Pool = pool.Name
+	slot.Spec.Server = server
 	// The pool owns its slots: garbage collection removes them should the pool vanish
 	// without its finalizer (which deletes them first, so their applications are cleaned).
 	_ = controllerutil.SetControllerReference(pool, slot, r.Client.Scheme())

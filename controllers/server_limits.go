@@ -129,14 +129,16 @@ type coolifyServer struct {
 	// instance, or in another team of the same one) never shares, and so never fills, its
 	// gate; the pools of one user on one server share it.
 	key string
+	// uuid is the server's uuid.
+	uuid string
 	// runs is what the server runs at once (serverRuns), 0 while unknown.
 	runs int
 }
 
-// serverOf is the slot's pool's server, with what its last read settings say it runs.
+// serverOf is the slot's server, with what its last read settings say it runs.
 func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
-	instance, user, uuid := coolifyInstance(s.api), coolifyUser(s.api), s.pool.Spec.Coolify.ServerUUID
-	srv := coolifyServer{instance: instance, key: instance + "|" + user + "|" + uuid}
+	instance, user, uuid := coolifyInstance(s.api), coolifyUser(s.api), slotServer(s.slot, s.pool)
+	srv := coolifyServer{instance: instance, key: instance + "|" + user + "|" + uuid, uuid: uuid}
 	if st, ok := r.Coolify.ServerSettings(user, uuid); ok {
 		srv.runs = serverRuns(st)
 	}

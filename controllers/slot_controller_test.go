@@ -235,7 +235,7 @@ func TestSlotLifecycle(t *testing.T) {
 	if idle.Status.TokenSHA256 != slottoken.Hash([]byte(app.Env["BOTPOOL_SLOT_TOKEN"])) {
 		t.Errorf("the slot records token hash %q, not the hash of the token in its env", idle.Status.TokenSHA256)
 	}
-	if app.Description != marked("[IDLE] Available - never used", ownerMark(sc.tag(), sc.pool)) {
+	if app.Description != marked("[IDLE] Available - never used", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)) {
 		t.Errorf("description %q", app.Description)
 	}
 
@@ -577,7 +577,7 @@ func TestOrphanedApplicationsAreDeleted(t *testing.T) {
 		uuid, err := sc.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
 			ProjectUUID: fixture.ProjectUUID, ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName,
 			Image: sc.pool.Spec.Image, Name: name, Tags: []string{sc.tag()},
-			Description: marked("[IDLE]", ownerMark(sc.tag(), sc.pool)),
+			Description: marked("[IDLE]", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -66,7 +66,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		if app.Name != s.slot.Name || r.Coolify.Deleting(tag, app.UUID) {
 			continue
 		}
-		if !adoptable(app, tag, s.pool) {
+		if !adoptable(app, tag, s.pool, slotServer(s.slot, s.pool)) {
 			if carriesTag(app, tag) {
 				r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonAdoptionRefused, "Create",
 					"Application %s has this slot's name and the pool's tag but another image or placement: not adopted", app.UUID)
@@ -77,12 +77,14 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		return app.UUID, nil
 	}
 	p := s.pool.Spec
+	server := slotServer(s.slot, s.pool)
+	entry, _ := p.Coolify.Server(server) // unlisted (draining): no destination, the server's default
 	uuid, err := s.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
-		ProjectUUID: p.Coolify.ProjectUUID, ServerUUID: p.Coolify.ServerUUID,
+		ProjectUUID: p.Coolify.ProjectUUID, ServerUUID: server,
 		EnvironmentName: p.Coolify.EnvironmentName, EnvironmentUUID: p.Coolify.EnvironmentUUID,
-		DestinationUUID: p.Coolify.DestinationUUID,
+		DestinationUUID: entry.DestinationUUID,
 		Image:           p.Image, Tag: p.ImageTag, PortsExposes: "3000", Name: s.slot.Name,
-		Description: marked(description(v1.SlotCreating, "", time.Time{}, ""), ownerMark(tag, s.pool)),
+		Description: marked(description(v1.SlotCreating, "", time.Time{}, ""), ownerMark(tag, s.pool, server)),
 		LimitsCPUs:  p.Resources.CPUs, LimitsMemory: p.Resources.Memory, Tags: []string{tag},
 	})
 	r.Coolify.Invalidate(tag)
@@ -336,35 +338,31 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 	return nil
 }
 
-// deployingSlots names the pool's other slots the cache shows Deploying.
-func (r *BotPoolSlotReconciler) deployingSlots(ctx context.Context, s *slotScope) []string {
+// poolDeploys reads, from the cache, what the deploy gate needs of the slot's pool: its other
+// slots in Deploying (all, and those on the slot's server), and whether the pool's image is
+// known to be cached on the slot's server: a slot of the pool there runs it now (the gate
+// also remembers every deployment that finished). A slot's lastUsedAt proves nothing: a bot
+// may have let go during a cold pull that never completed.
+func (r *BotPoolSlotReconciler) poolDeploys(ctx context.Context, s *slotScope) (deploying, here []string, warm bool) {
 	var slots v1.BotPoolSlotList // read only: no copy of each slot
 	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil
+		return nil, nil, false
 	}
-	var names []string
+	server := slotServer(s.slot, s.pool)
 	for i := range slots.Items {
-		if sl := &slots.Items[i]; sl.Status.Phase == v1.SlotDeploying && sl.Name != s.slot.Name {
-			names = append(names, sl.Name)
+		sl := &slots.Items[i]
+		same := slotServer(sl, s.pool) == server
+		if sl.Status.Phase == v1.SlotDeploying && sl.Name != s.slot.Name {
+			deploying = append(deploying, sl.Name)
+			if same {
+				here = append(here, sl.Name)
+			}
+		}
+		if same && (sl.Status.Phase == v1.SlotBusy || sl.Status.Standby == v1.StandbyReady) {
+			warm = true
 		}
 	}
-	return names
-}
-
-// imageWarm reports whether the pool's image is known to be cached on its server: a slot of
-// the pool runs it now (the gate also remembers every deployment that finished). A slot's
-// lastUsedAt proves nothing: a bot may have let go during a cold pull that never completed.
-func (r *BotPoolSlotReconciler) imageWarm(ctx context.Context, s *slotScope) bool {
-	var slots v1.BotPoolSlotList // read only: no copy of each slot
-	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return false
-	}
-	for i := range slots.Items {
-		if st := &slots.Items[i].Status; st.Phase == v1.SlotBusy || st.Standby == v1.StandbyReady {
-			return true
-		}
-	}
-	return false
+	return deploying, here, warm
 }
 
 // deploying follows the deployment until the container runs (Busy) or it fails (Error), and
@@ -729,7 +727,7 @@ func (r *BotPoolSlotReconciler) describe(ctx context.Context, s *slotScope, phas
 	if len(msg) > 0 {
 		m = msg[0]
 	}
-	if err := s.api.SetDescription(ctx, uuid, marked(description(phase, bot, at, m), ownerMark(r.appTag(s), s.pool))); err != nil {
+	if err := s.api.SetDescription(ctx, uuid, marked(description(phase, bot, at, m), ownerMark(r.appTag(s), s.pool, slotServer(s.slot, s.pool)))); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Setting the application's description failed")
 	}
 }

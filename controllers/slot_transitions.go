@@ -145,8 +145,9 @@ func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, ms
 // back when the slot leaves Deploying (moveTo), when the pass that took it did not get there
 // (advance), or when the slot goes away (dropFinalizer).
 func (r *BotPoolSlotReconciler) admit(ctx context.Context, s *slotScope) bool {
+	deploying, here, warm := r.poolDeploys(ctx, s)
 	s.admitted = r.Gate.Admit(s.pool, r.serverOf(s), deployAsk{
-		slot: s.slot.Name, deploying: r.deployingSlots(ctx, s), warm: r.imageWarm(ctx, s),
+		slot: s.slot.Name, deploying: deploying, here: here, warm: warm,
 		start: s.bot != nil || queuedForRecycle(s),
 	})
 	return s.admitted

@@ -119,6 +119,9 @@ type BotPoolSpec struct {
 // CoolifyPlacement locates the slots' applications in Coolify.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.environmentName) || has(self.environmentUUID)",message="set environmentName or environmentUUID (at least one)"
+// +kubebuilder:validation:XValidation:rule="has(self.serverUUID) != has(self.servers)",message="set serverUUID (one server) or servers (several), not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.servers) || !has(self.destinationUUID)",message="with servers, set destinationUUID on each server instead"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serverUUID) || !has(self.servers) || self.servers[0].uuid == oldSelf.serverUUID",message="switching from serverUUID to servers: list the old server first (its slots stay on it; cordon it to move them)"
 type CoolifyPlacement struct {
 	// CredentialsSecretRef names a Secret in the pool's namespace with the keys `url` (the
 	// Coolify base URL, e.g. https://coolify.example.com) and `token` (an API token with the
@@ -133,11 +136,22 @@ type CoolifyPlacement struct {
 	// +kubebuilder:validation:MaxLength=64
 	ProjectUUID string `json:"projectUUID"`
 
-	// ServerUUID is the Coolify server the containers run on (and whose image cache they share).
-	// +required
+	// ServerUUID is the Coolify server the containers run on (and whose image cache they
+	// share), for a pool on one server; a pool on several lists them in servers instead.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
-	ServerUUID string `json:"serverUUID"`
+	ServerUUID string `json:"serverUUID,omitempty"`
+
+	// Servers spreads the pool over several Coolify servers of the same instance and user
+	// (instead of serverUUID): new slots go where there is the most room for their weight,
+	// binding prefers ready slots, and a cordoned server drains.
+	// +optional
+	// +listType=map
+	// +listMapKey=uuid
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Servers []PoolServer `json:"servers,omitempty"`
 
 	// EnvironmentName is the project environment, e.g. "production".
 	// +optional
@@ -156,6 +170,74 @@ type CoolifyPlacement struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	DestinationUUID string `json:"destinationUUID,omitempty"`
+}
+
+// PoolServer is one Coolify server of a pool spread over several.
+type PoolServer struct {
+	// UUID is the Coolify server's uuid.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	UUID string `json:"uuid"`
+
+	// DestinationUUID picks the Docker network on this server when it has more than one.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	DestinationUUID string `json:"destinationUUID,omitempty"`
+
+	// MaxSlots bounds the pool's slots on this server (a meeting bot holds about one CPU and
+	// 2 GB, so a server holds a few dozen). Unset: only the pool's maxSlots bounds it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	MaxSlots *int32 `json:"maxSlots,omitempty"`
+
+	// Weight is the server's share of new slots against the other servers' (a server of
+	// weight 2 gets twice the slots of one of weight 1, room allowing).
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Weight int32 `json:"weight,omitempty"`
+
+	// Cordoned servers get no new slots and no new bots: their free slots are removed, and
+	// their busy ones are removed as their bots end.
+	// +optional
+	Cordoned bool `json:"cordoned,omitempty"`
+}
+
+// ServerList returns the pool's servers: servers, or the lone serverUUID (with
+// destinationUUID) as a list of one.
+func (c *CoolifyPlacement) ServerList() []PoolServer {
+	if len(c.Servers) > 0 {
+		return c.Servers
+	}
+	return []PoolServer{{UUID: c.ServerUUID, DestinationUUID: c.DestinationUUID, Weight: 1}}
+}
+
+// Server returns the pool's server of the given uuid, and false when the pool does not list it
+// (any more).
+func (c *CoolifyPlacement) Server(uuid string) (PoolServer, bool) {
+	for _, s := range c.ServerList() {
+		if s.UUID == uuid {
+			return s, true
+		}
+	}
+	return PoolServer{}, false
+}
+
+// DefaultServer is the server of a slot that names none (created before slots recorded their
+// server): the lone serverUUID, or the first of servers (switching from serverUUID to servers
+// keeps the old server listed, and the pool records it on its slots before that).
+func (c *CoolifyPlacement) DefaultServer() string {
+	if c.ServerUUID != "" {
+		return c.ServerUUID
+	}
+	if len(c.Servers) > 0 {
+		return c.Servers[0].UUID
+	}
+	return ""
 }
 
 // SecretReference names a Secret in the referrer's namespace.
@@ -276,6 +358,13 @@ type BotPoolStatus struct {
 	// +optional
 	Queued int32 `json:"queued,omitempty"`
 
+	// Servers shows the pool's slots on each of its servers, and on servers it no longer
+	// lists while their slots drain.
+	// +optional
+	// +listType=map
+	// +listMapKey=uuid
+	Servers []ServerStatus `json:"servers,omitempty"`
+
 	// Conditions: Ready, Reconciling, Stalled.
 	// +optional
 	// +listType=map
@@ -283,6 +372,39 @@ type BotPoolStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// ServerState is how the pool treats one of its servers.
+// +kubebuilder:validation:Enum=Active;Cordoned;Unlisted
+type ServerState string
+
+const (
+	// ServerActive: the server takes new slots and bots.
+	ServerActive ServerState = "Active"
+	// ServerCordoned: spec.coolify.servers marks it cordoned: no new slots or bots, its
+	// slots drain.
+	ServerCordoned ServerState = "Cordoned"
+	// ServerUnlisted: the pool no longer lists the server, and slots remain on it: they
+	// drain like a cordoned server's.
+	ServerUnlisted ServerState = "Unlisted"
+)
+
+// ServerStatus is what the pool observed of its slots on one server.
+type ServerStatus struct {
+	// UUID is the Coolify server's uuid.
+	UUID string `json:"uuid"`
+	// State is how the pool treats the server.
+	State ServerState `json:"state"`
+	// Slots counts the pool's slots on the server.
+	Slots int32 `json:"slots"`
+	// Free counts the slots a bot can be bound to now (Idle, unbound; Ready in a standby
+	// pool), zero on a server that is not Active.
+	Free int32 `json:"free"`
+	// Busy counts the slots running a bot.
+	Busy int32 `json:"busy"`
+	// MaxSlots repeats the server's bound, when it has one.
+	// +optional
+	MaxSlots *int32 `json:"maxSlots,omitempty"`
 }
 
 // StandbyMode is what a free slot's container does: see BotPoolSpec.Standby.

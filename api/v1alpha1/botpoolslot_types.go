@@ -45,6 +45,7 @@ const (
 // binds a bot; that field is the single source of truth of the bot↔slot relation.
 //
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.botRef) || !has(self.botRef) || self.botRef == oldSelf.botRef",message="botRef can only be set on a free slot; clear it before binding another bot"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.server) || (has(self.server) && self.server == oldSelf.server)",message="server is immutable once set"
 type BotPoolSlotSpec struct {
 	// Pool is the name of the BotPool (same namespace) the slot belongs to. Immutable.
 	// +required
@@ -52,6 +53,14 @@ type BotPoolSlotSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="pool is immutable"
 	Pool string `json:"pool"`
+
+	// Server is the uuid of the Coolify server the slot's application lives on, chosen by
+	// the pool when it creates the slot (slots created before it was recorded get the pool's
+	// server written once). Immutable once set.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Server string `json:"server,omitempty"`
 
 	// BotRef is the bot bound to this slot; empty when the slot is free.
 	// +optional
@@ -180,6 +189,7 @@ type BotPoolSlotStatus struct {
 // +kubebuilder:printcolumn:name="Bot",type=string,JSONPath=`.spec.botRef.name`
 // +kubebuilder:printcolumn:name="Standby",type=string,JSONPath=`.status.standby`
 // +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.status.applicationUUID`
+// +kubebuilder:printcolumn:name="Server",type=string,JSONPath=`.spec.server`,priority=1
 // +kubebuilder:printcolumn:name="Last used",type=date,JSONPath=`.status.lastUsedAt`
 // +kubebuilder:printcolumn:name="Deployment",type=string,JSONPath=`.status.deploymentUUID`,priority=1
 // +kubebuilder:printcolumn:name="Recoveries",type=integer,JSONPath=`.status.recoveryAttempts`,priority=1

@@ -78,8 +78,12 @@ const (
 	ReasonDeleting = "Deleting"
 	// ReasonSlotsCreated: the pool created slots (Normal Event).
 	ReasonSlotsCreated = "SlotsCreated"
-	// ReasonSlotsRemoved: the pool removed slots above maxSlots (Normal Event).
+	// ReasonSlotsRemoved: the pool removed slots above maxSlots, above a server's maxSlots, or
+	// from a server that is cordoned or no longer listed (Normal Event).
 	ReasonSlotsRemoved = "SlotsRemoved"
+	// ReasonServersFull: the pool wants more slots, but every server is cordoned or at its
+	// maxSlots (Reconciling).
+	ReasonServersFull = "ServersFull"
 	// ReasonOrphanRunning: an application of the pool that no slot owns still runs, so it is
 	// left alone (Warning Event).
 	ReasonOrphanRunning = "OrphanRunning"

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -146,6 +147,34 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 			want: "should be less than or equal to 1000"},
 		{name: "minIdle above maxSlots", obj: pool(func(p *v1.BotPool) { p.Spec.MaxSlots = 5; p.Spec.MinIdle = 6 }),
 			want: "minIdle must not exceed maxSlots"},
+		{name: "serverUUID and servers", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "s2"}}
+		}), want: "set serverUUID (one server) or servers (several), not both"},
+		{name: "neither serverUUID nor servers", obj: pool(func(p *v1.BotPool) { p.Spec.Coolify.ServerUUID = "" }),
+			want: "set serverUUID (one server) or servers (several), not both"},
+		{name: "a server listed twice", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Coolify.ServerUUID = ""
+			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "s1"}, {UUID: "s1"}}
+		}), want: "Duplicate value"},
+		{name: "pool-wide destination with servers", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Coolify.ServerUUID, p.Spec.Coolify.DestinationUUID = "", "d1"
+			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "s1"}}
+		}), want: "with servers, set destinationUUID on each server instead"},
+		{name: "server weight 101", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Coolify.ServerUUID = ""
+			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "s1", Weight: 101}}
+		}), want: "spec.coolify.servers[0].weight: Invalid value: 101"},
+		{name: "switch to servers without the old server first", obj: pool(), update: func(o client.Object) {
+			p := o.(*v1.BotPool)
+			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "s2"}, {UUID: p.Spec.Coolify.ServerUUID}}
+			p.Spec.Coolify.ServerUUID = ""
+		}, want: "switching from serverUUID to servers: list the old server first"},
+		{name: "a slot's server changed", obj: slot(func(s *v1.BotPoolSlot) { s.Spec.Server = "s1" }), update: func(o client.Object) {
+			o.(*v1.BotPoolSlot).Spec.Server = "s2"
+		}, want: "server is immutable once set"},
+		{name: "a slot's server cleared", obj: slot(func(s *v1.BotPoolSlot) { s.Spec.Server = "s1" }), update: func(o client.Object) {
+			o.(*v1.BotPoolSlot).Spec.Server = ""
+		}, want: "server is immutable once set"},
 		{name: "missing platform", obj: pool(func(p *v1.BotPool) { p.Spec.Platform = "" }),
 			want: `spec.platform: Unsupported value: ""`},
 		{name: "missing image", obj: pool(func(p *v1.BotPool) { p.Spec.Image = "" }),
@@ -241,6 +270,16 @@ func TestValidObjectsAreAccepted(t *testing.T) {
 			p := o.(*v1.BotPool)
 			p.Spec.MaxSlots, p.Spec.ImageTag, p.Spec.Timing.DeployingTimeout = 7, "v2", "20m"
 		}},
+		{name: "pool on several servers", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Coolify.ServerUUID = ""
+			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "s1", DestinationUUID: "d1", Weight: 2}, {UUID: "s2", MaxSlots: ptr.To[int32](10), Cordoned: true}}
+		})},
+		{name: "switch to servers with the old server first", obj: pool(), update: func(o client.Object) {
+			p := o.(*v1.BotPool)
+			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: p.Spec.Coolify.ServerUUID}, {UUID: "s2"}}
+			p.Spec.Coolify.ServerUUID = ""
+		}},
+		{name: "a slot's server recorded once", obj: slot(), update: func(o client.Object) { o.(*v1.BotPoolSlot).Spec.Server = "s1" }},
 		{name: "binding a free slot", obj: slot(), update: func(o client.Object) { boundTo("a", "1")(o.(*v1.BotPoolSlot)) }},
 		{name: "releasing a bound slot", obj: slot(boundTo("a", "1")), update: func(o client.Object) {
 			o.(*v1.BotPoolSlot).Spec.BotRef = nil

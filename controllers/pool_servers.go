@@ -1,0 +1,223 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// A pool spread over several Coolify servers (spec.coolify.servers) places each new slot on
+// one of them and records it in the slot's spec.server, which every later step of the slot
+// follows: where its application is created, which server's deploy gate and image cache it
+// uses, whose description mark it carries. The pool:
+//
+//   - places a new slot on the Active server with the least slots for its weight that still
+//     has room (its maxSlots), preferring, among equals, one whose image cache holds the
+//     pool's image (a slot of the pool runs there);
+//   - offers bots only the free slots of Active servers (a cordoned server, or one the pool
+//     no longer lists, takes no new bot), and counts only those as free when it decides how
+//     many slots to create;
+//   - drains the others: their free slots are deleted (a slot bound meanwhile stays), and
+//     busy ones as their bots end; so are slots above a server's maxSlots.
+//
+// A pool on one server (spec.coolify.serverUUID) is the same with a list of one.
+
+// slotServer is the uuid of the Coolify server the slot's application lives on: the one the
+// pool recorded when it created the slot, or, for a slot created before slots recorded it,
+// the pool's default server (the pool writes it on such slots: see recordServers).
+func slotServer(slot *v1.BotPoolSlot, pool *v1.BotPool) string {
+	if slot.Spec.Server != "" || pool == nil {
+		return slot.Spec.Server
+	}
+	return pool.Spec.Coolify.DefaultServer()
+}
+
+// serverState is how the pool treats the server uuid.
+func serverState(pool *v1.BotPool, uuid string) v1.ServerState {
+	srv, listed := pool.Spec.Coolify.Server(uuid)
+	switch {
+	case !listed:
+		return v1.ServerUnlisted
+	case srv.Cordoned:
+		return v1.ServerCordoned
+	}
+	return v1.ServerActive
+}
+
+// onActiveServer reports whether the slot's server takes new bots.
+func onActiveServer(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
+	return serverState(pool, slotServer(slot, pool)) == v1.ServerActive
+}
+
+// placement chooses servers for new slots from what the pool holds on each.
+type placement struct {
+	servers []v1.PoolServer
+	slots   map[string]int  // server → the pool's slots there
+	warm    map[string]bool // server → a slot of the pool runs the image there
+}
+
+func newPlacement(pool *v1.BotPool, slots []v1.BotPoolSlot) *placement {
+	p := &placement{servers: pool.Spec.Coolify.ServerList(), slots: map[string]int{}, warm: map[string]bool{}}
+	for i := range slots {
+		sl := &slots[i]
+		srv := slotServer(sl, pool)
+		p.slots[srv]++
+		if sl.Status.Phase == v1.SlotBusy || sl.Status.Standby == v1.StandbyReady {
+			p.warm[srv] = true
+		}
+	}
+	return p
+}
+
+// next returns the server for one more slot and counts it there; false when no Active server
+// has room.
+func (p *placement) next() (string, bool) {
+	best := -1
+	for i, srv := range p.servers {
+		n := p.slots[srv.UUID]
+		if srv.Cordoned || srv.MaxSlots != nil && n >= int(*srv.MaxSlots) {
+			continue
+		}
+		if best < 0 || p.better(srv, p.servers[best]) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", false
+	}
+	uuid := p.servers[best].UUID
+	p.slots[uuid]++
+	return uuid, true
+}
+
+// better reports whether a should take the next slot before b: fewer slots for its weight
+// ((n+1)/w compared across), then a warm image cache, then the list's order (b comes first).
+func (p *placement) better(a, b v1.PoolServer) bool {
+	wa, wb := max(a.Weight, 1), max(b.Weight, 1)
+	la, lb := (p.slots[a.UUID]+1)*int(wb), (p.slots[b.UUID]+1)*int(wa)
+	if la != lb {
+		return la < lb
+	}
+	return p.warm[a.UUID] && !p.warm[b.UUID]
+}
+
+// recordServers writes the pool's default server on its slots that name none (created before
+// slots recorded their server), so that a later change of the pool's servers cannot move them.
+func (r *BotPoolReconciler) recordServers(ctx context.Context, s *poolScope) error {
+	server := s.pool.Spec.Coolify.DefaultServer()
+	for i := range s.slots {
+		sl := &s.slots[i]
+		if sl.Spec.Server != "" || !sl.DeletionTimestamp.IsZero() || server == "" {
+			continue
+		}
+		before := sl.DeepCopy()
+		sl.Spec.Server = server
+		if err := r.Client.Patch(ctx, sl, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("recording the server of slot %s: %w", sl.Name, err)
+		}
+	}
+	return nil
+}
+
+// drain deletes the free slots of servers that take no new bots (cordoned, or no longer
+// listed) and those above a server's maxSlots, highest numbers first; each only if it is
+// still the version seen (a slot bound meanwhile stays, and goes when its bot ends).
+func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
+	prefix := slotPrefix(s.pool.Spec.Platform)
+	byServer := map[string][]*v1.BotPoolSlot{}
+	for i := range s.slots {
+		sl := &s.slots[i]
+		if sl.DeletionTimestamp.IsZero() {
+			byServer[slotServer(sl, s.pool)] = append(byServer[slotServer(sl, s.pool)], sl)
+		}
+	}
+	servers := make([]string, 0, len(byServer))
+	for srv := range byServer {
+		servers = append(servers, srv)
+	}
+	sort.Strings(servers)
+	for _, uuid := range servers {
+		slots := byServer[uuid]
+		excess := 0
+		why := ""
+		switch state := serverState(s.pool, uuid); {
+		case state != v1.ServerActive:
+			excess, why = len(slots), "server "+uuid+" is "+string(state)
+		default:
+			if srv, _ := s.pool.Spec.Coolify.Server(uuid); srv.MaxSlots != nil && len(slots) > int(*srv.MaxSlots) {
+				excess, why = len(slots)-int(*srv.MaxSlots), fmt.Sprintf("above server %s's maxSlots %d", uuid, *srv.MaxSlots)
+			}
+		}
+		if excess == 0 {
+			continue
+		}
+		var idle []*v1.BotPoolSlot
+		for _, sl := range slots {
+			if removable(sl) {
+				idle = append(idle, sl)
+			}
+		}
+		sort.Slice(idle, func(i, j int) bool {
+			a, _ := slotNumber(prefix, idle[i].Name)
+			b, _ := slotNumber(prefix, idle[j].Name)
+			return a > b
+		})
+		var removed []string
+		for _, sl := range idle[:min(excess, len(idle))] {
+			rv := sl.ResourceVersion
+			err := r.Client.Delete(ctx, sl, client.Preconditions{ResourceVersion: &rv})
+			switch {
+			case err == nil:
+				removed = append(removed, sl.Name)
+			case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			default:
+				return fmt.Errorf("deleting slot %s: %w", sl.Name, err)
+			}
+		}
+		if len(removed) > 0 {
+			r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Drain", "Removed %d slot(s), %s: %s", len(removed), why, abbreviate(removed, 5))
+		}
+	}
+	return nil
+}
+
+// serverStatuses counts the pool's slots on each of its servers, listed ones first in the
+// pool's order, then unlisted ones that still hold slots.
+func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot) []v1.ServerStatus {
+	var out []v1.ServerStatus
+	index := map[string]int{}
+	for _, srv := range pool.Spec.Coolify.ServerList() {
+		index[srv.UUID] = len(out)
+		out = append(out, v1.ServerStatus{UUID: srv.UUID, State: serverState(pool, srv.UUID), MaxSlots: srv.MaxSlots})
+	}
+	var unlisted []string
+	for i := range slots {
+		sl := &slots[i]
+		uuid := slotServer(sl, pool)
+		j, ok := index[uuid]
+		if !ok {
+			j = len(out)
+			index[uuid] = j
+			out = append(out, v1.ServerStatus{UUID: uuid, State: v1.ServerUnlisted})
+			unlisted = append(unlisted, uuid)
+		}
+		st := &out[j]
+		st.Slots++
+		if sl.Status.Phase == v1.SlotBusy {
+			st.Busy++
+		}
+		if st.State == v1.ServerActive && isFree(sl) {
+			st.Free++
+		}
+	}
+	if len(unlisted) > 1 {
+		first := len(out) - len(unlisted)
+		sort.Slice(out[first:], func(i, j int) bool { return out[first+i].UUID < out[first+j].UUID })
+	}
+	return out
+}
