@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,7 +190,7 @@ func TestDeploymentsCappedCondition(t *testing.T) {
 	pool := gatePool("team", "meet", "srv-0")
 	pool.Generation = 3
 	pool.Spec.MaxConcurrentDeployments = 4
-	settings := &coolify.ServerSettings{ConcurrentBuilds: 2, DeploymentQueueLimit: 25}
+	settings := map[string]coolify.ServerSettings{"srv-0": {ConcurrentBuilds: 2, DeploymentQueueLimit: 25}}
 	setServerCondition(pool, settings, now)
 	c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1.ReasonServerRunsFewer || c.ObservedGeneration != 3 {
@@ -201,7 +202,7 @@ func TestDeploymentsCappedCondition(t *testing.T) {
 		t.Fatalf("still capped at 2 of 2: %+v", c)
 	}
 	pool.Spec.MaxConcurrentDeployments = 3
-	setServerCondition(pool, &coolify.ServerSettings{ConcurrentBuilds: 4, DeploymentQueueLimit: 2}, now)
+	setServerCondition(pool, map[string]coolify.ServerSettings{"srv-0": {ConcurrentBuilds: 4, DeploymentQueueLimit: 2}}, now)
 	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped); c == nil {
 		t.Fatal("a queue of 2 bounds the server to 2, below 3")
 	}
@@ -213,6 +214,28 @@ func TestDeploymentsCappedCondition(t *testing.T) {
 	setServerCondition(pool, settings, now)
 	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped); c != nil {
 		t.Fatalf("advice on a pool that asks for nothing: %+v", c)
+	}
+
+	// Several servers: their runs add up; a cordoned one counts for nothing, an unknown one
+	// makes the sum unknown.
+	pool.Spec.MaxConcurrentDeployments = 5
+	pool.Spec.Coolify.ServerUUID = ""
+	pool.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "a"}, {UUID: "b"}, {UUID: "c", Cordoned: true}}
+	two := coolify.ServerSettings{ConcurrentBuilds: 2, DeploymentQueueLimit: 25}
+	setServerCondition(pool, map[string]coolify.ServerSettings{"a": two, "b": two}, now)
+	c = meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped)
+	if c == nil || !strings.Contains(c.Message, "servers a, b run 4 deployment(s) at once in all") {
+		t.Fatalf("5 asked of two servers running 2 each: condition %+v", c)
+	}
+	pool.Spec.MaxConcurrentDeployments = 4
+	setServerCondition(pool, map[string]coolify.ServerSettings{"a": two, "b": two}, now)
+	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped); c != nil {
+		t.Fatalf("4 asked of two servers running 2 each: %+v", c)
+	}
+	pool.Spec.MaxConcurrentDeployments = 5
+	setServerCondition(pool, map[string]coolify.ServerSettings{"a": two}, now)
+	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped); c != nil {
+		t.Fatalf("advice while server b's settings are unknown: %+v", c)
 	}
 }
 

@@ -79,8 +79,9 @@ type poolScope struct {
 	throttled string
 	// serversFull counts the slots supply wanted but no Active server had room for.
 	serversFull int
-	// server is what Coolify last said of the pool's server's settings, nil while unknown.
-	server *coolify.ServerSettings
+	// servers is what Coolify last said of the settings of the pool's Active servers (those
+	// it knows).
+	servers map[string]coolify.ServerSettings
 	// requeue is when the pool is looked at again after a pass that went well.
 	requeue time.Duration
 }

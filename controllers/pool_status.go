@@ -41,7 +41,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonAvailable, "The pool reaches Coolify and serves bots")
 	}
 
-	setServerCondition(p, s.server, now)
+	setServerCondition(p, s.servers, now)
 
 	switch {
 	case s.serversFull > 0:

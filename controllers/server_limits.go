@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -146,34 +147,55 @@ func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
 }
 
 // readServerLimits refreshes the servers of the pool's Coolify user (housekeeping, at most
-// every serversRefresh) and notes what the pool's server runs, for its status.
+// every serversRefresh) and notes what the pool's Active servers run, for its status.
 func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) {
 	if s.api == nil || r.Coolify == nil {
 		return
 	}
 	r.Coolify.RefreshServers(ctx, s.api)
-	if st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), s.pool.Spec.Coolify.ServerUUID); ok {
-		s.server = &st
+	for _, srv := range s.pool.Spec.Coolify.ServerList() {
+		if st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), srv.UUID); ok && !srv.Cordoned {
+			if s.servers == nil {
+				s.servers = map[string]coolify.ServerSettings{}
+			}
+			s.servers[srv.UUID] = st
+		}
 	}
 }
 
 // setServerCondition says, in DeploymentsCapped, when the pool's maxConcurrentDeployments asks
-// for more than its server runs: advice, not a fault, so Ready does not change. It is absent
-// when the pool asks for no more, or while the server's settings are unknown.
-func setServerCondition(p *v1.BotPool, server *coolify.ServerSettings, now time.Time) {
-	want := int(p.Spec.MaxConcurrentDeployments) // unset follows the server: no advice to give
-	runs := 0
-	if server != nil {
-		runs = serverRuns(*server)
+// for more than its Active servers run together: advice, not a fault, so Ready does not
+// change. It is absent when the pool asks for no more, or while a server's settings are
+// unknown. known holds the settings read of the pool's Active servers.
+func setServerCondition(p *v1.BotPool, known map[string]coolify.ServerSettings, now time.Time) {
+	want := int(p.Spec.MaxConcurrentDeployments) // unset follows the servers: no advice to give
+	runs, detail := 0, ""
+	var uuids []string
+	for _, srv := range p.Spec.Coolify.ServerList() {
+		if srv.Cordoned {
+			continue
+		}
+		st, ok := known[srv.UUID]
+		if !ok {
+			runs = 0 // one unknown: the sum is unknown
+			break
+		}
+		runs += serverRuns(st)
+		uuids = append(uuids, srv.UUID)
+		detail = fmt.Sprintf("concurrent_builds %d, deployment_queue_limit %d", st.ConcurrentBuilds, st.DeploymentQueueLimit)
 	}
 	if runs == 0 || want <= runs {
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionDeploymentsCapped)
 		return
 	}
+	where := fmt.Sprintf("Coolify server %s runs %d deployment(s) at once (%s)", uuids[0], runs, detail)
+	if len(uuids) > 1 {
+		where = fmt.Sprintf("Coolify servers %s run %d deployment(s) at once in all", strings.Join(uuids, ", "), runs)
+	}
 	v1.SetCondition(&p.Status.Conditions, metav1.Condition{
 		Type: v1.ConditionDeploymentsCapped, Status: metav1.ConditionTrue, Reason: v1.ReasonServerRunsFewer, ObservedGeneration: p.Generation,
-		Message: fmt.Sprintf("maxConcurrentDeployments is %d, but Coolify server %s runs %d deployment(s) at once (concurrent_builds %d, deployment_queue_limit %d), "+
-			"shared by every pool on it: at most %d of this pool's deployments run at once. Lower maxConcurrentDeployments, or raise concurrent_builds in Coolify",
-			want, p.Spec.Coolify.ServerUUID, runs, server.ConcurrentBuilds, server.DeploymentQueueLimit, runs),
+		Message: fmt.Sprintf("maxConcurrentDeployments is %d, but %s, "+
+			"shared by every pool there: at most %d of this pool's deployments run at once. Lower maxConcurrentDeployments, or raise concurrent_builds in Coolify",
+			want, where, runs),
 	}, now)
 }
