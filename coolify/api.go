@@ -15,7 +15,7 @@ import "context"
 type API interface {
 	// ServerVersion is GET /version, read once and cached (a bare string such as "4.3.11").
 	ServerVersion(ctx context.Context) (string, error)
-	// ListServers is GET /servers, with each server's capacity settings.
+	// ListServers is GET /servers, with each server's capacity settings and health.
 	ListServers(ctx context.Context) ([]Server, error)
 	// ListProjects is GET /projects.
 	ListProjects(ctx context.Context) ([]Project, error)

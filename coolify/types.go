@@ -8,12 +8,25 @@ type Server struct {
 	Settings ServerSettings `json:"settings"`
 }
 
-// ServerSettings are the capacity knobs of a server.
+// ServerSettings are the capacity knobs of a server and what Coolify's own checks say of it.
 type ServerSettings struct {
 	// ConcurrentBuilds is how many deployments the server runs at once (default 2).
 	ConcurrentBuilds int `json:"concurrent_builds"`
 	// DeploymentQueueLimit is how many may be queued (default 25).
 	DeploymentQueueLimit int `json:"deployment_queue_limit"`
+	// IsReachable is false when Coolify's last SSH check of the server failed; IsUsable is
+	// false when the server is unreachable or its Docker does not answer. Coolify checks about
+	// once a minute, so both lag the server. Nil when the answer lacks the field: unknown, not
+	// down (Functional).
+	IsReachable *bool `json:"is_reachable,omitempty"`
+	IsUsable    *bool `json:"is_usable,omitempty"`
+}
+
+// Functional is what Coolify asks before every deployment and stop: a server that is not
+// functional fails the deployments a worker takes and ignores stops. A health Coolify did not
+// report counts as functional, so a missing field never takes a server out.
+func (s ServerSettings) Functional() bool {
+	return (s.IsReachable == nil || *s.IsReachable) && (s.IsUsable == nil || *s.IsUsable)
 }
 
 // Project groups environments.

@@ -56,9 +56,15 @@ type envVar struct {
 	updated   time.Time
 }
 
-// visibleStatus is what GET answers: the true status as it was StatusLag ago.
+// visibleStatus is what GET answers: the true status as it was StatusLag ago, or, while the
+// app's server is not functional, as it was StatusLag before the server went: Coolify's status
+// check skips such a server, so the last status it saw stays.
 func (s *Sim) visibleStatus(a *app, now time.Time) string {
-	cut := now.Add(-s.scaled(s.cfg.StatusLag))
+	seen := now
+	if !a.server.downSince.IsZero() && a.server.downSince.Before(seen) {
+		seen = a.server.downSince
+	}
+	cut := seen.Add(-s.scaled(s.cfg.StatusLag))
 	status := statusExited
 	for _, c := range a.history {
 		if c.at.After(cut) {

@@ -25,6 +25,19 @@ type deployment struct {
 	hasWorker bool
 	gen       int
 	restart   bool
+	logs      []logLine
+}
+
+// logLine is one entry of a deployment's log, as Coolify stores it (its logs field is this
+// list as a JSON string).
+type logLine struct {
+	at     time.Time
+	output string
+	stderr bool
+}
+
+func (d *deployment) log(at time.Time, output string, stderr bool) {
+	d.logs = append(d.logs, logLine{at: at, output: output, stderr: stderr})
 }
 
 func (d *deployment) active() bool { return d.status == depQueued || d.status == depInProgress }
@@ -66,6 +79,14 @@ func (s *Sim) queueDeployment(a *app, restart bool, now time.Time) (*deployment,
 // in-progress ones a worker while the instance has one: a deployment can sit in_progress
 // without a worker, as on a busy real instance. Callers hold s.mu.
 func (s *Sim) schedule(at time.Time) {
+	// A deployment that fails as a worker takes it (its server is not functional) frees its
+	// build slot and worker at once: schedule again until none does.
+	for s.scheduleOnce(at) {
+	}
+}
+
+// scheduleOnce is one pass of schedule; it reports whether a deployment failed at pickup.
+func (s *Sim) scheduleOnce(at time.Time) (freed bool) {
 	live := s.active[:0]
 	for _, d := range s.active {
 		if d.active() {
@@ -92,9 +113,16 @@ func (s *Sim) schedule(at time.Time) {
 			break
 		}
 		if d.status == depInProgress && !d.hasWorker {
+			if !d.server.functional() {
+				// Coolify's deployment job checks its server first and gives up.
+				s.fail(d, at, logNotFunctional)
+				freed = true
+				continue
+			}
 			s.run(d, at)
 		}
 	}
+	return freed
 }
 
 // run gives d a worker: pull (cold or cached), then compose up.
@@ -111,12 +139,13 @@ func (s *Sim) run(d *deployment, at time.Time) {
 		if d.gen != gen || d.status != depInProgress {
 			return
 		}
-		s.release(d)
-		d.updated, d.finished = at, at
-		if s.takePullFailure(ref) {
-			d.status = depFailed
+		if s.takePullFailure(d.server, ref) {
+			s.fail(d, at, "Error response from daemon: pull access denied for "+d.app.image+
+				", repository does not exist or may require 'docker login'")
 			return
 		}
+		s.release(d)
+		d.updated, d.finished = at, at
 		d.server.images[ref] = true
 		d.status = depFinished
 		if _, exists := s.apps[d.app.uuid]; exists {
@@ -130,6 +159,14 @@ func (s *Sim) release(d *deployment) {
 		d.hasWorker = false
 		s.workers--
 	}
+}
+
+// fail ends a live deployment as failed with a last log line. Callers hold s.mu.
+func (s *Sim) fail(d *deployment, at time.Time, line string) {
+	s.release(d)
+	d.gen++ // its pending pull-and-up event does nothing
+	d.status, d.updated, d.finished = depFailed, at, at
+	d.log(at, line, true)
 }
 
 // cancel stops a live deployment. Callers hold s.mu.
@@ -148,6 +185,8 @@ type DeploymentInfo struct {
 	HasWorker  bool
 	Created    time.Time
 	Finished   time.Time
+	// Logs are the deployment's log lines (a failure's reason is the last).
+	Logs []string
 }
 
 // Deployments lists every deployment in creation order.
@@ -157,8 +196,12 @@ func (s *Sim) Deployments() []DeploymentInfo {
 	hooks := s.takeHooks()
 	out := make([]DeploymentInfo, 0, len(s.order))
 	for _, d := range s.order {
-		out = append(out, DeploymentInfo{UUID: d.uuid, AppUUID: d.app.uuid, ServerUUID: d.server.UUID,
-			Status: d.status, HasWorker: d.hasWorker, Created: d.created, Finished: d.finished})
+		info := DeploymentInfo{UUID: d.uuid, AppUUID: d.app.uuid, ServerUUID: d.server.UUID,
+			Status: d.status, HasWorker: d.hasWorker, Created: d.created, Finished: d.finished}
+		for _, l := range d.logs {
+			info.Logs = append(info.Logs, l.output)
+		}
+		out = append(out, info)
 	}
 	s.mu.Unlock()
 	runHooks(hooks)

@@ -52,14 +52,31 @@ func (s *Sim) SetOutage(on bool) {
 }
 
 // FailPulls makes the next n deployments of image (with tag, e.g. "bot:1", or without for
-// "latest") fail at the pull; n < 0 fails them all until called again with 0.
+// "latest") fail at the pull, on any server; n < 0 fails them all until called again with 0.
 func (s *Sim) FailPulls(image string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.pullFails[pullKey{ref: pullRef(image)}] = n
+}
+
+// FailPullsOn is FailPulls on one server only (a registry login missing there, a full disk):
+// the image's deployments to other servers pull as usual. A deployment uses up its server's
+// count before FailPulls' one. It panics for a server that was never added.
+func (s *Sim) FailPullsOn(serverUUID, image string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mustServer(serverUUID)
+	s.pullFails[pullKey{server: serverUUID, ref: pullRef(image)}] = n
+}
+
+// pullKey names a pull failure switch: server "" is every server.
+type pullKey struct{ server, ref string }
+
+func pullRef(image string) string {
 	if !strings.Contains(lastSegment(image), ":") {
 		image += ":latest"
 	}
-	s.pullFails[image] = n
+	return image
 }
 
 // CrashContainers makes containers whose image reference starts with prefix crash after
@@ -84,14 +101,15 @@ func (s *Sim) crashFor(a *app) (Crash, bool) {
 	return Crash{}, false
 }
 
-func (s *Sim) takePullFailure(ref string) bool {
-	n := s.pullFails[ref]
-	switch {
-	case n < 0:
-		return true
-	case n > 0:
-		s.pullFails[ref] = n - 1
-		return true
+func (s *Sim) takePullFailure(srv *server, ref string) bool {
+	for _, k := range []pullKey{{server: srv.UUID, ref: ref}, {ref: ref}} {
+		switch n := s.pullFails[k]; {
+		case n < 0:
+			return true
+		case n > 0:
+			s.pullFails[k] = n - 1
+			return true
+		}
 	}
 	return false
 }

@@ -179,9 +179,14 @@ func handleDeleteApp(s *Sim, rc *reqCtx) (int, any) {
 	if !a.deleting {
 		a.deleting = true
 		// Deletion is a background job: GET answers 200 until it has run. Deployments in
-		// flight are not cancelled.
+		// flight are not cancelled. Its stop gives up on a server that is not functional, and
+		// the application is deleted all the same: its container is left running, unknown.
 		s.after(rc.now, s.cfg.DeleteDelay, func(at time.Time) {
-			s.stopContainer(a, at, "deleted")
+			if a.server.functional() {
+				s.stopContainer(a, at, "deleted")
+			} else if a.running {
+				a.server.orphans = append(a.server.orphans, a)
+			}
 			delete(s.apps, a.uuid)
 		})
 	}
@@ -191,7 +196,7 @@ func handleDeleteApp(s *Sim, rc *reqCtx) (int, any) {
 func handleListServers(s *Sim, _ *reqCtx) (int, any) {
 	out := make([]msg, 0, len(s.servers))
 	for _, k := range sortedKeys(s.servers) {
-		out = append(out, serverJSON(s.servers[k]))
+		out = append(out, serverJSON(s.servers[k], true))
 	}
 	return http.StatusOK, out
 }
@@ -201,7 +206,7 @@ func handleGetServer(s *Sim, rc *reqCtx) (int, any) {
 	if srv == nil {
 		return http.StatusNotFound, msg{"message": "Server not found."}
 	}
-	return http.StatusOK, serverJSON(srv)
+	return http.StatusOK, serverJSON(srv, false)
 }
 
 func handlePatchServer(s *Sim, rc *reqCtx) (int, any) {

@@ -41,8 +41,13 @@ func handleStop(s *Sim, rc *reqCtx) (int, any) {
 		return http.StatusNotFound, msgAppNotFound
 	}
 	// A stop is a queued job: docker stop with a grace period, then rm. It leaves
-	// deployments in flight alone, which can bring the container back.
-	s.after(rc.now, s.cfg.StopDelay, func(at time.Time) { s.stopContainer(a, at, "stopped") })
+	// deployments in flight alone, which can bring the container back. The job gives up when
+	// the server is not functional as it runs: the stop is lost, not kept for later.
+	s.after(rc.now, s.cfg.StopDelay, func(at time.Time) {
+		if a.server.functional() {
+			s.stopContainer(a, at, "stopped")
+		}
+	})
 	return http.StatusOK, msg{"message": "Application stopping request queued."}
 }
 
@@ -97,11 +102,11 @@ func containsAny(have, want []string) bool {
 	return false
 }
 
-func handleListDeployments(s *Sim, _ *reqCtx) (int, any) {
+func handleListDeployments(s *Sim, rc *reqCtx) (int, any) {
 	out := make([]msg, 0, len(s.active))
 	for _, d := range s.order {
 		if d.active() {
-			out = append(out, deploymentJSON(d))
+			out = append(out, deploymentJSON(d, rc.can("read:sensitive")))
 		}
 	}
 	return http.StatusOK, out
@@ -112,7 +117,7 @@ func handleGetDeployment(s *Sim, rc *reqCtx) (int, any) {
 	if d == nil {
 		return http.StatusNotFound, msg{"message": "Deployment not found."}
 	}
-	return http.StatusOK, deploymentJSON(d)
+	return http.StatusOK, deploymentJSON(d, rc.can("read:sensitive"))
 }
 
 func handleAppDeployments(s *Sim, rc *reqCtx) (int, any) {
@@ -125,7 +130,7 @@ func handleAppDeployments(s *Sim, rc *reqCtx) (int, any) {
 	list := s.byApp[a.uuid]
 	out := []msg{}
 	for i := len(list) - 1 - max(skip, 0); i >= 0 && len(out) < max(take, 1); i-- {
-		out = append(out, deploymentJSON(list[i]))
+		out = append(out, deploymentJSON(list[i], rc.can("read:sensitive")))
 	}
 	return http.StatusOK, msg{"count": len(list), "deployments": out}
 }

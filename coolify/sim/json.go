@@ -33,7 +33,8 @@ func orDefault(v, def string) string {
 	return v
 }
 
-func deploymentJSON(d *deployment) msg {
+// deploymentJSON is a deployment; Coolify hides its logs from a token without read:sensitive.
+func deploymentJSON(d *deployment, withLogs bool) msg {
 	m := msg{
 		"id": d.id, "deployment_uuid": d.uuid, "application_id": strconv.Itoa(d.app.id),
 		"application_name": d.app.name, "server_id": d.server.id, "server_name": d.server.Name,
@@ -46,7 +47,25 @@ func deploymentJSON(d *deployment) msg {
 	if !d.finished.IsZero() {
 		m["finished_at"] = stamp(d.finished)
 	}
+	if withLogs {
+		m["logs"] = deploymentLogs(d)
+	}
 	return m
+}
+
+// deploymentLogs is the logs field: the entries as a JSON string, as Coolify stores them.
+func deploymentLogs(d *deployment) string {
+	entries := make([]msg, 0, len(d.logs))
+	for i, l := range d.logs {
+		typ := "stdout"
+		if l.stderr {
+			typ = "stderr"
+		}
+		entries = append(entries, msg{"command": nil, "output": l.output, "type": typ,
+			"timestamp": stamp(l.at), "hidden": false, "batch": 1, "order": i + 1})
+	}
+	b, _ := json.Marshal(entries)
+	return string(b)
 }
 
 func envJSON(a *app, e *envVar, sensitive bool) msg {
@@ -62,12 +81,20 @@ func envJSON(a *app, e *envVar, sensitive bool) msg {
 	return m
 }
 
-func serverJSON(srv *server) msg {
-	return msg{
+// serverJSON is a server. Coolify's list also copies is_reachable and is_usable from the
+// settings to the top level; an unreachable server reads unusable too (its connection check
+// sets both).
+func serverJSON(srv *server, list bool) msg {
+	reachable, usable := !srv.unreachable, srv.functional()
+	m := msg{
 		"id": srv.id, "uuid": srv.UUID, "name": srv.Name, "description": "", "ip": srv.IP,
 		"user": "root", "port": 22, "proxy": msg{"type": "traefik"}, "proxy_type": "traefik",
 		"settings": msg{"id": srv.id, "server_id": srv.id, "concurrent_builds": srv.ConcurrentBuilds,
-			"deployment_queue_limit": srv.DeploymentQueueLimit, "is_reachable": true, "is_usable": true,
+			"deployment_queue_limit": srv.DeploymentQueueLimit, "is_reachable": reachable, "is_usable": usable,
 			"is_build_server": false, "dynamic_timeout": 3600},
 	}
+	if list {
+		m["is_reachable"], m["is_usable"] = reachable, usable
+	}
+	return m
 }

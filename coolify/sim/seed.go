@@ -42,6 +42,14 @@ type server struct {
 	id      int
 	created time.Time
 	images  map[string]bool // the image cache: refs pulled on this server
+
+	// What Coolify's own checks say of the server (health.go); the zero value is healthy.
+	unreachable bool
+	unusable    bool
+	downSince   time.Time // when it stopped being functional; zero while it is
+	// orphans are containers of applications deleted while the server was not functional:
+	// Coolify dropped the application but could not remove its container.
+	orphans []*app
 }
 
 type project struct {

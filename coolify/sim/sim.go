@@ -2,7 +2,8 @@
 // endpoints a bot pool uses with the semantics docs/coolify.md describes: abilities, the API
 // switch, the per-user rate limit, strict bodies, asynchronous deletes, deployment queues
 // with per-server concurrency and a shared worker pool, image caches, lagging container status,
-// env preview twins, and fault injection.
+// env preview twins, server health (unreachable or unusable servers, lost containers), and
+// fault injection.
 //
 // Time comes from an injected clock and every simulated duration is divided by Config.Speed.
 // State advances lazily: each request, Tick and Advance run every event that is due, in time
@@ -79,7 +80,8 @@ type Container struct {
 	Image      string
 	// Env holds the application's non-preview variables.
 	Env map[string]string
-	// Reason is "deployed", "stopped", "crashed", "crash-loop", "deleted" or "redeployed".
+	// Reason is "deployed", "stopped", "crashed", "crash-loop", "deleted", "redeployed" or
+	// "lost" (LoseServerContainers).
 	Reason string
 	// At is the simulated time of the change; Seq increases with every change of any app.
 	At  time.Time
@@ -114,7 +116,7 @@ type Sim struct {
 
 	faults    map[string]*Fault
 	outage    bool
-	pullFails map[string]int
+	pullFails map[pullKey]int
 	crashes   map[string]Crash
 
 	counts map[string]map[int]int
@@ -157,7 +159,7 @@ func New(cfg Config) *Sim {
 		lastTick: cfg.Clock.Now(), apiEnabled: !cfg.APIDisabled,
 		servers: map[string]*server{}, projects: map[string]*project{}, tokens: map[string]*token{},
 		apps: map[string]*app{}, deploys: map[string]*deployment{}, byApp: map[string][]*deployment{}, limits: map[string]*window{},
-		faults: map[string]*Fault{}, pullFails: map[string]int{}, crashes: map[string]Crash{},
+		faults: map[string]*Fault{}, pullFails: map[pullKey]int{}, crashes: map[string]Crash{},
 		counts: map[string]map[int]int{},
 	}
 }
