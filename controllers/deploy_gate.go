@@ -355,9 +355,10 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	server := ""
+	server, known := "", false
 	if adm := g.admitted[key]; adm != nil {
-		server = adm[slot].server
+		a, ok := adm[slot]
+		server, known = a.server, ok
 		delete(adm, slot)
 		if len(adm) == 0 {
 			delete(g.admitted, key)
@@ -367,7 +368,7 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 	for k, pools := range g.onServer {
 		if f, ok := pools[key]; ok && f.slots[slot] {
 			counted = true
-			server = k
+			server, known = k, true
 			delete(f.slots, slot)
 			if len(f.slots) == 0 {
 				delete(pools, key)
@@ -383,7 +384,7 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 		}
 		g.done[types.NamespacedName{Namespace: pool.Namespace, Name: slot}] = g.Clock.Now()
 	}
-	if finished && server != "" {
+	if finished && known {
 		if g.warm == nil {
 			g.warm = map[string]time.Time{}
 		}

@@ -82,6 +82,9 @@ type poolScope struct {
 	// servers is what Coolify last said of the settings of the pool's Active servers (those
 	// it knows).
 	servers map[string]coolify.ServerSettings
+	// health is each listed server's health by this pass's read; nil when the pass did not
+	// read (the status keeps what the last read said).
+	health map[string]v1.ServerHealth
 	// requeue is when the pool is looked at again after a pass that went well.
 	requeue time.Duration
 }

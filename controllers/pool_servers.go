@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -16,12 +20,14 @@ import (
 // follows: where its application is created, which server's deploy gate and image cache it
 // uses, whose description mark it carries. The pool:
 //
-//   - places a new slot on the Active server with the least slots for its weight that still
-//     has room (its maxSlots), preferring, among equals, one whose image cache holds the
-//     pool's image (a slot of the pool runs there);
-//   - offers bots only the free slots of Active servers (a cordoned server, or one the pool
-//     no longer lists, takes no new bot), and counts only those as free when it decides how
-//     many slots to create;
+//   - places a new slot on the Active, healthy server with the least slots for its weight
+//     that still has room (its maxSlots), preferring, among equals, one whose image cache
+//     holds the pool's image (a slot of the pool runs there);
+//   - offers bots only the free slots of Active servers whose health is not out (a cordoned
+//     server, one the pool no longer lists, or one Coolify reports unreachable or unusable
+//     takes no new bot), and counts only those as free when it decides how many slots to
+//     create; an unhealthy server's slots come back by themselves once Coolify reports it
+//     healthy again;
 //   - drains the others: their free slots are deleted (a slot bound meanwhile stays), and
 //     busy ones as their bots end; so are slots above a server's maxSlots.
 //
@@ -49,9 +55,22 @@ func serverState(pool *v1.BotPool, uuid string) v1.ServerState {
 	return v1.ServerActive
 }
 
-// onActiveServer reports whether the slot's server takes new bots.
-func onActiveServer(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
-	return serverState(pool, slotServer(slot, pool)) == v1.ServerActive
+// healthOf is the server's health as the pool's status last recorded it (Unknown when it has
+// none: never out).
+func healthOf(pool *v1.BotPool, uuid string) v1.ServerHealth {
+	for _, st := range pool.Status.Servers {
+		if st.UUID == uuid && st.Health != "" {
+			return st.Health
+		}
+	}
+	return v1.ServerHealthUnknown
+}
+
+// takesBots reports whether the slot's server takes new bots: Active, and its health (as the
+// pool's status last recorded it) not out.
+func takesBots(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
+	uuid := slotServer(slot, pool)
+	return serverState(pool, uuid) == v1.ServerActive && !healthOf(pool, uuid).Out()
 }
 
 // placement chooses servers for new slots from what the pool holds on each.
@@ -59,10 +78,20 @@ type placement struct {
 	servers []v1.PoolServer
 	slots   map[string]int  // server → the pool's slots there
 	warm    map[string]bool // server → a slot of the pool runs the image there
+	out     map[string]bool // server → its health is out
 }
 
-func newPlacement(pool *v1.BotPool, slots []v1.BotPoolSlot) *placement {
-	p := &placement{servers: pool.Spec.Coolify.ServerList(), slots: map[string]int{}, warm: map[string]bool{}}
+// newPlacement sees the pool's slots; health is this pass's read of the servers' health (nil:
+// the pool's status says).
+func newPlacement(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]v1.ServerHealth) *placement {
+	p := &placement{servers: pool.Spec.Coolify.ServerList(), slots: map[string]int{}, warm: map[string]bool{}, out: map[string]bool{}}
+	for _, srv := range p.servers {
+		h, ok := health[srv.UUID]
+		if !ok {
+			h = healthOf(pool, srv.UUID)
+		}
+		p.out[srv.UUID] = h.Out()
+	}
 	for i := range slots {
 		sl := &slots[i]
 		srv := slotServer(sl, pool)
@@ -80,7 +109,7 @@ func (p *placement) next() (string, bool) {
 	best := -1
 	for i, srv := range p.servers {
 		n := p.slots[srv.UUID]
-		if srv.Cordoned || srv.MaxSlots != nil && n >= int(*srv.MaxSlots) {
+		if srv.Cordoned || p.out[srv.UUID] || srv.MaxSlots != nil && n >= int(*srv.MaxSlots) {
 			continue
 		}
 		if best < 0 || p.better(srv, p.servers[best]) {
@@ -187,13 +216,18 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 }
 
 // serverStatuses counts the pool's slots on each of its servers, listed ones first in the
-// pool's order, then unlisted ones that still hold slots.
-func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot) []v1.ServerStatus {
+// pool's order, then unlisted ones that still hold slots. health is this pass's read (nil:
+// each server keeps the health the status had).
+func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]v1.ServerHealth) []v1.ServerStatus {
 	var out []v1.ServerStatus
 	index := map[string]int{}
 	for _, srv := range pool.Spec.Coolify.ServerList() {
+		h, ok := health[srv.UUID]
+		if !ok {
+			h = healthOf(pool, srv.UUID)
+		}
 		index[srv.UUID] = len(out)
-		out = append(out, v1.ServerStatus{UUID: srv.UUID, State: serverState(pool, srv.UUID), MaxSlots: srv.MaxSlots})
+		out = append(out, v1.ServerStatus{UUID: srv.UUID, State: serverState(pool, srv.UUID), Health: h, MaxSlots: srv.MaxSlots})
 	}
 	var unlisted []string
 	for i := range slots {
@@ -211,7 +245,7 @@ func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot) []v1.ServerStatus 
 		if sl.Status.Phase == v1.SlotBusy {
 			st.Busy++
 		}
-		if st.State == v1.ServerActive && isFree(sl) {
+		if st.State == v1.ServerActive && !st.Health.Out() && isFree(sl) {
 			st.Free++
 		}
 	}
@@ -220,4 +254,24 @@ func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot) []v1.ServerStatus 
 		sort.Slice(out[first:], func(i, j int) bool { return out[first+i].UUID < out[first+j].UUID })
 	}
 	return out
+}
+
+// setServerOutCondition says, in ServerOut, which of the pool's Active servers Coolify
+// reports unreachable or unusable (status.servers, just computed); absent when none is.
+func setServerOutCondition(p *v1.BotPool, now time.Time) {
+	var out []string
+	for _, st := range p.Status.Servers {
+		if st.State == v1.ServerActive && st.Health.Out() {
+			out = append(out, fmt.Sprintf("%s is %s", st.UUID, st.Health))
+		}
+	}
+	if len(out) == 0 {
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionServerOut)
+		return
+	}
+	v1.SetCondition(&p.Status.Conditions, metav1.Condition{
+		Type: v1.ConditionServerOut, Status: metav1.ConditionTrue, Reason: v1.ReasonServerNotFunctional, ObservedGeneration: p.Generation,
+		Message: "Coolify reports server " + strings.Join(out, ", server ") +
+			": its free slots are not offered and new slots go to the other servers until Coolify reports it healthy",
+	}, now)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -228,5 +229,88 @@ func TestPoolMovesFromOneServerToSeveral(t *testing.T) {
 	sort.Strings(kept)
 	if len(kept) != 2 {
 		t.Fatalf("kept slots %v, want both earlier ones", kept)
+	}
+}
+
+// nudgePool makes the pool controller look at the pool now (an annotation change).
+func (sc *scenario) nudgePool() {
+	sc.t.Helper()
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"test.botpool.dev/nudge":%q}}}`, clk.Now().String()+time.Now().String())))
+	if err := env.Client.Patch(context.Background(), sc.poolNow(), patch); err != nil {
+		sc.t.Fatal(err)
+	}
+}
+
+// serverHealthIs waits until the pool's status shows the server with health h, stepping the
+// suite's clock past the servers' refresh and nudging the pool to read them again.
+func (sc *scenario) serverHealthIs(uuid string, h v1.ServerHealth) *v1.BotPool {
+	sc.t.Helper()
+	var p *v1.BotPool
+	kubetest.Eventually(sc.t, 15*time.Second, func() error {
+		p = sc.poolNow()
+		if got := healthOf(p, uuid); got != h {
+			clk.Step(serversRefresh)
+			sc.nudgePool()
+			return fmt.Errorf("server %s is %s, want %s", uuid, got, h)
+		}
+		return nil
+	})
+	return p
+}
+
+// TestPoolKeepsBotsOffAnUnreachableServer: when Coolify reports a server unreachable, the pool
+// says so (status.servers health, ServerOut), stops offering that server's free slot, and
+// serves its bots on the other server — creating a slot there to keep minIdle — while a bot
+// it has no room for waits; when Coolify reports the server back, that waiting bot is bound
+// to the server's free slot with no other nudge.
+func TestPoolKeepsBotsOffAnUnreachableServer(t *testing.T) {
+	sc := newScenario(t, "health", sim.Config{})
+	home := sc.pool.Spec.Coolify.ServerUUID
+	other := sc.sim.AddServer(sim.ServerSpec{Name: "other"})
+	sc.updatePool(func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle = 3, 2
+		onServers(v1.PoolServer{UUID: home}, v1.PoolServer{UUID: other})(p)
+	})
+	sc.waitServers(map[string]int{home: 1, other: 1})
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 2})
+	sc.serverHealthIs(other, v1.ServerHealthy)
+
+	sc.sim.SetServerReachable(other, false)
+	p := sc.serverHealthIs(other, v1.ServerUnreachable)
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		p = sc.poolNow()
+		c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionServerOut)
+		if c == nil || c.Status != "True" || c.Reason != v1.ReasonServerNotFunctional {
+			return fmt.Errorf("ServerOut %+v", c)
+		}
+		return nil
+	})
+	// minIdle 2 counts only the healthy server's free slot: a second one is made there.
+	sc.waitServers(map[string]int{home: 2, other: 1})
+	for _, name := range []string{"first", "second"} {
+		if s := slotOf(t, newBot(t, sc.ns, name, sc.pool.Name)); s.Spec.Server != home {
+			t.Fatalf("bot %s bound on %s, which Coolify reports unreachable", name, s.Spec.Server)
+		}
+	}
+	newBot(t, sc.ns, "third", sc.pool.Name) // no room: maxSlots 3, the unreachable server's slot not offered
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		if b := sc.bot("third"); b.Status.Phase != v1.BotQueued {
+			return fmt.Errorf("third is %s, want Queued", b.Status.Phase)
+		}
+		return nil
+	})
+	for _, s := range listSlots(t, sc.ns) {
+		if s.Spec.Server == other && s.Spec.BotRef != nil {
+			t.Fatalf("slot %s of the unreachable server was bound to %s", s.Name, s.Spec.BotRef.Name)
+		}
+	}
+
+	sc.sim.SetServerReachable(other, true)
+	sc.serverHealthIs(other, v1.ServerHealthy)
+	if s := slotOf(t, sc.bot("third")); s.Spec.Server != other {
+		t.Fatalf("third bound on %s, want the server that came back (%s)", s.Spec.Server, other)
+	}
+	if c := meta.FindStatusCondition(sc.poolNow().Status.Conditions, v1.ConditionServerOut); c != nil {
+		t.Fatalf("ServerOut kept after the server came back: %+v", c)
 	}
 }

@@ -17,7 +17,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	counts := countSlots(s.slots)
 	p.Status.Slots = &counts
 	p.Status.Queued = int32(s.waiting)
-	p.Status.Servers = serverStatuses(p, s.slots)
+	p.Status.Servers = serverStatuses(p, s.slots, s.health)
 	gen := p.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		v1.SetCondition(&p.Status.Conditions, metav1.Condition{
@@ -42,6 +42,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	}
 
 	setServerCondition(p, s.servers, now)
+	setServerOutCondition(p, now)
 
 	switch {
 	case s.serversFull > 0:

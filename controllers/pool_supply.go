@@ -58,7 +58,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 	}
 	free := 0
 	for i := range s.slots {
-		if sl := &s.slots[i]; available(sl) && onActiveServer(sl, s.pool) {
+		if sl := &s.slots[i]; available(sl) && takesBots(sl, s.pool) {
 			free++
 		}
 	}
@@ -85,13 +85,13 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		if sl.Spec.Pool == s.pool.Name {
 			total++
 			mine = append(mine, *sl)
-			if available(sl) && onActiveServer(sl, s.pool) {
+			if available(sl) && takesBots(sl, s.pool) {
 				free++
 			}
 		}
 	}
 	want := slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), total, free, s.waiting)
-	place := newPlacement(s.pool, mine)
+	place := newPlacement(s.pool, mine, s.health)
 	for attempts := 0; len(s.created) < want && attempts < 2*want+10; attempts++ {
 		server, ok := place.next()
 		if !ok {

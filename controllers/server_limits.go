@@ -21,12 +21,17 @@ import (
 // server runs, and a pool that asks for more says so in a condition. Until a read succeeds,
 // the gate bounds per pool only, as it always did: a failing GET /servers never holds a
 // deployment back.
+//
+// The same read says whether each server is reachable and usable (its health, see
+// pool_servers.go): a failed deployment or a lost application on a server makes the next pool
+// pass read again (ServersSuspect), so an outage takes the server out within seconds.
 const (
 	// serversRefresh is how long a user's list of servers is believed: settings change by
-	// hand, rarely, and a read costs one request of the user's budget.
-	serversRefresh = 5 * time.Minute
+	// hand, rarely, but health is what takes a server out, and a read costs one request a
+	// minute of the user's budget (200).
+	serversRefresh = time.Minute
 	// serversRetry is how soon a read that failed (or any read) is tried again.
-	serversRetry = time.Minute
+	serversRetry = 15 * time.Second
 	// serversForget drops the list of a user no pool has asked about for this long.
 	serversForget = time.Hour
 )
@@ -97,6 +102,18 @@ func (b *BulkReader) RefreshServers(ctx context.Context, api CoolifyAPI) {
 	}
 }
 
+// ServersSuspect makes the next RefreshServers of api's user read the servers again (within
+// serversRetry of the last try): a slot saw something a server outage explains.
+func (b *BulkReader) ServersSuspect(api CoolifyAPI) {
+	user := coolifyUser(api)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if snap, ok := b.servers[user]; ok {
+		snap.fetched = time.Time{}
+		b.servers[user] = snap
+	}
+}
+
 // ServerSettings is what the last read of user's servers said of server; ok is false when
 // there was none, or the user does not see that server.
 func (b *BulkReader) ServerSettings(user, server string) (settings coolify.ServerSettings, ok bool) {
@@ -147,20 +164,37 @@ func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
 }
 
 // readServerLimits refreshes the servers of the pool's Coolify user (housekeeping, at most
-// every serversRefresh) and notes what the pool's Active servers run, for its status.
+// every serversRefresh) and notes what the pool's servers run, for its status, and their
+// health.
 func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) {
 	if s.api == nil || r.Coolify == nil {
 		return
 	}
 	r.Coolify.RefreshServers(ctx, s.api)
+	s.health = map[string]v1.ServerHealth{}
 	for _, srv := range s.pool.Spec.Coolify.ServerList() {
-		if st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), srv.UUID); ok && !srv.Cordoned {
+		st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), srv.UUID)
+		s.health[srv.UUID] = serverHealth(st, ok)
+		if ok && !srv.Cordoned {
 			if s.servers == nil {
 				s.servers = map[string]coolify.ServerSettings{}
 			}
 			s.servers[srv.UUID] = st
 		}
 	}
+}
+
+// serverHealth is what the settings read of a server say of its health.
+func serverHealth(st coolify.ServerSettings, known bool) v1.ServerHealth {
+	switch {
+	case !known:
+		return v1.ServerHealthUnknown
+	case st.IsReachable != nil && !*st.IsReachable:
+		return v1.ServerUnreachable
+	case st.IsUsable != nil && !*st.IsUsable:
+		return v1.ServerUnusable
+	}
+	return v1.ServerHealthy
 }
 
 // setServerCondition says, in DeploymentsCapped, when the pool's maxConcurrentDeployments asks

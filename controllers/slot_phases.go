@@ -664,6 +664,12 @@ func (r *BotPoolSlotReconciler) recreate(s *slotScope) {
 
 // toError moves the slot to Error; recovery runs on the next pass.
 func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reason, msg string) {
+	switch v1.BotReason(reason) {
+	case v1.ReasonDeploymentFailed, v1.ReasonDeploymentLost, v1.ReasonApplicationLost:
+		// What a server outage looks like from a slot: the pool reads the servers' health
+		// again on its next pass instead of within the minute.
+		r.Coolify.ServersSuspect(s.api)
+	}
 	s.slot.Status.RecoveryAttempts++
 	r.describe(ctx, s, v1.SlotError, time.Time{}, msg)
 	r.moveTo(s, v1.SlotError, reason, msg)

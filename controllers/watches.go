@@ -25,6 +25,7 @@ package controllers
 //	                                             CallbackDone)                  on the recheck timer
 //
 //	BotPool spec change                     ──▶  dispatcher (For)               limits and queue order changed
+//	BotPool server healthy again            ──▶  dispatcher (For, serverBackIn) its free slots are offered again
 //	BotPoolSlot turns free (isFree)         ──▶  its pool's dispatcher          a free slot takes the head of
 //	                                             (slotToPool, slotFreed)        the queue
 //	Bot enters/leaves a queue or pool       ──▶  its pool's dispatcher          the queue changed
@@ -170,7 +171,7 @@ func (r *BotReconciler) poolToWaitingBots(ctx context.Context, o client.Object) 
 func (d *Dispatcher) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("dispatcher").
-		For(&v1.BotPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1.BotPool{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, serverBackIn))).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToPool), builder.WithPredicates(slotFreed)).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool), builder.WithPredicates(botQueueChanged)).
 		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
@@ -188,6 +189,23 @@ var slotFreed = predicate.Funcs{
 		return isFree(e.ObjectNew.(*v1.BotPoolSlot)) && !isFree(e.ObjectOld.(*v1.BotPoolSlot))
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+// serverBackIn passes the pool status updates in which a server whose health was out came
+// back: its free slots take the head of the queue again.
+var serverBackIn = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, cur := e.ObjectOld.(*v1.BotPool), e.ObjectNew.(*v1.BotPool)
+		for _, st := range old.Status.Servers {
+			if st.Health.Out() && !healthOf(cur, st.UUID).Out() {
+				return true
+			}
+		}
+		return false
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // errorBackoff retries failed reconciles from 50ms up to 30s: a bot waits on them, so the

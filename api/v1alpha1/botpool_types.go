@@ -389,16 +389,40 @@ const (
 	ServerUnlisted ServerState = "Unlisted"
 )
 
+// ServerHealth is what Coolify last said of a server's health (GET /servers).
+// +kubebuilder:validation:Enum=Healthy;Unreachable;Unusable;Unknown
+type ServerHealth string
+
+const (
+	// ServerHealthy: Coolify reports the server reachable and usable (or does not say).
+	ServerHealthy ServerHealth = "Healthy"
+	// ServerUnreachable: Coolify cannot reach the server (is_reachable false). Its free
+	// slots are not offered and new slots go elsewhere until it is back.
+	ServerUnreachable ServerHealth = "Unreachable"
+	// ServerUnusable: Coolify reaches the server but cannot use it (is_usable false: no
+	// Docker, say). Treated as Unreachable.
+	ServerUnusable ServerHealth = "Unusable"
+	// ServerHealthUnknown: the servers were not read yet, or the token does not see this one.
+	// Treated as Healthy: a missing answer never takes a server out.
+	ServerHealthUnknown ServerHealth = "Unknown"
+)
+
+// Out reports whether the health keeps bots and new slots off the server.
+func (h ServerHealth) Out() bool { return h == ServerUnreachable || h == ServerUnusable }
+
 // ServerStatus is what the pool observed of its slots on one server.
 type ServerStatus struct {
 	// UUID is the Coolify server's uuid.
 	UUID string `json:"uuid"`
 	// State is how the pool treats the server.
 	State ServerState `json:"state"`
+	// Health is what Coolify last said of the server.
+	// +optional
+	Health ServerHealth `json:"health,omitempty"`
 	// Slots counts the pool's slots on the server.
 	Slots int32 `json:"slots"`
 	// Free counts the slots a bot can be bound to now (Idle, unbound; Ready in a standby
-	// pool), zero on a server that is not Active.
+	// pool), zero on a server that is not Active or whose health is out.
 	Free int32 `json:"free"`
 	// Busy counts the slots running a bot.
 	Busy int32 `json:"busy"`

@@ -35,6 +35,10 @@ const (
 	// more deployments at once than its Coolify server runs (concurrent_builds): advice, it
 	// leaves Ready as it is. Absent otherwise, and while the server's settings are unknown.
 	ConditionDeploymentsCapped = "DeploymentsCapped"
+	// ConditionServerOut is True on a BotPool while Coolify reports one of its servers
+	// unreachable or unusable: that server's free slots are not offered and new slots go to
+	// the others. The message names the servers.
+	ConditionServerOut = "ServerOut"
 )
 
 // BotReason says why a Bot ended in Fatal (status.reason) or why a condition has its status.

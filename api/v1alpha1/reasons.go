@@ -115,6 +115,9 @@ const (
 	// ReasonServerRunsFewer: the pool's maxConcurrentDeployments exceeds what its Coolify
 	// server runs at once, which bounds the pool's deployments instead (DeploymentsCapped).
 	ReasonServerRunsFewer = "ServerRunsFewer"
+	// ReasonServerNotFunctional: Coolify reports a server of the pool unreachable or unusable
+	// (ServerOut).
+	ReasonServerNotFunctional = "ServerNotFunctional"
 )
 
 // Reasons of the bot API's Events.
