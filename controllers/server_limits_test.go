@@ -81,10 +81,11 @@ func TestPoolSaysWhenItsServerRunsFewerDeployments(t *testing.T) {
 // Coolify instance, with a server of the same uuid, deploys meanwhile.
 func TestPoolsOfOneServerShareItsBuilds(t *testing.T) {
 	narrow := sim.ServerSpec{UUID: "srv-narrow", Name: "narrow", ConcurrentBuilds: 1}
-	a := newScenarioOn(t, "share-a", sim.Config{}, narrow)
-	other := newScenarioOn(t, "share-c", sim.Config{}, narrow) // another simulator: another instance
+	four := func(p *v1.BotPool) { p.Spec.MaxConcurrentDeployments = 4 } // capped: the settings are known
+	a := newScenarioOn(t, "share-a", sim.Config{}, narrow, four)
+	other := newScenarioOn(t, "share-c", sim.Config{}, narrow, four) // another simulator: another instance
 	connector.use("share-b", a.api)
-	b := newPool(a.ns, "share-b", func(p *v1.BotPool) {
+	b := newPool(a.ns, "share-b", four, func(p *v1.BotPool) {
 		p.Spec.MaxSlots, p.Spec.MinIdle, p.Spec.Coolify.ServerUUID = 1, 1, narrow.UUID
 	})
 	if err := env.Client.Create(context.Background(), b); err != nil {
