@@ -46,7 +46,10 @@ type trafficScenario struct {
 type trafficSetup struct {
 	sim    sim.Config
 	server sim.ServerSpec // a server of its own when UUID is set
-	warm   bool           // the pool's image is cached on its server
+	// servers, when above 1, spreads the pool over that many servers (spec.coolify.servers):
+	// its own and servers-1 more of the simulator's default shape.
+	servers int
+	warm    bool // the pool's image is cached on its servers
 	// limit, when set, gives the pool a client of a registry of its own with this many requests
 	// per minute, paced by the fake clock as Coolify counts by it; else the pool uses the
 	// suite's registry, without a practical limit.
@@ -76,14 +79,26 @@ func newTrafficScenario(tb testing.TB, name string, setup trafficSetup) *traffic
 		tb.Fatal(err)
 	}
 	connector.use(name, api)
+	servers := []string{server}
+	for i := 1; i < setup.servers; i++ {
+		servers = append(servers, sc.sim.AddServer(sim.ServerSpec{Name: fmt.Sprintf("server-%d", i+1)}))
+	}
 	sc.pool = newPool(sc.ns, name, func(p *v1.BotPool) {
 		p.Spec.Coolify.ServerUUID = server
+		if len(servers) > 1 {
+			p.Spec.Coolify.ServerUUID = ""
+			for _, uuid := range servers {
+				p.Spec.Coolify.Servers = append(p.Spec.Coolify.Servers, v1.PoolServer{UUID: uuid, Weight: 1})
+			}
+		}
 		if setup.pool != nil {
 			setup.pool(p)
 		}
 	})
 	if setup.warm {
-		sc.sim.WarmImage(server, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+		for _, uuid := range servers {
+			sc.sim.WarmImage(uuid, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+		}
 	}
 	if err := env.Client.Create(context.Background(), sc.pool); err != nil {
 		tb.Fatal(err)

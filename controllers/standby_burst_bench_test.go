@@ -52,6 +52,8 @@ import (
 // burstMode is one run of the burst: the pool's standby mode and the clock's resolution.
 type burstMode struct {
 	standby v1.StandbyMode
+	// servers spreads the pool over that many Coolify servers (0 or 1: one).
+	servers int
 	// step is the resolution of the measured phases. Stopped steps by a second: the shared
 	// lists, read once a step, then cost about 120 of Coolify's 200 requests a minute, and
 	// the deployments' own requests fit in the rest; a finer step would make the client's
@@ -383,9 +385,10 @@ func newBurstScenario(tb testing.TB, name string, mode burstMode, slots int) *bu
 	tb.Cleanup(fleet.stopAll) // after the scenario's teardown (cleanups run last-in first-out)
 	bs := &burstScenario{tb: tb, mode: mode, fleet: fleet, minIdle: slots}
 	bs.sc = newTrafficScenario(tb, name, trafficSetup{
-		sim:   sim.Config{RateLimit: sim.DefaultRateLimit, WarmPull: burstWarmPull, ComposeUp: burstComposeUp, Hooks: fleet.hooks()},
-		warm:  true,
-		limit: coolify.DefaultRateLimit,
+		sim:     sim.Config{RateLimit: sim.DefaultRateLimit, WarmPull: burstWarmPull, ComposeUp: burstComposeUp, Hooks: fleet.hooks()},
+		servers: mode.servers,
+		warm:    true,
+		limit:   coolify.DefaultRateLimit,
 		pool: func(p *v1.BotPool) {
 			p.Spec.MaxSlots, p.Spec.MinIdle, p.Spec.Standby = int32(slots), int32(slots), mode.standby
 			// Simulated minutes pass in a few seconds of real time, and a queue of the
@@ -626,8 +629,8 @@ const burstTarget = 2 * time.Second
 
 func (r burstResult) String() string {
 	var w strings.Builder
-	fmt.Fprintf(&w, "  %s: %d bots created at once on %d ready slots; clock resolution %s in the burst (%d steps, %d settles cut short), %s after it\n",
-		r.mode.standby, r.bots, r.bots, r.mode.step, r.steps, r.overruns, readyStep)
+	fmt.Fprintf(&w, "  %s: %d bots created at once on %d ready slots on %d server(s); clock resolution %s in the burst (%d steps, %d settles cut short), %s after it\n",
+		r.mode.standby, r.bots, r.bots, max(r.mode.servers, 1), r.mode.step, r.steps, r.overruns, readyStep)
 	fmt.Fprintf(&w, "    created → container knows its bot: %s (simulated)\n", spread(r.known, time.Millisecond))
 	fmt.Fprintf(&w, "    created → first report:            %s (simulated)\n", spread(r.report, time.Millisecond))
 	if r.mode.standby.Running() {
@@ -832,4 +835,52 @@ func measureThroughput(tb testing.TB, name string, standby v1.StandbyMode, slots
 		res.known = append(res.known, c.knownAt.Sub(created[bot]))
 	}
 	return res
+}
+
+// BenchmarkServersBurst measures issue 16's headline: the top-of-the-hour burst (50 bots at
+// once on 50 warm slots) in Stopped mode, every start a deployment, on one server and on three
+// (the image cached on each), in the same run. Each server runs 2 deployments at once, and the
+// instance's 4 workers run at most 4 of any server's: three servers at most double one's
+// start rate, and the ratio says how much of that the pool gets.
+//
+//	go test -run '^$' -bench ServersBurst -benchtime 1x ./controllers/
+func BenchmarkServersBurst(b *testing.B) {
+	const n = 50
+	modes := []burstMode{
+		{standby: v1.StandbyStopped, servers: 1, step: time.Second},
+		{standby: v1.StandbyStopped, servers: 3, step: time.Second},
+	}
+	var results []burstResult
+	for i := 0; i < b.N; i++ {
+		results = results[:0]
+		for _, mode := range modes {
+			results = append(results, measureBurst(b, fmt.Sprintf("bench-servers-%d-%d", mode.servers, i), mode, n))
+		}
+	}
+	var w strings.Builder
+	fmt.Fprintf(&w, "\nServers burst (go test -run '^$' -bench ServersBurst -benchtime 1x ./controllers/), simulated time: warm deployment %s, "+
+		"%d builds per server, %d workers, %d requests a minute\n",
+		burstWarmPull+burstComposeUp, sim.DefaultConcurrent, sim.DefaultWorkers, coolify.DefaultRateLimit)
+	fmt.Fprintf(&w, "  load average at the end: %s\n", loadAverage())
+	for _, r := range results {
+		w.WriteString(r.String())
+		tag := fmt.Sprintf("%dsrv", r.mode.servers)
+		b.ReportMetric(stats.Percentile(r.known, 50).Seconds(), "p50-known-s-"+tag)
+		b.ReportMetric(stats.Percentile(r.known, 99).Seconds(), "p99-known-s-"+tag)
+		b.ReportMetric(r.burstSim.Seconds(), "burst-s-"+tag)
+	}
+	one, three := results[0], results[1]
+	fmt.Fprintf(&w, "  1 server / 3 servers\n")
+	fmt.Fprintf(&w, "    burst (creation → the last first report): %s / %s simulated: %.2f× the start throughput\n",
+		one.burstSim.Round(time.Second), three.burstSim.Round(time.Second), float64(one.burstSim)/float64(max(three.burstSim, time.Second)))
+	for _, what := range []struct {
+		name string
+		a, b []time.Duration
+	}{{"created → container knows its bot", one.known, three.known}, {"created → first report", one.report, three.report}} {
+		fmt.Fprintf(&w, "    %s p50 / p99: %s / %s on 1, %s / %s on 3\n", what.name,
+			stats.Percentile(what.a, 50).Round(time.Second), stats.Percentile(what.a, 99).Round(time.Second),
+			stats.Percentile(what.b, 50).Round(time.Second), stats.Percentile(what.b, 99).Round(time.Second))
+	}
+	fmt.Print(w.String())
+	b.ReportMetric(float64(one.burstSim)/float64(max(three.burstSim, time.Second)), "throughput-ratio-3to1")
 }
