@@ -38,7 +38,7 @@ func TestDeployGatePauseIsPerInstanceAndCapped(t *testing.T) {
 	b := gatePool("tenant-b", "pool", "srv-0") // the same uuid, on another instance
 	const instA, instB = "https://coolify-a.example/api/v1", "https://coolify-b.example/api/v1"
 
-	g.Pause(a, coolifyServer{instance: instA}, true, fc.Now().Add(365*24*time.Hour))
+	g.Pause(coolifyServer{instance: instA}, true, fc.Now().Add(365*24*time.Hour))
 	if g.Admit(a, coolifyServer{instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
 		t.Fatal("the paused server admitted a deployment")
 	}
@@ -62,7 +62,7 @@ func TestDeployGateForgets(t *testing.T) {
 	g := &DeployGate{Clock: fc}
 	for i := range 50 {
 		p := gatePool("ns", fmt.Sprintf("pool-%d", i), "srv")
-		g.Pause(p, coolifyServer{instance: fmt.Sprintf("https://c%d.example/api/v1", i)}, true, fc.Now().Add(time.Minute))
+		g.Pause(coolifyServer{instance: fmt.Sprintf("https://c%d.example/api/v1", i)}, true, fc.Now().Add(time.Minute))
 		if !g.Admit(p, coolifyServer{}, deployAsk{slot: "slot", warm: true}) {
 			t.Fatalf("pool %d not admitted", i)
 		}

@@ -90,7 +90,7 @@ const startWaitTTL = 15 * time.Second
 // unique only within one instance, and a pool on another instance, another tenant's maybe,
 // must not pause this one's). A rate limit is the Coolify user's own budget: it pauses that
 // user's deployments to the server, and no other tenant's (srv.key holds the user).
-func pauseKey(srv coolifyServer, pool *v1.BotPool, queueFull bool) string {
+func pauseKey(srv coolifyServer, queueFull bool) string {
 	if queueFull {
 		return srv.instance + "|" + srv.uuid
 	}
@@ -133,7 +133,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	}
 	g.prune(now)
 	slotKey := types.NamespacedName{Namespace: pool.Namespace, Name: slot}
-	if now.Before(g.paused[pauseKey(srv, pool, true)]) || now.Before(g.paused[pauseKey(srv, pool, false)]) {
+	if now.Before(g.paused[pauseKey(srv, true)]) || now.Before(g.paused[pauseKey(srv, false)]) {
 		g.startWaits(srv, slotKey, ask.start, now)
 		return false
 	}
@@ -328,15 +328,15 @@ func (g *DeployGate) prune(now time.Time) {
 	}
 }
 
-// Pause stops new deployments to the pool's server until the given time, but never for more
+// Pause stops new deployments to srv until the given time, but never for more
 // than coolify.MaxPause (a server that asks for a year is asked again after MaxPause): Coolify
 // answered a deploy with 429 and a Retry-After. A full queue pauses every deployment to the
 // server on that instance, a rate limit only those of the pool's Coolify user (pauseKey).
-func (g *DeployGate) Pause(pool *v1.BotPool, srv coolifyServer, queueFull bool, until time.Time) {
+func (g *DeployGate) Pause(srv coolifyServer, queueFull bool, until time.Time) {
 	if limit := g.Clock.Now().Add(coolify.MaxPause); until.After(limit) {
 		until = limit
 	}
-	key := pauseKey(srv, pool, queueFull)
+	key := pauseKey(srv, queueFull)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.paused == nil {

@@ -164,7 +164,7 @@ func TestDeployGateRateLimitPausesOnlyItsUser(t *testing.T) {
 	srvA := coolifyServer{instance: "i", key: "i|user:a|srv-0"}
 	srvB := coolifyServer{instance: "i", key: "i|user:b|srv-0"}
 
-	g.Pause(a, srvA, false, fc.Now().Add(time.Minute))
+	g.Pause(srvA, false, fc.Now().Add(time.Minute))
 	if g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) {
 		t.Fatal("the rate-limited user's deployment was admitted during its pause")
 	}
@@ -172,7 +172,7 @@ func TestDeployGateRateLimitPausesOnlyItsUser(t *testing.T) {
 		t.Fatal("one user's rate limit paused another user's deployments to the same server")
 	}
 	g.Done(b, "b-1", true)
-	g.Pause(b, srvB, true, fc.Now().Add(time.Minute))
+	g.Pause(srvB, true, fc.Now().Add(time.Minute))
 	if g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) || g.Admit(b, srvB, deployAsk{slot: "b-1", warm: true}) {
 		t.Fatal("a full queue on the server did not pause every user's deployments there")
 	}

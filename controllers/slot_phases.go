@@ -313,7 +313,7 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 		// Honour Retry-After for the whole server, or the user's deployments to it (by the
 		// injected clock), and keep asking the gate meanwhile: the bot stays bound and
 		// waits, it does not fail.
-		r.Gate.Pause(s.pool, r.serverOf(s), errors.Is(err, coolify.ErrQueueFull), now.Add(max(apiErr.RetryAfter, r.gateRetry())))
+		r.Gate.Pause(r.serverOf(s), errors.Is(err, coolify.ErrQueueFull), now.Add(max(apiErr.RetryAfter, r.gateRetry())))
 		st.Message = "Coolify is busy (" + apiErr.Message + "); deploying " + what + " when it has room"
 		s.after(r.jittered(r.gateRetry()))
 		return nil
