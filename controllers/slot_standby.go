@@ -56,8 +56,10 @@ const (
 	// hung up its wait (the bot API records the hang-up: store.SlotAsk.LeftAt). A container
 	// that dies closes its connection, and is Lost this long after instead of after the ask
 	// window; one whose client merely timed out (or whose proxy cut the connection) asks again
-	// at once, and its ask clears the hang-up.
-	standbyRejoinGrace = 5 * time.Second
+	// at once, and its ask clears the hang-up. "At once" is after the client's backoff: the Go
+	// client's (botclient.WaitForBinding) doubles up to 5 s while failures follow each other,
+	// as they do when a proxy cuts every wait, so the grace is longer than that.
+	standbyRejoinGrace = 10 * time.Second
 	// hungUpMessage starts the message of a Ready slot whose container hung up its wait and
 	// has not asked again yet.
 	hungUpMessage = "Standby container hung up its wait for work"

@@ -33,7 +33,7 @@ import (
 // TestStandbyContainerThatHangsUpIsLost: a Ready slot's container that dies closes the
 // connection of its wait; the bot API records the hang-up, and the slot, still Ready within
 // standbyRejoinGrace, is Lost once the grace is over (the ask window is 75 s: only the hang-up
-// can make it Lost after 6 s) and gets a fresh container.
+// can make it Lost 11 s on) and gets a fresh container.
 func TestStandbyContainerThatHangsUpIsLost(t *testing.T) {
 	cs := newContainers(t, simbot.Behaviour{PollEvery: 20 * time.Millisecond})
 	sc := newScenario(t, "standbyhangup", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
