@@ -108,6 +108,27 @@ func (s *Server) recordAsk(ctx context.Context, slot *v1.BotPoolSlot) {
 	}
 }
 
+// recordLeft records that the slot's container hung up the wait it began at since: a
+// container that dies closes its connection (a proxy in between closes its own), so the slot
+// controller need not wait for the ask window to stop offering the slot. The container's last
+// ask mark on this replica goes, so that its next ask, however soon, is recorded and clears
+// the hang-up: one whose client merely timed out asks again at once. A store that fails is
+// logged; the client is gone, and the ask window still catches a dead container.
+func (s *Server) recordLeft(ctx context.Context, slot *v1.BotPoolSlot, since time.Time) {
+	hash := slot.Status.TokenSHA256
+	s.mu.Lock()
+	if m, ok := s.asked[slot.UID]; ok && m.hash == hash {
+		delete(s.asked, slot.UID)
+	}
+	s.mu.Unlock()
+	err := s.cfg.Liveness.RecordSlotLeft(ctx, store.SlotLeft{
+		SlotUID: slot.UID, TokenSHA256: hash, Since: since, At: s.cfg.Clock.Now(),
+	})
+	if !store.Accepted(err) {
+		s.cfg.Log.Error(err, "Recording that a slot's container hung up its wait failed", "slot", slot.Name, "namespace", slot.Namespace)
+	}
+}
+
 // boundBotOf returns the bot a slot's botRef names. This replica's cache may have seen the
 // binding before the Bot (two informers; a waiting request is woken by the slot's): a bot the
 // cache lacks, or holds under another uid, is read from the API server before the container is

@@ -42,6 +42,8 @@ type Liveness interface {
 	AppendBotEvents(ctx context.Context, events []store.BotEvent) error
 	// RecordSlotAsk records a config call of a slot's container (see recordAsk).
 	RecordSlotAsk(ctx context.Context, ask store.SlotAsk) error
+	// RecordSlotLeft records a slot's container hanging up its wait (see recordLeft).
+	RecordSlotLeft(ctx context.Context, left store.SlotLeft) error
 }
 
 // Config holds what a Server needs.
@@ -61,6 +63,10 @@ type Config struct {
 	// MaxWaiters bounds the config requests waiting at once on this replica (default
 	// DefaultMaxWaiters); past it a request that asks to wait is answered 503.
 	MaxWaiters int
+	// MaxWaitersPerNamespace bounds those of one namespace's slots (default
+	// DefaultMaxWaitersPerNamespace), so one tenant cannot fill MaxWaiters; past it a request
+	// of that namespace that asks to wait is answered 503.
+	MaxWaitersPerNamespace int
 	// CatchUp is how long a request with an unknown binding credential waits for the cache
 	// to show a claim another replica may have just written (default DefaultCatchUp; negative
 	// waits not at all, for a cache that never lags behind the writes it is shown).
@@ -131,11 +137,14 @@ func New(cfg Config) *Server {
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = DefaultMaxWaiters
 	}
+	if cfg.MaxWaitersPerNamespace <= 0 {
+		cfg.MaxWaitersPerNamespace = DefaultMaxWaitersPerNamespace
+	}
 	if cfg.CatchUp == 0 {
 		cfg.CatchUp = DefaultCatchUp
 	}
 	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{},
-		asked: map[types.UID]askMark{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.Registerer),
+		asked: map[types.UID]askMark{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.MaxWaitersPerNamespace, cfg.Registerer),
 		authFailures: newFailureLimiter(cfg.AuthFailureRate, cfg.AuthFailureBurst)}
 }
 
@@ -171,7 +180,9 @@ func (s *Server) Start(ctx context.Context) error {
 
 		IdleTimeout:    90 * time.Second,
 		MaxHeaderBytes: 16 << 10,
-		BaseContext:    func(net.Listener) context.Context { return ctx },
+		// Every request's context carries ctx, so a wait that ends with it can tell the
+		// server's shutdown from its client hanging up (clientLeft).
+		BaseContext: func(net.Listener) context.Context { return context.WithValue(ctx, baseContextKey{}, ctx) },
 	}
 	if s.cfg.Informers != nil {
 		if err := s.WatchBindings(ctx, s.cfg.Informers); err != nil {

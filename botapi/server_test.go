@@ -61,7 +61,27 @@ type fakeLiveness struct {
 	beats  []store.Heartbeat
 	events []store.BotEvent
 	asks   []store.SlotAsk
+	lefts  []store.SlotLeft
 	err    error
+}
+
+func (f *fakeLiveness) RecordSlotLeft(_ context.Context, l store.SlotLeft) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lefts = append(f.lefts, l)
+	return f.err
+}
+
+func (f *fakeLiveness) leftsOf(uid types.UID) []store.SlotLeft {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.SlotLeft
+	for _, l := range f.lefts {
+		if l.SlotUID == uid {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func (f *fakeLiveness) RecordSlotAsk(_ context.Context, a store.SlotAsk) error {

@@ -31,6 +31,9 @@ const (
 	MaxConfigWait = 60 * time.Second
 	// DefaultMaxWaiters bounds the config requests waiting at once on one replica.
 	DefaultMaxWaiters = 4096
+	// DefaultMaxWaitersPerNamespace bounds those of one namespace's slots: a tenant with many
+	// slots cannot take every place and leave the other tenants' standby containers refused.
+	DefaultMaxWaitersPerNamespace = 1024
 	// waitGrace bounds a wait in real time beyond its deadline, whatever the injected clock
 	// says: a fake clock nobody steps must not park a request (and its goroutine) for ever.
 	waitGrace = 5 * time.Second
@@ -96,25 +99,31 @@ func (s *Server) WatchBindings(ctx context.Context, informers Informers) error {
 // holds one wait at a time, so a second request of the same slot takes the place of the first
 // (which is answered 409): a connection that died without the server noticing never holds a
 // fresh container back, and one slot's token cannot park more than one request per replica.
-// Past max waiters in all, a request is refused with 503 and Retry-After.
+// Past max waiters in all, or perNamespace of one namespace's slots, a request is refused with
+// 503 and Retry-After.
 type waiters struct {
-	max     int
-	gauge   prometheus.Gauge
-	results *prometheus.CounterVec
+	max          int
+	perNamespace int
+	gauge        prometheus.Gauge
+	results      *prometheus.CounterVec
 
-	mu     sync.Mutex
-	bySlot map[types.UID]*waiter
+	mu          sync.Mutex
+	bySlot      map[types.UID]*waiter
+	byNamespace map[string]int // how many of bySlot are of each namespace's slots
 }
 
 type waiter struct {
-	wake     chan struct{} // the slot changed: look again
-	replaced chan struct{} // a newer request of the slot took this one's place
+	namespace string
+	wake      chan struct{} // the slot changed: look again
+	replaced  chan struct{} // a newer request of the slot took this one's place
 }
 
-func newWaiters(max int, reg prometheus.Registerer) *waiters {
+func newWaiters(max, perNamespace int, reg prometheus.Registerer) *waiters {
 	w := &waiters{
-		max:    max,
-		bySlot: map[types.UID]*waiter{},
+		max:          max,
+		perNamespace: perNamespace,
+		bySlot:       map[types.UID]*waiter{},
+		byNamespace:  map[string]int{},
 		gauge: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "botpool_botapi_config_waiters",
 			Help: "Config requests waiting for a binding on this replica.",
@@ -127,21 +136,45 @@ func newWaiters(max int, reg prometheus.Registerer) *waiters {
 	return w
 }
 
-// add registers a wait for slot, taking the place of the slot's earlier one.
-func (ws *waiters) add(slot types.UID) (*waiter, bool) {
+// add registers a wait for slot (of namespace), taking the place of the slot's earlier one,
+// which therefore never counts twice; past a cap it answers why it refused.
+func (ws *waiters) add(namespace string, slot types.UID) (*waiter, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if old, ok := ws.bySlot[slot]; ok {
 		close(old.replaced)
-		delete(ws.bySlot, slot)
-	} else if len(ws.bySlot) >= ws.max {
+		ws.remove(slot, old)
+	} else if err := ws.full(namespace); err != nil {
 		ws.results.WithLabelValues("refused").Inc()
-		return nil, false
+		return nil, err
 	}
-	w := &waiter{wake: make(chan struct{}, 1), replaced: make(chan struct{})}
+	w := &waiter{namespace: namespace, wake: make(chan struct{}, 1), replaced: make(chan struct{})}
 	ws.bySlot[slot] = w
+	ws.byNamespace[namespace]++
 	ws.gauge.Set(float64(len(ws.bySlot)))
-	return w, true
+	return w, nil
+}
+
+// full says why one more wait of namespace is refused, nil when it is not. ws.mu is held.
+func (ws *waiters) full(namespace string) error {
+	retry := time.Second
+	switch {
+	case len(ws.bySlot) >= ws.max:
+		return &apiError{code: http.StatusServiceUnavailable, retryAfter: retry,
+			msg: fmt.Sprintf("too many requests wait for a bot on this replica (at most %d); ask again", ws.max)}
+	case ws.byNamespace[namespace] >= ws.perNamespace:
+		return &apiError{code: http.StatusServiceUnavailable, retryAfter: retry,
+			msg: fmt.Sprintf("too many requests of namespace %s wait for a bot on this replica (at most %d a namespace); ask again", namespace, ws.perNamespace)}
+	}
+	return nil
+}
+
+// remove forgets slot's wait w. ws.mu is held.
+func (ws *waiters) remove(slot types.UID, w *waiter) {
+	delete(ws.bySlot, slot)
+	if ws.byNamespace[w.namespace]--; ws.byNamespace[w.namespace] <= 0 {
+		delete(ws.byNamespace, w.namespace)
+	}
 }
 
 // done removes w, unless a newer wait of the slot already took its place, and counts how the
@@ -150,7 +183,7 @@ func (ws *waiters) done(slot types.UID, w *waiter, result string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.bySlot[slot] == w {
-		delete(ws.bySlot, slot)
+		ws.remove(slot, w)
 	}
 	ws.gauge.Set(float64(len(ws.bySlot)))
 	ws.results.WithLabelValues(result).Inc()
@@ -170,11 +203,13 @@ func (ws *waiters) wake(slot types.UID) {
 }
 
 // awaitBinding parks a free slot's config request until the slot is bound, its token no longer
-// names it, or the wait is over; it returns the slot as the cache has it then.
+// names it, or the wait is over; it returns the slot as the cache has it then. A client that
+// hangs up meanwhile is recorded as gone (recordLeft): its container died, most likely.
 func (s *Server) awaitBinding(r *http.Request, slot *v1.BotPoolSlot, wait time.Duration) (*v1.BotPoolSlot, error) {
-	w, ok := s.waiters.add(slot.UID)
-	if !ok {
-		return nil, &apiError{code: http.StatusServiceUnavailable, msg: "too many requests wait for a bot on this replica; ask again", retryAfter: time.Second}
+	since := s.cfg.Clock.Now()
+	w, err := s.waiters.add(slot.Namespace, slot.UID)
+	if err != nil {
+		return nil, err
 	}
 	result := "cancelled"
 	defer func() { s.waiters.done(slot.UID, w, result) }()
@@ -206,12 +241,31 @@ func (s *Server) awaitBinding(r *http.Request, slot *v1.BotPoolSlot, wait time.D
 			return cur, nil
 		case <-ctx.Done():
 			if r.Context().Err() != nil {
+				if clientLeft(r) {
+					s.recordLeft(context.WithoutCancel(r.Context()), slot, since)
+				}
 				return nil, &apiError{code: http.StatusServiceUnavailable, msg: "the request ended before a bot was bound"}
 			}
 			result = "timeout"
 			return cur, nil
 		}
 	}
+}
+
+// baseContextKey holds, in the context of every request Start serves, the server's own
+// context: the one whose end shuts the server down.
+type baseContextKey struct{}
+
+// clientLeft reports whether r's context ended because its client went away (its connection
+// closed, or a proxy's did), not because the server shuts down: Start's context ends every
+// request's with it, and a replica stopping says nothing about the containers that waited on
+// it (they ask again, on another one).
+func clientLeft(r *http.Request) bool {
+	if r.Context().Err() == nil {
+		return false
+	}
+	base, _ := r.Context().Value(baseContextKey{}).(context.Context)
+	return base == nil || base.Err() == nil
 }
 
 // timer fires after d on the injected clock when it has timers (a fake clock in tests), else in

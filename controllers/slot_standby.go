@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,17 @@ const (
 	standbyStartCheck = time.Second
 	// standbyReadyCheck is how often a Ready slot checks that its container still asks.
 	standbyReadyCheck = 15 * time.Second
+	// standbyRejoinGrace is how long a Ready slot's container may take to ask again after it
+	// hung up its wait (the bot API records the hang-up: store.SlotAsk.LeftAt). A container
+	// that dies closes its connection, and is Lost this long after instead of after the ask
+	// window; one whose client merely timed out (or whose proxy cut the connection) asks again
+	// at once, and its ask clears the hang-up. "At once" is after the client's backoff: the Go
+	// client's (botclient.WaitForBinding) doubles up to 5 s while failures follow each other,
+	// as they do when a proxy cuts every wait, so the grace is longer than that.
+	standbyRejoinGrace = 10 * time.Second
+	// hungUpMessage starts the message of a Ready slot whose container hung up its wait and
+	// has not asked again yet.
+	hungUpMessage = "Standby container hung up its wait for work"
 )
 
 // standbyCheck is when a standby slot looks again: after d, or sooner at the pool's
@@ -162,6 +174,19 @@ func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) 
 		if !asked || now.Sub(ask.At) > standbyAskWindow {
 			r.standbyLost(s, "The standby container stopped asking for work "+lastAskText(ask, asked, now))
 			return nil
+		}
+		if left := ask.LeftAt; !left.IsZero() && !left.Before(ask.At) {
+			at := left.UTC().Format(time.RFC3339)
+			if gone := now.Sub(left); gone > standbyRejoinGrace {
+				r.standbyLost(s, fmt.Sprintf("The standby container hung up its wait for work at %s and did not ask again within %s", at, standbyRejoinGrace))
+				return nil
+			}
+			// Still offered: a bot bound now is taken by the container's next ask, and one
+			// that never comes fails the bot as a silent container would.
+			st.Message = hungUpMessage + " at " + at + "; it has " + standbyRejoinGrace.String() + " to ask again"
+			s.after(r.standbyCheck(s, standbyRejoinGrace-now.Sub(left)+100*time.Millisecond))
+		} else if strings.HasPrefix(st.Message, hungUpMessage) {
+			st.Message = "Standby container " + shortToken(st.TokenSHA256) + " asks for work again"
 		}
 		s.after(r.standbyCheck(s, min(standbyReadyCheck, standbyAskWindow-now.Sub(ask.At)+time.Second)))
 	}

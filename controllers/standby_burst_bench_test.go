@@ -730,7 +730,11 @@ func BenchmarkStandbyThroughput(b *testing.B) {
 
 const (
 	throughputMeeting = 2 * time.Minute
-	throughputBacklog = 20
+	// throughputBacklog keeps bots waiting at every moment (the pool is never idle for want
+	// of bots), few enough that at ~4 recycles a minute none waits near its 10-minute queue
+	// timeout: with 20, the slowest waited 9m50s, and a loaded machine's slower settles tipped
+	// one over.
+	throughputBacklog = 10
 	// throughputStep is coarser than the burst's: this measures a rate over hours of
 	// simulated time, not a latency.
 	throughputStep = 5 * time.Second

@@ -76,6 +76,14 @@ type Store interface {
 	// are kept in one clock for every replica, as heartbeats are. DeleteSlot removes the asks
 	// recorded under the slot's namespace and name.
 	RecordSlotAsk(ctx context.Context, ask SlotAsk) error
+	// RecordSlotLeft records that a slot's container hung up a wait for work (its connection
+	// closed before the answer, as it does when the container dies): it sets LeftAt on the
+	// slot's latest ask, only when that ask carries the same credential hash and is not newer
+	// than left.Since, when the hung-up wait began. An ask after that (the container asked
+	// again, on any replica) wins, and every later ask clears LeftAt. A left that does not
+	// apply is no error. Buffered during an outage like an ask, and applied after the asks
+	// buffered with it.
+	RecordSlotLeft(ctx context.Context, left SlotLeft) error
 	// LastSlotAsks returns the latest ask of each given slot that has one, in one query;
 	// ErrUnavailable during an outage.
 	LastSlotAsks(ctx context.Context, slots []types.UID) (map[types.UID]SlotAsk, error)
@@ -140,6 +148,29 @@ type SlotAsk struct {
 	// credential the operator issued last, from an older one.
 	TokenSHA256 string
 	At          time.Time
+	// LeftAt, when not zero, is when the container hung up a wait it began with this ask (or
+	// after it) and has not asked since (RecordSlotLeft). RecordSlotAsk ignores it: an ask
+	// always clears it.
+	LeftAt time.Time
+}
+
+// Left reports whether a hang-up applies to this ask: the same credential, and the ask not
+// newer than the hung-up wait (a container that asked again since is back).
+func (a SlotAsk) Left(l SlotLeft) bool {
+	return a.TokenSHA256 == l.TokenSHA256 && !a.At.After(l.Since)
+}
+
+// SlotLeft is a slot's container hanging up its wait for work (GET .../config?wait=) before
+// the answer.
+type SlotLeft struct {
+	SlotUID types.UID
+	// TokenSHA256 is the hex SHA-256 of the slot credential the hung-up request carried.
+	TokenSHA256 string
+	// Since is when the hung-up wait began (zero: At); an ask recorded after it is the
+	// container's, or another's, asking again.
+	Since time.Time
+	// At is when the wait was hung up.
+	At time.Time
 }
 
 // Transition is one change of a slot's phase, for the audit log.

@@ -46,10 +46,29 @@ func (a SlotAsk) Validate() error {
 	if a.SlotUID == "" || a.Namespace == "" || a.Name == "" {
 		return invalid("slot ask without a slot uid, namespace and name")
 	}
-	if len(a.TokenSHA256) != 64 || strings.Trim(a.TokenSHA256, "0123456789abcdef") != "" {
+	if !isSHA256(a.TokenSHA256) {
 		return invalid("slot ask of %s/%s: the token hash must be 64 lowercase hex digits", a.Namespace, a.Name)
 	}
 	return nil
+}
+
+// Validate checks a slot's hang-up, its times set: it names its slot, carries a hex SHA-256,
+// and its wait began before it ended.
+func (l SlotLeft) Validate() error {
+	if l.SlotUID == "" {
+		return invalid("slot left without a slot uid")
+	}
+	if !isSHA256(l.TokenSHA256) {
+		return invalid("slot left of %s: the token hash must be 64 lowercase hex digits", l.SlotUID)
+	}
+	if l.Since.After(l.At) {
+		return invalid("slot left of %s: its wait began (%s) after it ended (%s)", l.SlotUID, l.Since, l.At)
+	}
+	return nil
+}
+
+func isSHA256(hash string) bool {
+	return len(hash) == 64 && strings.Trim(hash, "0123456789abcdef") == ""
 }
 
 // Validate checks a transition.

@@ -141,6 +141,10 @@ func (s *flakyStore) RecordSlotAsk(ctx context.Context, a store.SlotAsk) error {
 	return s.write(func(m *memory.Store) error { return m.RecordSlotAsk(ctx, a) })
 }
 
+func (s *flakyStore) RecordSlotLeft(ctx context.Context, l store.SlotLeft) error {
+	return s.write(func(m *memory.Store) error { return m.RecordSlotLeft(ctx, l) })
+}
+
 func (s *flakyStore) AppendBotEvents(ctx context.Context, events []store.BotEvent) error {
 	return s.write(func(m *memory.Store) error { return m.AppendBotEvents(ctx, events) })
 }

@@ -287,6 +287,7 @@ func (s *Store) RecordSlotAsk(_ context.Context, ask store.SlotAsk) error {
 		return err
 	}
 	ask.At = store.Timestamp(ask.At, s.clock.Now())
+	ask.LeftAt = time.Time{} // an ask is the container asking: it has not left
 	if err := s.lock(); err != nil {
 		return err
 	}
@@ -295,6 +296,25 @@ func (s *Store) RecordSlotAsk(_ context.Context, ask store.SlotAsk) error {
 		return nil
 	}
 	s.asks[ask.SlotUID] = ask
+	return nil
+}
+
+// RecordSlotLeft implements store.Store: it marks the latest ask left when the hang-up is of
+// that ask's container and wait (store.SlotAsk.Left); the latest hang-up time wins.
+func (s *Store) RecordSlotLeft(_ context.Context, left store.SlotLeft) error {
+	left.At = store.Timestamp(left.At, s.clock.Now())
+	left.Since = store.Timestamp(left.Since, left.At)
+	if err := left.Validate(); err != nil {
+		return err
+	}
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if a, ok := s.asks[left.SlotUID]; ok && a.Left(left) && left.At.After(a.LeftAt) {
+		a.LeftAt = left.At
+		s.asks[left.SlotUID] = a
+	}
 	return nil
 }
 

@@ -27,8 +27,9 @@ type buffer struct {
 	bots  map[types.UID]*keyedOp
 	slots map[slotKey]*keyedOp
 	beats map[types.UID]beatEntry
-	asks  map[types.UID]askEntry // by slot uid
-	rows  []row                  // in sequence order
+	asks  map[types.UID]askEntry  // by slot uid
+	lefts map[types.UID]leftEntry // by slot uid
+	rows  []row                   // in sequence order
 }
 
 type slotKey struct{ namespace, name string }
@@ -61,6 +62,11 @@ type askEntry struct {
 	seq uint64
 }
 
+type leftEntry struct {
+	left store.SlotLeft
+	seq  uint64
+}
+
 // row is one append-only row: a transition or an event, with the id that makes its insert
 // idempotent.
 type row struct {
@@ -77,6 +83,7 @@ func newBuffer(rowLimit int) *buffer {
 		slots:    map[slotKey]*keyedOp{},
 		beats:    map[types.UID]beatEntry{},
 		asks:     map[types.UID]askEntry{},
+		lefts:    map[types.UID]leftEntry{},
 	}
 }
 
@@ -84,7 +91,7 @@ func (b *buffer) next() uint64 { b.seq++; return b.seq }
 
 // len counts the writes waiting.
 func (b *buffer) len() int {
-	return len(b.bots) + len(b.slots) + len(b.beats) + len(b.asks) + len(b.rows)
+	return len(b.bots) + len(b.slots) + len(b.beats) + len(b.asks) + len(b.lefts) + len(b.rows)
 }
 
 func (b *buffer) upsertBot(rec store.BotRecord) {
@@ -130,6 +137,17 @@ func (b *buffer) ask(a store.SlotAsk) {
 	b.asks[a.SlotUID] = askEntry{ask: a, seq: b.next()}
 }
 
+// left keeps the latest hang-up of a slot. It is replayed after the asks, whose upsert decides
+// whether it still applies (an ask after the hung-up wait wins), so a buffered ask needs no
+// change here. A slot's lefts are not forgotten with its deletion: the slot's row is gone, and
+// the replayed left finds nothing to mark.
+func (b *buffer) left(l store.SlotLeft) {
+	if old, ok := b.lefts[l.SlotUID]; ok && old.left.At.After(l.At) {
+		l = old.left
+	}
+	b.lefts[l.SlotUID] = leftEntry{left: l, seq: b.next()}
+}
+
 // mergeBeat keeps the later time and the first name known, like the SQL upsert.
 func mergeBeat(old, hb store.Heartbeat) store.Heartbeat {
 	if old.At.After(hb.At) {
@@ -170,6 +188,8 @@ type snapshot struct {
 	seqs  []uint64 // beats[i] has sequence seqs[i]
 	asks  []store.SlotAsk
 	aseqs []uint64 // asks[i] has sequence aseqs[i]
+	lefts []store.SlotLeft
+	lseqs []uint64 // lefts[i] has sequence lseqs[i]
 	rows  []row
 }
 
@@ -190,6 +210,10 @@ func (b *buffer) snapshot(maxRows int) snapshot {
 	for _, e := range b.asks {
 		s.asks = append(s.asks, e.ask)
 		s.aseqs = append(s.aseqs, e.seq)
+	}
+	for _, e := range b.lefts {
+		s.lefts = append(s.lefts, e.left)
+		s.lseqs = append(s.lseqs, e.seq)
 	}
 	s.rows = slices.Clone(b.rows[:min(len(b.rows), maxRows)])
 	return s
@@ -262,6 +286,15 @@ func (b *buffer) ackAsks(asks []store.SlotAsk, seqs []uint64) {
 	for i, a := range asks {
 		if e, ok := b.asks[a.SlotUID]; ok && e.seq == seqs[i] {
 			delete(b.asks, a.SlotUID)
+		}
+	}
+}
+
+// ackLefts removes the written hang-ups that did not change meanwhile.
+func (b *buffer) ackLefts(lefts []store.SlotLeft, seqs []uint64) {
+	for i, l := range lefts {
+		if e, ok := b.lefts[l.SlotUID]; ok && e.seq == seqs[i] {
+			delete(b.lefts, l.SlotUID)
 		}
 	}
 }

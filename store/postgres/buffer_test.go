@@ -141,3 +141,19 @@ func TestBufferCoalescesAsksAndDeleteSlotForgetsThem(t *testing.T) {
 		t.Fatalf("asks after the ack = %+v", b.asks)
 	}
 }
+
+func TestBufferKeepsTheLatestHangUpOfASlot(t *testing.T) {
+	b := newBuffer(10)
+	b.left(storetest.Left("a", "bpt_a", t0, t0.Add(2*time.Second)))
+	b.left(storetest.Left("a", "bpt_a", t0, t0.Add(time.Second))) // older, late: the later stays
+	b.left(storetest.Left("b", "bpt_b", t0, t0))
+	if got := b.lefts["a"].left; !got.At.Equal(t0.Add(2*time.Second)) || b.len() != 2 {
+		t.Fatalf("lefts = %+v (len %d), want a's latest and b's", b.lefts, b.len())
+	}
+	snap := b.snapshot(10)
+	b.left(storetest.Left("b", "bpt_b", t0, t0.Add(time.Second))) // changed during the replay
+	b.ackLefts(snap.lefts, snap.lseqs)
+	if _, ok := b.lefts["b"]; len(b.lefts) != 1 || !ok {
+		t.Fatalf("lefts after the ack = %+v, want b's newer one only", b.lefts)
+	}
+}

@@ -320,6 +320,51 @@ func TestReplayKeepsOrder(t *testing.T) {
 	}
 }
 
+// TestReplayAppliesHangUpsAfterAsks: hang-ups buffered during an outage are replayed after
+// the asks, so each is judged against the ask the container made before or after it, as on the
+// direct path.
+func TestReplayAppliesHangUpsAfterAsks(t *testing.T) {
+	s, _ := newStore(t, fastOptions(prometheus.NewRegistry())...)
+	ctx := t.Context()
+	for _, uid := range []types.UID{"p", "q"} {
+		if err := s.RecordSlotAsk(ctx, storetest.Ask(uid, "ns", "bpt_"+string(uid), storetest.T0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resume := stopServer(t)
+	t0 := storetest.T0
+	for i, w := range []func() error{
+		// p's container hangs up, then asks again: it is back.
+		func() error { return s.RecordSlotLeft(ctx, storetest.Left("p", "bpt_p", t0, t0.Add(10*time.Second))) },
+		func() error { return s.RecordSlotAsk(ctx, storetest.Ask("p", "ns", "bpt_p", t0.Add(11*time.Second))) },
+		// q's container asks, then hangs up the wait it began with that ask: it left (replayed
+		// before the ask, the hang-up would be cleared by it).
+		func() error { return s.RecordSlotAsk(ctx, storetest.Ask("q", "ns", "bpt_q", t0.Add(5*time.Second))) },
+		func() error {
+			return s.RecordSlotLeft(ctx, storetest.Left("q", "bpt_q", t0.Add(5*time.Second), t0.Add(10*time.Second)))
+		},
+	} {
+		if err := w(); !errors.Is(err, store.ErrBuffered) {
+			t.Fatalf("write %d during the outage: err = %v, want ErrBuffered", i, err)
+		}
+	}
+	resume()
+	waitAvailable(t, s, true)
+	asks, err := s.LastSlotAsks(ctx, []types.UID{"p", "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := asks["p"]; !p.At.Equal(t0.Add(11*time.Second)) || !p.LeftAt.IsZero() {
+		t.Errorf("p's ask after the outage = %+v, want its ask again, not left", p)
+	}
+	if q := asks["q"]; !q.At.Equal(t0.Add(5*time.Second)) || !q.LeftAt.Equal(t0.Add(10*time.Second)) {
+		t.Errorf("q's ask after the outage = %+v, want its ask, left at %s", q, t0.Add(10*time.Second))
+	}
+	if st := s.Status(); st.Buffered != 0 {
+		t.Errorf("status after recovery = %+v, want nothing left", st)
+	}
+}
+
 // TestBoundedBuffer fills the buffer during an outage: the oldest transitions are dropped and
 // counted, the latest heartbeat and projection of every key are kept.
 func TestBoundedBuffer(t *testing.T) {

@@ -83,8 +83,8 @@ func (s *Store) recover(ctx context.Context) error {
 }
 
 // replay writes one snapshot: projections in the order they were last written, then the
-// heartbeats and the slots' asks (always after: a buffered beat or ask is newer than any
-// buffered delete of its bot or slot), then the oldest append-only rows. It stops at the first connection failure; a write the
+// heartbeats, the slots' asks and their containers' hang-ups (always after: a buffered beat
+// or ask is newer than any buffered delete of its bot or slot), then the oldest append-only rows. It stops at the first connection failure; a write the
 // server refuses is retried on the next passes, then given up.
 func (s *Store) replay(ctx context.Context, snap snapshot) error {
 	for _, op := range snap.ops {
@@ -127,6 +127,20 @@ func (s *Store) replay(ctx context.Context, snap snapshot) error {
 		s.mu.Lock()
 		s.buf.ackAsks(asks, snap.aseqs[start:end])
 		s.m.replayed.Add(float64(len(asks)))
+		s.mu.Unlock()
+	}
+	// After the asks: a hang-up applies only to an ask not newer than its wait, so an ask
+	// buffered after it (the container came back) must be in place first.
+	for start := 0; start < len(snap.lefts); start += s.cfg.batchSize {
+		end := min(start+s.cfg.batchSize, len(snap.lefts))
+		lefts := snap.lefts[start:end]
+		err := s.exec(ctx, "record_slot_lefts", func(ctx context.Context) error { return s.execLefts(ctx, lefts) })
+		if err != nil {
+			return err // plain updates of validated rows: only an outage makes them fail
+		}
+		s.mu.Lock()
+		s.buf.ackLefts(lefts, snap.lseqs[start:end])
+		s.m.replayed.Add(float64(len(lefts)))
 		s.mu.Unlock()
 	}
 	if len(snap.rows) > 0 {

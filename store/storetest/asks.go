@@ -32,10 +32,10 @@ func wantAsks(t *testing.T, got, want map[types.UID]store.SlotAsk) {
 	}
 	for uid, w := range want {
 		g, ok := got[uid]
-		if !ok || !g.At.Equal(w.At) {
+		if !ok || !g.At.Equal(w.At) || !g.LeftAt.Equal(w.LeftAt) {
 			t.Fatalf("last ask of %s = %+v, want %+v", uid, g, w)
 		}
-		g.At, w.At = time.Time{}, time.Time{}
+		g.At, w.At, g.LeftAt, w.LeftAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 		if !reflect.DeepEqual(g, w) {
 			t.Fatalf("last ask of %s = %+v, want %+v", uid, g, w)
 		}
@@ -106,4 +106,85 @@ func testInvalidSlotAsks(t *testing.T, s Subject) {
 		}
 	}
 	wantAsks(t, lastAsks(t, s, "a", ""), nil)
+}
+
+// Left returns the hang-up of a wait of slot uid's container with the hash of token, the wait
+// begun at since and hung up at at.
+func Left(uid types.UID, token string, since, at time.Time) store.SlotLeft {
+	return store.SlotLeft{SlotUID: uid, TokenSHA256: Ask(uid, "ns", token, at).TokenSHA256, Since: since, At: at}
+}
+
+// testSlotLefts: a hang-up marks the latest ask of the same credential that is not newer than
+// the hung-up wait; an ask after it clears it, an older one arriving late does not.
+func testSlotLefts(t *testing.T, s Subject) {
+	ctx := ctxFor(t)
+	ask := Ask("a", "ns", "bpt_one", T0)
+	must(t, s.RecordSlotAsk(ctx, ask))
+	// A hang-up of a slot that never asked is nothing to record, and no error.
+	must(t, s.RecordSlotLeft(ctx, Left("never-asked", "bpt_x", T0, T0.Add(time.Second))))
+	wantAsks(t, lastAsks(t, s, "never-asked"), nil)
+
+	// The container hangs up the wait it began with its ask.
+	left := ask
+	left.LeftAt = T0.Add(20 * time.Second)
+	must(t, s.RecordSlotLeft(ctx, Left("a", "bpt_one", T0, T0.Add(20*time.Second))))
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": left})
+	// An earlier hang-up arriving late (another replica's) does not move it back; a later one
+	// of a wait begun after the ask (the ask throttled away) moves it on.
+	must(t, s.RecordSlotLeft(ctx, Left("a", "bpt_one", T0, T0.Add(10*time.Second))))
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": left})
+	left.LeftAt = T0.Add(25 * time.Second)
+	must(t, s.RecordSlotLeft(ctx, Left("a", "bpt_one", T0.Add(time.Second), T0.Add(25*time.Second))))
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": left})
+	// An older ask arriving late neither replaces the ask nor clears its hang-up.
+	must(t, s.RecordSlotAsk(ctx, Ask("a", "ns", "bpt_one", T0.Add(-time.Second))))
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": left})
+
+	// The container asks again: the hang-up is cleared.
+	again := Ask("a", "ns", "bpt_one", T0.Add(30*time.Second))
+	must(t, s.RecordSlotAsk(ctx, again))
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": again})
+	// A hang-up of a wait begun before that ask (the old connection, noticed late, or on
+	// another replica) does not apply: the container is back.
+	must(t, s.RecordSlotLeft(ctx, Left("a", "bpt_one", T0.Add(29*time.Second), T0.Add(40*time.Second))))
+	// Nor does one with another credential (an earlier container's), whatever its times.
+	must(t, s.RecordSlotLeft(ctx, Left("a", "bpt_old", T0.Add(40*time.Second), T0.Add(41*time.Second))))
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": again})
+	// A wait begun at the instant of the ask is that ask's.
+	must(t, s.RecordSlotLeft(ctx, Left("a", "bpt_one", again.At, again.At)))
+	again.LeftAt = again.At
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": again})
+
+	// A fresh container (a new credential) asks: the old container's hang-up is gone with it.
+	fresh := Ask("a", "ns", "bpt_two", T0.Add(time.Minute))
+	must(t, s.RecordSlotAsk(ctx, fresh))
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": fresh})
+
+	// A hang-up without times is now, its wait begun then too.
+	must(t, s.RecordSlotAsk(ctx, Ask("c", "ns", "bpt_c", T0)))
+	before := time.Now().Truncate(time.Microsecond)
+	must(t, s.RecordSlotLeft(ctx, Left("c", "bpt_c", time.Time{}, time.Time{})))
+	if got := lastAsks(t, s, "c")["c"].LeftAt; got.Before(before) || got.After(time.Now()) {
+		t.Fatalf("a hang-up without a time was stamped %v, want about now (%v)", got, before)
+	}
+}
+
+func testInvalidSlotLefts(t *testing.T, s Subject) {
+	ctx := ctxFor(t)
+	must(t, s.RecordSlotAsk(ctx, Ask("a", "ns", "bpt_a", T0)))
+	good := Left("a", "bpt_a", T0, T0.Add(time.Second))
+	for name, mutate := range map[string]func(*store.SlotLeft){
+		"no uid":             func(l *store.SlotLeft) { l.SlotUID = "" },
+		"no hash":            func(l *store.SlotLeft) { l.TokenSHA256 = "" },
+		"not hex":            func(l *store.SlotLeft) { l.TokenSHA256 = "bpt_" + l.TokenSHA256[4:] },
+		"wait ends before":   func(l *store.SlotLeft) { l.Since = l.At.Add(time.Second) },
+		"wait after its end": func(l *store.SlotLeft) { l.At, l.Since = time.Time{}, time.Now().Add(time.Hour) },
+	} {
+		bad := good
+		mutate(&bad)
+		if err := s.RecordSlotLeft(ctx, bad); !isInvalid(err) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	wantAsks(t, lastAsks(t, s, "a"), map[types.UID]store.SlotAsk{"a": Ask("a", "ns", "bpt_a", T0)})
 }

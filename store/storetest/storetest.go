@@ -55,6 +55,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SlotAsks", testSlotAsks},
 		{"DeleteSlotRemovesItsAsks", testDeleteSlotRemovesItsAsks},
 		{"InvalidSlotAsks", testInvalidSlotAsks},
+		{"SlotLefts", testSlotLefts},
+		{"InvalidSlotLefts", testInvalidSlotLefts},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
