@@ -75,7 +75,7 @@ func TestOwnerMarkAndAdoption(t *testing.T) {
 	otherCluster := clusterPoolTag("uid:b", "bots", "zoom")
 	for what, ok := range map[string]bool{
 		"another image":          adoptable(&otherImage, tag, pool, pool.Spec.Coolify.ServerUUID),
-		"another server":         adoptable(&mine, tag, moved, pool.Spec.Coolify.ServerUUID),
+		"another server":         adoptable(&mine, tag, moved, moved.Spec.Coolify.ServerUUID),
 		"another cluster's mark": adoptable(&mine, otherCluster, pool, pool.Spec.Coolify.ServerUUID),
 		"no mark":                adoptable(&coolify.Application{DockerRegistryImageName: pool.Spec.Image, DockerRegistryImageTag: "1.2"}, tag, pool, pool.Spec.Coolify.ServerUUID),
 	} {

@@ -188,7 +188,7 @@ func TestServerKeyIsPerInstanceAndUser(t *testing.T) {
 	}
 	r := &BotPoolSlotReconciler{Coolify: &BulkReader{}}
 	key := func(api CoolifyAPI, pool string) string {
-		return r.serverOf(&slotScope{api: api, pool: gatePool("ns", pool, "srv-0")}).key
+		return r.serverOf(&slotScope{api: api, pool: gatePool("ns", pool, "srv-0"), slot: &v1.BotPoolSlot{}}).key
 	}
 	mine := key(client("https://coolify-a.example", "1|mine"), "meet")
 	if key(client("https://coolify-a.example/api/v1", "1|mine"), "zoom") != mine {
