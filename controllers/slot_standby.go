@@ -234,8 +234,25 @@ func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) 
 		s.slot.Status.Message = "Bot " + s.bot.Name + " bound; its standby container takes it from the bot API"
 		return nil
 	}
+	claimed := s.bot.Status.Binding != nil && s.bot.Status.Binding.SlotUID == s.slot.UID
+	if !claimed {
+		// A container that hung up its wait (it died, say) between its last ask and the
+		// binding, and did not ask again within the grace, will not take the bot: fail now,
+		// not at the end of the ask window. A store that cannot answer changes nothing.
+		if ask, asked, err := r.lastAsk(ctx, s); err == nil && asked && !ask.LeftAt.IsZero() && !ask.LeftAt.Before(ask.At) {
+			silent := r.Clock.Since(ask.LeftAt)
+			if silent > standbyRejoinGrace {
+				s.slot.Status.DeploymentUUID = ""
+				r.setStandby(s, v1.StandbyLost)
+				r.toError(ctx, s, string(v1.ReasonStandbyLost), fmt.Sprintf("The standby container hung up its wait for work at %s and did not ask again within %s: it will not take bot %s",
+					ask.LeftAt.UTC().Format(time.RFC3339), standbyRejoinGrace, s.bot.Name))
+				return nil
+			}
+			s.after(r.standbyCheck(s, standbyRejoinGrace-silent+100*time.Millisecond))
+		}
+	}
 	if waited := r.Clock.Since(bound.Time); waited > standbyAskWindow {
-		if c := s.bot.Status.Binding; c != nil && c.SlotUID == s.slot.UID {
+		if claimed {
 			// Its container took the binding (the bot API recorded the claim) but has not
 			// reported yet: it is the bot's, and the heartbeat rules judge it from here,
 			// however long it takes to join. (Not sooner: the claim alone does not wake the

@@ -241,7 +241,7 @@ func TestStandbyHangUpInOnePass(t *testing.T) {
 	deployed := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	asked := deployed.Add(9 * time.Second)
 	hungUp := asked.Add(20 * time.Second)
-	pass := func(t *testing.T, at time.Time, record func(store.Store)) (*v1.BotPoolSlot, time.Duration) {
+	pass := func(t *testing.T, at time.Time, record func(store.Store), bound ...*v1.Bot) (*v1.BotPoolSlot, time.Duration) {
 		t.Helper()
 		fclk := clocktesting.NewFakeClock(at)
 		pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Standby(v1.StandbyRunning).Obj()
@@ -252,7 +252,12 @@ func TestStandbyHangUpInOnePass(t *testing.T) {
 		slot.Status.Message = "Standby container asks for work"
 		st := memory.New(memory.WithClock(fclk))
 		record(st)
-		c := fakeAPIServer(t, interceptor.Funcs{}, pool, slot)
+		objs := []client.Object{pool, slot}
+		for _, bot := range bound {
+			slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
+			objs = append(objs, bot)
+		}
+		c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
 		api := &bt.Coolify{
 			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
 				return []coolify.Application{{UUID: app, Name: name}}, nil
@@ -296,6 +301,35 @@ func TestStandbyHangUpInOnePass(t *testing.T) {
 		want := "hung up its wait for work at " + hungUp.Format(time.RFC3339)
 		if got.Status.Standby != v1.StandbyLost || !strings.Contains(got.Status.Message, want) || got.Status.DeploymentUUID != "" {
 			t.Fatalf("standby %s (%s), want Lost saying %q", got.Status.Standby, got.Status.Message, want)
+		}
+	})
+	// A bot bound to the slot just after its container hung up (within the grace, while it
+	// was still offered): past the grace, with no claim, it fails now instead of after the
+	// 75 s ask window; a claim by the container keeps it.
+	boundBot := func(claimed bool) *v1.Bot {
+		bot := bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").Obj()
+		v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionBound, Status: metav1.ConditionTrue, Reason: v1.ReasonBound}, hungUp.Add(time.Second))
+		if claimed {
+			bot.Status.Binding = &v1.BindingClaim{SlotName: name, SlotUID: "slot-uid", ClaimedAt: metav1.NewTime(hungUp.Add(2 * time.Second)), CredentialSHA256: "x"}
+		}
+		return bot
+	}
+	t.Run("a bot bound to a container that hung up fails past the grace", func(t *testing.T) {
+		got, _ := pass(t, hungUp.Add(standbyRejoinGrace+time.Second), hangUp, boundBot(false))
+		if got.Status.Phase != v1.SlotError || got.Status.Reason != string(v1.ReasonStandbyLost) || !strings.Contains(got.Status.Message, "it will not take bot bot") {
+			t.Fatalf("slot %s %s (%s), want Error StandbyLost: the container will not take the bot", got.Status.Phase, got.Status.Reason, got.Status.Message)
+		}
+	})
+	t.Run("a bot bound within the grace waits for it", func(t *testing.T) {
+		got, requeue := pass(t, hungUp.Add(5*time.Second), hangUp, boundBot(false))
+		if got.Status.Phase != v1.SlotIdle || requeue <= 0 || requeue > standbyRejoinGrace {
+			t.Fatalf("slot %s (%s), looks again in %s; want Idle, again just after the grace", got.Status.Phase, got.Status.Message, requeue)
+		}
+	})
+	t.Run("a claimed bot is not failed for its container's hang-up", func(t *testing.T) {
+		got, _ := pass(t, hungUp.Add(standbyRejoinGrace+time.Second), hangUp, boundBot(true))
+		if got.Status.Phase == v1.SlotError {
+			t.Fatalf("slot failed (%s): the container claimed the bot", got.Status.Message)
 		}
 	})
 	t.Run("an ask after the hang-up keeps it Ready", func(t *testing.T) {
