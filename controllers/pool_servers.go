@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -154,10 +153,9 @@ func (r *BotPoolReconciler) recordServers(ctx context.Context, s *poolScope) err
 }
 
 // drain deletes the free slots of servers that take no new bots (cordoned, or no longer
-// listed) and those above a server's maxSlots, highest numbers first; each only if it is
-// still the version seen (a slot bound meanwhile stays, and goes when its bot ends).
+// listed) and those above a server's maxSlots (removeIdle: a slot bound meanwhile stays, and
+// goes when its bot ends).
 func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
-	prefix := slotPrefix(s.pool.Spec.Platform)
 	byServer := map[string][]*v1.BotPoolSlot{}
 	for i := range s.slots {
 		sl := &s.slots[i]
@@ -185,28 +183,9 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 		if excess == 0 {
 			continue
 		}
-		var idle []*v1.BotPoolSlot
-		for _, sl := range slots {
-			if removable(sl) {
-				idle = append(idle, sl)
-			}
-		}
-		sort.Slice(idle, func(i, j int) bool {
-			a, _ := slotNumber(prefix, idle[i].Name)
-			b, _ := slotNumber(prefix, idle[j].Name)
-			return a > b
-		})
-		var removed []string
-		for _, sl := range idle[:min(excess, len(idle))] {
-			rv := sl.ResourceVersion
-			err := r.Client.Delete(ctx, sl, client.Preconditions{ResourceVersion: &rv})
-			switch {
-			case err == nil:
-				removed = append(removed, sl.Name)
-			case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			default:
-				return fmt.Errorf("deleting slot %s: %w", sl.Name, err)
-			}
+		removed, err := r.removeIdle(ctx, s.pool, slots, excess)
+		if err != nil {
+			return err
 		}
 		if len(removed) > 0 {
 			r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Drain", "Removed %d slot(s), %s: %s", len(removed), why, abbreviate(removed, 5))

@@ -119,14 +119,27 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 }
 
 // shrink brings a pool whose maxSlots was lowered back under it (invariant 2): free Idle
-// slots go first, highest numbers first, each deleted only if it is still the version we saw
-// (a slot bound meanwhile stays). Busy slots are never taken from their bots; the pool
-// shrinks further as they come back.
+// slots go first (removeIdle). Busy slots are never taken from their bots; the pool shrinks
+// further as they come back.
 func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int) error {
-	prefix := slotPrefix(s.pool.Spec.Platform)
-	var idle []*v1.BotPoolSlot
+	slots := make([]*v1.BotPoolSlot, len(s.slots))
 	for i := range s.slots {
-		if sl := &s.slots[i]; removable(sl) {
+		slots[i] = &s.slots[i]
+	}
+	removed, err := r.removeIdle(ctx, s.pool, slots, excess)
+	if len(removed) > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
+	}
+	return err
+}
+
+// removeIdle deletes up to n of slots that are removable, highest numbers first, each only if
+// it is still the version seen (a slot bound meanwhile stays). It returns the names deleted.
+func (r *BotPoolReconciler) removeIdle(ctx context.Context, pool *v1.BotPool, slots []*v1.BotPoolSlot, n int) ([]string, error) {
+	prefix := slotPrefix(pool.Spec.Platform)
+	var idle []*v1.BotPoolSlot
+	for _, sl := range slots {
+		if removable(sl) {
 			idle = append(idle, sl)
 		}
 	}
@@ -136,7 +149,7 @@ func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int
 		return a > b
 	})
 	var removed []string
-	for _, sl := range idle[:min(excess, len(idle))] {
+	for _, sl := range idle[:min(n, len(idle))] {
 		rv := sl.ResourceVersion
 		err := r.Client.Delete(ctx, sl, client.Preconditions{ResourceVersion: &rv})
 		switch {
@@ -144,13 +157,10 @@ func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int
 			removed = append(removed, sl.Name)
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		default:
-			return fmt.Errorf("deleting slot %s: %w", sl.Name, err)
+			return removed, fmt.Errorf("deleting slot %s: %w", sl.Name, err)
 		}
 	}
-	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
-	}
-	return nil
+	return removed, nil
 }
 
 func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name, server string) *v1.BotPoolSlot {
