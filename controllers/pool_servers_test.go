@@ -314,3 +314,40 @@ func TestPoolKeepsBotsOffAnUnreachableServer(t *testing.T) {
 		t.Fatalf("ServerOut kept after the server came back: %+v", c)
 	}
 }
+
+// TestLostStopIsSentAgain: Coolify drops a stop sent to a server it cannot reach, and the
+// container runs on when the server is back — in the meeting of a bot that was deleted. The
+// free slot sees its application running well after it stopped it and stops it again.
+func TestLostStopIsSentAgain(t *testing.T) {
+	sc := newScenario(t, "stray", sim.Config{})
+	server := sc.pool.Spec.Coolify.ServerUUID
+	sc.sim.WarmImage(server, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	bot, _ := sc.bind("leaving")
+	sc.phase(v1.SlotDeploying)
+	step(40 * time.Second) // a warm deployment
+	slot := sc.deployed()
+	app := slot.Status.ApplicationUUID
+
+	sc.sim.SetServerReachable(server, false)
+	if err := env.Client.Delete(context.Background(), bot); err != nil {
+		t.Fatal(err)
+	}
+	sc.slot("Idle, released", func(s *v1.BotPoolSlot) bool {
+		clk.Step(time.Second) // the bot's leaveGracePeriod
+		return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil
+	})
+	if a, _ := sc.sim.App(app); !a.Running {
+		t.Fatal("setup: the stop reached a server Coolify cannot reach")
+	}
+
+	sc.sim.SetServerReachable(server, true)
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		if a, _ := sc.sim.App(app); a.Running {
+			clk.Step(20 * time.Second) // the application list's age, then strayAfter
+			sc.nudge()
+			return fmt.Errorf("the container of the released slot still runs (%s)", a.Status)
+		}
+		return nil
+	})
+	sc.phase(v1.SlotIdle)
+}

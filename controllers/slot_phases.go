@@ -584,6 +584,10 @@ func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lost
 		return waitFor(next, "", "")
 	}
 	if a, ok := apps[s.slot.Name]; ok && a.UUID == s.slot.Status.ApplicationUUID {
+		if r.strayContainer(s, a.Status) {
+			r.moveTo(s, v1.SlotReleasing, "", "Its container still runs after the slot stopped it ("+a.Status+
+				"): Coolify lost the stop (it drops stops sent to a server it cannot reach); stopping it again")
+		}
 		return nil
 	}
 	if _, err := s.api.GetApplication(ctx, s.slot.Status.ApplicationUUID); !errors.Is(err, coolify.ErrNotFound) {
@@ -595,6 +599,24 @@ func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lost
 	}
 	r.recreate(s)
 	return nil
+}
+
+// strayAfter is how long a free slot's application may still read running after the slot
+// stopped its container: Coolify's status lags the container by up to a minute, and the
+// shared list the slot reads is up to appCheck old.
+const strayAfter = 2 * time.Minute
+
+// strayContainer reports whether a free slot of a Stopped pool (no standby container, no
+// deploy request pending) has a container running well after it stopped it: a stop Coolify
+// lost, which it does when the server is not reachable (the job gives up, and the container
+// runs on when the server is back) — with whatever meeting it was in.
+func (r *BotPoolSlotReconciler) strayContainer(s *slotScope, status string) bool {
+	st := &s.slot.Status
+	if s.bot != nil || s.slot.Spec.BotRef != nil || st.Phase != v1.SlotIdle || st.Standby != "" || st.DeployingSince != nil || st.PhaseSince == nil {
+		return false
+	}
+	running := strings.HasPrefix(status, "running") || strings.HasPrefix(status, "restarting") || strings.HasPrefix(status, "starting")
+	return running && r.Clock.Since(st.PhaseSince.Time) > strayAfter
 }
 
 // releasing stops the container and returns the slot to the pool.
