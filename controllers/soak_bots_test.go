@@ -241,9 +241,10 @@ func (b *soakBots) live(app string) (bot string, ok bool) {
 }
 
 // soakAskWithin is how recent (simulated time) the last ask of a container that waits for its
-// binding must be before the clock moves on: two steps, so an ask is at most three steps (45s)
-// old when a slot looks at it, well within the operator's ask window of 75s.
-const soakAskWithin = 2 * soakInterval
+// binding must be before the clock moves on: three steps, so an ask is at most four (60s) old
+// when a slot looks at it, within the operator's ask window of 75s. A container's long-poll
+// waits 30s (two steps), so the clock waits only for a re-ask that took more than two steps.
+const soakAskWithin = 3 * soakInterval
 
 // hold waits, in real time and up to limit, until every running bot has been acknowledged a
 // heartbeat within `within` of simulated time (or, before its first, since its container

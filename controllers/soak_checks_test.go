@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
@@ -88,7 +89,7 @@ func TestSoakStandbyChecksFail(t *testing.T) {
 
 	// The binding side: a bot bound to a standby slot that is not Ready, whose container holds
 	// another credential, or whose container has not asked.
-	pool := newPool("ns", "standby", func(p *v1.BotPool) { p.Spec.Standby = v1.StandbyRunning })
+	pool := newPool("ns", "standby", func(p *v1.BotPool) { p.Spec.Standby, p.Spec.MaxSlots = v1.StandbyRunning, 3 })
 	slot := func(state v1.StandbyState, token string) *v1.BotPoolSlot {
 		return &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Name: "pool-zoom-001"},
 			Spec: v1.BotPoolSlotSpec{BotRef: &v1.BotReference{Name: "bot-a", UID: types.UID("uid-a")}},
@@ -117,6 +118,12 @@ func TestSoakStandbyChecksFail(t *testing.T) {
 		}},
 		{"bound with no container", "never ran a container", func(_ *soakBots, o *soakObserver) {
 			o.checkBinding(slot(v1.StandbyReady, "token-1"), time.Now())
+		}},
+		{"a bot bound to two slots as written", "invariant 1: bot bot-a is bound to pool-zoom-002 and pool-zoom-001", func(_ *soakBots, o *soakObserver) {
+			o.oneTwoAsWritten(slot(v1.StandbyReady, "token-1"), watch.Modified, map[string]types.UID{"pool-zoom-001": "uid-a", "pool-zoom-002": "uid-a"}, 2)
+		}},
+		{"more slots than maxSlots as written", "invariant 2: the pool holds 4 slots, maxSlots 3", func(_ *soakBots, o *soakObserver) {
+			o.oneTwoAsWritten(slot(v1.StandbyReady, "token-1"), watch.Added, map[string]types.UID{}, 4)
 		}},
 		{"a claim with another credential", "claim records another credential", func(b *soakBots, o *soakObserver) {
 			b.given(start(b, 1, "token-1"), "bot-a", "cred-a")

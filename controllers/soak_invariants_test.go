@@ -646,8 +646,13 @@ func (o *soakObserver) watchBindings(ctx context.Context) {
 		o.t.Fatal(err)
 	}
 	bound := map[string]types.UID{}
+	slots := map[string]bool{} // the namespace's slots, as of the last event
 	rv := ""
 	for ctx.Err() == nil {
+		if rv == "" {
+			// A watch from the current state begins with an Added event per slot.
+			bound, slots = map[string]types.UID{}, map[string]bool{}
+		}
 		var list v1.BotPoolSlotList
 		w, err := wc.Watch(ctx, &list, client.InNamespace(o.ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
 		if err != nil {
@@ -667,6 +672,11 @@ func (o *soakObserver) watchBindings(ctx context.Context) {
 			if ev.Type == watch.Bookmark {
 				continue
 			}
+			if ev.Type == watch.Deleted {
+				delete(slots, s.Name)
+			} else {
+				slots[s.Name] = true
+			}
 			ref := s.Spec.BotRef
 			switch {
 			case ev.Type == watch.Deleted || ref == nil:
@@ -680,8 +690,28 @@ func (o *soakObserver) watchBindings(ctx context.Context) {
 					o.checkBinding(s, time.Now())
 				}
 			}
+			o.oneTwoAsWritten(s, ev.Type, bound, len(slots))
 		}
 		w.Stop()
+	}
+}
+
+// oneTwoAsWritten checks invariants 1 and 2 after one write of the namespace's slots: no bot
+// bound to two slots, no more slots than maxSlots. Written states are never merged, so one a
+// poll would see only by luck is seen here.
+func (o *soakObserver) oneTwoAsWritten(s *v1.BotPoolSlot, typ watch.EventType, bound map[string]types.UID, slots int) {
+	if typ == watch.Added && s.Spec.BotRef == nil && slots <= int(o.pool.Spec.MaxSlots) {
+		return
+	}
+	if slots > int(o.pool.Spec.MaxSlots) {
+		o.violate("invariant 2: the pool holds %d slots, maxSlots %d (as written, at slot %s)", slots, o.pool.Spec.MaxSlots, s.Name)
+	}
+	if ref := s.Spec.BotRef; ref != nil && typ != watch.Deleted {
+		for name, uid := range bound {
+			if uid == ref.UID && name != s.Name {
+				o.violate("invariant 1: bot %s is bound to %s and %s (as written)", ref.Name, name, s.Name)
+			}
+		}
 	}
 }
 

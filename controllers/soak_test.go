@@ -54,8 +54,8 @@ const (
 type soakConfig struct {
 	bots              int
 	chaos             time.Duration // simulated time of the chaos phase
-	maxSlots, minIdle int32
-	restarts          int // manager restarts during the chaos
+	maxSlots, minIdle int32         // of the two pools together
+	restarts          int           // manager restarts during the chaos
 	seed              uint64
 }
 
@@ -108,8 +108,12 @@ func TestSoak(t *testing.T) {
 	}
 	cfg := soakConfigFor(t)
 	steps := int(cfg.chaos / soakInterval)
+	// The slots are shared between two pools, one with standby Stopped and one with standby
+	// Running: the operator, the simulator and the machine carry the load of one pool of
+	// maxSlots, and both modes are soaked in every run.
+	maxSlots, minIdle := cfg.maxSlots/2, max(1, cfg.minIdle/2)
 	t.Logf("soak: seed %d (replay with BOTPOOL_SOAK_SEED=%d), %d bots over %s simulated (%d steps) on two pools (standby Stopped and Running), maxSlots %d, minIdle %d each",
-		cfg.seed, cfg.seed, cfg.bots, cfg.chaos, steps, cfg.maxSlots, cfg.minIdle)
+		cfg.seed, cfg.seed, cfg.bots, cfg.chaos, steps, maxSlots, minIdle)
 	wallStart := time.Now()
 	s := &soak{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, 0x50a4)), episodes: map[string]int{}, wall: map[string]time.Duration{},
 		findings: &soakFindings{t: t}}
@@ -125,7 +129,7 @@ func TestSoak(t *testing.T) {
 			time.Duration(meetingRNG.Int64N(int64(100 * time.Millisecond)))
 	})
 	s.sc = newScenario(t, "soak", sim.Config{Hooks: s.bots.hooks()}, func(p *v1.BotPool) {
-		p.Spec.MaxSlots, p.Spec.MinIdle = cfg.maxSlots, cfg.minIdle
+		p.Spec.MaxSlots, p.Spec.MinIdle = maxSlots, minIdle
 	})
 	t.Cleanup(s.bots.close)
 	// Retries and backoffs of the pool's Coolify client run on the fake clock too, so a retried
@@ -138,8 +142,12 @@ func TestSoak(t *testing.T) {
 	// The second pool keeps standby containers (spec.standby Running), on the same simulated
 	// Coolify server: both pools share its deployment slots, faults and crashes.
 	s.addLane(s.poolOnSim("soak-standby", func(p *v1.BotPool) {
-		p.Spec.MaxSlots, p.Spec.MinIdle = cfg.maxSlots, cfg.minIdle
+		p.Spec.MaxSlots, p.Spec.MinIdle = maxSlots, minIdle
 		p.Spec.Standby = v1.StandbyRunning
+		// A Ready slot looks at its container's asks every poll: at the suite's 20ms, ten of
+		// them would read the store 500 times a second of real time, for no more than what
+		// every 100ms (1 to 2 steps, within the 75s ask window) tells.
+		p.Spec.Timing.DeploymentPollInterval = "100ms"
 	}), api)
 	s.sc.sim.WarmImage(fixture.ServerUUID, s.sc.pool.Spec.Image, s.sc.pool.Spec.ImageTag)
 	// At rest before the first bot: the Stopped pool's free slots have no container, the
@@ -520,24 +528,24 @@ func allEnded(snap *soakSnapshot) bool {
 }
 
 // watchOneTwo checks invariants 1 and 2 continuously, between the steps' rounds too; the
-// returned func stops it and says what it saw.
+// returned func stops it and says what it saw. It lists one pool's slots every 25ms, in turn
+// (the binding watchers check both invariants on every write as well).
 func (s *soak) watchOneTwo() func() error {
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() {
 		ctx := context.Background()
-		for {
+		for n := 0; ; n++ {
 			select {
 			case <-stop:
 				done <- nil
 				return
 			case <-time.After(25 * time.Millisecond):
 			}
-			for _, l := range s.lanes {
-				if err := invariantsOneTwo(ctx, l.ns, int(s.cfg.maxSlots)); err != nil {
-					<-stop
-					done <- fmt.Errorf("pool %s: %w", l.pool.Name, err)
-					return
-				}
+			l := s.lanes[n%len(s.lanes)]
+			if err := invariantsOneTwo(ctx, l.ns, int(l.pool.Spec.MaxSlots)); err != nil {
+				<-stop
+				done <- fmt.Errorf("pool %s: %w", l.pool.Name, err)
+				return
 			}
 		}
 	}()
@@ -572,7 +580,7 @@ func (s *soak) checkProjection(l *soakLane) {
 				return fmt.Errorf("slot %s is %s/%s in the API, projected %+v (found %v)", sl.Name, sl.Status.Phase, sl.Status.ApplicationUUID, rec, ok)
 			}
 		}
-		for n := 1; n <= int(s.cfg.maxSlots); n++ {
+		for n := 1; n <= int(l.pool.Spec.MaxSlots); n++ {
 			name := slotName(l.pool.Spec.Platform, n)
 			_, ok, err := s.store.Slot(ctx, l.ns, name)
 			if err != nil {
