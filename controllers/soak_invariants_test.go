@@ -26,8 +26,9 @@ import (
 // soak did to it. A state the controllers leave within milliseconds (a bot just queued next
 // to a slot just freed) is legal in passing: it counts as a violation only when it lasts grace.
 //
-// Where each invariant is checked: 1 and 2 every round and continuously (watchOneTwo); 3, 5
-// and 6 every round, as states that must not last; 4 between rounds (queueOrder); 8, 9 and 10
+// Where each invariant is checked: 1 and 2 every round, continuously (watchOneTwo) and on every
+// slot write (oneTwoAsWritten); 3, 5 and 6 every round, as states that must not last; 4
+// between rounds (queueOrder); 8, 9 and 10
 // at the end, on every failed bot (explainFailures: failed for silence while it beat, failed
 // deploying while it beat, or failed for a reason nothing injected). 7 (Alive again within
 // one heartbeat) needs a bot that stops and resumes beating on purpose:
