@@ -1,14 +1,18 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/simbot"
 )
@@ -20,6 +24,13 @@ import (
 // live bot has not beaten for a while (the bots run in real time, the operator's clock jumps
 // an interval per step), and a bot the operator failed for silence can be checked against
 // the beats it really sent.
+//
+// The same simulated bot serves both kinds of pool. On a standby pool (spec.standby Running)
+// a free slot's container starts with no bot bound: simbot long-polls its config
+// (botclient.WaitForBinding) until the binding comes, claims it, runs the meeting and exits,
+// as a standby image does. The soak records what every container asked for and received (its
+// slot credential, its asks, the bot and credential of its config), which the invariant-12
+// checks read (soak_invariants_test.go).
 type soakBots struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -38,6 +49,15 @@ type soakBots struct {
 	stalls   int
 	restarts int // containers started over a running one: a second deployment
 	wg       sync.WaitGroup
+
+	// What the containers were given (invariant 12).
+	latest   map[string]*botRun           // by application uuid: the last container started, running or not
+	servedBy map[string]*botRun           // by bot: the container that received its configuration
+	spent    map[string]map[string]string // by application uuid: slot tokens of its containers that received a bot → that bot
+	creds    map[string]string            // binding credential handed out → its bot
+	standby  int                          // containers that waited for a binding (a config answered 404 at its deadline)
+	breaches []string                     // invariant 12 broken, as the containers saw it; drained by takeBreaches
+	lost     map[string][]time.Time       // by application uuid: when a container of it crashed, died or fell behind the clock (fake clock)
 }
 
 // botRun is one container's bot process.
@@ -49,6 +69,13 @@ type botRun struct {
 	bot     string // known from the first request that names it
 	stalled bool   // the clock stopped waiting for it (see hold)
 	done    bool
+
+	token     string    // the slot credential in its environment
+	asked     time.Time // fake clock: when its last config request left; zero before the first
+	askedReal time.Time // real time of its first config request
+	free      bool      // a config request waited and was answered "no bot yet": a standby container
+	given     string    // the bot of the configuration it received; empty until then
+	cred      string    // the binding credential that came with it
 }
 
 func newSoakBots(meeting func() (time.Duration, time.Duration)) *soakBots {
@@ -57,7 +84,8 @@ func newSoakBots(meeting func() (time.Duration, time.Duration)) *soakBots {
 	tr.MaxIdleConnsPerHost = 256
 	return &soakBots{ctx: ctx, cancel: cancel, transport: tr, meeting: meeting,
 		runs: map[string]*botRun{}, lastStop: map[string]uint64{}, beats: map[string]time.Time{},
-		crashes: map[string]int{}, outcomes: map[string]int{}, dead: map[string]time.Time{}}
+		crashes: map[string]int{}, outcomes: map[string]int{}, dead: map[string]time.Time{},
+		latest: map[string]*botRun{}, lost: map[string][]time.Time{}, servedBy: map[string]*botRun{}, spent: map[string]map[string]string{}, creds: map[string]string{}}
 }
 
 // hooks are the simulator's container hooks. Hooks of concurrent advances may arrive out of
@@ -69,20 +97,32 @@ func (b *soakBots) hooks() sim.Hooks {
 func (b *soakBots) start(c sim.Container) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ctx, cancel := context.WithCancel(b.ctx)
+	run := &botRun{seq: c.Seq, cancel: cancel, started: c.At, app: c.AppUUID, token: c.Env["BOTPOOL_SLOT_TOKEN"]}
+	b.freshContainer(run)
+	prev := b.latest[c.AppUUID]
+	if prev == nil || prev.seq < c.Seq {
+		b.latest[c.AppUUID] = run
+	}
 	if b.ctx.Err() != nil || b.lastStop[c.AppUUID] > c.Seq {
+		run.done = true
+		cancel()
 		return // stopped already
 	}
 	if old := b.runs[c.AppUUID]; old != nil {
 		if old.seq > c.Seq {
+			run.done = true
+			cancel()
 			return // a newer container runs already
 		}
 		old.cancel()
 	}
-	if c.Reason == "redeployed" {
+	// A second deployment over the container of a bot restarts the bot mid-call. A fresh
+	// container replacing one that never received a bot (a standby container that stopped
+	// asking) is no such restart.
+	if c.Reason == "redeployed" && prev != nil && prev.given != "" {
 		b.restarts++
 	}
-	ctx, cancel := context.WithCancel(b.ctx)
-	run := &botRun{seq: c.Seq, cancel: cancel, started: c.At, app: c.AppUUID}
 	delete(b.dead, c.AppUUID)
 	b.runs[c.AppUUID] = run
 	length, join := b.meeting()
@@ -118,6 +158,7 @@ func (b *soakBots) stop(c sim.Container) {
 		// silence tells the operator.
 		b.crashes[c.Reason]++
 		b.dead[c.AppUUID] = c.At
+		b.lost[c.AppUUID] = append(b.lost[c.AppUUID], c.At)
 	}
 }
 
@@ -133,6 +174,7 @@ func (b *soakBots) finish(run *botRun, res simbot.Result, err error, stopped boo
 		// heartbeat timeout can tell. Remember why, to explain the bot's end.
 		b.outcomes["died: "+errorClass(err)]++
 		b.dead[run.app] = clk.Now()
+		b.lost[run.app] = append(b.lost[run.app], clk.Now())
 		if len(b.deaths) < 5 {
 			b.deaths = append(b.deaths, fmt.Sprintf("%s: %v", run.bot, err))
 		}
@@ -155,6 +197,7 @@ func errorClass(err error) string {
 func (b *soakBots) named(run *botRun, bot string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reportsFor(run, bot)
 	run.bot = bot
 }
 
@@ -162,6 +205,7 @@ func (b *soakBots) beat(run *botRun, bot string) {
 	now := clk.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reportsFor(run, bot)
 	run.bot, run.stalled = bot, false
 	if now.After(b.beats[bot]) {
 		b.beats[bot] = now
@@ -196,9 +240,15 @@ func (b *soakBots) live(app string) (bot string, ok bool) {
 	return run.bot, true
 }
 
+// soakAskWithin is how recent (simulated time) the last ask of a container that waits for its
+// binding must be before the clock moves on: three steps, so an ask is at most four (60s) old
+// when a slot looks at it, within the operator's ask window of 75s. A container's long-poll
+// waits 30s (two steps), so the clock waits only for a re-ask that took more than two steps.
+const soakAskWithin = 3 * soakInterval
+
 // hold waits, in real time and up to limit, until every running bot has been acknowledged a
 // heartbeat within `within` of simulated time (or, before its first, since its container
-// started). The operator's clock must not outrun a live bot: a step of the fake clock is an
+// started), and every container still waiting for a bot asked for one within soakAskWithin. The operator's clock must not outrun a live bot: a step of the fake clock is an
 // interval, the bot beats every few real milliseconds, and a slow moment of the machine would
 // otherwise look like minutes of silence. A bot still silent after limit is let go (counted
 // as a stall) until it beats again.
@@ -209,20 +259,29 @@ func (b *soakBots) hold(within, limit time.Duration) {
 		b.mu.Lock()
 		var lagging []*botRun
 		for _, run := range b.runs {
-			if run.done || run.stalled || run.bot == "" {
+			if run.done || run.stalled {
 				continue
 			}
-			last := run.started
-			if t := b.beats[run.bot]; t.After(last) {
+			last, limit := run.started, within
+			if run.bot == "" {
+				// Not started on a bot yet: a standby container waiting for its binding. Its asks
+				// keep its slot Ready (the ask window is 75s) and must not look older than they
+				// are: it asks again the moment a long-poll ends.
+				if run.asked.After(last) {
+					last = run.asked
+				}
+				limit = min(within, soakAskWithin)
+			} else if t := b.beats[run.bot]; t.After(last) {
 				last = t
 			}
-			if now.Sub(last) > within {
+			if now.Sub(last) > limit {
 				lagging = append(lagging, run)
 			}
 		}
 		if len(lagging) > 0 && time.Now().After(deadline) {
 			for _, run := range lagging {
 				run.stalled = true
+				b.lost[run.app] = append(b.lost[run.app], now)
 			}
 			b.stalls += len(lagging)
 			lagging = nil
@@ -233,6 +292,19 @@ func (b *soakBots) hold(within, limit time.Duration) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// lostBetween reports whether a container of app crashed, died or fell behind the clock
+// between from and to (fake clock).
+func (b *soakBots) lostBetween(app string, from, to time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, at := range b.lost[app] {
+		if !at.Before(from) && !at.After(to) {
+			return true
+		}
+	}
+	return false
 }
 
 // redeployed counts the containers started over a running one: a second deployment for one
@@ -264,8 +336,8 @@ func (b *soakBots) summary() string {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, b.outcomes[k]))
 	}
-	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, redeployed while running %d; clock holds given up %d; deaths: %s",
-		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.restarts, b.stalls, strings.Join(b.deaths, "; "))
+	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, redeployed while running %d, waited for a binding %d; configurations received %d; clock holds given up %d; deaths: %s",
+		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.restarts, b.standby, len(b.servedBy), b.stalls, strings.Join(b.deaths, "; "))
 }
 
 // beatRecorder notes the bot API's answers that matter to the soak: which bot a container
@@ -277,6 +349,10 @@ type beatRecorder struct {
 }
 
 func (r beatRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	// /v1/slots/{uuid}/config
+	if parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/"); req.Method == http.MethodGet && len(parts) == 4 && parts[1] == "slots" && parts[3] == "config" {
+		return r.config(req)
+	}
 	resp, err := r.next.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return resp, err
@@ -291,4 +367,102 @@ func (r beatRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, nil
+}
+
+// config sends a container's config request and records what it asked and received. The
+// container asks again at once when its long-poll ends without a bot (404) or the bot API is
+// away (no answer, 503 while the manager restarts): botclient pauses a second or backs off
+// for up to 5 s there, which is nothing in real time but minutes of the soak's clock, and a
+// Ready slot whose container looked silent that long would be Lost for the soak's haste, not
+// the container's.
+func (r beatRecorder) config(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	for {
+		r.bots.asking(r.run)
+		resp, err := r.next.RoundTrip(req)
+		switch {
+		case ctx.Err() != nil:
+			return resp, err
+		case err != nil, resp.StatusCode == http.StatusServiceUnavailable, resp.StatusCode == http.StatusNotFound:
+			if resp != nil {
+				if resp.StatusCode == http.StatusNotFound {
+					r.bots.waitedFree(r.run)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			if err != nil || resp.StatusCode != http.StatusNotFound {
+				if sleepErr := simSleep(ctx, 20*time.Millisecond); sleepErr != nil {
+					return nil, sleepErr
+				}
+			}
+			continue
+		case resp.StatusCode == http.StatusOK:
+			body, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if err != nil {
+				return nil, err
+			}
+			var cfg botclient.Config
+			if json.Unmarshal(body, &cfg) == nil && cfg.Bot != "" {
+				r.bots.given(r.run, cfg.Bot, cfg.Credential)
+			}
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		return resp, err
+	}
+}
+
+func simSleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// asking records that run sends a config request: on a standby pool, an ask for work.
+func (b *soakBots) asking(run *botRun) {
+	now := clk.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	run.asked, run.stalled = now, false
+	if run.askedReal.IsZero() {
+		run.askedReal = time.Now()
+	}
+}
+
+// waitedFree records that a config request of run waited and no bot came: its slot is free.
+func (b *soakBots) waitedFree(run *botRun) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !run.free {
+		b.standby++
+	}
+	run.free = true
+}
+
+// latestRun is the last container started for app, running or not.
+func (b *soakBots) latestRun(app string) (botRun, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	run := b.latest[app]
+	if run == nil {
+		return botRun{}, false
+	}
+	return *run, true
+}
+
+// servedRun is the container that received bot's configuration.
+func (b *soakBots) servedRun(bot string) (botRun, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	run := b.servedBy[bot]
+	if run == nil {
+		return botRun{}, false
+	}
+	return *run, true
 }

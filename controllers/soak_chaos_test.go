@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sort"
 	"time"
@@ -28,7 +29,7 @@ var soakAfterOps = []string{"create-dockerimage-application", "deploy-by-tag-or-
 // plan draws the whole run from the seed: arrivals, deletions, and the fault episodes, each
 // kind in windows that do not overlap.
 func (s *soak) plan(steps int) {
-	s.arrivals, s.deletions, s.events = map[int][]soakArrival{}, map[int][]string{}, map[int][]func(){}
+	s.arrivals, s.deletions, s.events = map[int][]soakArrival{}, map[int][]soakArrival{}, map[int][]func(){}
 	s.planBots(steps)
 	at := func(step int, f func()) { s.events[step] = append(s.events[step], f) }
 
@@ -92,6 +93,9 @@ func (s *soak) plan(steps int) {
 // (the faults stop with bots in flight); a mix of priorities, some impatient, and 5% deleted by
 // their user later.
 func (s *soak) planBots(steps int) {
+	// Each bot goes to one of the pools, from a stream of its own: the rest of a seed's plan
+	// stays what it was with one pool.
+	lanes := rand.New(rand.NewPCG(s.cfg.seed, 0x6c616e65))
 	span := max(steps, 1)
 	at := make([]int, s.cfg.bots)
 	i := 0
@@ -107,7 +111,8 @@ func (s *soak) planBots(steps int) {
 	}
 	sort.Ints(at)
 	for n, step := range at {
-		a := soakArrival{name: fmt.Sprintf("bot-%04d", n)}
+		a := soakArrival{name: fmt.Sprintf("bot-%04d", n), lane: lanes.IntN(len(s.lanes))}
+		s.lanes[a.lane].planned++
 		switch r := s.rng.IntN(10); {
 		case r == 0:
 			a.priority = 5
@@ -120,7 +125,7 @@ func (s *soak) planBots(steps int) {
 		s.arrivals[step] = append(s.arrivals[step], a)
 		if s.rng.IntN(20) == 0 {
 			if del := step + 2 + s.rng.IntN(39); del < steps {
-				s.deletions[del] = append(s.deletions[del], a.name)
+				s.deletions[del] = append(s.deletions[del], a)
 			}
 		}
 	}
@@ -203,7 +208,9 @@ func (s *soak) restartManager(down int) {
 		}
 		return c.Close()
 	})
-	s.obs.restarted()
+	for _, l := range s.lanes {
+		l.obs.restarted()
+	}
 	s.restarts++
 }
 

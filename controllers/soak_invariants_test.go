@@ -3,16 +3,22 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/slottoken"
 )
 
 // soakObserver checks the invariants of docs/invariants.md on the soak's namespace while it
@@ -20,12 +26,15 @@ import (
 // soak did to it. A state the controllers leave within milliseconds (a bot just queued next
 // to a slot just freed) is legal in passing: it counts as a violation only when it lasts grace.
 //
-// Where each invariant is checked: 1 and 2 every round and continuously (watchOneTwo); 3, 5
-// and 6 every round, as states that must not last; 4 between rounds (queueOrder); 8, 9 and 10
+// Where each invariant is checked: 1 and 2 every round, continuously (watchOneTwo) and on every
+// slot write (oneTwoAsWritten); 3, 5 and 6 every round, as states that must not last; 4
+// between rounds (queueOrder); 8, 9 and 10
 // at the end, on every failed bot (explainFailures: failed for silence while it beat, failed
 // deploying while it beat, or failed for a reason nothing injected). 7 (Alive again within
 // one heartbeat) needs a bot that stops and resumes beating on purpose:
-// TestHeartbeatLossAndReturn checks it.
+// TestHeartbeatLossAndReturn checks it. 12 as the containers run (given, freshContainer,
+// reportsFor), on every binding of a standby slot as written (watchBindings), and every round
+// against the claims the bots record (checkClaims).
 type soakObserver struct {
 	t    *testing.T
 	ns   string
@@ -41,8 +50,40 @@ type soakObserver struct {
 	suspects    map[string]*suspect
 	queuedSince map[types.UID]time.Time // real time a bot was first seen waiting
 	prevQueued  map[types.UID]bool
-	violations  []string
+	findings    *soakFindings
 	checks      int
+	bindings    atomic.Int64 // bindings to standby slots checked (watchBindings)
+}
+
+// soakFindings are the violations of the whole run, from every pool's observer and from the
+// binding watchers' goroutines.
+type soakFindings struct {
+	t    *testing.T
+	mu   sync.Mutex
+	list []string
+	// errorf reports the first violations; nil is t.Errorf (a test of the checks themselves
+	// logs them instead).
+	errorf func(format string, args ...any)
+}
+
+func (f *soakFindings) violate(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.list = append(f.list, msg)
+	errorf := f.errorf
+	if errorf == nil {
+		errorf = f.t.Errorf
+	}
+	if len(f.list) <= 20 {
+		errorf("at %s: %s", clk.Now().Format(time.TimeOnly), msg)
+	}
+}
+
+func (f *soakFindings) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.list)
 }
 
 type suspect struct {
@@ -50,18 +91,14 @@ type suspect struct {
 	reported bool
 }
 
-func newSoakObserver(t *testing.T, ns string, pool *v1.BotPool, s *sim.Server, bots *soakBots, grace, lateness time.Duration) *soakObserver {
-	return &soakObserver{t: t, ns: ns, pool: pool, sim: s, bots: bots, grace: grace, lateness: lateness,
+func newSoakObserver(t *testing.T, ns string, pool *v1.BotPool, s *sim.Server, bots *soakBots, findings *soakFindings, grace, lateness time.Duration) *soakObserver {
+	return &soakObserver{t: t, ns: ns, pool: pool, sim: s, bots: bots, findings: findings, grace: grace, lateness: lateness,
 		suspects: map[string]*suspect{}, queuedSince: map[types.UID]time.Time{}}
 }
 
 // violate records a broken invariant; the first ones fail the test at once, with context.
 func (o *soakObserver) violate(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	o.violations = append(o.violations, msg)
-	if len(o.violations) <= 20 {
-		o.t.Errorf("at %s: %s", clk.Now().Format(time.TimeOnly), msg)
-	}
+	o.findings.violate("pool %s: "+format, append([]any{o.pool.Name}, args...)...)
 }
 
 // restarted forgets what was in passing: a new manager starts from empty caches.
@@ -299,7 +336,10 @@ func (o *soakObserver) converged(quiet bool) error {
 	now := clk.Now()
 	timeout := o.pool.Spec.Timing.HeartbeatTimeout.OrDefault(v1.DefaultHeartbeatTimeout)
 	owned := map[string]bool{}
-	free := 0
+	// free: slots that take a bot now or once their recycle ends; ready: standby slots that
+	// take one now (a Stopped pool's free slots all do).
+	free, ready := 0, 0
+	standby := o.pool.Spec.Standby.Running()
 	for i := range snap.slots {
 		s := &snap.slots[i]
 		uuid := s.Status.ApplicationUUID
@@ -326,11 +366,22 @@ func (o *soakObserver) converged(quiet bool) error {
 				continue
 			case bot != nil:
 				return fmt.Errorf("slot %s is Idle and bound to bot %s, with %d slots Deploying (%s)", s.Name, bot.Name, deploying, s.Status.Message)
+			case standby:
+				if err := o.standbySettled(s, app, quiet); err != nil {
+					return err
+				}
+				if s.Status.Standby == v1.StandbyReady {
+					ready++
+				}
 			case app.Running && !stopping:
 				return fmt.Errorf("slot %s is Idle but its container runs (%s)", s.Name, app.TrueStatus)
 			}
 			free++
 		case v1.SlotDeploying, v1.SlotBusy:
+			if bot == nil && standby && s.Status.Phase == v1.SlotDeploying && s.Status.Standby == v1.StandbyStarting && !quiet {
+				free++ // a fresh standby container on its way
+				continue
+			}
 			if bot == nil {
 				return fmt.Errorf("slot %s is %s without a bot", s.Name, s.Status.Phase)
 			}
@@ -383,11 +434,40 @@ func (o *soakObserver) converged(quiet bool) error {
 			return fmt.Errorf("bot %s is %s and bound to %v", b.Name, b.Status.Phase, snap.boundTo[b.UID] != nil)
 		}
 	}
+	if !standby {
+		ready = free
+	}
 	switch {
-	case queued > 0 && free > 0:
-		return fmt.Errorf("%d bots wait while %d slots are free", queued, free)
+	case queued > 0 && ready > 0:
+		return fmt.Errorf("%d bots wait while %d slots are free", queued, ready)
 	case queued == 0 && free < int(o.pool.Spec.MinIdle) && len(snap.slots) < int(o.pool.Spec.MaxSlots):
 		return fmt.Errorf("%d free slots, minIdle %d", free, o.pool.Spec.MinIdle)
+	}
+	return nil
+}
+
+// standbySettled says what keeps a free Idle slot of a standby pool from being settled, or
+// nil. Settled is Ready — its current container runs and asks for work — or, while bots still
+// come and go, Starting: a fresh container is on its way (the recycle after a bot, or the
+// replacement of one that stopped asking), which the soak's steps of the clock carry through.
+// Lost is a moment of the operator's (the next pass deploys a fresh container) and never
+// settled. At rest (quiet) every free slot must be Ready on a container that asks.
+func (o *soakObserver) standbySettled(s *v1.BotPoolSlot, app sim.AppInfo, quiet bool) error {
+	switch st := s.Status.Standby; {
+	case st == v1.StandbyStarting && !quiet:
+		return nil
+	case st != v1.StandbyReady:
+		return fmt.Errorf("slot %s is Idle and free with its standby container %q (%s)", s.Name, st, s.Status.Message)
+	case !app.Running:
+		return fmt.Errorf("slot %s is Ready but its container does not run (%s)", s.Name, app.TrueStatus)
+	}
+	if !quiet {
+		return nil
+	}
+	run, ok := o.bots.latestRun(s.Status.ApplicationUUID)
+	if _, live := o.bots.live(s.Status.ApplicationUUID); !ok || !live || run.asked.IsZero() || run.given != "" {
+		return fmt.Errorf("slot %s is Ready at rest, but its container does not wait for work (running %v, asked %v, received %q)",
+			s.Name, live, ok && !run.asked.IsZero(), run.given)
 	}
 	return nil
 }
@@ -435,6 +515,13 @@ func (o *soakObserver) explainFailures(step time.Duration) map[string]int {
 				o.violate("bot %s failed %s at %s, yet its last heartbeat was acknowledged at %s: a live bot failed for silence (invariant 10 when the store was down)",
 					b.Name, reason, end.Format(time.TimeOnly), last.Format(time.TimeOnly))
 			}
+		case v1.ReasonStandbyLost:
+			// Bound to a Ready slot whose container did not take it: legal only when that
+			// container died (a crash the soak injected) or the clock outran it.
+			if !o.bots.lostBetween(b.Status.ApplicationUUID, queuedAt(b).Add(-standbyAskWindow), end) {
+				o.violate("bot %s failed %s (%s), but the container of its application %s neither crashed nor fell behind the clock",
+					b.Name, reason, b.Status.Message, b.Status.ApplicationUUID)
+			}
 		case v1.ReasonDeploymentFailed:
 			if !deployFailedFor(failedDeploys[b.Status.ApplicationUUID], queuedAt(b), end) {
 				o.violate("bot %s failed %s (%s), but no deployment of its application %s failed in Coolify",
@@ -475,4 +562,198 @@ func countsString[V any](m map[string]V) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Invariant 12 (docs/invariants.md), as the soak sees it: no container serves two bots; a
+// fresh container never receives an earlier bot's configuration or credential; a bot is bound
+// to a standby slot only while its current container asks for work. The containers' side is
+// checked as they run (freshContainer, given, reportsFor: what simbot sent and received), the
+// binding side on every write of a standby pool's slots (watchBindings), and the two are
+// compared with the claims the bot API records in the bots' status.binding every round
+// (checkClaims). internal/modelcheck (standby_test.go) states the same invariant over its model.
+
+// breach records a broken invariant seen by a container; the next round reports it. Callers
+// hold b.mu.
+func (b *soakBots) breach(format string, args ...any) {
+	b.breaches = append(b.breaches, fmt.Sprintf(format, args...))
+}
+
+// takeBreaches returns the breaches recorded since the last call.
+func (b *soakBots) takeBreaches() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.breaches
+	b.breaches = nil
+	return out
+}
+
+// freshContainer checks a container as it starts: its slot credential must be one no earlier
+// container of its application used to receive a bot. Callers hold b.mu.
+func (b *soakBots) freshContainer(run *botRun) {
+	if bot, ok := b.spent[run.app][run.token]; ok {
+		b.breach("invariant 12: container %d of application %s started with the slot credential of an earlier container, which received bot %s",
+			run.seq, run.app, bot)
+	}
+}
+
+// given checks a configuration a container received: its first bot (or the same again), a bot
+// no other container received, and a binding credential never handed out before. Callers
+// must not hold b.mu.
+func (b *soakBots) given(run *botRun, bot, cred string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if run.given != "" && run.given != bot {
+		b.breach("invariant 12: container %d of application %s received bot %s, then bot %s", run.seq, run.app, run.given, bot)
+	}
+	if other := b.servedBy[bot]; other != nil && other != run {
+		b.breach("invariant 12: bot %s was handed to container %d of application %s after container %d of application %s",
+			bot, run.seq, run.app, other.seq, other.app)
+	}
+	if cred != "" {
+		if earlier, ok := b.creds[cred]; ok && (earlier != bot || b.servedBy[bot] != run) {
+			b.breach("invariant 12: container %d of application %s received bot %s with the credential handed out before for bot %s",
+				run.seq, run.app, bot, earlier)
+		}
+		b.creds[cred] = bot
+	}
+	if run.given == "" {
+		run.given, run.cred = bot, cred
+	}
+	if b.servedBy[bot] == nil {
+		b.servedBy[bot] = run
+	}
+	if b.spent[run.app] == nil {
+		b.spent[run.app] = map[string]string{}
+	}
+	b.spent[run.app][run.token] = bot
+}
+
+// reportsFor checks that a container reports or beats only for the bot it received. Callers
+// hold b.mu.
+func (b *soakBots) reportsFor(run *botRun, bot string) {
+	if run.given != "" && run.given != bot {
+		b.breach("invariant 12: container %d of application %s received bot %s but reports for bot %s", run.seq, run.app, run.given, bot)
+	}
+}
+
+// watchBindings follows every write of the namespace's slots (a watch sees each, in order; a
+// poll could miss the moment of a binding) and checks each new binding of a standby pool's
+// slot: the slot was Ready when bound, and its current container — the last the simulator
+// started for its application — holds the slot's current credential and asked for work before
+// the binding was seen. It runs until ctx ends.
+func (o *soakObserver) watchBindings(ctx context.Context) {
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	bound := map[string]types.UID{}
+	slots := map[string]bool{} // the namespace's slots, as of the last event
+	rv := ""
+	for ctx.Err() == nil {
+		if rv == "" {
+			// A watch from the current state begins with an Added event per slot.
+			bound, slots = map[string]types.UID{}, map[string]bool{}
+		}
+		var list v1.BotPoolSlotList
+		w, err := wc.Watch(ctx, &list, client.InNamespace(o.ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+		if err != nil {
+			rv = "" // start over from the current state; a failed watch proves nothing
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*v1.BotPoolSlot)
+			if !ok {
+				if st, isStatus := ev.Object.(*metav1.Status); isStatus && st.Code == http.StatusGone {
+					rv = "" // too old: start over
+				}
+				continue
+			}
+			rv = s.ResourceVersion
+			if ev.Type == watch.Bookmark {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				delete(slots, s.Name)
+			} else {
+				slots[s.Name] = true
+			}
+			ref := s.Spec.BotRef
+			switch {
+			case ev.Type == watch.Deleted || ref == nil:
+				delete(bound, s.Name)
+			case bound[s.Name] != ref.UID:
+				bound[s.Name] = ref.UID
+				// A slot is created unbound: an Added one that is bound was bound before
+				// this watch began (its status may have moved on since), so only a
+				// Modified event shows a binding as it was written.
+				if ev.Type == watch.Modified {
+					o.checkBinding(s, time.Now())
+				}
+			}
+			o.oneTwoAsWritten(s, ev.Type, bound, len(slots))
+		}
+		w.Stop()
+	}
+}
+
+// oneTwoAsWritten checks invariants 1 and 2 after one write of the namespace's slots: no bot
+// bound to two slots, no more slots than maxSlots. Written states are never merged, so one a
+// poll would see only by luck is seen here.
+func (o *soakObserver) oneTwoAsWritten(s *v1.BotPoolSlot, typ watch.EventType, bound map[string]types.UID, slots int) {
+	if typ == watch.Added && s.Spec.BotRef == nil && slots <= int(o.pool.Spec.MaxSlots) {
+		return
+	}
+	if slots > int(o.pool.Spec.MaxSlots) {
+		o.violate("invariant 2: the pool holds %d slots, maxSlots %d (as written, at slot %s)", slots, o.pool.Spec.MaxSlots, s.Name)
+	}
+	if ref := s.Spec.BotRef; ref != nil && typ != watch.Deleted {
+		for name, uid := range bound {
+			if uid == ref.UID && name != s.Name {
+				o.violate("invariant 1: bot %s is bound to %s and %s (as written)", ref.Name, name, s.Name)
+			}
+		}
+	}
+}
+
+// checkBinding checks a binding seen at seen (real time) on the slot as it was written.
+func (o *soakObserver) checkBinding(s *v1.BotPoolSlot, seen time.Time) {
+	if !o.pool.Spec.Standby.Running() {
+		return
+	}
+	o.bindings.Add(1)
+	ref, st := s.Spec.BotRef, &s.Status
+	if st.Standby != v1.StandbyReady {
+		o.violate("invariant 12: bot %s was bound to standby slot %s while its container was %q (%s)", ref.Name, s.Name, st.Standby, st.Message)
+		return
+	}
+	run, ok := o.bots.latestRun(st.ApplicationUUID)
+	switch {
+	case !ok:
+		o.violate("invariant 12: bot %s was bound to standby slot %s, whose application %s never ran a container", ref.Name, s.Name, st.ApplicationUUID)
+	case slottoken.Hash([]byte(run.token)) != st.TokenSHA256:
+		o.violate("invariant 12: bot %s was bound to standby slot %s, whose current container %d holds another credential than the slot's", ref.Name, s.Name, run.seq)
+	case run.askedReal.IsZero() || run.askedReal.After(seen):
+		o.violate("invariant 12: bot %s was bound to standby slot %s before its current container %d asked for work", ref.Name, s.Name, run.seq)
+	}
+}
+
+// checkClaims compares the claims the bot API recorded (status.binding) with what the
+// containers received: the container that got a bot's configuration got the credential whose
+// hash the claim holds (a second claim handed out would differ).
+func (o *soakObserver) checkClaims(snap *soakSnapshot) {
+	for i := range snap.bots {
+		b := &snap.bots[i]
+		c := b.Status.Binding
+		if c == nil {
+			continue
+		}
+		run, ok := o.bots.servedRun(b.Name)
+		if !ok {
+			continue // the answer did not reach a container (it was stopped meanwhile)
+		}
+		if run.cred != "" && slottoken.Hash([]byte(run.cred)) != c.CredentialSHA256 {
+			o.violate("invariant 12: bot %s's claim records another credential than the one container %d of application %s received", b.Name, run.seq, run.app)
+		}
+	}
 }

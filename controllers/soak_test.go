@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,8 +54,8 @@ const (
 type soakConfig struct {
 	bots              int
 	chaos             time.Duration // simulated time of the chaos phase
-	maxSlots, minIdle int32
-	restarts          int // manager restarts during the chaos
+	maxSlots, minIdle int32         // of the two pools together
+	restarts          int           // manager restarts during the chaos
 	seed              uint64
 }
 
@@ -83,15 +84,18 @@ func soakConfigFor(t *testing.T) soakConfig {
 	return cfg
 }
 
-// TestSoak is the soak and chaos test. Bots arrive at a pool, alone and in bursts, over hours
-// of simulated time, and are served by simulated bot containers that speak only the bot API,
+// TestSoak is the soak and chaos test. Bots arrive at two pools, alone and in bursts, over
+// hours of simulated time — one pool with standby Stopped (a bot's start is a deployment),
+// one with standby Running (a free slot keeps a container that waits for its binding on the
+// bot API's long-poll) — and are served by simulated bot containers that speak only the bot API,
 // while the Coolify simulator answers 20% of requests with errors (some after doing the work),
 // throws bursts of 429, latency spikes, outages, failed pulls and crashing or crash-looping
 // containers; the manager is stopped and started again at random moments, and the Postgres
 // behind the liveness store is stopped for minutes once and started again. Users delete some
 // bots mid-call. Throughout, the design's invariants are checked every few steps. Then the
 // faults stop and the pool must converge within two intervals; the remaining bots are
-// drained, every slot must end Idle with its container stopped, every application must
+// drained, every slot must end Idle with its container stopped (a standby pool's: Ready, on
+// a container that waits for work), every application must
 // belong to a slot, the Postgres projection must match, and every failed bot must have a
 // cause the soak injected. The counts are logged; any violation fails the test.
 //
@@ -104,10 +108,15 @@ func TestSoak(t *testing.T) {
 	}
 	cfg := soakConfigFor(t)
 	steps := int(cfg.chaos / soakInterval)
-	t.Logf("soak: seed %d (replay with BOTPOOL_SOAK_SEED=%d), %d bots over %s simulated (%d steps), maxSlots %d, minIdle %d",
-		cfg.seed, cfg.seed, cfg.bots, cfg.chaos, steps, cfg.maxSlots, cfg.minIdle)
+	// The slots are shared between two pools, one with standby Stopped and one with standby
+	// Running: the operator, the simulator and the machine carry the load of one pool of
+	// maxSlots, and both modes are soaked in every run.
+	maxSlots, minIdle := cfg.maxSlots/2, max(1, cfg.minIdle/2)
+	t.Logf("soak: seed %d (replay with BOTPOOL_SOAK_SEED=%d), %d bots over %s simulated (%d steps) on two pools (standby Stopped and Running), maxSlots %d, minIdle %d each",
+		cfg.seed, cfg.seed, cfg.bots, cfg.chaos, steps, maxSlots, minIdle)
 	wallStart := time.Now()
-	s := &soak{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, 0x50a4)), episodes: map[string]int{}, wall: map[string]time.Duration{}}
+	s := &soak{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, 0x50a4)), episodes: map[string]int{}, wall: map[string]time.Duration{},
+		findings: &soakFindings{t: t}}
 	s.startPostgres()
 
 	meetingRNG := rand.New(rand.NewPCG(cfg.seed, 0xb075))
@@ -120,7 +129,7 @@ func TestSoak(t *testing.T) {
 			time.Duration(meetingRNG.Int64N(int64(100 * time.Millisecond)))
 	})
 	s.sc = newScenario(t, "soak", sim.Config{Hooks: s.bots.hooks()}, func(p *v1.BotPool) {
-		p.Spec.MaxSlots, p.Spec.MinIdle = cfg.maxSlots, cfg.minIdle
+		p.Spec.MaxSlots, p.Spec.MinIdle = maxSlots, minIdle
 	})
 	t.Cleanup(s.bots.close)
 	// Retries and backoffs of the pool's Coolify client run on the fake clock too, so a retried
@@ -129,10 +138,29 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	connector.use(s.sc.pool.Name, api)
+	s.addLane(s.sc, api)
+	// The second pool keeps standby containers (spec.standby Running), on the same simulated
+	// Coolify server: both pools share its deployment slots, faults and crashes.
+	s.addLane(s.poolOnSim("soak-standby", func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle = maxSlots, minIdle
+		p.Spec.Standby = v1.StandbyRunning
+		// A Ready slot looks at its container's asks every poll: at the suite's 20ms, ten of
+		// them would read the store 500 times a second of real time, for no more than what
+		// every 100ms (1 to 2 steps, within the 75s ask window) tells.
+		p.Spec.Timing.DeploymentPollInterval = "100ms"
+	}), api)
 	s.sc.sim.WarmImage(fixture.ServerUUID, s.sc.pool.Spec.Image, s.sc.pool.Spec.ImageTag)
-	s.obs = newSoakObserver(t, s.sc.ns, s.sc.pool, s.sc.sim, s.bots, soakGrace, soakRoundEvery*soakInterval+time.Minute)
-	kubetest.Eventually(t, 30*time.Second, func() error { return s.obs.converged(true) })
+	// At rest before the first bot: the Stopped pool's free slots have no container, the
+	// standby pool's have Ready ones (deployed on the clock, which settle steps).
+	if _, err := s.settle(soakRestBudget, true); err != nil {
+		t.Fatalf("the pools did not come to rest before the first bot: %v", err)
+	}
+	watchCtx, stopWatching := context.WithCancel(context.Background())
+	var watchers sync.WaitGroup
+	for _, l := range s.lanes {
+		watchers.Go(func() { l.obs.watchBindings(watchCtx) })
+	}
+	defer func() { stopWatching(); watchers.Wait() }()
 
 	panicsBefore := reconcilePanics(t)
 	stopOneTwo := s.watchOneTwo()
@@ -157,38 +185,85 @@ func TestSoak(t *testing.T) {
 	s.faultsOff()
 	took, err := s.settle(2*soakInterval, false)
 	if err != nil {
-		s.obs.violate("the pool did not converge within two intervals (%s) of the faults' end: %v", 2*soakInterval, err)
+		s.findings.violate("the pools did not converge within two intervals (%s) of the faults' end: %v", 2*soakInterval, err)
 	}
 
-	// The last bots finish; then everything is Idle and the store has caught up.
+	// The last bots finish; then everything is at rest and the store has caught up.
 	drainStart := clk.Now()
 	s.drain()
 	drained := clk.Since(drainStart)
-	if _, err := s.settle(2*soakInterval, true); err != nil {
-		s.obs.violate("the pool did not come to rest after the last bot: %v", err)
+	if _, err := s.settle(soakRestBudget, true); err != nil {
+		s.findings.violate("the pools did not come to rest after the last bot: %v", err)
 	}
-	s.checkProjection()
+	for _, l := range s.lanes {
+		s.checkProjection(l)
+	}
 	if err := stopOneTwo(); err != nil {
-		s.obs.violate("%v", err)
+		s.findings.violate("%v", err)
 	}
 	if n := reconcilePanics(t) - panicsBefore; n > 0 {
-		s.obs.violate("%v reconciles panicked (controller-runtime recovered them; the logs have the stacks)", n)
+		s.findings.violate("%v reconciles panicked (controller-runtime recovered them; the logs have the stacks)", n)
 	}
-	reasons := s.obs.explainFailures(soakInterval)
+	s.takeBreaches()
+	reasons := map[string]int{}
+	for _, l := range s.lanes {
+		for r, n := range l.obs.explainFailures(soakInterval) {
+			reasons[r] += n
+		}
+	}
 	s.report(chaos, chaosLength, took, drained, reasons, time.Since(wallStart))
+}
+
+// soakRestBudget is the simulated time the pools get to come to rest (every slot free, every
+// standby slot Ready): two intervals, and the recycles of the standby pool's slots, which
+// take a deployment each, two at a time on the simulated server.
+const soakRestBudget = 2*soakInterval + 2*time.Minute
+
+// soakLane is one pool of the soak, in a namespace of its own, on the shared simulator.
+type soakLane struct {
+	pool    *v1.BotPool
+	ns      string
+	obs     *soakObserver
+	planned int // bots planned for it
+}
+
+// addLane adds a pool to the soak: its Coolify client and observer.
+func (s *soak) addLane(sc *scenario, api coolify.API) {
+	connector.use(sc.pool.Name, api)
+	obs := newSoakObserver(s.t, sc.ns, sc.pool, sc.sim, s.bots, s.findings, soakGrace, soakRoundEvery*soakInterval+time.Minute)
+	s.lanes = append(s.lanes, &soakLane{pool: sc.pool, ns: sc.ns, obs: obs})
+}
+
+// poolOnSim creates another pool, in a namespace of its own, on the soak's simulator.
+func (s *soak) poolOnSim(name string, mutate func(*v1.BotPool)) *scenario {
+	sc := &scenario{t: s.t, ns: env.Namespace(s.t), sim: s.sc.sim, api: s.sc.api}
+	sc.pool = newPool(sc.ns, name, mutate)
+	if err := env.Client.Create(context.Background(), sc.pool); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(sc.teardown)
+	return sc
+}
+
+// takeBreaches reports what the containers saw of invariant 12 since the last call.
+func (s *soak) takeBreaches() {
+	for _, msg := range s.bots.takeBreaches() {
+		s.findings.violate("%s", msg)
+	}
 }
 
 // soak is one run: its plan, its world and what it counted.
 type soak struct {
-	t    *testing.T
-	cfg  soakConfig
-	rng  *rand.Rand
-	sc   *scenario
-	bots *soakBots
-	obs  *soakObserver
+	t        *testing.T
+	cfg      soakConfig
+	rng      *rand.Rand
+	sc       *scenario // the first pool's, with the simulator all pools share
+	lanes    []*soakLane
+	bots     *soakBots
+	findings *soakFindings
 
 	arrivals  map[int][]soakArrival
-	deletions map[int][]string
+	deletions map[int][]soakArrival
 	events    map[int][]func()
 
 	pg         *pgtest.Server
@@ -212,6 +287,7 @@ type soak struct {
 
 type soakArrival struct {
 	name         string
+	lane         int // index in soak.lanes
 	priority     int32
 	queueTimeout string
 }
@@ -229,10 +305,23 @@ func (s *soak) step(n int) {
 	}
 	if n%soakRoundEvery == 0 {
 		s.timed("invariant rounds and nudges", func() {
-			if snap, err := s.obs.snapshot(); err == nil { // a failed read proves nothing
-				s.obs.check(snap)
-				s.nudge(snap)
+			// The pools' rounds run side by side: each waits mostly on the API server.
+			var wg sync.WaitGroup
+			nudged := make([]int, len(s.lanes))
+			for i, l := range s.lanes {
+				wg.Go(func() {
+					if snap, err := l.obs.snapshot(); err == nil { // a failed read proves nothing
+						l.obs.check(snap)
+						l.obs.checkClaims(snap)
+						nudged[i] = s.nudge(l, snap)
+					}
+				})
 			}
+			wg.Wait()
+			for _, n := range nudged {
+				s.nudged += n
+			}
+			s.takeBreaches()
 		})
 	}
 }
@@ -246,22 +335,32 @@ func (s *soak) timed(what string, f func()) {
 
 // progress logs where a long run stands, every simulated hour.
 func (s *soak) progress(steps int) {
-	snap, err := s.obs.snapshot()
-	if err != nil {
-		return
-	}
 	phases := map[string]int{}
-	for i := range snap.slots {
-		phases[string(snap.slots[i].Status.Phase)]++
-	}
 	ended := 0
-	for i := range snap.bots {
-		if snap.bots[i].Status.Phase.Terminal() {
-			ended++
+	for _, l := range s.lanes {
+		snap, err := l.obs.snapshot()
+		if err != nil {
+			return
+		}
+		for i := range snap.slots {
+			st := &snap.slots[i].Status
+			phases[l.pool.Name+" "+string(st.Phase)+standbySuffix(st.Standby)]++
+		}
+		for i := range snap.bots {
+			if snap.bots[i].Status.Phase.Terminal() {
+				ended++
+			}
 		}
 	}
 	s.t.Logf("%s simulated: %d bots created, %d ended; slots %s; %d restarts; %d violations",
-		time.Duration(steps)*soakInterval, s.created, ended, countsString(phases), s.restarts, len(s.obs.violations))
+		time.Duration(steps)*soakInterval, s.created, ended, countsString(phases), s.restarts, s.findings.count())
+}
+
+func standbySuffix(st v1.StandbyState) string {
+	if st == "" {
+		return ""
+	}
+	return "/" + string(st)
 }
 
 // arrive creates the step's bots, as users would, concurrently.
@@ -274,7 +373,8 @@ func (s *soak) arrive(bots []soakArrival) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			newBot(s.t, s.sc.ns, a.name, s.sc.pool.Name, func(b *v1.Bot) {
+			l := s.lanes[a.lane]
+			newBot(s.t, l.ns, a.name, l.pool.Name, func(b *v1.Bot) {
 				b.Spec.Priority = a.priority
 				b.Spec.QueueTimeout = v1.Duration(a.queueTimeout)
 			})
@@ -285,11 +385,11 @@ func (s *soak) arrive(bots []soakArrival) {
 }
 
 // deleteBots deletes bots that have not ended: a user calling one back mid-call or mid-queue.
-func (s *soak) deleteBots(names []string) {
+func (s *soak) deleteBots(bots []soakArrival) {
 	ctx := context.Background()
-	for _, name := range names {
+	for _, a := range bots {
 		b := &v1.Bot{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.sc.ns, Name: name}, b); err != nil || b.Status.Phase.Terminal() {
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.lanes[a.lane].ns, Name: a.name}, b); err != nil || b.Status.Phase.Terminal() {
 			continue
 		}
 		if err := env.Client.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
@@ -304,9 +404,9 @@ func (s *soak) deleteBots(names []string) {
 // without it a queue timeout would fire minutes late in simulated time. Due are: a queued bot
 // past its deadline, a running bot silent for a heartbeat grace period, a deleted bot (its
 // leave grace), and a slot between states (its retries).
-func (s *soak) nudge(snap *soakSnapshot) {
+func (s *soak) nudge(l *soakLane, snap *soakSnapshot) int {
 	now := clk.Now()
-	grace := s.sc.pool.Spec.Timing.HeartbeatGracePeriod.OrDefault(v1.DefaultHeartbeatGracePeriod)
+	grace := l.pool.Spec.Timing.HeartbeatGracePeriod.OrDefault(v1.DefaultHeartbeatGracePeriod)
 	var objs []client.Object
 	for i := range snap.bots {
 		b := &snap.bots[i]
@@ -316,7 +416,7 @@ func (s *soak) nudge(snap *soakSnapshot) {
 		case !b.DeletionTimestamp.IsZero():
 			objs = append(objs, b)
 		case snap.waiting(b):
-			if b.Status.QueuedAt == nil || !now.Before(b.Status.QueuedAt.Add(queueTimeout(b, s.sc.pool))) {
+			if b.Status.QueuedAt == nil || !now.Before(b.Status.QueuedAt.Add(queueTimeout(b, l.pool))) {
 				objs = append(objs, b)
 			}
 		case slot != nil && slot.Status.Phase == v1.SlotBusy && b.Status.StartedAt != nil:
@@ -341,14 +441,27 @@ func (s *soak) nudge(snap *soakSnapshot) {
 	for _, o := range objs {
 		_ = env.Client.Patch(ctx, o, patch) // gone meanwhile: nothing to nudge
 	}
-	s.nudged += len(objs)
+	return len(objs)
 }
 
 // nudgeNow nudges what is due on a fresh snapshot.
 func (s *soak) nudgeNow() {
-	if snap, err := s.obs.snapshot(); err == nil {
-		s.nudge(snap)
+	for _, l := range s.lanes {
+		if snap, err := l.obs.snapshot(); err == nil {
+			s.nudged += s.nudge(l, snap)
+		}
 	}
+}
+
+// converged says what keeps one of the pools from being settled (see soakObserver.converged),
+// or nil.
+func (s *soak) converged(quiet bool) error {
+	for _, l := range s.lanes {
+		if err := l.obs.converged(quiet); err != nil {
+			return fmt.Errorf("pool %s: %w", l.pool.Name, err)
+		}
+	}
+	return nil
 }
 
 // settle gives the pool up to budget of simulated time, in one-second ticks, to satisfy
@@ -357,7 +470,7 @@ func (s *soak) nudgeNow() {
 func (s *soak) settle(budget time.Duration, quiet bool) (time.Duration, error) {
 	start := clk.Now()
 	for tick := 0; ; tick++ {
-		if err := s.obs.converged(quiet); err == nil {
+		if err := s.converged(quiet); err == nil {
 			return clk.Since(start), nil
 		}
 		if clk.Since(start) >= budget {
@@ -373,7 +486,7 @@ func (s *soak) settle(budget time.Duration, quiet bool) (time.Duration, error) {
 	var err error
 	deadline := time.Now().Add(soakSettleWait)
 	for n := 0; time.Now().Before(deadline); n++ {
-		if err = s.obs.converged(quiet); err == nil {
+		if err = s.converged(quiet); err == nil {
 			return clk.Since(start), nil
 		}
 		if n%10 == 0 {
@@ -389,12 +502,16 @@ func (s *soak) drain() {
 	const limit = time.Hour
 	start := clk.Now()
 	for n := 0; ; n++ {
-		snap, err := s.obs.snapshot()
-		if err == nil && allEnded(snap) {
+		ended := true
+		for _, l := range s.lanes {
+			snap, err := l.obs.snapshot()
+			ended = ended && err == nil && allEnded(snap)
+		}
+		if ended {
 			return
 		}
 		if clk.Since(start) > limit {
-			s.obs.violate("bots still running %s after the last arrival", limit)
+			s.findings.violate("bots still running %s after the last arrival", limit)
 			return
 		}
 		s.step(n)
@@ -411,21 +528,23 @@ func allEnded(snap *soakSnapshot) bool {
 }
 
 // watchOneTwo checks invariants 1 and 2 continuously, between the steps' rounds too; the
-// returned func stops it and says what it saw.
+// returned func stops it and says what it saw. It lists one pool's slots every 25ms, in turn
+// (the binding watchers check both invariants on every write as well).
 func (s *soak) watchOneTwo() func() error {
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() {
 		ctx := context.Background()
-		for {
+		for n := 0; ; n++ {
 			select {
 			case <-stop:
 				done <- nil
 				return
 			case <-time.After(25 * time.Millisecond):
 			}
-			if err := invariantsOneTwo(ctx, s.sc.ns, int(s.cfg.maxSlots)); err != nil {
+			l := s.lanes[n%len(s.lanes)]
+			if err := invariantsOneTwo(ctx, l.ns, int(l.pool.Spec.MaxSlots)); err != nil {
 				<-stop
-				done <- err
+				done <- fmt.Errorf("pool %s: %w", l.pool.Name, err)
 				return
 			}
 		}
@@ -439,13 +558,13 @@ func (s *soak) watchOneTwo() func() error {
 // checkProjection waits until Postgres shows what the API server holds: every slot with its
 // phase, application and no bot, no row for a slot that is gone, every bot with its final
 // phase; and the store has replayed and dropped nothing.
-func (s *soak) checkProjection() {
+func (s *soak) checkProjection(l *soakLane) {
 	ctx := context.Background()
 	kubetest.Eventually(s.t, 30*time.Second, func() error {
 		if st := s.store.Status(); !st.Available || st.Buffered > 0 || st.Dropped > 0 {
 			return fmt.Errorf("store %+v, want available, nothing buffered or dropped", st)
 		}
-		snap, err := s.obs.snapshot()
+		snap, err := l.obs.snapshot()
 		if err != nil {
 			return err
 		}
@@ -461,9 +580,9 @@ func (s *soak) checkProjection() {
 				return fmt.Errorf("slot %s is %s/%s in the API, projected %+v (found %v)", sl.Name, sl.Status.Phase, sl.Status.ApplicationUUID, rec, ok)
 			}
 		}
-		for n := 1; n <= int(s.cfg.maxSlots); n++ {
-			name := slotName(s.sc.pool.Spec.Platform, n)
-			_, ok, err := s.store.Slot(ctx, s.sc.ns, name)
+		for n := 1; n <= int(l.pool.Spec.MaxSlots); n++ {
+			name := slotName(l.pool.Spec.Platform, n)
+			_, ok, err := s.store.Slot(ctx, l.ns, name)
 			if err != nil {
 				return err
 			}
@@ -488,13 +607,32 @@ func (s *soak) checkProjection() {
 // report logs the counts: bots served and failed and why, faults injected, restarts,
 // violations; and fails the test on any violation.
 func (s *soak) report(chaos map[int]int, chaosLength, converge, drained time.Duration, reasons map[string]int, wall time.Duration) {
-	snap, err := s.obs.snapshot()
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	phases := map[string]int{}
-	for i := range snap.bots {
-		phases[string(snap.bots[i].Status.Phase)]++
+	left := 0 // bots that still exist
+	// Bindings the bot API claimed (status.binding) whose configuration no container
+	// received: the answer was lost (a request cancelled while its claim was written), and a
+	// binding is handed out once, so the bot never starts.
+	var burned []string
+	for _, l := range s.lanes {
+		snap, err := l.obs.snapshot()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		lane := map[string]int{}
+		for i := range snap.bots {
+			phases[string(snap.bots[i].Status.Phase)]++
+			lane[string(snap.bots[i].Status.Phase)]++
+		}
+		left += len(snap.bots)
+		for i := range snap.bots {
+			if b := &snap.bots[i]; b.Status.Binding != nil {
+				if _, ok := s.bots.servedRun(b.Name); !ok {
+					burned = append(burned, fmt.Sprintf("%s (%s, %s)", b.Name, b.Status.Phase, b.Status.Reason))
+				}
+			}
+		}
+		s.t.Logf("pool %s (standby %s): %d bots planned, %s; %d invariant rounds, %d bindings to standby slots checked as written",
+			l.pool.Name, orStopped(l.pool.Spec.Standby), l.planned, countsString(lane), l.obs.checks, l.obs.bindings.Load())
 	}
 	total := 0
 	for _, n := range chaos {
@@ -504,30 +642,40 @@ func (s *soak) report(chaos map[int]int, chaosLength, converge, drained time.Dur
 	all := requestCounts(nil, s.sc.sim.Counts())
 	failed := phases[string(v1.BotFatal)]
 	s.t.Logf("bots: %d created, %d served (Done), %d failed (%s), %d deleted by their user mid-way (gone: %d)",
-		s.created, phases[string(v1.BotDone)], failed, countsString(reasons), s.deleted, s.created-len(snap.bots))
+		s.created, phases[string(v1.BotDone)], failed, countsString(reasons), s.deleted, s.created-left)
 	s.t.Logf("%s", s.bots.summary())
+	if len(burned) > 0 {
+		s.t.Logf("bindings claimed that no container received (their bots could not start): %d: %s", len(burned), strings.Join(burned, ", "))
+	}
 	s.t.Logf("coolify: %d requests during the chaos, %d faults injected (500: %d, 503: %d, 429: %d) = %.1f%%; all codes over the run: %s",
 		total, injected, chaos[500], chaos[503], chaos[429], 100*float64(injected)/float64(max(total, 1)), countsString(codeKeys(all)))
 	s.t.Logf("chaos episodes: %s", countsString(s.episodes))
 	s.t.Logf("restarts: manager %d, postgres %d (down %s simulated, store buffered up to %d writes, saw the outage: %v)",
 		s.restarts, s.pgRestarts, s.pgOutage, s.pgBuffer, s.pgSawDown)
-	s.t.Logf("time: %s of chaos, converged in %s, drained in %s (simulated); %s wall, of which %s; %d invariant rounds, %d nudges",
-		chaosLength, converge, drained.Round(time.Second), wall.Round(time.Second), countsString(rounded(s.wall)), s.obs.checks, s.nudged)
+	s.t.Logf("time: %s of chaos, converged in %s, drained in %s (simulated); %s wall, of which %s; %d nudges",
+		chaosLength, converge, drained.Round(time.Second), wall.Round(time.Second), countsString(rounded(s.wall)), s.nudged)
 	if n := s.bots.redeployed(); n > 0 {
-		s.obs.violate("%d containers were deployed again while their bot ran: each restart killed a bot mid-call", n)
+		s.findings.violate("%d containers were deployed again while their bot ran: each restart killed a bot mid-call", n)
 	}
 	if !s.pgSawDown {
-		s.obs.violate("the store never noticed the Postgres outage: the restart tested nothing")
+		s.findings.violate("the store never noticed the Postgres outage: the restart tested nothing")
 	}
-	if s.created != s.cfg.bots || phases[string(v1.BotDone)]+failed != len(snap.bots) || s.created-len(snap.bots) != s.deleted {
-		s.obs.violate("%d bots planned, %d created, %d deleted, %d left of which %d ended", s.cfg.bots, s.created, s.deleted, len(snap.bots), phases[string(v1.BotDone)]+failed)
+	if s.created != s.cfg.bots || phases[string(v1.BotDone)]+failed != left || s.created-left != s.deleted {
+		s.findings.violate("%d bots planned, %d created, %d deleted, %d left of which %d ended", s.cfg.bots, s.created, s.deleted, left, phases[string(v1.BotDone)]+failed)
 	}
 	fmt.Printf("soak summary: seed=%d bots=%d served=%d failed=%d deleted=%d faults=%d (%.1f%% of %d requests) restarts=%d postgres_restarts=%d violations=%d\n",
 		s.cfg.seed, s.created, phases[string(v1.BotDone)], failed, s.deleted, injected, 100*float64(injected)/float64(max(total, 1)), total,
-		s.restarts, s.pgRestarts, len(s.obs.violations))
-	if n := len(s.obs.violations); n > 0 {
+		s.restarts, s.pgRestarts, s.findings.count())
+	if n := s.findings.count(); n > 0 {
 		s.t.Errorf("%d violations (the first 20 are above)", n)
 	}
+}
+
+func orStopped(m v1.StandbyMode) v1.StandbyMode {
+	if m == "" {
+		return v1.StandbyStopped
+	}
+	return m
 }
 
 // reconcilePanics is how many reconciles of any controller panicked so far in this process.
