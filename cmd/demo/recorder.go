@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -42,6 +43,8 @@ type botRecord struct {
 	phase   v1.BotPhase
 	reason  v1.BotReason
 	message string
+	// server is the Coolify server of the slot the bot was bound to (the last one).
+	server string
 	// attempts is the length of status.startAttempts: the starts that failed for a reason not
 	// the bot's own and were retried (read leniently: 0 on an API without the field).
 	attempts int
@@ -56,7 +59,8 @@ type slotRecord struct {
 	bound   bool // spec.botRef is set
 	botRef  string
 	created time.Time
-	server  string // spec.server: the Coolify server the slot lives on
+	server  string    // spec.server: the Coolify server the slot lives on
+	uid     types.UID // tells a slot re-created under the same name from the one before
 	// standby is the state of the slot's standby container (pools with standby Running);
 	// readyAt lists each time it turned Ready.
 	standby v1.StandbyState
@@ -92,7 +96,14 @@ type recorder struct {
 	order []string
 	slots map[string]*slotRecord
 	pool  poolRecord
-	now   func() time.Time
+	// placed lists each slot the pool created, with its server, in the order seen.
+	placed []slotPlacement
+	now    func() time.Time
+}
+
+// slotPlacement is a slot the pool created on a server.
+type slotPlacement struct {
+	slot, server string
 }
 
 func newRecorder() *recorder {
@@ -190,6 +201,10 @@ func (r *recorder) onBot(bot *v1.Bot, attempts int) {
 		b.queued = now
 	}
 	if st.SlotName != "" {
+		// The slot's binding is normally seen first and notes the server; in case it was not.
+		if sl := r.slots[st.SlotName]; b.server == "" && sl != nil && sl.botRef == bot.Name {
+			b.server = sl.server
+		}
 		b.slot = st.SlotName
 		if b.bound.IsZero() {
 			b.bound = now
@@ -228,6 +243,16 @@ func (r *recorder) onSlot(o any, deleted bool) {
 		s = &slotRecord{name: slot.Name, created: now}
 		r.slots[slot.Name] = s
 	}
+	if slot.UID != s.uid {
+		// A new slot, or one re-created under the name of a slot deleted before (a retired
+		// slot's replacement, maybe on another server): it starts afresh, and counts as one
+		// more slot placed on its server.
+		if s.uid != "" {
+			s.created, s.phase, s.botRef, s.standby = now, "", "", ""
+		}
+		s.uid = slot.UID
+		r.placed = append(r.placed, slotPlacement{slot: slot.Name, server: slot.Spec.Server})
+	}
 	s.deleted = deleted
 	s.bound = slot.Spec.BotRef != nil
 	if slot.Spec.Server != "" {
@@ -235,9 +260,11 @@ func (r *recorder) onSlot(o any, deleted bool) {
 	}
 	if ref := slot.Spec.BotRef; ref != nil && ref.Name != s.botRef {
 		// The binding's own update: the dispatcher binds a standby slot only while its
-		// container is Ready, and the bot then starts on that container.
+		// container is Ready, and the bot then starts on that container. Slot names are
+		// reused, so the bot's server is noted now.
 		if b := r.bots[ref.Name]; b != nil {
 			b.standby = slot.Status.Standby == v1.StandbyReady
+			b.server = slot.Spec.Server
 		}
 	}
 	s.botRef = ""
@@ -297,6 +324,13 @@ func (p *poolRecord) lastHealth(server string) v1.ServerHealth {
 		}
 	}
 	return ""
+}
+
+// placements copies the slots placed so far.
+func (r *recorder) placements() []slotPlacement {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.placed)
 }
 
 // snapshot copies the records, in creation order, for rendering without the lock.

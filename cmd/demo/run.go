@@ -183,8 +183,8 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	rp.took = took // the bots' run, without the wait for the server to come back
 	if o.servers > 1 {
 		deps := coolify.Deployments()
-		rp.servers = serverReport(rp.rows, snapSlots, deps, servers)
-		rp.outage = outageReport(rp.rows, snapSlots, deps, snapPool, down, burstAt)
+		rp.servers = serverReport(rp.rows, rec.placements(), deps, servers)
+		rp.outage = outageReport(rp.rows, deps, snapPool, down, burstAt)
 	}
 	rp.operatorErrors, rp.operatorPanics = countLog(st.managerLog)
 	rp.print(stdout)

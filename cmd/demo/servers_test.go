@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -73,28 +74,70 @@ func TestClassifyPerServer(t *testing.T) {
 }
 
 func TestServerReport(t *testing.T) {
-	slots := []slotRecord{{name: "s1", server: "srv-1"}, {name: "s2", server: "srv-1"}, {name: "s3", server: "srv-2"}}
+	// s3 was retired on srv-2 and its replacement, under the same name, placed on srv-1.
+	placed := []slotPlacement{{"s1", "srv-1"}, {"s2", "srv-1"}, {"s3", "srv-2"}, {"s3", "srv-1"}}
 	rows := []row{
-		{botRecord: botRecord{name: "a", slot: "s1", asked: at(0), running: at(3)}, start: startWarm},
-		{botRecord: botRecord{name: "b", slot: "s2", asked: at(0), running: at(5)}, start: startCold},
-		{botRecord: botRecord{name: "c", slot: "s3", asked: at(1), running: at(3)}, start: startWarm},
-		{botRecord: botRecord{name: "d", slot: "s3", asked: at(1), finished: at(9), phase: v1.BotFatal}}, // never ran
+		{botRecord: botRecord{name: "a", slot: "s1", server: "srv-1", asked: at(0), running: at(3)}, start: startWarm},
+		{botRecord: botRecord{name: "b", slot: "s2", server: "srv-1", asked: at(0), running: at(5)}, start: startCold},
+		{botRecord: botRecord{name: "c", slot: "s3", server: "srv-2", asked: at(1), running: at(3)}, start: startWarm},
+		{botRecord: botRecord{name: "d", slot: "s3", server: "srv-2", asked: at(1), finished: at(9), phase: v1.BotFatal}}, // never ran
 	}
 	deps := []sim.DeploymentInfo{
 		{ServerUUID: "srv-1", Status: "finished"}, {ServerUUID: "srv-1", Status: "finished"},
 		{ServerUUID: "srv-2", Status: "finished"}, {ServerUUID: "srv-2", Status: "failed"},
 	}
 	var got []string
-	for _, s := range serverReport(rows, slots, deps, []string{"srv-1", "srv-2", "srv-3"}) {
+	for _, s := range serverReport(rows, placed, deps, []string{"srv-1", "srv-2", "srv-3"}) {
 		got = append(got, s.line())
 	}
 	want := []string{
-		"srv-1: 2 slots, 2 starts (1 warm, 1 cold), creation → running median 5.0s, max 5.0s; 2 deployments, 0 failed",
-		"srv-2: 1 slots, 1 starts (1 warm), creation → running median 2.0s, max 2.0s; 2 deployments, 1 failed",
-		"srv-3: 0 slots, 0 starts; 0 deployments, 0 failed",
+		"srv-1: 3 slots placed, 2 starts (1 warm, 1 cold), creation → running median 5.0s, max 5.0s; 2 deployments, 0 failed",
+		"srv-2: 1 slots placed, 1 starts (1 warm), creation → running median 2.0s, max 2.0s; 2 deployments, 1 failed",
+		"srv-3: 0 slots placed, 0 starts; 0 deployments, 0 failed",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("server lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRecorderSlotReplaced: a slot re-created under the same name on another server counts as a
+// second placement, and the bots keep the server of the slot they were bound to.
+func TestRecorderSlotReplaced(t *testing.T) {
+	r := newRecorder()
+	clock := at(0)
+	r.now = func() time.Time { return clock }
+	slot := func(uid, server, bot string) *v1.BotPoolSlot {
+		s := &v1.BotPoolSlot{}
+		s.Name, s.UID, s.Spec.Server = "pool-zoom-003", types.UID(uid), server
+		if bot != "" {
+			s.Spec.BotRef = &v1.BotReference{Name: bot}
+		}
+		return s
+	}
+	bot := func(name, slot string) *v1.Bot {
+		b := &v1.Bot{}
+		b.Name, b.Status.Phase, b.Status.SlotName = name, v1.BotDeploying, slot
+		return b
+	}
+	r.created("first", 0, false, clock)
+	r.created("second", 0, false, clock)
+	r.onSlot(slot("u1", "srv-3", ""), false)
+	r.onSlot(slot("u1", "srv-3", "first"), false)
+	r.onBot(bot("first", "pool-zoom-003"), 0)
+	clock = at(30)
+	r.onSlot(slot("u1", "srv-3", ""), true) // retired
+	r.onSlot(slot("u2", "srv-1", ""), false)
+	r.onBot(bot("second", "pool-zoom-003"), 0) // the bot's update before the slot's binding
+	r.onSlot(slot("u2", "srv-1", "second"), false)
+	bots, slots, _ := r.snapshot()
+	if bots[0].server != "srv-3" || bots[1].server != "srv-1" {
+		t.Errorf("bots' servers %q and %q, want srv-3 and srv-1", bots[0].server, bots[1].server)
+	}
+	if want := []slotPlacement{{"pool-zoom-003", "srv-3"}, {"pool-zoom-003", "srv-1"}}; !slices.Equal(r.placements(), want) {
+		t.Errorf("placements %v, want %v", r.placements(), want)
+	}
+	if len(slots) != 1 || !slots[0].created.Equal(at(30)) || slots[0].deleted {
+		t.Errorf("the re-created slot %+v: want it live, created at 30s", slots)
 	}
 }
 
@@ -170,15 +213,16 @@ func TestPoolRecordObserve(t *testing.T) {
 }
 
 func TestOutageReport(t *testing.T) {
-	slots := []slotRecord{{name: "s1", server: "srv-1"}, {name: "s2", server: "srv-2"}, {name: "s3", server: "srv-2"}}
 	deps := []sim.DeploymentInfo{
 		// The injected pull failure, just before the outage; its bot is seen Fatal just after.
 		{UUID: "early", ServerUUID: "srv-2", Status: "failed", Finished: at(19.5)},
 		{UUID: "lost", ServerUUID: "srv-2", Status: "failed", Finished: at(21)},
 		{UUID: "notfunctional", ServerUUID: "srv-2", Status: "failed", Finished: at(30)},
 	}
+	servers := map[string]string{"s1": "srv-1", "s2": "srv-2", "s3": "srv-2"}
 	bot := func(name, slot, dep string, phase v1.BotPhase, reason v1.BotReason, bound, finished float64) row {
-		return row{depUUID: dep, botRecord: botRecord{name: name, slot: slot, phase: phase, reason: reason, bound: at(bound), finished: at(finished)}}
+		return row{depUUID: dep, botRecord: botRecord{name: name, slot: slot, server: servers[slot], phase: phase, reason: reason,
+			bound: at(bound), finished: at(finished)}}
 	}
 	rows := []row{
 		bot("pull", "s2", "early", v1.BotFatal, v1.ReasonDeploymentFailed, 17, 20.5),
@@ -199,7 +243,7 @@ func TestOutageReport(t *testing.T) {
 		{server: "srv-2", health: v1.ServerUnreachable, at: at(24)},
 		{server: "srv-2", health: v1.ServerHealthy, at: at(95)},
 	}}
-	s := outageReport(rows, slots, deps, pool, o, at(0))
+	s := outageReport(rows, deps, pool, o, at(0))
 	if want := []string{"deploying (DeploymentFailed)", "bound-late (DeploymentFailed)"}; !slices.Equal(s.caught, want) {
 		t.Errorf("caught %v, want %v", s.caught, want)
 	}
@@ -232,7 +276,7 @@ func TestOutageReport(t *testing.T) {
 	sw = nil
 	never := &outage{sim: &sw, server: "srv-2", at: time.Hour}
 	never.armed(at(0))
-	s = outageReport(rows, slots, deps, pool, never, at(0))
+	s = outageReport(rows, deps, pool, never, at(0))
 	if len(s.caught) != 0 || !strings.Contains(s.lines()[0], "the bots had all finished before") {
 		t.Errorf("an outage that never came: caught %v, lines %q", s.caught, s.lines())
 	}

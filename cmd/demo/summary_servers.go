@@ -34,7 +34,7 @@ func (w downWindow) failedIn(deps []sim.DeploymentInfo, dep string) bool {
 // serverSummary is one server's share of the run.
 type serverSummary struct {
 	uuid  string
-	slots int // slots the pool placed there over the run
+	slots int // slots the pool placed there over the run (a retired slot's replacement too)
 	// starts counts the bots that ran there by start kind, toRunning their creation → running.
 	starts    map[string]int
 	toRunning []time.Duration
@@ -42,24 +42,22 @@ type serverSummary struct {
 	deployments, failed int
 }
 
-// serverReport gives each server its slots, the bots that ran on them and its deployments. A
-// bot's server is the one of the slot it ran on (the last one it had).
-func serverReport(rows []row, slots []slotRecord, deps []sim.DeploymentInfo, servers []string) []serverSummary {
+// serverReport gives each server the slots placed there, the bots that ran on them and its
+// deployments. A bot's server is the one of the slot it ran on (the last one it had).
+func serverReport(rows []row, placed []slotPlacement, deps []sim.DeploymentInfo, servers []string) []serverSummary {
 	out := make([]serverSummary, len(servers))
 	index := map[string]int{}
 	for i, uuid := range servers {
 		out[i] = serverSummary{uuid: uuid, starts: map[string]int{}}
 		index[uuid] = i
 	}
-	slotServer := map[string]string{}
-	for _, s := range slots {
-		slotServer[s.name] = s.server
-		if i, ok := index[s.server]; ok {
+	for _, p := range placed {
+		if i, ok := index[p.server]; ok {
 			out[i].slots++
 		}
 	}
 	for _, r := range rows {
-		i, ok := index[slotServer[r.slot]]
+		i, ok := index[r.server]
 		if !ok || r.running.IsZero() || r.start == "" {
 			continue
 		}
@@ -88,7 +86,7 @@ func (s serverSummary) line() string {
 			kinds = append(kinds, fmt.Sprintf("%d %s", k, kind))
 		}
 	}
-	line := fmt.Sprintf("%s: %d slots, %d starts", s.uuid, s.slots, n)
+	line := fmt.Sprintf("%s: %d slots placed, %d starts", s.uuid, s.slots, n)
 	if len(kinds) > 0 {
 		line += " (" + strings.Join(kinds, ", ") + ")"
 	}
@@ -114,7 +112,7 @@ type outageSummary struct {
 // outageReport finds what the outage did: when the pool saw it, which bots it failed (Fatal on
 // a slot of that server, ending once it was down; a failed deployment only when it failed in
 // the outage) and which bots had a start retried.
-func outageReport(rows []row, slots []slotRecord, deps []sim.DeploymentInfo, pool poolRecord, o *outage, burst time.Time) *outageSummary {
+func outageReport(rows []row, deps []sim.DeploymentInfo, pool poolRecord, o *outage, burst time.Time) *outageSummary {
 	if o == nil || o.at <= 0 {
 		return nil
 	}
@@ -122,10 +120,6 @@ func outageReport(rows []row, slots []slotRecord, deps []sim.DeploymentInfo, poo
 	w := downWindow{server: o.server, from: down, to: up}
 	s := &outageSummary{server: o.server, planned: o.at, burst: burst, down: down, up: up}
 	s.poolOut, s.poolBack = pool.sawOutage(o.server, down, up)
-	slotServer := map[string]string{}
-	for _, sl := range slots {
-		slotServer[sl.name] = sl.server
-	}
 	for _, r := range rows {
 		if r.attempts > 0 {
 			s.retried = append(s.retried, fmt.Sprintf("%s (%s)", r.name, r.phase))
@@ -133,11 +127,10 @@ func outageReport(rows []row, slots []slotRecord, deps []sim.DeploymentInfo, poo
 		if down.IsZero() {
 			continue
 		}
-		server := slotServer[r.slot]
-		if server != o.server && !r.bound.IsZero() && w.covers(o.server, r.bound) {
+		if r.server != o.server && !r.bound.IsZero() && w.covers(o.server, r.bound) {
 			s.elsewhere++
 		}
-		if r.phase != v1.BotFatal || server != o.server || r.finished.Before(down) {
+		if r.phase != v1.BotFatal || r.server != o.server || r.finished.Before(down) {
 			continue
 		}
 		if r.reason == v1.ReasonDeploymentFailed && r.depUUID != "" && !w.failedIn(deps, r.depUUID) {
