@@ -261,7 +261,7 @@ func serversRun(t *testing.T, bin string) {
 	// Every bot that ran is counted on the server it ran on; with the image cached on both,
 	// every start is warm.
 	starts := regexp.MustCompile(`starts +(\d+) warm .*, (\d+) cold`).FindStringSubmatch(out)
-	perServer := regexp.MustCompile(`(?m)^  (?:servers)? +(srv-\d): \d+ slots, (\d+) starts`).FindAllStringSubmatch(out, -1)
+	perServer := regexp.MustCompile(`(?m)^  (?:servers)? +(srv-\d): \d+ slots placed, (\d+) starts`).FindAllStringSubmatch(out, -1)
 	if starts == nil || starts[2] != "0" || len(perServer) != 2 {
 		t.Fatalf("starts %q and per-server lines %q: want no cold start and one line for each of the two servers", starts, perServer)
 	}

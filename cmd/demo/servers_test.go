@@ -253,7 +253,7 @@ func TestOutageReport(t *testing.T) {
 	lines := strings.Join(s.lines(), "\n")
 	for _, want := range []string{
 		"srv-2 down 20.0s after the burst (Coolify unreachable), back at 1m0s",
-		"the pool marked it out 4.0s later (status.servers health, ServerOut), and healthy again 35.0s after it was back",
+		"2 deployments failed there, the pool marked it out 4.0s after it went down (status.servers health, ServerOut), and healthy again 35.0s after it was back",
 		"2 bots failed by it: deploying (DeploymentFailed), bound-late (DeploymentFailed)",
 		"1 retried a start (status.startAttempts): elsewhere (Done)",
 		"1 bots bound on the other servers while it was down",
@@ -279,6 +279,12 @@ func TestOutageReport(t *testing.T) {
 	s = outageReport(rows, deps, pool, never, at(0))
 	if len(s.caught) != 0 || !strings.Contains(s.lines()[0], "the bots had all finished before") {
 		t.Errorf("an outage that never came: caught %v, lines %q", s.caught, s.lines())
+	}
+
+	// Deployments failed there, but the pool's read of the servers came after it was back.
+	s = outageReport(rows, deps, poolRecord{}, o, at(0))
+	if want := "the pool never marked it out: 2 deployments failed there, but its read of the servers came too late"; !strings.Contains(s.lines()[0], want) {
+		t.Errorf("outage lines %q lack %q", s.lines(), want)
 	}
 }
 

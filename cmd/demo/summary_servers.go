@@ -104,6 +104,7 @@ type outageSummary struct {
 	down, up  time.Time // when the demo took it down and brought it back (zero: not)
 	poolOut   time.Time // the pool's status.servers first showed it out after down
 	poolBack  time.Time // and healthy again after up
+	failed    int       // deployments that failed there while it was down
 	caught    []string  // Fatal bots the outage failed, with their reasons
 	retried   []string  // bots whose start was retried (status.startAttempts), with their phase
 	elsewhere int       // bots bound on the other servers while it was down
@@ -120,6 +121,11 @@ func outageReport(rows []row, deps []sim.DeploymentInfo, pool poolRecord, o *out
 	w := downWindow{server: o.server, from: down, to: up}
 	s := &outageSummary{server: o.server, planned: o.at, burst: burst, down: down, up: up}
 	s.poolOut, s.poolBack = pool.sawOutage(o.server, down, up)
+	for _, d := range deps {
+		if d.Status == "failed" && w.covers(d.ServerUUID, d.Finished) {
+			s.failed++
+		}
+	}
 	for _, r := range rows {
 		if r.attempts > 0 {
 			s.retried = append(s.retried, fmt.Sprintf("%s (%s)", r.name, r.phase))
@@ -154,10 +160,13 @@ func (s *outageSummary) lines() []string {
 		first += fmt.Sprintf(", back at %s", at(s.up))
 	}
 	switch {
+	case s.poolOut.IsZero() && s.failed == 0:
+		first += "; the pool never marked it out (nothing failed there, and its next read of the servers came after)"
 	case s.poolOut.IsZero():
-		first += "; the pool never marked it out (no deployment failed there and no read of the servers came in time)"
+		first += fmt.Sprintf("; the pool never marked it out: %d deployments failed there, but its read of the servers came too late", s.failed)
 	default:
-		first += fmt.Sprintf("; the pool marked it out %s later (status.servers health, ServerOut)", seconds(s.poolOut.Sub(s.down)))
+		first += fmt.Sprintf("; %d deployments failed there, the pool marked it out %s after it went down (status.servers health, ServerOut)",
+			s.failed, seconds(s.poolOut.Sub(s.down)))
 	}
 	switch {
 	case s.up.IsZero() || s.poolOut.IsZero():
