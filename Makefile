@@ -87,11 +87,13 @@ helm-lint: $(HELM) ## Lint the Helm chart with default and non-default values.
 
 # The demo pool's spec.standby: make demo DEMO_STANDBY=Running keeps standby containers (docs/demo.md).
 DEMO_STANDBY ?= Stopped
+# The simulated Coolify servers the demo pool spreads over (1 to 3): make demo DEMO_SERVERS=3 (docs/demo.md).
+DEMO_SERVERS ?= 1
 
 .PHONY: demo
 demo: build ## Run the whole system locally: control plane, Postgres, Coolify simulator, the operator and a burst of Bots (Ctrl-C cleans up).
 	go build -o bin/demo ./cmd/demo
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" bin/demo --manager bin/manager --standby $(DEMO_STANDBY) $(DEMO_ARGS)
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" bin/demo --manager bin/manager --standby $(DEMO_STANDBY) --servers $(DEMO_SERVERS) $(DEMO_ARGS)
 
 # The end-to-end benchmarks print their figures next to the targets; docs/benchmarks.md records them.
 BENCH_FLAGS ?= -run '^$$' -benchtime 1x -count 1 -timeout 60m

@@ -97,6 +97,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	build("demo", "botpool.dev/botpool/cmd/demo")
 	t.Run("Stopped", func(t *testing.T) { stoppedRun(t, assets, bin) })
 	t.Run("Running", func(t *testing.T) { runningRun(t, bin) })
+	t.Run("Servers", func(t *testing.T) { serversRun(t, bin) })
 }
 
 // stoppedRun is the default mode with every fault, left running for kubectl, then Ctrl-C.
@@ -221,6 +222,63 @@ func runningRun(t *testing.T, bin string) {
 	standby, deployment := parseSeconds(t, times[1]), parseSeconds(t, recycles[2])
 	if standby >= deployment {
 		t.Errorf("standby starts took a median %s from creation to running, no faster than one deployment (%s)", times[1], recycles[2])
+	}
+	if !strings.Contains(out, "every simulated bot got the answers it expected") || !strings.Contains(out, "no panic") {
+		t.Errorf("simulated bots met unexpected answers or the operator panicked")
+	}
+}
+
+// serversRun is a run on two servers, the second taken down during the burst and brought
+// back, to its end (--exit). Only the retried faults are on, so every Fatal bot is one the
+// outage failed; whether the outage catches any depends on timing, and is not asserted.
+func serversRun(t *testing.T, bin string) {
+	const bots = 8
+	cmd := exec.Command(filepath.Join(bin, "demo"),
+		"--manager", filepath.Join(bin, "manager"), "--servers", "2", "--server-down-at", "3s", "--server-down-for", "10s",
+		"--bots", strconv.Itoa(bots), "--max-slots", "4", "--min-idle", "2", "--speed", "100",
+		"--faults", "transient", "--schedule-in", "0", "--meeting-min", "4s", "--meeting-max", "8s",
+		"--build-kubectl=false", "--timeout", "3m", "--exit")
+	cmd.Dir = filepath.Join("..", "..")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	out := string(b)
+	t.Logf("the demo's output:\n%s", out)
+	if err != nil {
+		t.Fatalf("the demo failed: %v; stderr:\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"Servers: srv-1, srv-2 (the bot image cached on each", "server srv-2 taken down", "server srv-2 back",
+		"| servers srv-1 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
+	head := regexp.MustCompile(`Summary: (\d+) bots in \S+ — (\d+) Done, (\d+) Fatal`).FindStringSubmatch(out)
+	if head == nil || head[1] != strconv.Itoa(bots) {
+		t.Fatalf("summary %q, want %d bots", head, bots)
+	}
+	fatal, _ := strconv.Atoi(head[3])
+	// Every bot that ran is counted on the server it ran on; with the image cached on both,
+	// every start is warm.
+	starts := regexp.MustCompile(`starts +(\d+) warm .*, (\d+) cold`).FindStringSubmatch(out)
+	perServer := regexp.MustCompile(`(?m)^  (?:servers)? +(srv-\d): \d+ slots placed, (\d+) starts`).FindAllStringSubmatch(out, -1)
+	if starts == nil || starts[2] != "0" || len(perServer) != 2 {
+		t.Fatalf("starts %q and per-server lines %q: want no cold start and one line for each of the two servers", starts, perServer)
+	}
+	sum := 0
+	for _, m := range perServer {
+		n, _ := strconv.Atoi(m[2])
+		sum += n
+	}
+	if warm, _ := strconv.Atoi(starts[1]); sum != warm {
+		t.Errorf("the servers' starts add up to %d, but %d bots started", sum, warm)
+	}
+	outage := regexp.MustCompile(`(?m)^  outage +srv-2 down \S+ after the burst \(Coolify unreachable\), back at .*\n +(\d+) bots failed by it`).FindStringSubmatch(out)
+	if outage == nil {
+		t.Fatalf("no outage lines in the summary")
+	}
+	if outage[1] != strconv.Itoa(fatal) {
+		t.Errorf("%d bots Fatal but %s failed by the outage: with only retried faults the outage is the one cause", fatal, outage[1])
 	}
 	if !strings.Contains(out, "every simulated bot got the answers it expected") || !strings.Contains(out, "no panic") {
 		t.Errorf("simulated bots met unexpected answers or the operator panicked")

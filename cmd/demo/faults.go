@@ -27,6 +27,8 @@ type faults struct {
 	speed float64
 	// meetMin is the shortest meeting: a crash must come before the meeting ends.
 	meetMin time.Duration
+	// down is the demo's server outage, whose failed deployments are not the pull failure.
+	down *outage
 
 	mu         sync.Mutex
 	pullArmed  time.Time
@@ -141,11 +143,12 @@ func (f *faults) status() string {
 	return fmt.Sprintf("pull failure %s, crash %s", state(f.pullArmed, pullFired), state(f.crashArmed, len(f.crashed) > 0))
 }
 
-// pullFailed reports whether a deployment failed (only the armed pull failure fails one).
-// Callers must not hold f.mu.
+// pullFailed reports whether a deployment failed other than in the server outage (only the
+// armed pull failure fails one). Callers must not hold f.mu.
 func (f *faults) pullFailed() bool {
+	down := f.down.downWindow()
 	for _, d := range f.sim.Deployments() {
-		if d.Status == "failed" {
+		if d.Status == "failed" && !down.covers(d.ServerUUID, d.Finished) {
 			return true
 		}
 	}

@@ -46,14 +46,26 @@ type options struct {
 	seed         uint64
 	buildKubectl bool
 	timeout      time.Duration
+	// servers is how many simulated Coolify servers the pool spreads over (1: serverUUID, as
+	// always; more: spec.coolify.servers). coldImage: they start without the bot image.
+	servers       int
+	coldImage     bool
+	serverDownAt  time.Duration // after the burst, the last server goes unreachable; 0: never
+	serverDownFor time.Duration // and comes back this much later; 0: it stays down
 }
+
+// Bounds of --servers: the demo seeds srv-1 … srv-3.
+const maxServers = 3
+
+// slotsPerServer is --max-slots' default per server: 5 on one server, as the demo always had.
+const slotsPerServer = 5
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.bots, "bots", 16, "Bots in the burst (plus one scheduled bot, see --schedule-in).")
-	fs.IntVar(&o.maxSlots, "max-slots", 5, "The pool's maxSlots: fewer than bots, so the burst queues.")
+	fs.IntVar(&o.maxSlots, "max-slots", slotsPerServer, "The pool's maxSlots: fewer than bots, so the burst queues (default 5 per server of --servers).")
 	fs.IntVar(&o.minIdle, "min-idle", 2, "The pool's minIdle: slots kept warm before the burst arrives.")
 	fs.Float64Var(&o.speed, "speed", 30, "How much faster than a real Coolify the simulator runs: 30 turns a 7-minute image pull into 14s.")
 	fs.DurationVar(&o.meetMin, "meeting-min", 10*time.Second, "Shortest simulated meeting.")
@@ -69,10 +81,24 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 1, "Seed of meeting lengths, meeting codes and fault timing.")
 	fs.BoolVar(&o.buildKubectl, "build-kubectl", true, "Build kubectl into the envtest cache in the background when it is missing (hack/envtest.sh --kubectl).")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up when the bots have not all finished by then.")
+	fs.IntVar(&o.servers, "servers", 1, "Simulated Coolify servers the pool spreads over, 1 to 3: one is the pool's serverUUID, several its spec.coolify.servers (srv-1, srv-2, srv-3).")
+	fs.BoolVar(&o.coldImage, "cold-image", true, "The servers start without the bot image, so each one's first deployment pulls it (default true with one server, false with several).")
+	fs.DurationVar(&o.serverDownAt, "server-down-at", 0, "Take the last server down (unreachable in Coolify) this long after the burst; 0 never. Needs --servers 2 or 3.")
+	fs.DurationVar(&o.serverDownFor, "server-down-for", 0, "Bring the server taken down back after this long; 0 leaves it down. Needs --server-down-at.")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	var errs []error
+	// Defaults that follow --servers unless given: room for 5 slots on each server, and a warm
+	// image cache on several servers, so the outage is not mixed up with first pulls.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["max-slots"] && o.servers > 1 {
+		o.maxSlots = slotsPerServer * o.servers
+	}
+	if !set["cold-image"] {
+		o.coldImage = o.servers <= 1
+	}
+	errs := validateServers(o)
 	if o.bots < 1 {
 		errs = append(errs, fmt.Errorf("--bots must be at least 1, got %d", o.bots))
 	}
@@ -95,6 +121,24 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, errors.New("--schedule-in and --schedule-lead must not be negative"))
 	}
 	return o, errors.Join(errs...)
+}
+
+// validateServers checks --servers and the outage flags.
+func validateServers(o options) []error {
+	var errs []error
+	if o.servers < 1 || o.servers > maxServers {
+		errs = append(errs, fmt.Errorf("--servers must be 1 to %d, got %d", maxServers, o.servers))
+	}
+	if o.serverDownAt < 0 || o.serverDownFor < 0 {
+		errs = append(errs, errors.New("--server-down-at and --server-down-for must not be negative"))
+	}
+	if o.serverDownAt > 0 && o.servers < 2 {
+		errs = append(errs, fmt.Errorf("--server-down-at needs --servers 2 or 3: the pool must have a server left when one goes down (got --servers %d)", o.servers))
+	}
+	if o.serverDownFor > 0 && o.serverDownAt == 0 {
+		errs = append(errs, errors.New("--server-down-for needs --server-down-at: it says when the server taken down comes back"))
+	}
+	return errs
 }
 
 func main() {

@@ -55,6 +55,7 @@ type view struct {
 	start    time.Time
 	maxSlots int
 	standby  bool // the pool keeps standby containers: show how many are Ready
+	servers  bool // the pool spreads over several servers: show its slots on each
 
 	drawn    int // lines of the last terminal frame, to redraw over
 	lastLine string
@@ -63,8 +64,11 @@ type view struct {
 
 // frame is what one tick shows.
 type frame struct {
-	bots   []botRecord
-	slots  []slotRecord
+	bots  []botRecord
+	slots []slotRecord
+	// pool is what the demo saw of the pool: its status.servers (slots on each server and the
+	// server's health) and the health changes so far.
+	pool   poolRecord
 	note   string // what the demo is doing now
 	status string // Coolify traffic and faults
 }
@@ -131,6 +135,9 @@ func (v *view) line(f frame) {
 	if v.standby {
 		fmt.Fprintf(&b, " standby-ready %d", readyStandby(f))
 	}
+	if v.servers && len(f.pool.servers) > 0 {
+		fmt.Fprintf(&b, " | servers %s", serversLine(f.pool.servers))
+	}
 	if f.note != "" {
 		fmt.Fprintf(&b, " | %s", f.note)
 	}
@@ -156,7 +163,13 @@ func (v *view) table(w printer, f frame) {
 	if v.standby {
 		w.f("  standby-ready %d", readyStandby(f))
 	}
-	w.f("\n%s\n\n", f.status)
+	w.f("\n")
+	if v.servers {
+		for _, st := range f.pool.servers {
+			w.f("%s\n", serverRow(st))
+		}
+	}
+	w.f("%s\n\n", f.status)
 	if len(f.bots) == 0 {
 		return
 	}
@@ -187,6 +200,39 @@ func (v *view) table(w printer, f frame) {
 	if hidden > 0 {
 		w.f("(%d finished bots not shown)\n", hidden)
 	}
+}
+
+// serversLine is the pool's slots per server for the one-line view: "srv-1 3 slots 1 free 2
+// busy, srv-2 …", with the health of a server that is not Healthy.
+func serversLine(servers []v1.ServerStatus) string {
+	parts := make([]string, 0, len(servers))
+	for _, st := range servers {
+		p := fmt.Sprintf("%s %d slots %d free %d busy", st.UUID, st.Slots, st.Free, st.Busy)
+		if st.Health != v1.ServerHealthy && st.Health != "" {
+			p += " " + string(st.Health)
+		}
+		if st.State != v1.ServerActive {
+			p += " " + string(st.State)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// serverRow is one server of the pool's status.servers for the terminal view.
+func serverRow(st v1.ServerStatus) string {
+	health := string(st.Health)
+	if health == "" {
+		health = string(v1.ServerHealthUnknown)
+	}
+	row := fmt.Sprintf("server %-6s %-12s slots %-3d free %-3d busy %-3d", st.UUID, health, st.Slots, st.Free, st.Busy)
+	switch {
+	case st.State != v1.ServerActive:
+		row += "  " + string(st.State)
+	case st.Health.Out():
+		row += "  out: its free slots are not offered, new slots go elsewhere"
+	}
+	return row
 }
 
 // waited is how long the bot waited for a slot: so far, or until it was bound.

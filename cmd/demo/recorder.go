@@ -3,8 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -37,6 +43,11 @@ type botRecord struct {
 	phase   v1.BotPhase
 	reason  v1.BotReason
 	message string
+	// server is the Coolify server of the slot the bot was bound to (the last one).
+	server string
+	// attempts is the length of status.startAttempts: the starts that failed for a reason not
+	// the bot's own and were retried (read leniently: 0 on an API without the field).
+	attempts int
 }
 
 func (b *botRecord) terminal() bool { return b.phase.Terminal() }
@@ -48,6 +59,8 @@ type slotRecord struct {
 	bound   bool // spec.botRef is set
 	botRef  string
 	created time.Time
+	server  string    // spec.server: the Coolify server the slot lives on
+	uid     types.UID // tells a slot re-created under the same name from the one before
 	// standby is the state of the slot's standby container (pools with standby Running);
 	// readyAt lists each time it turned Ready.
 	standby v1.StandbyState
@@ -60,28 +73,57 @@ type slotRecord struct {
 	deleted   bool
 }
 
-// recorder follows bots and slots through informers and keeps their history.
+// poolRecord is what the demo saw of the pool's servers.
+type poolRecord struct {
+	servers []v1.ServerStatus // status.servers, as last seen
+	// health lists every change of a server's health in status.servers, in order.
+	health []healthChange
+	// serverOut is the ServerOut condition's message while it is True.
+	serverOut string
+}
+
+// healthChange is a server's health in the pool's status turning to health at at.
+type healthChange struct {
+	server string
+	health v1.ServerHealth
+	at     time.Time
+}
+
+// recorder follows bots, slots and the pool through informers and keeps their history.
 type recorder struct {
 	mu    sync.Mutex
 	bots  map[string]*botRecord
 	order []string
 	slots map[string]*slotRecord
-	now   func() time.Time
+	pool  poolRecord
+	// placed lists each slot the pool created, with its server, in the order seen.
+	placed []slotPlacement
+	now    func() time.Time
+}
+
+// slotPlacement is a slot the pool created on a server.
+type slotPlacement struct {
+	slot, server string
 }
 
 func newRecorder() *recorder {
 	return &recorder{bots: map[string]*botRecord{}, slots: map[string]*slotRecord{}, now: time.Now}
 }
 
-// watch starts informers on the namespace's bots and slots; they stop with ctx.
+// watch starts informers on the namespace's bots, slots and pools; they stop with ctx. Bots
+// are read as unstructured objects, so fields this build does not know yet (startAttempts, on
+// another branch) can be counted when the API server has them.
 func (r *recorder) watch(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme, ns string) error {
 	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		return err
 	}
+	bots := &unstructured.Unstructured{}
+	bots.SetGroupVersionKind(v1.GroupVersion.WithKind("Bot"))
 	for obj, h := range map[client.Object]func(any, bool){
-		&v1.Bot{}:         r.onBot,
+		bots:              r.onBotObject,
 		&v1.BotPoolSlot{}: r.onSlot,
+		&v1.BotPool{}:     r.onPool,
 	} {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
@@ -128,17 +170,29 @@ func (r *recorder) bot(name string) *botRecord {
 	return b
 }
 
-func (r *recorder) onBot(o any, _ bool) {
-	bot, ok := o.(*v1.Bot)
+// onBotObject reads an unstructured Bot into the typed one, plus the length of
+// status.startAttempts whatever its items are.
+func (r *recorder) onBotObject(o any, deleted bool) {
+	u, ok := o.(*unstructured.Unstructured)
 	if !ok {
 		return
 	}
+	var bot v1.Bot
+	if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &bot); err != nil {
+		return
+	}
+	attempts, _, _ := unstructured.NestedSlice(u.Object, "status", "startAttempts")
+	r.onBot(&bot, len(attempts))
+}
+
+func (r *recorder) onBot(bot *v1.Bot, attempts int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
 	b := r.bot(bot.Name)
 	st := bot.Status
 	b.phase, b.reason, b.message = st.Phase, st.Reason, st.Message
+	b.attempts = max(b.attempts, attempts)
 	waiting := st.Phase == "" || st.Phase == v1.BotPending || st.Phase == v1.BotScheduled
 	if b.asked.IsZero() && !waiting {
 		b.asked = now
@@ -147,6 +201,10 @@ func (r *recorder) onBot(o any, _ bool) {
 		b.queued = now
 	}
 	if st.SlotName != "" {
+		// The slot's binding is normally seen first and notes the server; in case it was not.
+		if sl := r.slots[st.SlotName]; b.server == "" && sl != nil && sl.botRef == bot.Name {
+			b.server = sl.server
+		}
 		b.slot = st.SlotName
 		if b.bound.IsZero() {
 			b.bound = now
@@ -185,13 +243,28 @@ func (r *recorder) onSlot(o any, deleted bool) {
 		s = &slotRecord{name: slot.Name, created: now}
 		r.slots[slot.Name] = s
 	}
+	if slot.UID != s.uid {
+		// A new slot, or one re-created under the name of a slot deleted before (a retired
+		// slot's replacement, maybe on another server): it starts afresh, and counts as one
+		// more slot placed on its server.
+		if s.uid != "" {
+			s.created, s.phase, s.botRef, s.standby = now, "", "", ""
+		}
+		s.uid = slot.UID
+		r.placed = append(r.placed, slotPlacement{slot: slot.Name, server: slot.Spec.Server})
+	}
 	s.deleted = deleted
 	s.bound = slot.Spec.BotRef != nil
+	if slot.Spec.Server != "" {
+		s.server = slot.Spec.Server
+	}
 	if ref := slot.Spec.BotRef; ref != nil && ref.Name != s.botRef {
 		// The binding's own update: the dispatcher binds a standby slot only while its
-		// container is Ready, and the bot then starts on that container.
+		// container is Ready, and the bot then starts on that container. Slot names are
+		// reused, so the bot's server is noted now.
 		if b := r.bots[ref.Name]; b != nil {
 			b.standby = slot.Status.Standby == v1.StandbyReady
+			b.server = slot.Spec.Server
 		}
 	}
 	s.botRef = ""
@@ -219,8 +292,49 @@ func (r *recorder) onSlot(o any, deleted bool) {
 	s.phase = next
 }
 
+func (r *recorder) onPool(o any, deleted bool) {
+	pool, ok := o.(*v1.BotPool)
+	if !ok || deleted {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pool.observe(pool.Status, r.now())
+}
+
+// observe notes the pool's status: its servers, the health changes, the ServerOut condition.
+func (p *poolRecord) observe(st v1.BotPoolStatus, now time.Time) {
+	for _, srv := range st.Servers {
+		if srv.Health != "" && srv.Health != p.lastHealth(srv.UUID) {
+			p.health = append(p.health, healthChange{server: srv.UUID, health: srv.Health, at: now})
+		}
+	}
+	p.servers = slices.Clone(st.Servers)
+	p.serverOut = ""
+	if c := meta.FindStatusCondition(st.Conditions, v1.ConditionServerOut); c != nil && c.Status == metav1.ConditionTrue {
+		p.serverOut = c.Message
+	}
+}
+
+// lastHealth is the server's health as last seen ("" before any).
+func (p *poolRecord) lastHealth(server string) v1.ServerHealth {
+	for i := len(p.health) - 1; i >= 0; i-- {
+		if p.health[i].server == server {
+			return p.health[i].health
+		}
+	}
+	return ""
+}
+
+// placements copies the slots placed so far.
+func (r *recorder) placements() []slotPlacement {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.placed)
+}
+
 // snapshot copies the records, in creation order, for rendering without the lock.
-func (r *recorder) snapshot() ([]botRecord, []slotRecord) {
+func (r *recorder) snapshot() ([]botRecord, []slotRecord, poolRecord) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	bots := make([]botRecord, 0, len(r.order))
@@ -235,7 +349,8 @@ func (r *recorder) snapshot() ([]botRecord, []slotRecord) {
 		c.readyAt = append([]time.Time(nil), s.readyAt...)
 		slots = append(slots, c)
 	}
-	return bots, slots
+	pool := poolRecord{servers: slices.Clone(r.pool.servers), health: slices.Clone(r.pool.health), serverOut: r.pool.serverOut}
+	return bots, slots, pool
 }
 
 // botOfApp returns the bot an application served at a moment: the last one bound to it

@@ -84,6 +84,10 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	out.f("botpool demo in %s\n", st.dir)
 	out.f("Pool: standby %s (%s), maxSlots %d, minIdle %d; %d bots, faults %s\n", o.standby, standbyNote(o.standby),
 		o.maxSlots, o.minIdle, o.bots, o.faults)
+	servers := serverUUIDs(o.servers)
+	if o.servers > 1 {
+		out.f("Servers: %s\n", serversNote(o, servers))
+	}
 
 	kubectl := findKubectl(assets, o.buildKubectl, st)
 
@@ -115,6 +119,9 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	st.deferClose(func() error { coolify.Close(); return nil })
 	st.deferClose(func() error { stopBots(); ctrs.wait(); return botLog.Close() })
 	fixture := coolify.SeedDefault()
+	seedServers(coolify, servers, o.coldImage)
+	down := &outage{sim: coolify, server: servers[len(servers)-1], at: o.serverDownAt, lasts: o.serverDownFor}
+	fs.down = down
 	out.f("%-52s %s (×%g: cold pull %s, warm start %s)\n", "Coolify simulator", coolify.URL, o.speed,
 		seconds(scaled(sim.DefaultColdPull+composeUp, o.speed)), seconds(scaled(warmPull+composeUp, o.speed)))
 
@@ -128,6 +135,9 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	pool := poolValues{CoolifyURL: coolify.URL, CoolifyToken: fixture.Token, ProjectUUID: fixture.ProjectUUID,
 		ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName, Image: botImage, ImageTag: botImageTag,
 		MaxSlots: o.maxSlots, MinIdle: o.minIdle, Standby: o.standby, Speed: o.speed}
+	if len(servers) > 1 {
+		pool.Servers = servers
+	}
 	fs.image = botImage + ":" + botImageTag
 	if err := step("Applying the Coolify Secret and the BotPool", func() error {
 		doc, err := render(st.dir, "pool", pool)
@@ -148,22 +158,34 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	out.f("  operator pid %s, bot API http://%s, metrics http://%s/metrics, log %s\n\n", st.pid(), ports.botAPI, ports.metrics, st.managerLog)
 	fs.start()
 
-	loop := &loop{o: o, rec: rec, faults: fs, st: st, view: &view{out: stdout, tty: tty, start: began, maxSlots: o.maxSlots,
-		standby: o.standby == string(v1.StandbyRunning)}}
+	loop := &loop{o: o, rec: rec, faults: fs, outage: down, st: st, view: &view{out: stdout, tty: tty, start: began, maxSlots: o.maxSlots,
+		standby: o.standby == string(v1.StandbyRunning), servers: o.servers > 1}}
 	if err := loop.warmUp(ctx); err != nil {
 		return err
 	}
 	burstAt := time.Now()
+	down.armed(burstAt)
 	if err := loop.applyBurst(ctx, burstAt); err != nil {
 		return err
 	}
 	if err := loop.untilDone(ctx); err != nil {
 		return err
 	}
+	took := time.Since(burstAt)
+	if err := loop.untilServerBack(ctx); err != nil {
+		return err
+	}
 	loop.view.forget()
 
-	snapBots, snapSlots := rec.snapshot()
-	rp := newReport(snapBots, snapSlots, fs, ctrs.failures(), burstAt, o.standby)
+	snapBots, snapSlots, snapPool := rec.snapshot()
+	rp := newReport(snapBots, snapSlots, fs, ctrs.failures(), burstAt, o.standby, warmServers(servers, o.coldImage),
+		down.downWindow())
+	rp.took = took // the bots' run, without the wait for the server to come back
+	if o.servers > 1 {
+		deps := coolify.Deployments()
+		rp.servers = serverReport(rp.rows, rec.placements(), deps, servers)
+		rp.outage = outageReport(rp.rows, deps, snapPool, down, burstAt)
+	}
 	rp.operatorErrors, rp.operatorPanics = countLog(st.managerLog)
 	rp.print(stdout)
 	var summary strings.Builder
@@ -182,6 +204,22 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// serversNote says, in the header, which servers the pool spreads over and what happens to them.
+func serversNote(o options, servers []string) string {
+	cache := "the bot image cached on each"
+	if o.coldImage {
+		cache = "no image cached: each server's first deployment pulls it"
+	}
+	note := fmt.Sprintf("%s (%s)", strings.Join(servers, ", "), cache)
+	switch {
+	case o.serverDownAt > 0 && o.serverDownFor > 0:
+		note += fmt.Sprintf("; %s goes down %s after the burst, back %s later", servers[len(servers)-1], o.serverDownAt, o.serverDownFor)
+	case o.serverDownAt > 0:
+		note += fmt.Sprintf("; %s goes down %s after the burst, for good", servers[len(servers)-1], o.serverDownAt)
+	}
+	return note
 }
 
 // standbyNote says what the pool's standby mode means for a bot's start.
@@ -227,17 +265,24 @@ type loop struct {
 	o      options
 	rec    *recorder
 	faults *faults
+	outage *outage
 	st     *stack
 	view   *view
 	note   string
 }
 
 func (l *loop) tick() frame {
-	bots, slots := l.rec.snapshot()
+	if what := l.outage.tick(time.Now()); what != "" {
+		l.note = what
+	}
+	bots, slots, pool := l.rec.snapshot()
 	l.faults.tick(bots)
 	requests, server, tooMany := l.faults.coolifyErrors()
-	f := frame{bots: bots, slots: slots, note: l.note,
+	f := frame{bots: bots, slots: slots, pool: pool, note: l.note,
 		status: fmt.Sprintf("Coolify %d requests, %d answered 5xx, %d answered 429 · %s", requests, server, tooMany, l.faults.status())}
+	if l.outage.at > 0 {
+		f.status += " · " + outageStatus(l.outage, pool, l.view.start)
+	}
 	l.view.draw(f)
 	return f
 }
@@ -310,6 +355,40 @@ func (l *loop) untilDone(ctx context.Context) error {
 		}
 		return len(f.bots) > 0
 	})
+}
+
+// serverBackWait bounds the wait, after the bots finished, for the server taken down to be
+// back and the pool to see it: the operator reads the servers once a minute.
+const serverBackWait = 2 * time.Minute
+
+// untilServerBack waits, when --server-down-for brings the server back, until it is back and
+// the pool's status shows it healthy again (or serverBackWait after it came back, or after the
+// pool saw it out if that was later): the point where its free slots are offered again. An
+// outage the pool never noticed, or one that never came, needs no wait.
+func (l *loop) untilServerBack(ctx context.Context) error {
+	o := l.outage
+	if down, _ := o.window(); o.lasts <= 0 || down.IsZero() {
+		return nil
+	}
+	l.note = fmt.Sprintf("every bot finished; waiting for the pool to see %s back (it reads the servers once a minute)", o.server)
+	return l.every(ctx, o.lasts+serverBackWait+time.Minute, "waiting for the server to come back", func(f frame) bool {
+		down, up := o.window()
+		if up.IsZero() {
+			return false
+		}
+		out, back := f.pool.sawOutage(o.server, down, up)
+		if out.IsZero() || !back.IsZero() {
+			return true
+		}
+		return time.Since(latest(up, out)) > serverBackWait
+	})
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // kubectlInfo says how the person can run kubectl against the demo.

@@ -28,10 +28,13 @@ var manifests embed.FS
 type poolValues struct {
 	CoolifyURL, CoolifyToken                 string
 	ProjectUUID, ServerUUID, EnvironmentName string
-	Image, ImageTag                          string
-	MaxSlots, MinIdle                        int
-	Standby                                  string
-	Speed                                    float64
+	// Servers lists the pool's servers when there are several (spec.coolify.servers instead
+	// of serverUUID).
+	Servers           []string
+	Image, ImageTag   string
+	MaxSlots, MinIdle int
+	Standby           string
+	Speed             float64
 }
 
 // botValues fill manifests/bot.yaml.

@@ -73,6 +73,11 @@ type report struct {
 	pullFailed                    []string // bots that failed on the injected pull failure
 	crashed                       []string // bots whose container crashed
 	containerErrs                 []error
+	// servers is each server's share, outage what the server taken down did to the run
+	// (pools on several servers only); down is when that server was down.
+	servers []serverSummary
+	outage  *outageSummary
+	down    downWindow
 	// operatorErrors and operatorPanics count the operator's error log lines and the panics
 	// its reconcilers recovered from; both should be rare, panics never.
 	operatorErrors, operatorPanics int
@@ -80,14 +85,15 @@ type report struct {
 }
 
 // classify finds, for each bot, the deployment that started it and whether the image was cached
-// then. The image is cached from the first deployment that finished; the operator lets the
-// first deployment of a cold image run alone, so every deployment requested before that moment
-// is the pull, every later one a cache hit.
-func classify(bots []botRecord, deps []sim.DeploymentInfo) []row {
-	var cachedAt time.Time
+// then. Each server has its own cache: the image is cached there from the first deployment
+// that finished there (or from the start on a server in warm, seeded with it); the operator
+// lets the first deployment of a cold image on a server run alone, so every deployment there
+// requested before that moment is the pull, every later one a cache hit.
+func classify(bots []botRecord, deps []sim.DeploymentInfo, warm map[string]bool) []row {
+	cachedAt := map[string]time.Time{}
 	for _, d := range deps {
-		if d.Status == "finished" && (cachedAt.IsZero() || d.Finished.Before(cachedAt)) {
-			cachedAt = d.Finished
+		if at := cachedAt[d.ServerUUID]; d.Status == "finished" && (at.IsZero() || d.Finished.Before(at)) {
+			cachedAt[d.ServerUUID] = d.Finished
 		}
 	}
 	rows := make([]row, 0, len(bots))
@@ -113,7 +119,7 @@ func classify(bots []botRecord, deps []sim.DeploymentInfo) []row {
 					r.deployment = best.Finished.Sub(best.Created)
 				}
 				r.start = startWarm
-				if cachedAt.IsZero() || best.Created.Before(cachedAt) {
+				if at := cachedAt[best.ServerUUID]; !warm[best.ServerUUID] && (at.IsZero() || best.Created.Before(at)) {
 					r.start = startCold
 				}
 			}
@@ -153,9 +159,12 @@ func absDur(d time.Duration) time.Duration {
 	return d
 }
 
-func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error, burstAt time.Time, standby string) report {
+// newReport computes the summary. warm names the servers seeded with the image; down is the
+// demo's server outage (zero: none), whose failed deployments are not the injected pull failure.
+func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error, burstAt time.Time, standby string,
+	warm map[string]bool, down downWindow) report {
 	deps := f.sim.Deployments()
-	rp := report{rows: classify(bots, deps), reasons: map[v1.BotReason]int{}, slotWas: map[string]int{},
+	rp := report{rows: classify(bots, deps, warm), reasons: map[v1.BotReason]int{}, slotWas: map[string]int{}, down: down,
 		containerErrs: failures, took: time.Since(burstAt), standby: standby, toRunning: map[string][]time.Duration{}}
 	created := map[string]time.Time{}
 	for _, s := range slots {
@@ -177,7 +186,7 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 		case v1.BotFatal:
 			rp.failed++
 			rp.reasons[r.reason]++
-			if r.reason == v1.ReasonDeploymentFailed {
+			if r.reason == v1.ReasonDeploymentFailed && !down.failedIn(deps, r.depUUID) {
 				rp.pullFailed = append(rp.pullFailed, r.name)
 			}
 		}
@@ -246,7 +255,7 @@ func (rp *report) standbyDeployments(rows []row, slots []slotRecord, deps []sim.
 		if own[d.UUID] {
 			continue
 		}
-		if d.Status == "failed" {
+		if d.Status == "failed" && !rp.down.covers(d.ServerUUID, d.Finished) {
 			rp.pullHitStandby = true
 		}
 		recycle := false
@@ -392,6 +401,7 @@ func (rp report) print(out io.Writer) {
 		}
 		w.f("; %d first containers (warm-up, new or lost slots)\n", rp.firstStandby)
 	}
+	rp.printServers(w)
 	if len(rp.recoveries) == 0 {
 		w.f("  recoveries    none needed\n")
 	} else {

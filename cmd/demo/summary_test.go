@@ -33,7 +33,7 @@ func TestClassify(t *testing.T) {
 		{name: "queued", app: ""},
 	}
 	var got []string
-	for _, r := range classify(bots, deps) {
+	for _, r := range classify(bots, deps, nil) {
 		got = append(got, fmt.Sprintf("%s=%s/%s", r.name, r.start, seconds(r.deployment)))
 	}
 	want := []string{"first=cold/14.0s", "gated=warm/1.5s", "later=warm/2.0s", "failed=warm/-", "queued=/-"}
@@ -41,7 +41,7 @@ func TestClassify(t *testing.T) {
 		t.Errorf("classify = %v, want %v", got, want)
 	}
 	// Nothing finished yet: whatever deployed, deployed cold.
-	if r := classify(bots[3:4], deps[3:]); r[0].start != startCold {
+	if r := classify(bots[3:4], deps[3:], nil); r[0].start != startCold {
 		t.Errorf("with no finished deployment the start is %q, want cold", r[0].start)
 	}
 }
@@ -181,7 +181,7 @@ func TestClassifyStandby(t *testing.T) {
 		{name: "stopped-way", app: "b", slot: "s-b", asked: at(19.8), bound: at(19.9), running: at(23), finished: at(40)},
 		{name: "second", app: "a", slot: "s-a", standby: true, asked: at(21), bound: at(35), running: at(35.2), finished: at(50)},
 	}
-	rows := classify(bots, deps)
+	rows := classify(bots, deps, nil)
 	var got []string
 	for _, r := range rows {
 		got = append(got, fmt.Sprintf("%s=%s/%s", r.name, r.start, r.depUUID))
