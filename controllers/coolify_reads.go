@@ -28,8 +28,11 @@ type BulkReader struct {
 	deleted map[string]time.Time
 	// servers holds each Coolify user's servers by uuid (see Servers); serversTried when a
 	// user's last read was tried, so a failing one is not retried on every pass.
-	servers      map[string]snapshot[map[string]coolify.ServerSettings]
-	serversTried map[string]time.Time
+	servers map[string]snapshot[map[string]coolify.ServerSettings]
+	// serversSuspect: users whose next read of the servers a slot's failure asked for
+	// (ServersSuspect), on the start path.
+	serversSuspect map[string]bool
+	serversTried   map[string]time.Time
 }
 
 type snapshot[T any] struct {

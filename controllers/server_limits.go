@@ -70,18 +70,25 @@ func (b *BulkReader) RefreshServers(ctx context.Context, api CoolifyAPI) {
 	}
 	snap, known := b.servers[user]
 	due := (!known || now.Sub(snap.fetched) >= serversRefresh) && now.Sub(b.serversTried[user]) >= serversRetry
+	prio := coolify.Housekeeping
 	if due {
 		if b.serversTried == nil {
 			b.serversTried = map[string]time.Time{}
 		}
 		b.serversTried[user] = now
+		if b.serversSuspect[user] {
+			// A slot saw what an outage looks like: telling the pool which server is out
+			// keeps the next bots off it, so the read goes with the starts.
+			prio = coolify.StartPath
+			delete(b.serversSuspect, user)
+		}
 	}
 	b.mu.Unlock()
 	if !due {
 		return
 	}
 	_, err, _ := b.flight.Do("servers/"+user, func() (any, error) {
-		list, err := lister.ListServers(coolify.WithPriority(ctx, coolify.Housekeeping))
+		list, err := lister.ListServers(coolify.WithPriority(ctx, prio))
 		if err != nil {
 			return nil, err
 		}
@@ -111,6 +118,10 @@ func (b *BulkReader) ServersSuspect(api CoolifyAPI) {
 	if snap, ok := b.servers[user]; ok {
 		snap.fetched = time.Time{}
 		b.servers[user] = snap
+		if b.serversSuspect == nil {
+			b.serversSuspect = map[string]bool{}
+		}
+		b.serversSuspect[user] = true
 	}
 }
 
@@ -182,6 +193,21 @@ func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) 
 			s.servers[srv.UUID] = st
 		}
 	}
+}
+
+// serverOut reads the servers of the slot's Coolify user again if due and says how the slot's
+// server is out ("Unreachable", "Unusable"), or "" when Coolify reports it functional or
+// does not say.
+func (r *BotPoolSlotReconciler) serverOut(ctx context.Context, s *slotScope) string {
+	if s.pool == nil {
+		return ""
+	}
+	r.Coolify.RefreshServers(ctx, s.api)
+	st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), slotServer(s.slot, s.pool))
+	if h := serverHealth(st, ok); h.Out() {
+		return string(h)
+	}
+	return ""
 }
 
 // serverHealth is what the settings read of a server say of its health.

@@ -770,6 +770,14 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 		if uuid := s.slot.Status.ApplicationUUID; uuid != "" {
 			tag := r.appTag(s)
 			if !r.Coolify.Deleting(tag, uuid) {
+				if out := r.serverOut(ctx, s); out != "" {
+					// Coolify deletes the application of a server it cannot reach but loses the
+					// container's removal: it would run on, unlisted, in whatever meeting.
+					s.slot.Status.Message = fmt.Sprintf("Coolify reports server %s %s: deleting application %s now would leave its container running there; "+
+						"waiting for the server (annotate the slot %s=true to let it go anyway)", slotServer(s.slot, s.pool), out, uuid, AnnotationOrphanApplication)
+					s.after(serversRetry)
+					return nil
+				}
 				if s.slot.Status.Phase == v1.SlotDeploying {
 					r.cancelDeployment(ctx, s)
 				}

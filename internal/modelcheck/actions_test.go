@@ -45,6 +45,8 @@ var actions = []action{
 	{"delete a slot by hand", 2, (*world).deleteSlotByHand},
 	{"delete an application by hand", 2, (*world).deleteAppByHand},
 	{"resize a pool", 2, (*world).resizePool},
+	{"server reachability", 3, (*world).toggleServer},
+	{"change a server", 2, (*world).changeServer},
 }
 
 var totalWeight = func() int {
@@ -388,6 +390,7 @@ func (w *world) clearFaults() {
 	w.coolify.setLatency(0)
 	w.coolify.setLagging(false)
 	w.store.setDown(false)
+	w.serversBack()
 }
 
 // deleteSlotByHand deletes a random slot, as a person with kubectl might.

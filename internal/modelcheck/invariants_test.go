@@ -87,6 +87,7 @@ func (w *world) checkState() {
 		}
 		w.ceiling[p.Name] = max(int(p.Spec.MaxSlots), min(ceiling, n))
 	}
+	w.checkServers(slots)
 	seen := map[string]string{}
 	for _, a := range w.sim.Apps() {
 		if a.Deleting {
@@ -170,6 +171,7 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 	w.log.add(fmt.Sprintf("%s MODEL %s slot %s: %s", now.Format("15:04:05.000"), op, nameOf(o, n), describeSlot(n)))
 	if n != nil && n.Spec.BotRef != nil && (o == nil || o.Spec.BotRef == nil) {
 		w.checkStandbyBinding(n)
+		w.checkServerBinding(n)
 		w.bindAt[n.Name] = now
 		w.binds = append(w.binds, bindEvent{slot: n.Name, pool: n.Spec.Pool, bot: n.Spec.BotRef.Name, uid: n.Spec.BotRef.UID, at: now})
 		w.counts["write: bind"]++
@@ -181,10 +183,12 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 		w.counts["write: slot deleted"]++
 		// A slot that failed maxRecoveryAttempts times is retired on its own record, without
 		// reading Coolify; while every Coolify call fails, that record cannot grow (below).
-		// A pool above a lowered maxSlots deletes free slots, also without reading Coolify.
+		// A pool above a lowered maxSlots deletes free slots, also without reading Coolify, and
+		// so does one draining a server (cordoned, unlisted, or above its maxSlots).
 		pool := w.pool(o.Spec.Pool)
 		retired := o.Status.Phase == v1.SlotError && o.Status.RecoveryAttempts >= pool.Spec.Timing.MaxRecoveryAttempts
-		shrunk := o.Status.Phase == v1.SlotIdle && o.Spec.BotRef == nil && w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots)
+		shrunk := o.Status.Phase == v1.SlotIdle && o.Spec.BotRef == nil &&
+			(w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots) || w.drains(o, pool))
 		if w.faults.coolifyDown() && !retired && !shrunk && !w.byHand {
 			w.violate("invariant 9: slot %s (%s, %d recoveries) was deleted while every Coolify call fails (%s)",
 				o.Name, o.Status.Phase, o.Status.RecoveryAttempts, w.faults.coolify)
@@ -411,11 +415,12 @@ func queued(bots []v1.Bot, slots []v1.BotPoolSlot, pool string) []v1.Bot {
 
 // freeSlots names a pool's free slots: Idle, unbound, not going away, and not holding a
 // deploy request of an earlier binding that Coolify may have taken without answering
-// (status.deployingSince): the slot must cancel that before another bot can have it.
-func freeSlots(slots []v1.BotPoolSlot, pool string) []string {
+// (status.deployingSince): the slot must cancel that before another bot can have it; on a
+// server that takes bots (servesBots).
+func (w *world) freeSlots(slots []v1.BotPoolSlot, pool string) []string {
 	var out []string
 	for i := range slots {
-		if s := &slots[i]; s.Spec.Pool == pool && isFreeSlot(s) {
+		if s := &slots[i]; s.Spec.Pool == pool && isFreeSlot(s) && w.servesBots(s) {
 			out = append(out, s.Name)
 		}
 	}
@@ -432,7 +437,7 @@ func isFreeSlot(s *v1.BotPoolSlot) bool {
 // checkQueueServed: invariant 3 in the API server.
 func (w *world) checkQueueServed(pool, when string) {
 	bots, slots := w.liveBots(), w.liveSlots()
-	q, free := queued(bots, slots, pool), freeSlots(slots, pool)
+	q, free := queued(bots, slots, pool), w.freeSlots(slots, pool)
 	if len(q) > 0 && len(free) > 0 {
 		names := make([]string, len(q))
 		for i := range q {
@@ -546,6 +551,7 @@ func (w *world) checkSettled(when string) {
 			w.violate("invariant 2 (%s): pool %s holds %d slots, maxSlots is %d, and keeps the free ones %v", when, p.Name, n, p.Spec.MaxSlots, free)
 		}
 	}
+	w.checkServersSettled(when)
 	for _, a := range w.sim.Apps() {
 		if !a.Deleting && appSlot[a.UUID] == "" {
 			w.violate("leak (%s): Coolify application %s (%s) belongs to no slot", when, a.Name, a.UUID)

@@ -190,8 +190,17 @@ func (w *world) drain() {
 			w.violate("end: with no bot left, slot %s is %s and bound to %v", s.Name, s.Status.Phase, s.Spec.BotRef)
 		}
 	}
+	// Coolify deletes the application of a server it cannot reach and forgets its container,
+	// which nothing the API offers can reach again (sim.Orphans). The operator holds a
+	// deletion while it knows the server is out; one in the minute before it knew is
+	// Coolify's leak, counted, not the operator's.
+	orphans := map[string]bool{}
+	for _, a := range w.sim.Orphans() {
+		orphans[a.UUID] = true
+		w.counts["containers orphaned by a deletion during an outage"]++
+	}
 	for _, c := range w.runningContainers() {
-		if standby[c.app] {
+		if standby[c.app] || orphans[c.app] {
 			continue
 		}
 		app, _ := w.sim.App(c.app)

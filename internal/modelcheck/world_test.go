@@ -77,6 +77,7 @@ type world struct {
 	cmu        sync.Mutex
 	containers map[string]*container // running containers by application uuid
 	standby    standbyRecord         // what containers were given: invariant 12
+	srv        serverRecord          // the servers and their ceilings: invariants 13–15
 	lastStart  map[string]time.Time  // application uuid → last container start
 	// deletedByHand are the applications a person deleted in Coolify: a deployment in flight
 	// may still report finished for them, without a container.
@@ -182,6 +183,7 @@ func (w *world) createPools() {
 		w.addPool(s.name, s.platform, maxSlots, minIdle, int32(1+w.rng.IntN(3)), w.timing())
 	}
 	w.standbyPools()
+	w.serverPools()
 }
 
 // addPool creates a pool as the API server stores it, defaults filled in.
