@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -350,4 +351,39 @@ func TestLostStopIsSentAgain(t *testing.T) {
 		return nil
 	})
 	sc.phase(v1.SlotIdle)
+}
+
+// TestSlotWaitsToDeleteOnAnUnreachableServer: Coolify deletes the application of a server it
+// cannot reach but never removes its container. A slot being deleted while Coolify reports its
+// server unreachable keeps its application (and says why) until the server is back.
+func TestSlotWaitsToDeleteOnAnUnreachableServer(t *testing.T) {
+	sc := newScenario(t, "undeleted", sim.Config{})
+	server := sc.pool.Spec.Coolify.ServerUUID
+	idle := sc.phase(v1.SlotIdle)
+	app := idle.Status.ApplicationUUID
+	sc.sim.SetServerReachable(server, false)
+	sc.serverHealthIs(server, v1.ServerUnreachable)
+
+	if err := env.Client.Delete(context.Background(), idle); err != nil {
+		t.Fatal(err)
+	}
+	sc.slot("waiting for its server", func(s *v1.BotPoolSlot) bool {
+		return !s.DeletionTimestamp.IsZero() && strings.Contains(s.Status.Message, "would leave its container running there")
+	})
+	if a, ok := sc.sim.App(app); !ok || a.Deleting {
+		t.Fatalf("the application was deleted on a server Coolify cannot reach (exists %v)", ok)
+	}
+
+	sc.sim.SetServerReachable(server, true)
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		if _, ok := sc.sim.App(app); ok {
+			clk.Step(serversRetry)
+			sc.nudge()
+			return fmt.Errorf("application %s not deleted yet", app)
+		}
+		return nil
+	})
+	if orphans := sc.sim.Orphans(); len(orphans) != 0 {
+		t.Fatalf("containers left running without an application: %+v", orphans)
+	}
 }
