@@ -82,10 +82,19 @@ func (s *Server) rememberIssued(bot *v1.Bot, claim v1.BindingClaim) {
 	s.issued[claim.CredentialSHA256] = issued{bot: client.ObjectKeyFromObject(bot), claim: claim, botID: string(bot.UID), until: now.Add(issuedFor)}
 }
 
+// claimWriteTimeout bounds the write of a claim, which no cancellation of its request cuts.
+const claimWriteTimeout = 10 * time.Second
+
 // claim hands out the binding of bot to slot's container: a fresh credential, recorded in the
 // Bot's status.binding with an optimistic lock. A binding already claimed is refused with 409,
 // a Warning Event and an audit row. bot is the cache's: read only.
 func (s *Server) claim(ctx context.Context, slot *v1.BotPoolSlot, cached *v1.Bot) (string, error) {
+	// The claim is written whatever becomes of the request meanwhile (a manager stopping
+	// cancels the requests it serves): a write cut off after the API server applied it would
+	// answer an error, and the container's retry would find its own binding handed out (409).
+	// Bounded: a claim that cannot be written in claimWriteTimeout fails as any error does.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimWriteTimeout)
+	defer cancel()
 	cred, hash := newBindingCredential()
 	bot := cached.DeepCopy()
 	uid := bot.UID

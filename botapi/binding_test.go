@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -210,4 +211,50 @@ func TestConfigOfABotTheCacheHasNotSeen(t *testing.T) {
 	must(t, env.Client.Delete(context.Background(), gone))
 	code, body = h.call("GET", "/v1/slots/"+other.app+"/config", other.token, "")
 	wantStatus(t, "a bot the API server has not either", code, body, http.StatusGone, "no longer exists")
+}
+
+// cancelOnClaim is a client whose status writes run as if the request that made them were
+// cancelled at that moment (the manager stopping): it cancels cancelReq, then writes with the
+// context it was given.
+type cancelOnClaim struct {
+	client.Client
+	cancelReq context.CancelFunc
+}
+
+func (c cancelOnClaim) Status() client.SubResourceWriter { return cancelingWriter{c.Client.Status(), c.cancelReq} }
+
+type cancelingWriter struct {
+	client.SubResourceWriter
+	cancelReq context.CancelFunc
+}
+
+func (w cancelingWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	w.cancelReq()
+	return w.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// TestClaimOutlivesItsRequest: a claim is written even when its request is cancelled while
+// the write is on its way (the manager stopping cancels the requests it serves). Cut off, the
+// write could land in the API server while the handler answered an error, and the container's
+// retry would find its own binding handed out (409) and exit: the bot would be lost.
+func TestClaimOutlivesItsRequest(t *testing.T) {
+	reqCtx, cancelReq := context.WithCancel(context.Background())
+	defer cancelReq()
+	h := newHarness(t, func(c *Config) { c.Client = cancelOnClaim{Client: c.Client, cancelReq: cancelReq} })
+	f := h.slot("pool-zoom-001")
+	b := h.bot("standup")
+	h.bind(f, b)
+
+	req := httptest.NewRequestWithContext(reqCtx, http.MethodGet, "/v1/slots/"+f.app+"/config", nil)
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	rec := httptest.NewRecorder()
+	h.srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "bpb_") {
+		t.Fatalf("config answered %d %s; want 200 with the binding credential", rec.Code, rec.Body.String())
+	}
+	var got v1.Bot
+	must(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), &got))
+	if got.Status.Binding == nil || got.Status.Binding.SlotUID != f.slot.UID {
+		t.Fatalf("claim %+v, want the slot's", got.Status.Binding)
+	}
 }

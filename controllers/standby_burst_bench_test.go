@@ -492,7 +492,12 @@ func (bs *burstScenario) noFatalBots(what string) {
 	bs.tb.Helper()
 	for _, b := range bs.sc.bots() {
 		if b.Status.Phase == v1.BotFatal {
-			bs.tb.Fatalf("%s: bot %s failed: %s (%s)", what, b.Name, b.Status.Reason, b.Status.Message)
+			// What the slots were doing says why: phases, standby states and messages.
+			seen := map[string]int{}
+			for _, s := range bs.sc.slots() {
+				seen[fmt.Sprintf("%s/%s: %s", s.Status.Phase, s.Status.Standby, s.Status.Message)]++
+			}
+			bs.tb.Fatalf("%s: bot %s failed: %s (%s); slots by phase/standby and message: %v", what, b.Name, b.Status.Reason, b.Status.Message, seen)
 		}
 	}
 }
