@@ -221,7 +221,9 @@ type cancelOnClaim struct {
 	cancelReq context.CancelFunc
 }
 
-func (c cancelOnClaim) Status() client.SubResourceWriter { return cancelingWriter{c.Client.Status(), c.cancelReq} }
+func (c cancelOnClaim) Status() client.SubResourceWriter {
+	return cancelingWriter{c.Client.Status(), c.cancelReq}
+}
 
 type cancelingWriter struct {
 	client.SubResourceWriter
