@@ -497,7 +497,10 @@ func (bs *burstScenario) noFatalBots(what string) {
 			for _, s := range bs.sc.slots() {
 				seen[fmt.Sprintf("%s/%s: %s", s.Status.Phase, s.Status.Standby, s.Status.Message)]++
 			}
-			bs.tb.Fatalf("%s: bot %s failed: %s (%s); slots by phase/standby and message: %v", what, b.Name, b.Status.Reason, b.Status.Message, seen)
+			// Settles cut short let the clock run ahead of the operator (a loaded machine): its
+			// recycles then look slow in simulated time, and a queue times out.
+			bs.tb.Fatalf("%s: bot %s failed: %s (%s); %d of %d settles cut short so far (load average %s); slots by phase/standby and message: %v",
+				what, b.Name, b.Status.Reason, b.Status.Message, bs.overruns, bs.steps, loadAverage(), seen)
 		}
 	}
 }
