@@ -251,7 +251,7 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 		st.QueuedAt = &metav1.Time{Time: now}
 	}
 	if st.Phase == v1.BotQueued && st.Binding != nil {
-		if ended := r.claimedWhileQueued(bot); ended {
+		if ended := r.claimedWhileQueued(s, now); ended {
 			return nil
 		}
 	}

@@ -138,15 +138,25 @@ func (r *BotReconciler) recordAttempt(ctx context.Context, s *botScope) {
 	}
 }
 
+// claimSettle is how long a claim may be older than the cache's view of the slot that holds
+// it: a bot bound again to the slot its start failed in, and claimed there at once (a standby
+// container), may show its claim here before the binding.
+const claimSettle = 10 * time.Second
+
 // claimedWhileQueued ends a bot that is back in the queue but whose binding a container of
 // the slot it left took after all (a config answer that raced the bot's requeue): that
 // container has the meeting URL, so the bot is never started again. It reports whether it
 // ended the bot. A claim of another slot is a fresh binding the cache shows before the slot
-// that holds it: it waits for it (the dispatcher does not offer a claimed bot meanwhile).
-func (r *BotReconciler) claimedWhileQueued(bot *v1.Bot) bool {
-	st := &bot.Status
+// that holds it, and so is, for claimSettle, a claim of the same slot: it waits for it (the
+// dispatcher does not offer a claimed bot meanwhile).
+func (r *BotReconciler) claimedWhileQueued(s *botScope, now time.Time) bool {
+	bot, st := s.bot, &s.bot.Status
 	n := len(st.StartAttempts)
 	if n == 0 || st.Binding.SlotName != st.StartAttempts[n-1].SlotName {
+		return false
+	}
+	if wait := st.Binding.ClaimedAt.Add(claimSettle).Sub(now); wait > 0 {
+		s.after(wait)
 		return false
 	}
 	last := st.StartAttempts[n-1]

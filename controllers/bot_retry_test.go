@@ -247,8 +247,9 @@ func TestABotWhoseBindingWasClaimedIsNeverStartedAgain(t *testing.T) {
 }
 
 // TestAClaimAfterTheRequeueEndsTheBot: a container of the slot the bot left took its binding
-// after the requeue (a config answer that raced it): the bot is never bound again; it ends
-// Fatal with its last start's reason, and the dispatcher does not offer it meanwhile.
+// after the requeue (a config answer that raced it): the bot is never bound again; once the
+// claim is older than claimSettle it ends Fatal with its last start's reason, and the
+// dispatcher does not offer it meanwhile.
 func TestAClaimAfterTheRequeueEndsTheBot(t *testing.T) {
 	at := metav1.NewTime(time.Date(2026, 1, 15, 8, 59, 0, 0, time.UTC))
 	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).Phase(v1.SlotIdle).App("app-uuid").Obj()
@@ -256,7 +257,10 @@ func TestAClaimAfterTheRequeueEndsTheBot(t *testing.T) {
 		Phase(v1.BotQueued).InPool("pool").Obj()
 	bot.Status.QueuedAt = &at
 	bot.Status.StartAttempts = []v1.StartAttempt{{SlotName: "pool-zoom-001", Reason: v1.ReasonDeploymentLost, Message: "lost", At: at}}
-	bot.Status.Binding = &v1.BindingClaim{SlotName: "pool-zoom-001", SlotUID: "slot-uid", ClaimedAt: at, CredentialSHA256: strings.Repeat("0", 64)}
+	// Claimed as the world's clock starts: for claimSettle it may be a fresh binding of the
+	// same slot that the cache does not show yet.
+	claimed := metav1.NewTime(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	bot.Status.Binding = &v1.BindingClaim{SlotName: "pool-zoom-001", SlotUID: "slot-uid", ClaimedAt: claimed, CredentialSHA256: strings.Repeat("0", 64)}
 	w := newOwnershipWorld(t, slot, bot)
 	d := &Dispatcher{Client: w.base, Clock: w.clk, Metrics: NewMetrics(nil)}
 	pool := &v1.BotPool{}
@@ -266,6 +270,11 @@ func TestAClaimAfterTheRequeueEndsTheBot(t *testing.T) {
 	if q, err := d.queue(context.Background(), pool); err != nil || len(q) != 0 {
 		t.Fatalf("queue %d bots (%v), want the claimed bot left out", len(q), err)
 	}
+	w.reconcileBot()
+	if b := w.getBot(); b.Status.Phase != v1.BotQueued {
+		t.Fatalf("bot %s/%s right after the claim, want still Queued for claimSettle", b.Status.Phase, b.Status.Reason)
+	}
+	w.clk.Step(claimSettle)
 	w.reconcileBot()
 	b := w.getBot()
 	if b.Status.Phase != v1.BotFatal || b.Status.Reason != v1.ReasonDeploymentLost || !strings.Contains(b.Status.Message, "not started again") {
