@@ -56,7 +56,8 @@ func judgeStart(bot *v1.Bot, slot *v1.BotPoolSlot, pool *v1.BotPool) startVerdic
 	if !retryableReasons[v1.BotReason(slot.Status.Reason)] || botStarted(bot) || bot.Status.Binding != nil {
 		return startRan
 	}
-	if len(bot.Status.StartAttempts)+1 < maxStartAttempts(bot, pool) && pool.DeletionTimestamp.IsZero() {
+	// A pool deleted or gone serves no queue to go back to.
+	if len(bot.Status.StartAttempts)+1 < maxStartAttempts(bot, pool) && pool.Name != "" && pool.DeletionTimestamp.IsZero() {
 		return startRetry
 	}
 	return startLast
@@ -108,10 +109,13 @@ func (r *BotReconciler) failedStart(s *botScope, slot *v1.BotPoolSlot, pool *v1.
 // any failure of a pool that never retries).
 func startMessage(bot *v1.Bot, pool *v1.BotPool, slotMsg string) string {
 	n, limit := len(bot.Status.StartAttempts), maxStartAttempts(bot, pool)
-	if limit <= 1 {
+	switch {
+	case limit <= 1:
 		return slotMsg
+	case n < limit: // its pool is deleted or gone
+		return fmt.Sprintf("%s (start attempt %d of %d; its pool is going away)", slotMsg, n, limit)
 	}
-	return fmt.Sprintf("%s (start attempt %d of %d)", slotMsg, n, max(n, limit))
+	return fmt.Sprintf("%s (start attempt %d of %d)", slotMsg, n, n)
 }
 
 // recordAttempt reports a failed start once the status write that recorded it is stored: a

@@ -61,6 +61,7 @@ func TestJudgeStart(t *testing.T) {
 		{name: "bot's limit under the pool's", slot: failed(v1.ReasonDeploymentFailed), bot: []func(*v1.Bot){attempts(1), func(b *v1.Bot) { b.Spec.MaxStartAttempts = 2 }},
 			pool: func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 5 }, want: startLast},
 		{name: "pool being deleted", slot: failed(v1.ReasonDeploymentFailed), pool: func(p *v1.BotPool) { p.DeletionTimestamp = &at }, want: startLast},
+		{name: "pool gone", slot: failed(v1.ReasonDeploymentFailed), pool: func(p *v1.BotPool) { *p = v1.BotPool{} }, want: startLast},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
