@@ -43,7 +43,9 @@ import (
 // and an Idle slot's container is stopped (settle points and the end), every bot ends
 // terminal or running, and with every bot deleted nothing stays bound or running (the end),
 // and every slot transition audited, or tried, is one the slot controller's table allows
-// (every step; every slot reconcile).
+// (every step; every slot reconcile), and retried starts: a failed start is recorded only for
+// a bot that never ran and whose binding no container took, and every bot sent back to the
+// queue from a binding has its failed start recorded (writes).
 
 func (w *world) violate(format string, args ...any) {
 	w.violations = append(w.violations, fmt.Sprintf("step %d (%s): ", w.step, w.clk.Now().Format(time.RFC3339))+fmt.Sprintf(format, args...))
