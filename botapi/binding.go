@@ -120,6 +120,11 @@ func (s *Server) claim(ctx context.Context, slot *v1.BotPoolSlot, cached *v1.Bot
 		if bot.Status.Phase.Terminal() {
 			return errorf(http.StatusGone, fmt.Sprintf("bot %s is %s: exit", bot.Name, bot.Status.Phase))
 		}
+		if bot.LeftSlot(slot) {
+			// The start failed in this slot and the bot went back to the queue for another:
+			// a container here must not get its meeting URL (it would join twice).
+			return errorf(http.StatusGone, fmt.Sprintf("bot %s went back to the queue after its start failed in this slot: exit", bot.Name))
+		}
 		patch := client.MergeFromWithOptions(bot.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		claim = v1.BindingClaim{SlotName: slot.Name, SlotUID: slot.UID,
 			ClaimedAt: metav1.NewTime(s.cfg.Clock.Now()), CredentialSHA256: hash}

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -258,5 +260,33 @@ func TestClaimOutlivesItsRequest(t *testing.T) {
 	must(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), &got))
 	if got.Status.Binding == nil || got.Status.Binding.SlotUID != f.slot.UID {
 		t.Fatalf("claim %+v, want the slot's", got.Status.Binding)
+	}
+}
+
+// TestNoClaimOfABotThatWentBackToTheQueue: the bot's start failed in its slot, and the bot
+// controller put it back in the queue (a retried start) while the slot still names it: a config
+// call of that slot's container is answered 410 and claims nothing, so no container of the
+// failed slot gets the meeting URL of a bot that will start elsewhere.
+func TestNoClaimOfABotThatWentBackToTheQueue(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	f := h.slot("pool-zoom-001")
+	b := h.bot("retried")
+	h.bind(f, b)
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.slot), f.slot))
+	f.slot.Status.Phase, f.slot.Status.Reason = v1.SlotError, string(v1.ReasonDeploymentFailed)
+	must(t, env.Client.Status().Update(ctx, f.slot))
+	h.synced(f.slot)
+	h.updateBotStatus(b, func(b *v1.Bot) {
+		b.Status.Phase, b.Status.SlotName, b.Status.ApplicationUUID = v1.BotQueued, "", ""
+		b.Status.StartAttempts = []v1.StartAttempt{{SlotName: f.slot.Name, Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(time.Now())}}
+	})
+
+	code, body := h.call("GET", "/v1/slots/"+f.app+"/config", f.token, "")
+	wantStatus(t, "config of a requeued bot", code, body, http.StatusGone, "went back to the queue")
+	var got v1.Bot
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), &got))
+	if got.Status.Binding != nil {
+		t.Fatalf("the binding of a requeued bot was handed out: %+v", got.Status.Binding)
 	}
 }

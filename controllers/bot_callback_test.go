@@ -108,7 +108,8 @@ type nopLiveness struct{}
 func (nopLiveness) LastHeartbeats(context.Context, []types.UID) (map[types.UID]time.Time, error) {
 	return nil, nil
 }
-func (nopLiveness) UpsertBot(context.Context, store.BotRecord) error { return nil }
+func (nopLiveness) UpsertBot(context.Context, store.BotRecord) error        { return nil }
+func (nopLiveness) AppendBotEvents(context.Context, []store.BotEvent) error { return nil }
 
 type recordedEvents struct {
 	mu      sync.Mutex

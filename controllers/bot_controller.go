@@ -45,6 +45,8 @@ const botFinalizer = "botpool.dev/slot"
 type BotLiveness interface {
 	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
 	UpsertBot(ctx context.Context, bot store.BotRecord) error
+	// AppendBotEvents takes the audit rows of failed starts (AuditStartRetried…).
+	AppendBotEvents(ctx context.Context, events []store.BotEvent) error
 }
 
 // BotReconciler follows one bot: it routes it to a pool, puts it in the queue (with its
@@ -99,7 +101,11 @@ type botScope struct {
 	newSlot *v1.BotPoolSlot
 	// callbackEvent is the recorded callback outcome's Event, after the write too.
 	callbackEvent func()
-	requeue       time.Duration
+	// attempt is the failed start this pass recorded, retried when the bot went back to the
+	// queue: its Event and audit row follow the write.
+	attempt *v1.StartAttempt
+	retried bool
+	requeue time.Duration
 }
 
 func (s *botScope) after(d time.Duration) { s.requeue = earliest(s.requeue, d) }
@@ -147,6 +153,11 @@ func (r *BotReconciler) run(ctx context.Context, s *botScope) error {
 	if err != nil {
 		return err
 	}
+	if slot != nil && s.bot.LeftSlot(slot) {
+		// Back in the queue from this failed slot, which has not let go yet: waiting, and the
+		// dispatcher does not offer it until the slot let go.
+		slot = nil
+	}
 	if slot != nil {
 		return r.running(ctx, s, slot, now)
 	}
@@ -168,19 +179,29 @@ func (r *BotReconciler) running(ctx context.Context, s *botScope, slot *v1.BotPo
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	s.slot = slot
 	st.Pool = slot.Spec.Pool
 	if pool.Spec.Platform != "" {
 		st.Platform = pool.Spec.Platform
 	}
+	if slot.Status.Phase == v1.SlotError && r.failedStart(s, slot, pool, now) {
+		// The slot failed the bot's start before it ran: back to the queue (its timer is the
+		// new deadline), and the slot lets go of it once it sees that.
+		return r.queue(ctx, s, now)
+	}
+	s.slot = slot
 	if st.SlotName != slot.Name {
 		s.newSlot = slot
 	}
 	r.mirror(bot, slot, now)
 	if slot.Status.Phase == v1.SlotError {
-		// The slot failed under the bot: the bot ends with the slot's reason, and its end
-		// lets the slot release it and recover.
-		r.fail(bot, v1.BotReason(slot.Status.Reason), slot.Status.Message)
+		// The slot failed under the bot: the bot ends with the slot's reason (saying which
+		// start it was, when it was a failed start), and its end lets the slot release it and
+		// recover.
+		msg := slot.Status.Message
+		if s.attempt != nil {
+			msg = startMessage(bot, pool, msg)
+		}
+		r.fail(bot, v1.BotReason(slot.Status.Reason), msg)
 		return nil
 	}
 	if !slot.DeletionTimestamp.IsZero() {
@@ -229,8 +250,13 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 		// the wait starts now instead of the reconcile panicking on it, for good.
 		st.QueuedAt = &metav1.Time{Time: now}
 	}
+	if st.Phase == v1.BotQueued && st.Binding != nil {
+		if ended := r.claimedWhileQueued(s, now); ended {
+			return nil
+		}
+	}
 	if st.Phase == v1.BotQueued {
-		deadline := st.QueuedAt.Add(queueTimeout(bot, pool))
+		deadline := queueDeadline(bot, pool)
 		if !now.Before(deadline) {
 			r.fail(bot, v1.ReasonQueueTimeout, fmt.Sprintf("No slot of pool %s became free within %s", pool.Name, queueTimeout(bot, pool)))
 			return nil
@@ -263,6 +289,9 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 			}
 			if s.callbackEvent != nil {
 				s.callbackEvent()
+			}
+			if s.attempt != nil {
+				r.recordAttempt(ctx, s)
 			}
 			r.project(ctx, bot)
 		case !apierrors.IsNotFound(perr):

@@ -60,6 +60,17 @@ func queueTimeout(bot *v1.Bot, pool *v1.BotPool) time.Duration {
 	return min(d, limit)
 }
 
+// queueDeadline is when a queued bot's wait ends: queueTimeout after it entered the queue, or
+// after its last failed start when it went back (its queuedAt, kept for its place in the
+// queue, would end a retried bot's wait at once).
+func queueDeadline(bot *v1.Bot, pool *v1.BotPool) time.Time {
+	from := queuedAt(bot)
+	if n := len(bot.Status.StartAttempts); n > 0 && bot.Status.StartAttempts[n-1].At.After(from) {
+		from = bot.Status.StartAttempts[n-1].At.Time
+	}
+	return from.Add(queueTimeout(bot, pool))
+}
+
 // positionChanged reports whether a queue position moved enough to be worth a status write:
 // always on entry and for the first ten places, else by a tenth. A queue of a thousand bots
 // draining one by one thus costs tens of writes per waiter over its whole wait, not a thousand.

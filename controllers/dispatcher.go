@@ -148,7 +148,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return d.updatePositions(ctx, key, queue, 0)
 	}
 
-	bound := d.wave(ctx, queue[:n], free[:n])
+	bound := d.wave(ctx, queue[:n], pickSlots(queue[:n], free, pool))
 	if bound > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
 	}
@@ -307,12 +307,51 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 	var queue []*v1.Bot
 	for i := range bots.Items {
 		b := &bots.Items[i]
-		if b.Status.Phase == v1.BotQueued && b.DeletionTimestamp.IsZero() && !held[b.UID] {
+		// A Queued bot whose binding was claimed went back to the queue and then had its
+		// binding taken by a container of the slot it left: the bot controller ends it, and it
+		// is never bound again (claimedWhileQueued).
+		if b.Status.Phase == v1.BotQueued && b.DeletionTimestamp.IsZero() && !held[b.UID] && b.Status.Binding == nil {
 			queue = append(queue, b)
 		}
 	}
 	sortQueue(queue)
 	return queue, nil
+}
+
+// pickSlots chooses the slot each bot at the head of the queue takes, from the free slots
+// (least recently used first, at least as many as the bots): a bot whose earlier starts failed
+// takes the first one on a server none of them failed on, when there is one, else the first
+// left; the others take the rest in order. Which bots are bound is the queue's alone (all of
+// head are): the preference only says which of the free slots a retried bot gets.
+func pickSlots(head []*v1.Bot, free []*v1.BotPoolSlot, pool *v1.BotPool) []*v1.BotPoolSlot {
+	picked := make([]*v1.BotPoolSlot, len(head))
+	used := make([]bool, len(free))
+	for i, b := range head {
+		if len(b.Status.StartAttempts) == 0 {
+			continue
+		}
+		failed := map[string]bool{}
+		for _, a := range b.Status.StartAttempts {
+			failed[a.Server] = true
+		}
+		for j, sl := range free {
+			if !used[j] && !failed[slotServer(sl, pool)] {
+				picked[i], used[j] = sl, true
+				break
+			}
+		}
+	}
+	j := 0
+	for i := range picked {
+		if picked[i] != nil {
+			continue
+		}
+		for used[j] {
+			j++
+		}
+		picked[i], used[j] = free[j], true
+	}
+	return picked
 }
 
 // bind writes the slot's botRef with its resourceVersion as a precondition; the caller

@@ -103,6 +103,7 @@ func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) *ownersh
 			}
 			return nil
 		}).
+		WithIndex(&v1.Bot{}, indexBotPool, func(o client.Object) []string { return []string{o.(*v1.Bot).Status.Pool} }).
 		Build()
 	w := &ownershipWorld{t: t, clk: clk, base: base, writes: map[string][]string{},
 		api:  &ownershipAPI{app: coolify.Application{UUID: slot.Status.ApplicationUUID, Name: slot.Name, Status: "running:healthy"}},

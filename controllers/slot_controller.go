@@ -368,8 +368,9 @@ func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScop
 	return stall(v1.ReasonCoolifyInstanceChanged, msg, nil)
 }
 
-// releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6), or
-// deleted and past its leave (see leaveDeadline). Releasing is the slot controller's alone: the
+// releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6),
+// went back to the queue from this failed slot (Bot.LeftSlot), or is deleted and past its
+// leave (see leaveDeadline). Releasing is the slot controller's alone: the
 // Bot controller of a deleted bot waits for it.
 func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope) (bool, error) {
 	ref := s.slot.Spec.BotRef
@@ -383,6 +384,8 @@ func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope)
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return false, err
+	case bot.UID == ref.UID && bot.LeftSlot(s.slot):
+		why = "the bound bot went back to the queue after its start failed here"
 	case bot.UID == ref.UID && !bot.Status.Phase.Terminal() && bot.DeletionTimestamp.IsZero():
 		s.bot = bot
 		return false, nil

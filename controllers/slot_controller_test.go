@@ -307,7 +307,7 @@ func TestSlowButHeartbeatingDeployIsNeverFailed(t *testing.T) {
 // TestStuckDeployWithoutHeartbeatIsRecovered: nothing happens for 15 minutes and the bot never
 // beat: the bot fails with DeployingTimeout and the slot returns to Idle.
 func TestStuckDeployWithoutHeartbeatIsRecovered(t *testing.T) {
-	sc := newScenario(t, "stuck", sim.Config{ColdPull: 2 * time.Hour})
+	sc := newScenario(t, "stuck", sim.Config{ColdPull: 2 * time.Hour}, oneStart)
 	sc.bind("lost")
 	sc.phase(v1.SlotDeploying)
 	step(14 * time.Minute)
@@ -345,7 +345,7 @@ func TestAliveBotOnStuckSlotTurnsBusy(t *testing.T) {
 // TestBotCrashedAfterHeartbeatsIsRecovered: the bot beat for a while, then went silent: at
 // deployingTimeout its last beat is older than heartbeatFreshness, so the slot recovers.
 func TestBotCrashedAfterHeartbeatsIsRecovered(t *testing.T) {
-	sc := newScenario(t, "crashed", sim.Config{ColdPull: 2 * time.Hour})
+	sc := newScenario(t, "crashed", sim.Config{ColdPull: 2 * time.Hour}, oneStart)
 	bot, _ := sc.bind("crashed")
 	sc.phase(v1.SlotDeploying)
 	for range 4 {
@@ -361,7 +361,7 @@ func TestBotCrashedAfterHeartbeatsIsRecovered(t *testing.T) {
 // recovers it at once (the bot fails with DeploymentFailed); after maxRecoveryAttempts
 // failures in a row the slot and its application are deleted, and the pool makes a new one.
 func TestFailedDeploymentsRecoverThenRetireTheSlot(t *testing.T) {
-	sc := newScenario(t, "failing", sim.Config{})
+	sc := newScenario(t, "failing", sim.Config{}, oneStart)
 	sc.sim.FailPulls(sc.pool.Spec.Image, -1)
 	first := sc.phase(v1.SlotIdle)
 	for i := 1; i <= 3; i++ {

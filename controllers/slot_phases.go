@@ -700,7 +700,8 @@ func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reaso
 
 // recover stops the container of a failed slot and returns it to Idle. A bound bot is ended
 // first, by the Bot controller, with the slot's reason and message (which stay as they are
-// until then); its end brings the slot back, and releaseOrphan lets it go. A slot that failed
+// until then), or goes back to the queue when its start failed and it has another (see
+// judgeStart); either brings the slot back, and releaseOrphan lets it go. A slot that failed
 // maxRecoveryAttempts times in a row is deleted with its application; the pool creates a
 // fresh one on demand.
 func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error {

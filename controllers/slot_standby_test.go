@@ -358,6 +358,7 @@ func TestStandbyContainerGoneAfterItsBinding(t *testing.T) {
 	cs := newContainers(t, simbot.Behaviour{PollEvery: 20 * time.Millisecond})
 	sc := newScenario(t, "standbyhang", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
 		p.Spec.Standby = v1.StandbyRunning
+		p.Spec.MaxStartAttempts = 1 // the failure itself; its retry: TestStartRetriedOnAStandbyPool
 	})
 	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
 	first := sc.standbyReady()

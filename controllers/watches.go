@@ -13,6 +13,8 @@ package controllers
 //	BotPoolSlot, any change                 ──▶  slot controller (For)          the binding is its input
 //	Bot ended or being deleted              ──▶  the slot bound to it           release the slot at once
 //	                                             (slotOfBot, botLetGo)
+//	Bot back in the queue (failed start)    ──▶  the failed slot bound to it    release the slot at once
+//	                                             (slotOfBot, botLetGo)
 //	Bot bound, or its first report or beat  ──▶  the slot bound to it           a standby slot turns Busy
 //	                                             (slotOfBot, botLetGo)
 //
@@ -28,6 +30,8 @@ package controllers
 //	BotPool server healthy again            ──▶  dispatcher (For, serverBackIn) its free slots are offered again
 //	BotPoolSlot turns free (isFree)         ──▶  its pool's dispatcher          a free slot takes the head of
 //	                                             (slotToPool, slotFreed)        the queue
+//	BotPoolSlot in Error lets go of a bot   ──▶  its pool's dispatcher          the requeued bot takes a free
+//	                                             (slotToPool, slotFreed)        slot
 //	Bot enters/leaves a queue or pool       ──▶  its pool's dispatcher          the queue changed
 //	                                             (botToPool, botQueueChanged)
 //
@@ -98,7 +102,8 @@ func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// botLetGo passes the bot events a slot acts on: a bot that ended or is going away, and one
+// botLetGo passes the bot events a slot acts on: a bot that ended, went back to the queue
+// after a failed start (a new entry of status.startAttempts) or is going away, and one
 // whose container first reported or beat (a standby slot turns Busy on it), or whose binding
 // the bot controller recorded (a standby slot times its container's take from it). Every other
 // change of a bot (its later phases, its heartbeat condition) is none of the slot's.
@@ -108,6 +113,7 @@ var botLetGo = predicate.Funcs{
 		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
 		return n.Status.Phase.Terminal() && !o.Status.Phase.Terminal() ||
 			!n.DeletionTimestamp.IsZero() && o.DeletionTimestamp.IsZero() ||
+			len(n.Status.StartAttempts) != len(o.Status.StartAttempts) ||
 			botStarted(n) && !botStarted(o) ||
 			boundSince(n) != nil && boundSince(o) == nil
 	},
@@ -182,11 +188,15 @@ func slotToPool(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.(*v1.BotPoolSlot).Spec.Pool}}}
 }
 
-// slotFreed passes the slot events that can make a slot free for the queue.
+// slotFreed passes the slot events that can make a slot free for the queue, and those of a
+// failed slot letting go of its bot: a bot that went back to the queue after a failed start
+// is offered from then on, and another slot may be free for it already.
 var slotFreed = predicate.Funcs{
 	CreateFunc: func(e event.CreateEvent) bool { return isFree(e.Object.(*v1.BotPoolSlot)) },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return isFree(e.ObjectNew.(*v1.BotPoolSlot)) && !isFree(e.ObjectOld.(*v1.BotPoolSlot))
+		o, n := e.ObjectOld.(*v1.BotPoolSlot), e.ObjectNew.(*v1.BotPoolSlot)
+		return isFree(n) && !isFree(o) ||
+			n.Status.Phase == v1.SlotError && o.Spec.BotRef != nil && n.Spec.BotRef == nil
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }

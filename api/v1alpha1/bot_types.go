@@ -12,6 +12,12 @@ const (
 	DefaultMaxDuration = time.Hour
 	// MaxQueueTimeout is the largest queueTimeout any bot may ask for; a pool may cap it lower.
 	MaxQueueTimeout = 10 * time.Minute
+	// DefaultMaxStartAttempts is how many starts a bot gets in all when neither it nor its
+	// pool says (see BotPoolSpec.MaxStartAttempts).
+	DefaultMaxStartAttempts = 3
+	// MaxStartAttempts is the most starts any bot may get, and the most entries of
+	// status.startAttempts.
+	MaxStartAttempts = 10
 )
 
 // BotPhase is where a bot is in its lifecycle:
@@ -110,6 +116,14 @@ type BotSpec struct {
 	// are kept when it is unset.
 	// +optional
 	TTLAfterFinished Duration `json:"ttlAfterFinished,omitempty"`
+
+	// MaxStartAttempts is how many starts the bot gets in all, overriding its pool's
+	// maxStartAttempts: a start that fails for a reason of the infrastructure (the
+	// deployment failed or was lost, the application or the standby container went away)
+	// before the bot ran puts it back at the head of the queue, until this many failed.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="maxStartAttempts must be between 1 and 10"
+	MaxStartAttempts int32 `json:"maxStartAttempts,omitempty"`
 }
 
 // Recording configures the meeting recording.
@@ -237,6 +251,14 @@ type BotStatus struct {
 	// +optional
 	Binding *BindingClaim `json:"binding,omitempty"`
 
+	// StartAttempts records every start that failed under the bot (its slot went to Error
+	// before the bot ran), oldest first: each but the last of the bot's maxStartAttempts put
+	// the bot back in the queue (a StartRetried Event). Written by the bot controller only.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	StartAttempts []StartAttempt `json:"startAttempts,omitempty"`
+
 	// Conditions: Ready, Bound, Alive.
 	// +optional
 	// +listType=map
@@ -244,6 +266,35 @@ type BotStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// StartAttempt is one start of a bot that failed under it.
+type StartAttempt struct {
+	// SlotName is the slot the start failed in.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	SlotName string `json:"slotName"`
+
+	// Server is the Coolify server of that slot (its spec.server); the next start prefers
+	// another one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Server string `json:"server,omitempty"`
+
+	// Reason is the slot's reason (DeploymentFailed, DeploymentLost…).
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	Reason BotReason `json:"reason"`
+
+	// Message is the slot's message.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// At is when the bot controller saw the start fail; the bot's queue timeout counts
+	// afresh from the last attempt.
+	// +required
+	At metav1.Time `json:"at"`
 }
 
 // CallbackState is the final state of a bot's callback.

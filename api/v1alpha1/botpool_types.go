@@ -114,6 +114,16 @@ type BotPoolSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Timing Timing `json:"timing,omitempty"`
+
+	// MaxStartAttempts is how many starts a bot of this pool gets in all (a Bot's own
+	// maxStartAttempts overrides it). A start that fails for a reason of the infrastructure
+	// before the bot ran (its binding never handed out) puts the bot back at the head of the
+	// queue, preferring a slot on another server; the last failure ends it Fatal.
+	// 1 never retries.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="maxStartAttempts must be between 1 and 10"
+	MaxStartAttempts int32 `json:"maxStartAttempts,omitempty"`
 }
 
 // CoolifyPlacement locates the slots' applications in Coolify.

@@ -118,6 +118,10 @@ const (
 	// ReasonServerNotFunctional: Coolify reports a server of the pool unreachable or unusable
 	// (ServerOut).
 	ReasonServerNotFunctional = "ServerNotFunctional"
+	// ReasonStartRetried: a bot's start failed under it for a reason of the infrastructure
+	// before it ran, and it went back to the head of its queue for another start (Warning
+	// Event on the Bot, and an audit row).
+	ReasonStartRetried = "StartRetried"
 )
 
 // Reasons of the bot API's Events.

@@ -191,6 +191,14 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 			want: `spec.timing.heartbeatTimeout: Invalid value: "0s": must be a positive duration`},
 		{name: "no concurrent deployments", obj: pool(), set: map[string]any{"spec.maxConcurrentDeployments": int64(0)},
 			want: "spec.maxConcurrentDeployments: Invalid value: 0"},
+		{name: "pool with no start at all", obj: pool(), set: map[string]any{"spec.maxStartAttempts": int64(0)},
+			want: "maxStartAttempts must be between 1 and 10"},
+		{name: "pool with more than 10 starts", obj: pool(func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 11 }),
+			want: "maxStartAttempts must be between 1 and 10"},
+		{name: "bot with no start at all", obj: bot(), set: map[string]any{"spec.maxStartAttempts": int64(0)},
+			want: "maxStartAttempts must be between 1 and 10"},
+		{name: "bot with more than 10 starts", obj: bot(func(b *v1.Bot) { b.Spec.MaxStartAttempts = 11 }),
+			want: "maxStartAttempts must be between 1 and 10"},
 		{name: "zero recovery attempts", obj: pool(), set: map[string]any{"spec.timing.maxRecoveryAttempts": int64(0)},
 			want: "spec.timing.maxRecoveryAttempts: Invalid value: 0"},
 		{name: "memory with a unit Docker does not know", obj: pool(func(p *v1.BotPool) { p.Spec.Resources.Memory = "2GB" }),
@@ -261,6 +269,8 @@ func TestValidObjectsAreAccepted(t *testing.T) {
 			b.Spec.TTLAfterFinished = "720h"
 		})},
 		{name: "queueTimeout exactly 10m", obj: bot(func(b *v1.Bot) { b.Spec.QueueTimeout = "10m" })},
+		{name: "start attempts at the bounds", obj: bot(func(b *v1.Bot) { b.Spec.MaxStartAttempts = 10 })},
+		{name: "a pool that never retries", obj: pool(func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 1 })},
 		{name: "pool by environment uuid", obj: pool(func(p *v1.BotPool) {
 			p.Spec.Coolify.EnvironmentName = ""
 			p.Spec.Coolify.EnvironmentUUID = "e1"
@@ -318,6 +328,7 @@ func TestSamplesAreAcceptedAndDefaulted(t *testing.T) {
 			expect(t, "maxSlots", s.MaxSlots, int32(10))
 			expect(t, "minIdle", s.MinIdle, int32(2))
 			expect(t, "maxConcurrentDeployments (unset: follows the server)", s.MaxConcurrentDeployments, int32(0))
+			expect(t, "maxStartAttempts", s.MaxStartAttempts, int32(v1.DefaultMaxStartAttempts))
 			expect(t, "queue.defaultTimeout", s.Queue.DefaultTimeout.Duration(), v1.DefaultQueueTimeout)
 			expect(t, "queue.maxTimeout", s.Queue.MaxTimeout.Duration(), v1.DefaultMaxQueueTimeout)
 			tm := s.Timing

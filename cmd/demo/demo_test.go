@@ -340,6 +340,12 @@ func checkBots(t *testing.T, c client.Client, want int, summary string) int {
 			if b.Status.StartedAt == nil || b.Status.FinishedAt == nil {
 				t.Errorf("bot %s is Done without startedAt/finishedAt: %+v", b.Name, b.Status)
 			}
+			if len(b.Status.StartAttempts) > 0 { // its start failed on the pull failure and was retried
+				pullFailed++
+				if !regexp.MustCompile(`\b` + regexp.QuoteMeta(b.Name) + `\b`).MatchString(pullLine) {
+					t.Errorf("bot %s ran after a retried start, but the summary's pull failure line does not name it: %q", b.Name, pullLine)
+				}
+			}
 		case v1.BotFatal:
 			fatal++
 			var line string
@@ -361,7 +367,7 @@ func checkBots(t *testing.T, c client.Client, want int, summary string) int {
 		}
 	}
 	if pullFailed != 1 {
-		t.Errorf("%d bots failed with DeploymentFailed, want exactly the one the injected pull failure hits", pullFailed)
+		t.Errorf("%d bots failed with DeploymentFailed or were retried after it, want exactly the one the injected pull failure hits", pullFailed)
 	}
 	return fatal
 }

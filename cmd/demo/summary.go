@@ -71,6 +71,9 @@ type report struct {
 	serverErrors                  int
 	tooMany                       int
 	pullFailed                    []string // bots that failed on the injected pull failure
+	// pullRetried are the bots whose start failed (without an outage: on the injected pull
+	// failure) and was retried (status.startAttempts), and that did not end Fatal.
+	pullRetried []string
 	crashed                       []string // bots whose container crashed
 	containerErrs                 []error
 	// servers is each server's share, outage what the server taken down did to the run
@@ -189,6 +192,9 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 			if r.reason == v1.ReasonDeploymentFailed && !down.failedIn(deps, r.depUUID) {
 				rp.pullFailed = append(rp.pullFailed, r.name)
 			}
+		}
+		if r.phase != v1.BotFatal && r.attempts > 0 && down.server == "" {
+			rp.pullRetried = append(rp.pullRetried, r.name)
 		}
 		if !r.bound.IsZero() && !r.asked.IsZero() {
 			rp.toBound = append(rp.toBound, r.bound.Sub(r.asked))
@@ -416,7 +422,10 @@ func (rp report) print(out io.Writer) {
 	if len(rp.pullFailed) > 0 {
 		w.f("  pull failure  the injected failed pull failed %s (DeploymentFailed); its slot went to Error and recovered\n", strings.Join(rp.pullFailed, ", "))
 	}
-	if len(rp.pullFailed) == 0 && rp.pullHitStandby {
+	if len(rp.pullRetried) > 0 {
+		w.f("  pull failure  the injected failed pull failed the start of %s (DeploymentFailed); the start was retried on another slot (status.startAttempts) and ran\n", strings.Join(rp.pullRetried, ", "))
+	}
+	if len(rp.pullFailed) == 0 && len(rp.pullRetried) == 0 && rp.pullHitStandby {
 		w.f("  pull failure  the injected failed pull hit a standby container's deployment, which no bot waited for; its slot went to Error and recovered\n")
 	}
 	if rp.standbyCrashes > 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -218,6 +219,23 @@ func TestCheckerCatches(t *testing.T) {
 			s.write(b, true, func() { b.Status.Phase = v1.BotDone })
 			b = s.w.liveBot("b")
 			s.write(b, true, func() { b.Status.Phase = v1.BotInCall })
+		}},
+		{"a bot that ran sent back to the queue", "retried starts", func(s *script) {
+			s.running("b")
+			b := s.w.liveBot("b")
+			s.write(b, true, func() {
+				b.Status.Phase = v1.BotQueued
+				b.Status.StartAttempts = append(b.Status.StartAttempts, v1.StartAttempt{SlotName: b.Status.SlotName,
+					Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(s.w.clk.Now())})
+			})
+		}},
+		{"a retried start not recorded", "retried starts", func(s *script) {
+			s.ready()
+			s.queued("b", 0)
+			b := s.w.liveBot("b")
+			s.write(b, true, func() { b.Status.Phase = v1.BotDeploying })
+			b = s.w.liveBot("b")
+			s.write(b, true, func() { b.Status.Phase = v1.BotQueued })
 		}},
 		{"a binding mirrored one way only", "mirror", func(s *script) {
 			s.running("b")

@@ -43,7 +43,9 @@ import (
 // and an Idle slot's container is stopped (settle points and the end), every bot ends
 // terminal or running, and with every bot deleted nothing stays bound or running (the end),
 // and every slot transition audited, or tried, is one the slot controller's table allows
-// (every step; every slot reconcile).
+// (every step; every slot reconcile), and retried starts: a failed start is recorded only for
+// a bot that never ran and whose binding no container took, and every bot sent back to the
+// queue from a binding has its failed start recorded (writes).
 
 func (w *world) violate(format string, args ...any) {
 	w.violations = append(w.violations, fmt.Sprintf("step %d (%s): ", w.step, w.clk.Now().Format(time.RFC3339))+fmt.Sprintf(format, args...))
@@ -281,6 +283,9 @@ func (w *world) botWritten(o, n *v1.Bot) {
 	if n == nil || o == nil || o.Status.Phase != n.Status.Phase {
 		w.log.add(fmt.Sprintf("%s MODEL bot %s: %s", w.clk.Now().Format("15:04:05.000"), nameOf(o, n), describeBot(n)))
 	}
+	if o != nil && n != nil {
+		w.checkRetry(o, n)
+	}
 	if o == nil || n == nil || o.Status.Phase == n.Status.Phase {
 		return
 	}
@@ -309,6 +314,29 @@ func (w *world) botWritten(o, n *v1.Bot) {
 	}
 	// Deployment failures are judged where the slot decides them (slotWritten): the bot fails
 	// later, when the slot recovers, with the slot's reason.
+}
+
+// checkRetry: retried starts. A failed start is recorded only for a bot that never ran and
+// whose binding no container took, and a bot goes back to the queue from a binding only with
+// that start recorded: never a second start of a bot that reported running (it could join its
+// meeting twice), and every retried start recorded.
+func (w *world) checkRetry(o, n *v1.Bot) {
+	grew := len(n.Status.StartAttempts) - len(o.Status.StartAttempts)
+	if grew > 0 {
+		w.counts["bot failed start recorded"]++
+		if o.Status.StartedAt != nil || o.Status.Binding != nil {
+			w.violate("retried starts: bot %s had a failed start recorded though it ran (startedAt %v) or its binding was taken (%v)",
+				n.Name, o.Status.StartedAt, o.Status.Binding)
+		}
+	}
+	if n.Status.Phase == v1.BotQueued && o.Status.Phase != v1.BotQueued && !o.Status.Phase.Terminal() &&
+		o.Status.Phase != "" && o.Status.Phase != v1.BotPending && o.Status.Phase != v1.BotScheduled {
+		w.counts["bot retried"]++
+		if grew != 1 {
+			w.violate("retried starts: bot %s went back to the queue from %s with %d failed starts recorded, had %d",
+				n.Name, o.Status.Phase, len(n.Status.StartAttempts), len(o.Status.StartAttempts))
+		}
+	}
 }
 
 // Checks around one reconcile.
@@ -341,7 +369,12 @@ func (w *world) botReconciled(name string, synced bool, requeue time.Duration) {
 		pool := w.pool(b.Status.Pool)
 		// The API server keeps queuedAt to the second; the reconcile that set it computed the
 		// timer from the exact time, so its timer may end up to a second past the deadline.
-		deadline := b.Status.QueuedAt.Add(queueTimeout(b, pool))
+		// A bot back in the queue after a failed start waits afresh from that attempt.
+		from := b.Status.QueuedAt.Time
+		if n := len(b.Status.StartAttempts); n > 0 && b.Status.StartAttempts[n-1].At.After(from) {
+			from = b.Status.StartAttempts[n-1].At.Time
+		}
+		deadline := from.Add(queueTimeout(b, pool))
 		if requeue <= 0 || now.Add(requeue).After(deadline.Add(time.Second)) {
 			w.violate("invariant 5: bot %s waits in the queue until %s but its reconcile asked to run again in %s",
 				b.Name, deadline.Format(time.RFC3339), requeue)
