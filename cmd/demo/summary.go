@@ -73,9 +73,9 @@ type report struct {
 	pullFailed                    []string // bots that failed on the injected pull failure
 	// pullRetried are the bots whose start failed (without an outage: on the injected pull
 	// failure) and was retried (status.startAttempts), and that did not end Fatal.
-	pullRetried []string
-	crashed                       []string // bots whose container crashed
-	containerErrs                 []error
+	pullRetried   []string
+	crashed       []string // bots whose container crashed
+	containerErrs []error
 	// servers is each server's share, outage what the server taken down did to the run
 	// (pools on several servers only); down is when that server was down.
 	servers []serverSummary
