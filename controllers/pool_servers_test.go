@@ -91,6 +91,22 @@ func (sc *scenario) updatePool(change func(*v1.BotPool)) {
 	})
 }
 
+// twoServerPool is a pool of at most maxSlots slots on its scenario's server (home) and
+// another (other), keeping two warm, one on each.
+func twoServerPool(t *testing.T, name string, maxSlots int32) (sc *scenario, home, other string) {
+	t.Helper()
+	sc = newScenario(t, name, sim.Config{})
+	home = sc.pool.Spec.Coolify.ServerUUID
+	other = sc.sim.AddServer(sim.ServerSpec{Name: "other"})
+	sc.updatePool(func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle = maxSlots, 2
+		onServers(v1.PoolServer{UUID: home}, v1.PoolServer{UUID: other})(p)
+	})
+	sc.waitServers(map[string]int{home: 1, other: 1})
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 2})
+	return sc, home, other
+}
+
 // TestPoolSpreadsSlotsOverServers: new slots go to the server with the fewest slots for its
 // weight, never to a cordoned one; each slot's application is created on the server its
 // spec.server names, and status.servers counts them.
@@ -126,15 +142,7 @@ func TestPoolSpreadsSlotsOverServers(t *testing.T) {
 // pool's warm slots. A server's maxSlots bounds it: lowered, its free slots above it go, and
 // a pool whose servers have no room says so (ServersFull).
 func TestPoolDrainsACordonedServer(t *testing.T) {
-	sc := newScenario(t, "drain", sim.Config{})
-	home := sc.pool.Spec.Coolify.ServerUUID
-	other := sc.sim.AddServer(sim.ServerSpec{Name: "other"})
-	sc.updatePool(func(p *v1.BotPool) {
-		p.Spec.MaxSlots, p.Spec.MinIdle = 6, 2
-		onServers(v1.PoolServer{UUID: home}, v1.PoolServer{UUID: other})(p)
-	})
-	sc.waitServers(map[string]int{home: 1, other: 1})
-	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 2})
+	sc, home, other := twoServerPool(t, "drain", 6)
 
 	// Bind a bot on the server to cordon: make "other" the only one with a free slot first.
 	sc.updatePool(func(p *v1.BotPool) { p.Spec.Coolify.Servers[0].Cordoned = true })
@@ -265,15 +273,7 @@ func (sc *scenario) serverHealthIs(uuid string, h v1.ServerHealth) *v1.BotPool {
 // it has no room for waits; when Coolify reports the server back, that waiting bot is bound
 // to the server's free slot with no other nudge.
 func TestPoolKeepsBotsOffAnUnreachableServer(t *testing.T) {
-	sc := newScenario(t, "health", sim.Config{})
-	home := sc.pool.Spec.Coolify.ServerUUID
-	other := sc.sim.AddServer(sim.ServerSpec{Name: "other"})
-	sc.updatePool(func(p *v1.BotPool) {
-		p.Spec.MaxSlots, p.Spec.MinIdle = 3, 2
-		onServers(v1.PoolServer{UUID: home}, v1.PoolServer{UUID: other})(p)
-	})
-	sc.waitServers(map[string]int{home: 1, other: 1})
-	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 2})
+	sc, home, other := twoServerPool(t, "health", 3)
 	sc.serverHealthIs(other, v1.ServerHealthy)
 
 	sc.sim.SetServerReachable(other, false)

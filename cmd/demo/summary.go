@@ -426,7 +426,12 @@ func (rp report) print(out io.Writer) {
 		w.f("  pull failure  the injected failed pull failed the start of %s (DeploymentFailed); the start was retried on another slot (status.startAttempts) and ran\n", strings.Join(rp.pullRetried, ", "))
 	}
 	if len(rp.pullFailed) == 0 && len(rp.pullRetried) == 0 && rp.pullHitStandby {
-		w.f("  pull failure  the injected failed pull hit a standby container's deployment, which no bot waited for; its slot went to Error and recovered\n")
+		if rp.standby == string(v1.StandbyRunning) {
+			w.f("  pull failure  the injected failed pull hit a standby container's deployment, which no bot waited for; its slot went to Error and recovered\n")
+		} else {
+			// A failed deployment no bot's final one: a start that failed and was retried.
+			w.f("  pull failure  the injected failed pull failed a bot's start, which was retried on another slot (status.startAttempts); its slot went to Error and recovered\n")
+		}
 	}
 	if rp.standbyCrashes > 0 {
 		w.f("  crash         a standby container crashed while it waited for a bot; its slot stopped being offered once it stopped asking for work")
