@@ -52,6 +52,7 @@
 //	bot_controller.go    BotReconciler: entry, routing to a pool, the queue, liveness, deletion
 //	bot_queue.go         the order of a queue and of free slots; queue timeouts
 //	bot_release.go       the release rules the bot and slot controllers both read
+//	bot_retry.go         retried starts: which failed start goes back to the queue (judgeStart), recording the attempt
 //	bot_callback.go      handing a finished bot's callback to the notifier, recording its outcome
 //	dispatcher.go        Dispatcher: binding waves (in queue order: keepOrder) and queue positions
 //
