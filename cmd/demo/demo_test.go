@@ -335,14 +335,17 @@ func checkBots(t *testing.T, c client.Client, want int, summary string) int {
 	pullLine, crashLine := named("pull failure"), named("crash")
 	fatal, pullFailed := 0, 0
 	for _, b := range list.Items {
+		if len(b.Status.StartAttempts) > 0 {
+			// Its start failed on the pull failure and was retried (it may have met another
+			// fault after, the crash say).
+			pullFailed++
+		}
 		switch b.Status.Phase {
 		case v1.BotDone:
 			if b.Status.StartedAt == nil || b.Status.FinishedAt == nil {
 				t.Errorf("bot %s is Done without startedAt/finishedAt: %+v", b.Name, b.Status)
 			}
-			if len(b.Status.StartAttempts) > 0 { // its start failed on the pull failure and was retried
-				pullFailed++
-			}
+
 		case v1.BotFatal:
 			fatal++
 			var line string
