@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -655,11 +657,20 @@ func (o *soakObserver) watchBindings(ctx context.Context) {
 			bound, slots = map[string]types.UID{}, map[string]bool{}
 		}
 		var list v1.BotPoolSlotList
-		w, err := wc.Watch(ctx, &list, client.InNamespace(o.ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
-		if err != nil {
-			rv = "" // start over from the current state; a failed watch proves nothing
-			time.Sleep(50 * time.Millisecond)
-			continue
+		var w watch.Interface
+		// A failed watch proves nothing: start over from the current state, with a backoff,
+		// until one is open (or the soak ends).
+		if err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: time.Second, Steps: math.MaxInt32},
+			func(ctx context.Context) (bool, error) {
+				var err error
+				w, err = wc.Watch(ctx, &list, client.InNamespace(o.ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+				if err != nil {
+					rv = ""
+					bound, slots = map[string]types.UID{}, map[string]bool{}
+				}
+				return err == nil, nil
+			}); err != nil {
+			return // the soak ended
 		}
 		for ev := range w.ResultChan() {
 			s, ok := ev.Object.(*v1.BotPoolSlot)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"botpool.dev/botpool/internal/stats"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -408,17 +410,16 @@ func newBurstScenario(tb testing.TB, name string, mode burstMode, slots int) *bu
 func (bs *burstScenario) settle() {
 	bs.sc.quiet(60 * time.Millisecond)
 	prev := ""
-	for deadline := time.Now().Add(settleLimit); ; {
+	// Wait on the condition (two looks in a row that agree, nothing pending), under a deadline:
+	// a settle cut short is counted, never a failure.
+	err := wait.PollUntilContextTimeout(context.Background(), 25*time.Millisecond, settleLimit, true, func(context.Context) (bool, error) {
 		sig, pending := bs.observe()
-		if pending == 0 && sig == prev {
-			return
-		}
-		if time.Now().After(deadline) {
-			bs.overruns++
-			return
-		}
+		done := pending == 0 && sig == prev
 		prev = sig
-		time.Sleep(25 * time.Millisecond)
+		return done, nil
+	})
+	if err != nil {
+		bs.overruns++
 	}
 }
 
