@@ -72,7 +72,7 @@ type report struct {
 	tooMany                       int
 	pullFailed                    []string // bots that failed on the injected pull failure
 	// pullRetried are the bots whose start failed (without an outage: on the injected pull
-	// failure) and was retried (status.startAttempts), and that did not end Fatal.
+	// failure) and was retried (status.startAttempts), unless their retries ran out.
 	pullRetried   []string
 	crashed       []string // bots whose container crashed
 	containerErrs []error
@@ -155,6 +155,19 @@ func slotWas(b botRecord, bots []botRecord, created map[string]time.Time, firstA
 	return slotWasIdle
 }
 
+// pullRetried names a bot whose start the injected pull failure failed and the operator
+// retried: any bot with a failed start when no server was taken down, whatever it met after
+// (another fault may end it Fatal: the crash), except one whose retries ran out (pullFailed).
+func pullRetried(b botRecord, down downWindow) (string, bool) {
+	if b.attempts == 0 || down.server != "" || b.phase == v1.BotFatal && b.reason == v1.ReasonDeploymentFailed {
+		return "", false
+	}
+	if b.phase == v1.BotFatal {
+		return fmt.Sprintf("%s (which then ended Fatal/%s)", b.name, b.reason), true
+	}
+	return b.name, true
+}
+
 func absDur(d time.Duration) time.Duration {
 	if d < 0 {
 		return -d
@@ -193,8 +206,8 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 				rp.pullFailed = append(rp.pullFailed, r.name)
 			}
 		}
-		if r.phase != v1.BotFatal && r.attempts > 0 && down.server == "" {
-			rp.pullRetried = append(rp.pullRetried, r.name)
+		if name, ok := pullRetried(r.botRecord, down); ok {
+			rp.pullRetried = append(rp.pullRetried, name)
 		}
 		if !r.bound.IsZero() && !r.asked.IsZero() {
 			rp.toBound = append(rp.toBound, r.bound.Sub(r.asked))
@@ -423,7 +436,7 @@ func (rp report) print(out io.Writer) {
 		w.f("  pull failure  the injected failed pull failed %s (DeploymentFailed); its slot went to Error and recovered\n", strings.Join(rp.pullFailed, ", "))
 	}
 	if len(rp.pullRetried) > 0 {
-		w.f("  pull failure  the injected failed pull failed the start of %s (DeploymentFailed); the start was retried on another slot (status.startAttempts) and ran\n", strings.Join(rp.pullRetried, ", "))
+		w.f("  pull failure  the injected failed pull failed the start of %s (DeploymentFailed); the start was retried (status.startAttempts) and ran\n", strings.Join(rp.pullRetried, ", "))
 	}
 	if len(rp.pullFailed) == 0 && len(rp.pullRetried) == 0 && rp.pullHitStandby {
 		if rp.standby == string(v1.StandbyRunning) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
 )
 
@@ -283,5 +284,27 @@ func waitDone(t *testing.T, c *containers, msg string) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal(msg)
+	}
+}
+
+// TestPullRetried: a bot whose start the pull failure failed is named however it ended after
+// the retry (a live run's retried bot then met the crash and was left out of the summary).
+func TestPullRetried(t *testing.T) {
+	for _, tc := range []struct {
+		b    botRecord
+		down downWindow
+		want string
+		ok   bool
+	}{
+		{botRecord{name: "ran", attempts: 1, phase: v1.BotDone}, downWindow{}, "ran", true},
+		{botRecord{name: "crashed", attempts: 1, phase: v1.BotFatal, reason: v1.ReasonHeartbeatTimeout}, downWindow{},
+			"crashed (which then ended Fatal/HeartbeatTimeout)", true},
+		{botRecord{name: "ran-out", attempts: 3, phase: v1.BotFatal, reason: v1.ReasonDeploymentFailed}, downWindow{}, "", false},
+		{botRecord{name: "never-failed", phase: v1.BotDone}, downWindow{}, "", false},
+		{botRecord{name: "outage", attempts: 1, phase: v1.BotDone}, downWindow{server: "srv-2"}, "", false},
+	} {
+		if got, ok := pullRetried(tc.b, tc.down); got != tc.want || ok != tc.ok {
+			t.Errorf("pullRetried(%s) = %q, %v; want %q, %v", tc.b.name, got, ok, tc.want, tc.ok)
+		}
 	}
 }
