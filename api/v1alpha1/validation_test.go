@@ -344,6 +344,21 @@ func TestSamplesAreAcceptedAndDefaulted(t *testing.T) {
 			expect(t, "timing.maxSkippedRecoveries is stored", tm.MaxSkippedRecoveries != nil, true)
 			expect(t, "timing.maxRecoveryAttempts", tm.MaxRecoveryAttempts, int32(v1.DefaultMaxRecoveryAttempts))
 		},
+		"BotPool/teams": func(t *testing.T, key client.ObjectKey) {
+			var p v1.BotPool
+			get(t, key, &p)
+			c := p.Spec.Coolify
+			expect(t, "serverUUID (servers instead)", c.ServerUUID, "")
+			expect(t, "servers", len(c.Servers), 3)
+			expect(t, "the default server is the first listed", c.DefaultServer(), "pw4koo0sc8os0cw8gsgw40g4")
+			expect(t, "servers[0].weight", c.Servers[0].Weight, int32(1))
+			expect(t, "servers[1].weight", c.Servers[1].Weight, int32(2))
+			expect(t, "servers[0].maxSlots (unbounded but by the pool's)", c.Servers[0].MaxSlots == nil, true)
+			expect(t, "servers[2].maxSlots", *c.Servers[2].MaxSlots, int32(6))
+			expect(t, "servers[2].cordoned", c.Servers[2].Cordoned, false)
+			expect(t, "maxSlots", p.Spec.MaxSlots, int32(30))
+			expect(t, "maxStartAttempts", p.Spec.MaxStartAttempts, int32(3))
+		},
 		"Bot/standup": func(t *testing.T, key client.ObjectKey) {
 			var b v1.Bot
 			get(t, key, &b)
