@@ -28,11 +28,17 @@ type BulkReader struct {
 	deleted map[string]time.Time
 	// servers holds each Coolify user's servers by uuid (see Servers); serversTried when a
 	// user's last read was tried, so a failing one is not retried on every pass.
-	servers map[string]snapshot[map[string]coolify.ServerSettings]
+	servers      map[string]snapshot[map[string]coolify.ServerSettings]
+	serversTried map[string]time.Time
 	// serversSuspect: users whose next read of the servers a slot's failure asked for
 	// (ServersSuspect), on the start path.
 	serversSuspect map[string]bool
-	serversTried   map[string]time.Time
+	// failing holds, by pool and server, the run of the pool's starts that failed there
+	// (server_failures.go).
+	failing map[string]*failRun
+	// missing: user|server pairs a second read confirmed the user does not see
+	// (serverMissing).
+	missing map[string]bool
 }
 
 type snapshot[T any] struct {

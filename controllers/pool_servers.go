@@ -241,7 +241,7 @@ func setServerOutCondition(p *v1.BotPool, now time.Time) {
 	var out []string
 	for _, st := range p.Status.Servers {
 		if st.State == v1.ServerActive && st.Health.Out() {
-			out = append(out, fmt.Sprintf("%s is %s", st.UUID, st.Health))
+			out = append(out, "server "+st.UUID+" "+outBecause(st.Health))
 		}
 	}
 	if len(out) == 0 {
@@ -250,7 +250,34 @@ func setServerOutCondition(p *v1.BotPool, now time.Time) {
 	}
 	v1.SetCondition(&p.Status.Conditions, metav1.Condition{
 		Type: v1.ConditionServerOut, Status: metav1.ConditionTrue, Reason: v1.ReasonServerNotFunctional, ObservedGeneration: p.Generation,
-		Message: "Coolify reports server " + strings.Join(out, ", server ") +
-			": its free slots are not offered and new slots go to the other servers until Coolify reports it healthy",
+		Message: strings.Join(out, "; ") + ": its free slots are not offered and new slots go to the other servers until it is back",
 	}, now)
+}
+
+// outBecause says why a server with that health is out.
+func outBecause(h v1.ServerHealth) string {
+	switch h {
+	case v1.ServerNotFound:
+		return "is not among the servers the pool's Coolify token sees (NotFound: a wrong uuid, a server deleted in Coolify, or another team's)"
+	case v1.ServerFailing:
+		return fmt.Sprintf("failed the pool's last %d or more starts in a row while its other servers took bots (Failing, for %s after the last failure)",
+			failingAfter, failingCooldown)
+	}
+	return "is " + string(h) + " (Coolify reports it so)"
+}
+
+// whyNoRoom names, for ServersFull, why each listed server takes no new slot.
+func whyNoRoom(p *v1.BotPool) string {
+	var why []string
+	for _, srv := range p.Spec.Coolify.ServerList() {
+		switch h := healthOf(p, srv.UUID); {
+		case srv.Cordoned:
+			why = append(why, srv.UUID+" is cordoned")
+		case h.Out():
+			why = append(why, srv.UUID+" is "+string(h))
+		case srv.MaxSlots != nil:
+			why = append(why, fmt.Sprintf("%s is at its maxSlots %d", srv.UUID, *srv.MaxSlots))
+		}
+	}
+	return strings.Join(why, ", ")
 }

@@ -252,13 +252,19 @@ func (sc *scenario) nudgePool() {
 
 // serverHealthIs waits until the pool's status shows the server with health h, stepping the
 // suite's clock past the servers' refresh and nudging the pool to read them again.
+// The clock moves at most a few refreshes in all: on a slow machine the polls come often, and
+// an unbounded clock would fire the other bots' timers (queue, heartbeat, deployment).
 func (sc *scenario) serverHealthIs(uuid string, h v1.ServerHealth) *v1.BotPool {
 	sc.t.Helper()
 	var p *v1.BotPool
+	steps := 0
 	kubetest.Eventually(sc.t, 15*time.Second, func() error {
 		p = sc.poolNow()
 		if got := healthOf(p, uuid); got != h {
-			clk.Step(serversRefresh)
+			if steps < 3 {
+				clk.Step(serversRefresh)
+				steps++
+			}
 			sc.nudgePool()
 			return fmt.Errorf("server %s is %s, want %s", uuid, got, h)
 		}
@@ -313,6 +319,37 @@ func TestPoolKeepsBotsOffAnUnreachableServer(t *testing.T) {
 	}
 	if c := meta.FindStatusCondition(sc.poolNow().Status.Conditions, v1.ConditionServerOut); c != nil {
 		t.Fatalf("ServerOut kept after the server came back: %+v", c)
+	}
+}
+
+// TestPoolRoutesAroundAServerItsTokenDoesNotSee: a listed server that Coolify's list of
+// servers does not have (a typo, a deleted server, another team's) is NotFound: out, named in
+// ServerOut, no slot of it offered or counted as free; the pool's bots run on its other server.
+func TestPoolRoutesAroundAServerItsTokenDoesNotSee(t *testing.T) {
+	sc := newScenario(t, "notfound", sim.Config{})
+	home := sc.pool.Spec.Coolify.ServerUUID
+	const ghost = "nosuchserver0000000000000"
+	sc.updatePool(func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle = 4, 2
+		onServers(v1.PoolServer{UUID: home}, v1.PoolServer{UUID: ghost})(p)
+	})
+	sc.serverHealthIs(ghost, v1.ServerNotFound)
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		c := meta.FindStatusCondition(sc.poolNow().Status.Conditions, v1.ConditionServerOut)
+		if c == nil || c.Status != "True" || !strings.Contains(c.Message, ghost) || !strings.Contains(c.Message, "NotFound") {
+			return fmt.Errorf("ServerOut %+v, want True naming %s NotFound", c, ghost)
+		}
+		return nil
+	})
+	for _, name := range []string{"first", "second"} {
+		if s := slotOf(t, newBot(t, sc.ns, name, sc.pool.Name)); s.Spec.Server != home {
+			t.Fatalf("bot %s bound on %s, which the pool's Coolify token does not see", name, s.Spec.Server)
+		}
+	}
+	for _, s := range listSlots(t, sc.ns) {
+		if s.Spec.Server == ghost && (s.Status.ApplicationUUID != "" || s.Status.Phase != v1.SlotCreating) {
+			t.Errorf("slot %s on the unknown server is %s with application %q, want Creating with none", s.Name, s.Status.Phase, s.Status.ApplicationUUID)
+		}
 	}
 }
 

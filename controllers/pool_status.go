@@ -47,7 +47,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	switch {
 	case s.serversFull > 0:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonServersFull,
-			fmt.Sprintf("%d more slot(s) wanted, but every server is cordoned or at its maxSlots", s.serversFull))
+			fmt.Sprintf("%d more slot(s) wanted, but no server takes one: %s", s.serversFull, whyNoRoom(p)))
 	case len(s.created) > 0 || counts.Creating > 0:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonScalingUp,
 			"Creating slots for waiting bots or to keep minIdle slots warm")

@@ -87,6 +87,12 @@ func (b *BulkReader) RefreshServers(ctx context.Context, api CoolifyAPI) {
 	if !due {
 		return
 	}
+	b.readServers(ctx, lister, user, prio)
+}
+
+// readServers reads user's servers now and keeps what they say (a failure keeps the last
+// read).
+func (b *BulkReader) readServers(ctx context.Context, lister serverLister, user string, prio coolify.Priority) {
 	_, err, _ := b.flight.Do("servers/"+user, func() (any, error) {
 		list, err := lister.ListServers(coolify.WithPriority(ctx, prio))
 		if err != nil {
@@ -128,10 +134,49 @@ func (b *BulkReader) ServersSuspect(api CoolifyAPI) {
 // ServerSettings is what the last read of user's servers said of server; ok is false when
 // there was none, or the user does not see that server.
 func (b *BulkReader) ServerSettings(user, server string) (settings coolify.ServerSettings, ok bool) {
+	settings, _, ok = b.serverSeen(user, server)
+	return settings, ok
+}
+
+// serverMissing reports whether api's user does not see server (NotFound): a read of the
+// user's servers answered without it. The first time a read lacks it, the servers are read
+// again at once, so that a read from before the server existed (one added to Coolify and to
+// the pool together) never takes it out; after that the minute's reads tell, and the first
+// that lists it ends the verdict.
+func (b *BulkReader) serverMissing(ctx context.Context, api CoolifyAPI, server string) bool {
+	user := coolifyUser(api)
+	if _, read, listed := b.serverSeen(user, server); !read || listed {
+		b.mu.Lock()
+		delete(b.missing, user+"|"+server)
+		b.mu.Unlock()
+		return false
+	}
+	b.mu.Lock()
+	_, confirmed := b.missing[user+"|"+server]
+	b.mu.Unlock()
+	if !confirmed {
+		if lister, ok := api.(serverLister); ok {
+			b.readServers(ctx, lister, user, coolify.Housekeeping)
+		}
+		b.mu.Lock()
+		if b.missing == nil {
+			b.missing = map[string]bool{}
+		}
+		b.missing[user+"|"+server] = true
+		b.mu.Unlock()
+	}
+	_, _, listed := b.serverSeen(user, server)
+	return !listed
+}
+
+// serverSeen is ServerSettings that tells apart a user whose servers were never read (read
+// false) from a read that did not list the server (read true, listed false).
+func (b *BulkReader) serverSeen(user, server string) (settings coolify.ServerSettings, read, listed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	settings, ok = b.servers[user].items[server]
-	return settings, ok
+	snap, read := b.servers[user]
+	settings, listed = snap.items[server]
+	return settings, read, listed
 }
 
 // serverRuns is how many deployments a server runs at once by its settings: concurrent_builds,
@@ -184,8 +229,11 @@ func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) 
 	r.Coolify.RefreshServers(ctx, s.api)
 	s.health = map[string]v1.ServerHealth{}
 	for _, srv := range s.pool.Spec.Coolify.ServerList() {
-		st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), srv.UUID)
-		s.health[srv.UUID] = serverHealth(st, ok)
+		st, read, ok := r.Coolify.serverSeen(coolifyUser(s.api), srv.UUID)
+		if read && !ok && !r.Coolify.serverMissing(ctx, s.api, srv.UUID) {
+			st, read, ok = r.Coolify.serverSeen(coolifyUser(s.api), srv.UUID) // listed on a second look
+		}
+		s.health[srv.UUID] = serverHealth(st, read, ok)
 		if ok && !srv.Cordoned {
 			if s.servers == nil {
 				s.servers = map[string]coolify.ServerSettings{}
@@ -193,28 +241,33 @@ func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) 
 			s.servers[srv.UUID] = st
 		}
 	}
+	r.Coolify.markFailing(s.pool, s.health, r.Clock.Now())
 }
 
 // serverOut reads the servers of the slot's Coolify user again if due and says how the slot's
 // server is out ("Unreachable", "Unusable"), or "" when Coolify reports it functional or
-// does not say.
+// does not say. A server the user does not see is not out here: no container of the slot can
+// run there, and deleting the slot must not wait for a server that will never be back.
 func (r *BotPoolSlotReconciler) serverOut(ctx context.Context, s *slotScope) string {
 	if s.pool == nil {
 		return ""
 	}
 	r.Coolify.RefreshServers(ctx, s.api)
 	st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), slotServer(s.slot, s.pool))
-	if h := serverHealth(st, ok); h.Out() {
+	if h := serverHealth(st, ok, ok); h.Out() {
 		return string(h)
 	}
 	return ""
 }
 
-// serverHealth is what the settings read of a server say of its health.
-func serverHealth(st coolify.ServerSettings, known bool) v1.ServerHealth {
+// serverHealth is what the settings read of a server say of its health: read is false before
+// any read of the user's servers succeeded, listed whether that read had this server.
+func serverHealth(st coolify.ServerSettings, read, listed bool) v1.ServerHealth {
 	switch {
-	case !known:
+	case !read:
 		return v1.ServerHealthUnknown
+	case !listed:
+		return v1.ServerNotFound
 	case st.IsReachable != nil && !*st.IsReachable:
 		return v1.ServerUnreachable
 	case st.IsUsable != nil && !*st.IsUsable:

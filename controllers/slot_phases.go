@@ -28,6 +28,14 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 		return err
 	}
 	st := &s.slot.Status
+	if srv := slotServer(s.slot, s.pool); st.ApplicationUUID == "" && healthOf(s.pool, srv) == v1.ServerNotFound {
+		// Coolify would refuse the application (Server not found): say why the slot waits
+		// instead of retrying a create that cannot succeed. The pool offers it no bot, and
+		// a fixed server list (or Coolify seeing the server again) lets it go on.
+		st.Message = "Waiting: server " + srv + " " + outBecause(v1.ServerNotFound)
+		s.after(r.jittered(serversRefresh))
+		return nil
+	}
 	if st.ApplicationUUID == "" {
 		tag := r.appTag(s)
 		uuid, err := r.findOrCreateApp(ctx, s, tag)
@@ -482,6 +490,9 @@ func (r *BotPoolSlotReconciler) pollLater(ctx context.Context, s *slotScope, err
 func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg string) {
 	s.slot.Status.RecoveryAttempts = 0
 	r.setStandby(s, "") // the container is the bot's now
+	if s.pool != nil {
+		r.Coolify.StartEnded(s.pool.UID, slotServer(s.slot, s.pool), false, r.Clock.Now())
+	}
 	r.describe(ctx, s, v1.SlotBusy, r.Clock.Now())
 	if since := s.slot.Status.DeployingSince; since != nil { // a standby slot deployed before its bot
 		r.Metrics.timeToBusy(r.Clock.Since(since.Time))
@@ -687,10 +698,14 @@ func (r *BotPoolSlotReconciler) recreate(s *slotScope) {
 // toError moves the slot to Error; recovery runs on the next pass.
 func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reason, msg string) {
 	switch v1.BotReason(reason) {
-	case v1.ReasonDeploymentFailed, v1.ReasonDeploymentLost, v1.ReasonApplicationLost:
+	case v1.ReasonDeploymentFailed, v1.ReasonDeploymentLost, v1.ReasonApplicationLost, v1.ReasonDeploymentTimeout:
 		// What a server outage looks like from a slot: the pool reads the servers' health
-		// again on its next pass instead of within the minute.
+		// again on its next pass instead of within the minute, and counts the failure
+		// against the server for itself (server_failures.go).
 		r.Coolify.ServersSuspect(s.api)
+		if s.pool != nil {
+			r.Coolify.StartEnded(s.pool.UID, slotServer(s.slot, s.pool), true, r.Clock.Now())
+		}
 	}
 	s.slot.Status.RecoveryAttempts++
 	r.describe(ctx, s, v1.SlotError, time.Time{}, msg)

@@ -123,6 +123,14 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 		}
 		r.setStandby(s, v1.StandbyStarting)
 	}
+	if srv := slotServer(s.slot, s.pool); healthOf(s.pool, srv).Out() {
+		// Coolify would fail the deployment (or the pool's starts there keep failing): the
+		// container waits for the server to be back, instead of failing, recovering and
+		// failing again until the slot is retired.
+		st.Message = fmt.Sprintf("Standby container to start once server %s is back (%s)", srv, healthOf(s.pool, srv))
+		s.after(r.jittered(serversRetry))
+		return nil
+	}
 	if !r.admit(ctx, s) {
 		if !isCoolifyBusyMessage(st.Message) {
 			st.Message = "Standby container to start; " + gateWaitMessage
@@ -319,6 +327,7 @@ func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotSco
 	case dep != nil && dep.Status == coolify.DeploymentFinished:
 		// The deployment is over: no request is pending that a later pass must look for.
 		st.DeployingSince = nil
+		r.Coolify.StartEnded(s.pool.UID, slotServer(s.slot, s.pool), false, r.Clock.Now())
 		r.moveTo(s, v1.SlotIdle, "", "Standby container deployed (deployment "+dep.DeploymentUUID+"); waiting for it to ask for work")
 		return nil
 	case dep != nil:

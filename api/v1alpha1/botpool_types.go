@@ -399,8 +399,9 @@ const (
 	ServerUnlisted ServerState = "Unlisted"
 )
 
-// ServerHealth is what Coolify last said of a server's health (GET /servers).
-// +kubebuilder:validation:Enum=Healthy;Unreachable;Unusable;Unknown
+// ServerHealth is what Coolify last said of a server's health (GET /servers), and what the
+// pool's own starts there saw.
+// +kubebuilder:validation:Enum=Healthy;Unreachable;Unusable;NotFound;Failing;Unknown
 type ServerHealth string
 
 const (
@@ -412,13 +413,27 @@ const (
 	// ServerUnusable: Coolify reaches the server but cannot use it (is_usable false: no
 	// Docker, say). Treated as Unreachable.
 	ServerUnusable ServerHealth = "Unusable"
-	// ServerHealthUnknown: the servers were not read yet, or the token does not see this one.
-	// Treated as Healthy: a missing answer never takes a server out.
+	// ServerNotFound: Coolify answered the list of servers, and the pool's token does not see
+	// this one (a wrong uuid, a server deleted in Coolify, or another team's). No slot can be
+	// created there: treated as Unreachable.
+	ServerNotFound ServerHealth = "NotFound"
+	// ServerFailing: Coolify reports the server functional, but the pool's last starts there
+	// failed in a row (deployments failed or lost) while another of its servers took bots.
+	// Treated as Unreachable for this pool only, until a while after the last failure.
+	ServerFailing ServerHealth = "Failing"
+	// ServerHealthUnknown: the servers were not read yet (or the read failed). Treated as
+	// Healthy: a missing answer never takes a server out.
 	ServerHealthUnknown ServerHealth = "Unknown"
 )
 
 // Out reports whether the health keeps bots and new slots off the server.
-func (h ServerHealth) Out() bool { return h == ServerUnreachable || h == ServerUnusable }
+func (h ServerHealth) Out() bool {
+	switch h {
+	case ServerUnreachable, ServerUnusable, ServerNotFound, ServerFailing:
+		return true
+	}
+	return false
+}
 
 // ServerStatus is what the pool observed of its slots on one server.
 type ServerStatus struct {

@@ -55,6 +55,16 @@ func (w *PoolWrapper) MaxConcurrentDeployments(n int32) *PoolWrapper {
 	return w
 }
 
+// Servers spreads the pool over these servers (spec.coolify.servers, weight 1 each) instead of
+// a lone serverUUID.
+func (w *PoolWrapper) Servers(uuids ...string) *PoolWrapper {
+	w.Spec.Coolify.ServerUUID, w.Spec.Coolify.Servers = "", nil
+	for _, u := range uuids {
+		w.Spec.Coolify.Servers = append(w.Spec.Coolify.Servers, v1.PoolServer{UUID: u, Weight: 1})
+	}
+	return w
+}
+
 // Placement sets where the pool's applications go in Coolify.
 func (w *PoolWrapper) Placement(projectUUID, serverUUID, environment string) *PoolWrapper {
 	c := &w.Spec.Coolify
@@ -193,6 +203,9 @@ func (w *SlotWrapper) Since(t time.Time) *SlotWrapper {
 	return w
 }
 func (w *SlotWrapper) App(uuid string) *SlotWrapper { w.Status.ApplicationUUID = uuid; return w }
+
+// Server places the slot on a server (spec.server).
+func (w *SlotWrapper) Server(uuid string) *SlotWrapper { w.Spec.Server = uuid; return w }
 
 // Token sets the hash of the slot's bot API token.
 func (w *SlotWrapper) Token(sha256 string) *SlotWrapper { w.Status.TokenSHA256 = sha256; return w }
