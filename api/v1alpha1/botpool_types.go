@@ -129,7 +129,7 @@ type BotPoolSpec struct {
 // CoolifyPlacement locates the slots' applications in Coolify.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.environmentName) || has(self.environmentUUID)",message="set environmentName or environmentUUID (at least one)"
-// +kubebuilder:validation:XValidation:rule="has(self.serverUUID) != has(self.servers)",message="set serverUUID (one server) or servers (several), not both"
+// +kubebuilder:validation:XValidation:rule="has(self.serverUUID) != has(self.servers)",message="set exactly one of serverUUID (one server) and servers (several)"
 // +kubebuilder:validation:XValidation:rule="!has(self.servers) || !has(self.destinationUUID)",message="with servers, set destinationUUID on each server instead"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.serverUUID) || !has(self.servers) || self.servers[0].uuid == oldSelf.serverUUID",message="switching from serverUUID to servers: list the old server first (its slots stay on it; cordon it to move them)"
 type CoolifyPlacement struct {

@@ -149,9 +149,9 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 			want: "minIdle must not exceed maxSlots"},
 		{name: "serverUUID and servers", obj: pool(func(p *v1.BotPool) {
 			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "s2"}}
-		}), want: "set serverUUID (one server) or servers (several), not both"},
+		}), want: "set exactly one of serverUUID (one server) and servers (several)"},
 		{name: "neither serverUUID nor servers", obj: pool(func(p *v1.BotPool) { p.Spec.Coolify.ServerUUID = "" }),
-			want: "set serverUUID (one server) or servers (several), not both"},
+			want: "set exactly one of serverUUID (one server) and servers (several)"},
 		{name: "a server listed twice", obj: pool(func(p *v1.BotPool) {
 			p.Spec.Coolify.ServerUUID = ""
 			p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "s1"}, {UUID: "s1"}}
