@@ -232,7 +232,9 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		if st.DeployingSince != nil {
 			// A deploy request for a bot that let go since failed, maybe after Coolify had
 			// queued it: cancel and stop what it may have started.
-			r.cancelDeployment(ctx, s)
+			if err := r.cancelDeployment(ctx, s); err != nil {
+				return err
+			}
 			r.moveTo(s, v1.SlotReleasing, "", "The bot let go before its deployment was confirmed")
 			return nil // advance stops the container now, in this pass
 		}
@@ -397,7 +399,9 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		return nil
 	}
 	if s.bot == nil { // released mid-deploy: stop it
-		r.cancelDeployment(ctx, s)
+		if err := r.cancelDeployment(ctx, s); err != nil {
+			return err
+		}
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go during the deployment")
 		return nil // advance stops the container now, in this pass
 	}
@@ -423,14 +427,18 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 		r.toBusy(ctx, s, verdict.message)
 		return nil
 	case v1.SlotError:
-		r.cancelDeployment(ctx, s)
+		if err := r.cancelDeployment(ctx, s); err != nil {
+			return err
+		}
 		r.toError(ctx, s, verdict.reason, verdict.message)
 		return nil
 	}
 
 	switch stale {
 	case staleRecover:
-		r.cancelDeployment(ctx, s)
+		if err := r.cancelDeployment(ctx, s); err != nil {
+			return err
+		}
 		r.toError(ctx, s, string(v1.ReasonDeployingTimeout), "Deploying for longer than deployingTimeout without a recent heartbeat")
 		return nil
 	case staleSkip:
@@ -555,22 +563,35 @@ func (r *BotPoolSlotReconciler) deploymentSince(ctx context.Context, s *slotScop
 	return nil, nil
 }
 
-func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotScope) {
+// cancelDeployment cancels the slot's deployment if it may still run. An error means Coolify
+// did not confirm it: the caller must not move on (the pass fails and is retried). A
+// deployment left queued would run after the slot was stopped and bound to its next bot, start
+// a container with that bot's credential, and be replaced by that bot's own deployment in the
+// middle of its meeting.
+func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotScope) error {
 	uuid := s.slot.Status.DeploymentUUID
 	if uuid == "" && s.slot.Status.ApplicationUUID != "" {
 		// De-duplicated deploys carry no uuid: cancel the application's newest if it still runs,
 		// or it would bring the container back after the stop.
-		if _, deps, err := s.api.ListApplicationDeployments(ctx, s.slot.Status.ApplicationUUID, 0, 1); err == nil && len(deps) > 0 && !deps[0].Status.Terminal() {
+		_, deps, err := s.api.ListApplicationDeployments(ctx, s.slot.Status.ApplicationUUID, 0, 1)
+		switch {
+		case errors.Is(err, coolify.ErrNotFound):
+			return nil // the application is gone, and its deployments with it
+		case err != nil:
+			return fmt.Errorf("looking for the deployment to cancel: %w", err)
+		case len(deps) > 0 && !deps[0].Status.Terminal():
 			uuid = deps[0].DeploymentUUID
 		}
 	}
-	if uuid != "" {
-		// Cancel before stop: a stop does not cancel a deployment in flight, which could bring
-		// the container back. A deployment already over answers 400; nothing to do then.
-		if err := s.api.CancelDeployment(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrBadRequest) && !errors.Is(err, coolify.ErrNotFound) {
-			ctrl.LoggerFrom(ctx).Error(err, "Cancelling the deployment failed", "deploymentUUID", uuid)
-		}
+	if uuid == "" {
+		return nil
 	}
+	// Cancel before stop: a stop does not cancel a deployment in flight, which could bring
+	// the container back. A deployment already over answers 400; nothing to do then.
+	if err := s.api.CancelDeployment(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrBadRequest) && !errors.Is(err, coolify.ErrNotFound) {
+		return fmt.Errorf("cancelling deployment %s: %w", uuid, err)
+	}
+	return nil
 }
 
 // busy waits for the bot to let go, checking now and then that the application still exists.
@@ -795,7 +816,9 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 					return nil
 				}
 				if s.slot.Status.Phase == v1.SlotDeploying {
-					r.cancelDeployment(ctx, s)
+					if err := r.cancelDeployment(ctx, s); err != nil {
+						return err
+					}
 				}
 				// Stop and delete answer 404 once the application is gone: that is success here.
 				if err := s.api.Stop(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrNotFound) {

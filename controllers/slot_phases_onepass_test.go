@@ -166,6 +166,22 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		want: onePassResult{Phase: v1.SlotError, Reason: string(v1.ReasonDeploymentFailed),
 			Calls: []string{"ListActiveDeployments", "GetDeployment dep-1", "CancelDeployment dep-1", "SetDescription " + app}},
 	}, {
+		name: "Deploying, the deployment timed out and its cancel answers 500: the pass fails, the slot stays Deploying (a deployment left queued would run over the next bot)",
+		objs: []client.Object{pool(), bot(), slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotDeploying).Since(now.Add(-time.Hour)).
+			Deployment("dep-1", now.Add(-time.Hour)).Obj()},
+		coolify: &bt.Coolify{
+			ListActiveDeploymentsFn: func(context.Context) ([]coolify.Deployment, error) {
+				return []coolify.Deployment{{DeploymentUUID: "dep-1", Status: coolify.DeploymentQueued}}, nil
+			},
+			GetDeploymentFn: deployment(coolify.DeploymentQueued),
+			CancelDeploymentFn: func(context.Context, string) error {
+				return fmt.Errorf("cancel: %w", coolify.ErrServer)
+			},
+			SetDescriptionFn: described,
+		},
+		want: onePassResult{Phase: v1.SlotDeploying, Err: true,
+			Calls: []string{"ListActiveDeployments", "ListActiveDeployments", "CancelDeployment dep-1"}},
+	}, {
 		name: "Deploying, the status write conflicts: the pass fails and is retried, the stored slot stays Deploying",
 		objs: []client.Object{pool(), bot(), deploying().Obj()},
 		coolify: &bt.Coolify{

@@ -343,7 +343,9 @@ func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotSco
 	default:
 		failed = deployVerdict{reason: string(v1.ReasonDeploymentLost), message: "No deployment of the standby container can be found"}
 	}
-	r.cancelDeployment(ctx, s)
+	if err := r.cancelDeployment(ctx, s); err != nil {
+		return err
+	}
 	st.DeploymentUUID, st.DeployingSince = "", nil
 	r.toError(ctx, s, failed.reason, "Starting a standby container: "+failed.message)
 	return nil
