@@ -42,13 +42,15 @@ type soakBots struct {
 	runs     map[string]*botRun // by application uuid: the container running now
 	lastStop map[string]uint64  // by application uuid: Seq of the latest stop seen
 	beats    map[string]time.Time
-	crashes  map[string]int       // by stop reason: "crashed", "crash-loop"
+	crashes  map[string]int       // by stop reason: "crashed", "crash-loop", "lost" (a rebooted server)
 	outcomes map[string]int       // how runs ended
 	dead     map[string]time.Time // application → when its bot process ended without the operator (fake clock)
 	deaths   []string             // why, the first few
 	stalls   int
 	restarts int // containers started over a running one: a second deployment
-	wg       sync.WaitGroup
+	// restartLog says which, when and over which bot.
+	restartLog []string
+	wg         sync.WaitGroup
 
 	// What the containers were given (invariant 12).
 	latest   map[string]*botRun           // by application uuid: the last container started, running or not
@@ -122,6 +124,8 @@ func (b *soakBots) start(c sim.Container) {
 	// asking) is no such restart.
 	if c.Reason == "redeployed" && prev != nil && prev.given != "" {
 		b.restarts++
+		b.restartLog = append(b.restartLog, fmt.Sprintf("container %d of %s (%s, server %s) at %s over container %d of bot %s (its process ended: %v)",
+			c.Seq, c.AppName, c.AppUUID, c.ServerUUID, c.At.Format(time.TimeOnly), prev.seq, prev.given, prev.done))
 	}
 	delete(b.dead, c.AppUUID)
 	b.runs[c.AppUUID] = run
@@ -153,9 +157,9 @@ func (b *soakBots) stop(c sim.Container) {
 	}
 	run.cancel()
 	delete(b.runs, c.AppUUID)
-	if c.Reason == "crashed" || c.Reason == "crash-loop" {
-		// The container lives on (crash-looping) or is gone, but the bot is: only its
-		// silence tells the operator.
+	if c.Reason == "crashed" || c.Reason == "crash-loop" || c.Reason == "lost" {
+		// The container lives on (crash-looping) or is gone (crashed, or lost with its
+		// rebooted server), but the bot is: only its silence tells the operator.
 		b.crashes[c.Reason]++
 		b.dead[c.AppUUID] = c.At
 		b.lost[c.AppUUID] = append(b.lost[c.AppUUID], c.At)
@@ -315,6 +319,13 @@ func (b *soakBots) redeployed() int {
 	return b.restarts
 }
 
+// restartsSeen describes the containers started over a running one.
+func (b *soakBots) restartsSeen() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.restartLog, "; ")
+}
+
 // close ends every bot process and waits for them.
 func (b *soakBots) close() {
 	b.mu.Lock()
@@ -336,8 +347,8 @@ func (b *soakBots) summary() string {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, b.outcomes[k]))
 	}
-	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, redeployed while running %d, waited for a binding %d; configurations received %d; clock holds given up %d; deaths: %s",
-		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.restarts, b.standby, len(b.servedBy), b.stalls, strings.Join(b.deaths, "; "))
+	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, lost with a rebooted server %d, redeployed while running %d, waited for a binding %d; configurations received %d; clock holds given up %d; deaths: %s",
+		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.crashes["lost"], b.restarts, b.standby, len(b.servedBy), b.stalls, strings.Join(b.deaths, "; "))
 }
 
 // beatRecorder notes the bot API's answers that matter to the soak: which bot a container
