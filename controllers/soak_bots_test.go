@@ -50,6 +50,7 @@ type soakBots struct {
 	restarts int // containers started over a running one: a second deployment
 	// restartLog says which, when and over which bot.
 	restartLog []string
+	overEnded  int // containers started over one whose bot had ended (its stop lost)
 	wg         sync.WaitGroup
 
 	// What the containers were given (invariant 12).
@@ -121,11 +122,17 @@ func (b *soakBots) start(c sim.Container) {
 	}
 	// A second deployment over the container of a bot restarts the bot mid-call. A fresh
 	// container replacing one that never received a bot (a standby container that stopped
-	// asking) is no such restart.
-	if c.Reason == "redeployed" && prev != nil && prev.given != "" {
+	// asking) is no such restart, nor is one replacing the container of a bot that ended: its
+	// slot's stop was lost (Coolify drops stops to a server it cannot reach), and the next bot
+	// is deployed over what is left.
+	switch {
+	case c.Reason != "redeployed" || prev == nil || prev.given == "":
+	case prev.done:
+		b.overEnded++
+	default:
 		b.restarts++
-		b.restartLog = append(b.restartLog, fmt.Sprintf("container %d of %s (%s, server %s) at %s over container %d of bot %s (its process ended: %v)",
-			c.Seq, c.AppName, c.AppUUID, c.ServerUUID, c.At.Format(time.TimeOnly), prev.seq, prev.given, prev.done))
+		b.restartLog = append(b.restartLog, fmt.Sprintf("container %d of %s (%s, server %s) at %s over container %d of bot %s",
+			c.Seq, c.AppName, c.AppUUID, c.ServerUUID, c.At.Format(time.TimeOnly), prev.seq, prev.given))
 	}
 	delete(b.dead, c.AppUUID)
 	b.runs[c.AppUUID] = run
@@ -347,8 +354,8 @@ func (b *soakBots) summary() string {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, b.outcomes[k]))
 	}
-	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, lost with a rebooted server %d, redeployed while running %d, waited for a binding %d; configurations received %d; clock holds given up %d; deaths: %s",
-		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.crashes["lost"], b.restarts, b.standby, len(b.servedBy), b.stalls, strings.Join(b.deaths, "; "))
+	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, lost with a rebooted server %d, redeployed while running %d, deployed over one whose bot had ended (a stop lost) %d, waited for a binding %d; configurations received %d; clock holds given up %d; deaths: %s",
+		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.crashes["lost"], b.restarts, b.overEnded, b.standby, len(b.servedBy), b.stalls, strings.Join(b.deaths, "; "))
 }
 
 // beatRecorder notes the bot API's answers that matter to the soak: which bot a container

@@ -226,8 +226,15 @@ func (s *soak) retriesCaught(bots []v1.Bot) {
 	parts := make([]string, 0, len(s.outages))
 	caught := 0
 	for _, o := range s.outages {
-		parts = append(parts, fmt.Sprintf("%s: %d bots", o, len(byOutage[o])))
-		caught += len(byOutage[o])
+		names := make([]string, 0, len(byOutage[o]))
+		for i := range bots {
+			if byOutage[o][bots[i].UID] {
+				names = append(names, bots[i].Name)
+			}
+		}
+		sort.Strings(names)
+		parts = append(parts, fmt.Sprintf("%s: %d bots%s", o, len(names), nameList(names)))
+		caught += len(names)
 	}
 	s.t.Logf("failed starts: %d bots had %d; caught by the server outages: %d bots (%s), of which ended %s; other failed starts by reason: %s",
 		retried, attempts, caught, strings.Join(parts, ", "), countsString(ends), countsString(otherAttempts))
@@ -383,4 +390,15 @@ func (s *soak) serversAllUp() {
 		s.sc.sim.SetServerReachable(uuid, true)
 		s.sc.sim.SetServerUsable(uuid, true)
 	}
+}
+
+// nameList is " (a, b, c…)" for up to five names, "" for none.
+func nameList(names []string) string {
+	switch {
+	case len(names) == 0:
+		return ""
+	case len(names) > 5:
+		return " (" + strings.Join(names[:5], ", ") + "…)"
+	}
+	return " (" + strings.Join(names, ", ") + ")"
 }
