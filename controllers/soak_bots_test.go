@@ -50,7 +50,8 @@ type soakBots struct {
 	restarts int // containers started over a running one: a second deployment
 	// restartLog says which, when and over which bot.
 	restartLog []string
-	overEnded  int // containers started over one whose bot had ended (its stop lost)
+	overEnded  int             // containers started over one whose bot had ended (its stop lost)
+	restartAt  []sim.Container // the application and time of each restart
 	wg         sync.WaitGroup
 
 	// What the containers were given (invariant 12).
@@ -133,6 +134,7 @@ func (b *soakBots) start(c sim.Container) {
 		b.restarts++
 		b.restartLog = append(b.restartLog, fmt.Sprintf("container %d of %s (%s, server %s) at %s over container %d of bot %s",
 			c.Seq, c.AppName, c.AppUUID, c.ServerUUID, c.At.Format(time.TimeOnly), prev.seq, prev.given))
+		b.restartAt = append(b.restartAt, sim.Container{AppUUID: c.AppUUID, At: c.At})
 	}
 	delete(b.dead, c.AppUUID)
 	b.runs[c.AppUUID] = run
@@ -326,11 +328,23 @@ func (b *soakBots) redeployed() int {
 	return b.restarts
 }
 
-// restartsSeen describes the containers started over a running one.
-func (b *soakBots) restartsSeen() string {
+// restartsSeen describes the containers started over a running one, with the deployments
+// of their applications in the minutes before (what the slot asked of Coolify).
+func (b *soakBots) restartsSeen(deps []sim.DeploymentInfo) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return strings.Join(b.restartLog, "; ")
+	parts := make([]string, 0, len(b.restartLog))
+	for i, line := range b.restartLog {
+		at := b.restartAt[i]
+		var seen []string
+		for _, d := range deps {
+			if d.AppUUID == at.AppUUID && !d.Created.Before(at.At.Add(-5*time.Minute)) && !d.Created.After(at.At) {
+				seen = append(seen, fmt.Sprintf("%s created %s %s", d.UUID, d.Created.Format(time.TimeOnly), d.Status))
+			}
+		}
+		parts = append(parts, line+" (deployments of the application in the 5 minutes before: "+strings.Join(seen, ", ")+")")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // close ends every bot process and waits for them.

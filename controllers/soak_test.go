@@ -674,7 +674,7 @@ func (s *soak) report(chaos map[int]int, chaosLength, converge, drained time.Dur
 	s.t.Logf("time: %s of chaos, converged in %s, drained in %s (simulated); %s wall, of which %s; %d nudges",
 		chaosLength, converge, drained.Round(time.Second), wall.Round(time.Second), countsString(rounded(s.wall)), s.nudged)
 	if n := s.bots.redeployed(); n > 0 {
-		s.findings.violate("%d containers were deployed again while their bot ran: each restart killed a bot mid-call: %s", n, s.bots.restartsSeen())
+		s.findings.violate("%d containers were deployed again while their bot ran: each restart killed a bot mid-call: %s", n, s.bots.restartsSeen(s.sc.sim.Deployments()))
 	}
 	if !s.pgSawDown {
 		s.findings.violate("the store never noticed the Postgres outage: the restart tested nothing")
