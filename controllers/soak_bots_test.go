@@ -42,13 +42,17 @@ type soakBots struct {
 	runs     map[string]*botRun // by application uuid: the container running now
 	lastStop map[string]uint64  // by application uuid: Seq of the latest stop seen
 	beats    map[string]time.Time
-	crashes  map[string]int       // by stop reason: "crashed", "crash-loop"
+	crashes  map[string]int       // by stop reason: "crashed", "crash-loop", "lost" (a rebooted server)
 	outcomes map[string]int       // how runs ended
 	dead     map[string]time.Time // application → when its bot process ended without the operator (fake clock)
 	deaths   []string             // why, the first few
 	stalls   int
 	restarts int // containers started over a running one: a second deployment
-	wg       sync.WaitGroup
+	// restartLog says which, when and over which bot.
+	restartLog []string
+	overEnded  int             // containers started over one whose bot had ended (its stop lost)
+	restartAt  []sim.Container // the application and time of each restart
+	wg         sync.WaitGroup
 
 	// What the containers were given (invariant 12).
 	latest   map[string]*botRun           // by application uuid: the last container started, running or not
@@ -119,9 +123,18 @@ func (b *soakBots) start(c sim.Container) {
 	}
 	// A second deployment over the container of a bot restarts the bot mid-call. A fresh
 	// container replacing one that never received a bot (a standby container that stopped
-	// asking) is no such restart.
-	if c.Reason == "redeployed" && prev != nil && prev.given != "" {
+	// asking) is no such restart, nor is one replacing the container of a bot that ended: its
+	// slot's stop was lost (Coolify drops stops to a server it cannot reach), and the next bot
+	// is deployed over what is left.
+	switch {
+	case c.Reason != "redeployed" || prev == nil || prev.given == "":
+	case prev.done:
+		b.overEnded++
+	default:
 		b.restarts++
+		b.restartLog = append(b.restartLog, fmt.Sprintf("container %d of %s (%s, server %s) at %s over container %d of bot %s",
+			c.Seq, c.AppName, c.AppUUID, c.ServerUUID, c.At.Format(time.TimeOnly), prev.seq, prev.given))
+		b.restartAt = append(b.restartAt, sim.Container{AppUUID: c.AppUUID, At: c.At})
 	}
 	delete(b.dead, c.AppUUID)
 	b.runs[c.AppUUID] = run
@@ -153,9 +166,9 @@ func (b *soakBots) stop(c sim.Container) {
 	}
 	run.cancel()
 	delete(b.runs, c.AppUUID)
-	if c.Reason == "crashed" || c.Reason == "crash-loop" {
-		// The container lives on (crash-looping) or is gone, but the bot is: only its
-		// silence tells the operator.
+	if c.Reason == "crashed" || c.Reason == "crash-loop" || c.Reason == "lost" {
+		// The container lives on (crash-looping) or is gone (crashed, or lost with its
+		// rebooted server), but the bot is: only its silence tells the operator.
 		b.crashes[c.Reason]++
 		b.dead[c.AppUUID] = c.At
 		b.lost[c.AppUUID] = append(b.lost[c.AppUUID], c.At)
@@ -315,6 +328,25 @@ func (b *soakBots) redeployed() int {
 	return b.restarts
 }
 
+// restartsSeen describes the containers started over a running one, with the deployments
+// of their applications in the minutes before (what the slot asked of Coolify).
+func (b *soakBots) restartsSeen(deps []sim.DeploymentInfo) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	parts := make([]string, 0, len(b.restartLog))
+	for i, line := range b.restartLog {
+		at := b.restartAt[i]
+		var seen []string
+		for _, d := range deps {
+			if d.AppUUID == at.AppUUID && !d.Created.Before(at.At.Add(-5*time.Minute)) && !d.Created.After(at.At) {
+				seen = append(seen, fmt.Sprintf("%s created %s %s", d.UUID, d.Created.Format(time.TimeOnly), d.Status))
+			}
+		}
+		parts = append(parts, line+" (deployments of the application in the 5 minutes before: "+strings.Join(seen, ", ")+")")
+	}
+	return strings.Join(parts, "; ")
+}
+
 // close ends every bot process and waits for them.
 func (b *soakBots) close() {
 	b.mu.Lock()
@@ -336,8 +368,8 @@ func (b *soakBots) summary() string {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, b.outcomes[k]))
 	}
-	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, redeployed while running %d, waited for a binding %d; configurations received %d; clock holds given up %d; deaths: %s",
-		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.restarts, b.standby, len(b.servedBy), b.stalls, strings.Join(b.deaths, "; "))
+	return fmt.Sprintf("bot processes: %s; containers crashed %d, crash-looped %d, lost with a rebooted server %d, redeployed while running %d, deployed over one whose bot had ended (a stop lost) %d, waited for a binding %d; configurations received %d; clock holds given up %d; deaths: %s",
+		strings.Join(parts, ", "), b.crashes["crashed"], b.crashes["crash-loop"], b.crashes["lost"], b.restarts, b.overEnded, b.standby, len(b.servedBy), b.stalls, strings.Join(b.deaths, "; "))
 }
 
 // beatRecorder notes the bot API's answers that matter to the soak: which bot a container

@@ -87,6 +87,10 @@ func (s *soak) plan(steps int) {
 	pgLen := int((3*time.Minute + time.Duration(s.rng.IntN(7))*time.Minute) / soakInterval)
 	at(pgStart, s.stopPostgres)
 	at(min(pgStart+pgLen, steps-1), s.resumePostgres)
+	// Last, so the draws above stay what they were for a seed: a server goes out now and
+	// then, and comes back before the crashes stop (a rebooted server's bots are found out by
+	// their silence too).
+	s.planOutages(steps, 5, steps-timeout, at)
 }
 
 // planBots draws the arrivals: 30% in bursts of 8 to 20, the rest alone, over the whole chaos
@@ -166,7 +170,7 @@ func (s *soak) setErrors() {
 }
 
 // faultsOff ends the chaos: no more errors, bursts, latency, outages, failed pulls or crashes,
-// and Postgres up.
+// every server back, and Postgres up.
 func (s *soak) faultsOff() {
 	s.latency = 0
 	for _, op := range append(append([]string{"*"}, soakBurstOps...), soakAfterOps...) {
@@ -175,6 +179,7 @@ func (s *soak) faultsOff() {
 	s.sc.sim.SetOutage(false)
 	s.sc.sim.FailPulls(s.sc.pool.Spec.Image, 0)
 	s.sc.sim.CrashContainers(s.sc.pool.Spec.Image, sim.Crash{})
+	s.serversAllUp()
 	if s.pgDown {
 		s.resumePostgres()
 	}

@@ -143,3 +143,157 @@ func TestSoakStandbyChecksFail(t *testing.T) {
 		})
 	}
 }
+
+// TestSoakServerChecksFail: each of the soak's checks of several servers, their outages and
+// retried starts (soak_servers_test.go) fails on the history that breaks it, and stays quiet
+// on the one that keeps it.
+func TestSoakServerChecksFail(t *testing.T) {
+	one := int32(1)
+	pool := newPool("ns", "servers", func(p *v1.BotPool) {
+		p.Spec.MaxSlots = 5
+		p.Spec.Coolify.ServerUUID = ""
+		p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "srv-a", MaxSlots: &one, Weight: 1}, {UUID: "srv-b", Weight: 1}, {UUID: "srv-c", Weight: 1, Cordoned: true}}
+	})
+	at := func(minutes int) metav1.Time {
+		return metav1.NewTime(time.Date(2026, 1, 1, 12, minutes, 0, 0, time.UTC))
+	}
+	slotOn := func(name, server string, bot *v1.BotReference, deleting bool) v1.BotPoolSlot {
+		sl := v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.BotPoolSlotSpec{Server: server, BotRef: bot},
+			Status: v1.BotPoolSlotStatus{Phase: v1.SlotIdle}}
+		if deleting {
+			now := metav1.Now()
+			sl.DeletionTimestamp = &now
+		}
+		return sl
+	}
+	bot := func(phase v1.BotPhase, attempts int, mutate ...func(*v1.Bot)) v1.Bot {
+		b := v1.Bot{ObjectMeta: metav1.ObjectMeta{Name: "bot-a", UID: "uid-a"}, Status: v1.BotStatus{Phase: phase, SlotName: "pool-zoom-001"}}
+		for i := range attempts {
+			b.Status.StartAttempts = append(b.Status.StartAttempts, v1.StartAttempt{SlotName: "pool-zoom-001", Server: "srv-a",
+				Reason: v1.ReasonDeploymentFailed, At: at(10 + i)})
+		}
+		for _, f := range mutate {
+			f(&b)
+		}
+		return b
+	}
+	started := func(minutes int) func(*v1.Bot) {
+		return func(b *v1.Bot) { t := at(minutes); b.Status.StartedAt = &t }
+	}
+	fatal := func(reason v1.BotReason) func(*v1.Bot) {
+		return func(b *v1.Bot) { b.Status.Reason, b.Status.FinishedAt = reason, ptrTo(at(30)) }
+	}
+	ref := &v1.BotReference{Name: "bot-a", UID: "uid-a"}
+	for _, tc := range []struct {
+		name, want string
+		play       func(o *soakObserver)
+	}{
+		{"slots within each server's maxSlots", "", func(o *soakObserver) {
+			o.checkServers(&soakSnapshot{slots: []v1.BotPoolSlot{slotOn("s1", "srv-a", ref, false), slotOn("s2", "srv-a", nil, true), slotOn("s3", "srv-b", nil, false)}})
+		}},
+		{"a server above its maxSlots", "invariant 13: server srv-a holds 2 of the pool's slots, maxSlots 1", func(o *soakObserver) {
+			o.checkServers(&soakSnapshot{slots: []v1.BotPoolSlot{slotOn("s1", "srv-a", nil, false), slotOn("s2", "srv-a", nil, false)}})
+		}},
+		{"a bot bound on a cordoned server", "invariant 14: bot bot-a is bound to slot s1 on server srv-c, which is Cordoned", func(o *soakObserver) {
+			o.checkServers(&soakSnapshot{slots: []v1.BotPoolSlot{slotOn("s1", "srv-c", ref, false)}})
+		}},
+		{"a bot bound on an unlisted server", "invariant 14: bot bot-a is bound to slot s1 on server srv-gone, which is Unlisted", func(o *soakObserver) {
+			o.checkServers(&soakSnapshot{slots: []v1.BotPoolSlot{slotOn("s1", "srv-gone", ref, false)}})
+		}},
+		{"a bot back in the queue with its failed start", "", func(o *soakObserver) {
+			o.checkStarts(&soakSnapshot{bots: []v1.Bot{bot(v1.BotDeploying, 0)}})
+			o.checkStarts(&soakSnapshot{bots: []v1.Bot{bot(v1.BotQueued, 1)}})
+			o.checkStarts(&soakSnapshot{bots: []v1.Bot{bot(v1.BotInCall, 1, started(20))}})
+		}},
+		{"a bot back in the queue without its failed start", "bot bot-a was sent back to the queue from slot pool-zoom-001 without its failed start recorded", func(o *soakObserver) {
+			o.checkStarts(&soakSnapshot{bots: []v1.Bot{bot(v1.BotDeploying, 1)}})
+			o.checkStarts(&soakSnapshot{bots: []v1.Bot{bot(v1.BotQueued, 1)}})
+		}},
+		{"a bot that ran back in the queue", "bot bot-a reported running at 12:20:00, yet it is back in the queue", func(o *soakObserver) {
+			o.checkStarts(&soakSnapshot{bots: []v1.Bot{bot(v1.BotQueued, 1, started(20))}})
+		}},
+		{"a failed start recorded after the bot ran", "yet a failed start was recorded at 12:11:00", func(o *soakObserver) {
+			o.checkStarts(&soakSnapshot{bots: []v1.Bot{bot(v1.BotFatal, 2, started(5))}})
+		}},
+		{"a failed start at the last attempt", "", func(o *soakObserver) {
+			for _, b := range []v1.Bot{bot(v1.BotFatal, 3, fatal(v1.ReasonDeploymentFailed)),
+				bot(v1.BotFatal, 0, fatal(v1.ReasonDeploymentLost), started(5)),
+				bot(v1.BotFatal, 0, fatal(v1.ReasonStandbyLost), func(b *v1.Bot) { b.Status.Binding = &v1.BindingClaim{SlotName: "pool-zoom-001"} }),
+				bot(v1.BotFatal, 0, fatal(v1.ReasonHeartbeatTimeout))} {
+				o.checkFailedStart(&b)
+			}
+		}},
+		{"a failed start with attempts left", "bot bot-a failed DeploymentLost () after 1 of its 3 start attempts", func(o *soakObserver) {
+			b := bot(v1.BotFatal, 1, fatal(v1.ReasonDeploymentLost))
+			o.checkFailedStart(&b)
+		}},
+		{"a failed start with the bot's own limit left", "after 3 of its 4 start attempts", func(o *soakObserver) {
+			b := bot(v1.BotFatal, 3, fatal(v1.ReasonDeploymentFailed), func(b *v1.Bot) { b.Spec.MaxStartAttempts = 4 })
+			o.checkFailedStart(&b)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			findings := &soakFindings{t: t, errorf: t.Logf}
+			o := newSoakObserver(t, "ns", pool, nil, nil, findings, time.Second, time.Minute)
+			tc.play(o)
+			got := strings.Join(findings.list, "; ")
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Fatalf("violations %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	t.Run("servers reported out once every one is back", func(t *testing.T) {
+		p := pool.DeepCopy()
+		p.Status.Servers = []v1.ServerStatus{{UUID: "srv-a", Health: v1.ServerHealthy}, {UUID: "srv-b", Health: v1.ServerHealthUnknown}}
+		if err := serversBack(p); err != nil {
+			t.Fatalf("no server out, yet: %v", err)
+		}
+		p.Status.Servers[1].Health = v1.ServerUnreachable
+		if err := serversBack(p); err == nil || !strings.Contains(err.Error(), "invariant 15: the pool still reports servers out, every one is back: srv-b Unreachable") {
+			t.Fatalf("got %v, want invariant 15 naming srv-b", err)
+		}
+	})
+
+	outage := &soakOutage{n: 1, server: "srv-a", kind: outageUnreachable, from: at(10).Time, to: at(14).Time}
+	t.Run("an outage explains what a start met on its server, in its time", func(t *testing.T) {
+		o := newSoakObserver(t, "ns", pool, nil, nil, &soakFindings{t: t}, time.Second, time.Minute)
+		for _, tc := range []struct {
+			name         string
+			server       string
+			queued, ends int
+			want         bool
+		}{
+			{"on the server, during it", "srv-a", 11, 12, true},
+			{"on the server, ended after it", "srv-a", 5, 40, true},
+			{"on another server", "srv-b", 11, 12, false},
+			{"on the server, before it", "srv-a", 1, 9, false},
+			{"on the server, long after it", "srv-a", 30, 40, false},
+		} {
+			b := bot(v1.BotFatal, 1, fatal(v1.ReasonDeploymentLost), func(b *v1.Bot) {
+				b.Status.StartAttempts[0].Server = tc.server
+				b.Status.QueuedAt, b.Status.FinishedAt = ptrTo(at(tc.queued)), ptrTo(at(tc.ends))
+			})
+			if got := o.outageExplains(&b, []*soakOutage{outage}); got != tc.want {
+				t.Errorf("%s: explained %v, want %v", tc.name, got, tc.want)
+			}
+		}
+	})
+
+	t.Run("outages that caught no start", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, want string
+			server     string
+		}{
+			{"caught one", "", "srv-a"},
+			{"caught none", "the server outages (#1 srv-a unreachable 12:10:00–12:14:00: 0 bots) caught no start: they tested nothing", "srv-b"},
+		} {
+			findings := &soakFindings{t: t, errorf: t.Logf}
+			s := &soak{t: t, findings: findings, outages: []*soakOutage{outage}}
+			s.retriesCaught([]v1.Bot{bot(v1.BotDone, 1, func(b *v1.Bot) { b.Status.StartAttempts[0].Server = tc.server })})
+			if got := strings.Join(findings.list, "; "); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("%s: violations %q, want %q", tc.name, got, tc.want)
+			}
+		}
+	})
+}

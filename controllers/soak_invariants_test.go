@@ -36,7 +36,9 @@ import (
 // one heartbeat) needs a bot that stops and resumes beating on purpose:
 // TestHeartbeatLossAndReturn checks it. 12 as the containers run (given, freshContainer,
 // reportsFor), on every binding of a standby slot as written (watchBindings), and every round
-// against the claims the bots record (checkClaims).
+// against the claims the bots record (checkClaims). 13 and 14 every round (checkServers), 15
+// whenever the pools must converge (serversBack), and the rules of retried starts every round
+// (checkStarts) and on every failed bot (checkFailedStart): soak_servers_test.go.
 type soakObserver struct {
 	t    *testing.T
 	ns   string
@@ -52,6 +54,7 @@ type soakObserver struct {
 	suspects    map[string]*suspect
 	queuedSince map[types.UID]time.Time // real time a bot was first seen waiting
 	prevQueued  map[types.UID]bool
+	startedWith map[types.UID]int // bots last seen with a slot: their start attempts then (checkStarts)
 	findings    *soakFindings
 	checks      int
 	bindings    atomic.Int64 // bindings to standby slots checked (watchBindings)
@@ -419,6 +422,14 @@ func (o *soakObserver) converged(quiet bool) error {
 	if n := len(snap.slots); n > int(o.pool.Spec.MaxSlots) {
 		return fmt.Errorf("%d slots, maxSlots %d", n, o.pool.Spec.MaxSlots)
 	}
+	// The pools converge only with every server in: the soak settles with none out.
+	var pool v1.BotPool
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(o.pool), &pool); err != nil {
+		return err
+	}
+	if err := serversBack(&pool); err != nil {
+		return err
+	}
 	queued := 0
 	for i := range snap.bots {
 		b := &snap.bots[i]
@@ -479,7 +490,11 @@ func (o *soakObserver) standbySettled(s *v1.BotPoolSlot, app sim.AppInfo, quiet 
 // invariants 8 and 10); a failed deployment must be one the simulator failed; anything else
 // (a slot lost, an application lost, a stop that failed…) has no cause in the soak's faults,
 // only in a failed read or a bug (invariant 9), and is a violation.
-func (o *soakObserver) explainFailures(step time.Duration) map[string]int {
+//
+// A server outage explains what a start met on that server (a deployment lost or timed out,
+// an application gone, a container that did not come up); a failed start of the
+// infrastructure ends a bot only at its last attempt (checkFailedStart).
+func (o *soakObserver) explainFailures(step time.Duration, outages []*soakOutage) map[string]int {
 	snap, err := o.snapshot()
 	if err != nil {
 		o.t.Fatal(err)
@@ -501,6 +516,7 @@ func (o *soakObserver) explainFailures(step time.Duration) map[string]int {
 		}
 		reason := string(b.Status.Reason)
 		reasons[reason]++
+		o.checkFailedStart(b)
 		if b.Status.Reason != v1.ReasonQueueTimeout && (b.Status.SlotName == "" || b.Status.ApplicationUUID == "") {
 			o.violate("bot %s failed %s on a slot, but its status does not say which (slot %q, application %q)",
 				b.Name, reason, b.Status.SlotName, b.Status.ApplicationUUID)
@@ -529,9 +545,16 @@ func (o *soakObserver) explainFailures(step time.Duration) map[string]int {
 				o.violate("bot %s failed %s (%s), but no deployment of its application %s failed in Coolify",
 					b.Name, reason, b.Status.Message, b.Status.ApplicationUUID)
 			}
+		case v1.ReasonDeploymentLost, v1.ReasonDeploymentTimeout, v1.ReasonApplicationLost:
+			if !o.outageExplains(b, outages) {
+				o.violate("bot %s failed %s (%s): nothing the soak injected explains it", b.Name, reason, b.Status.Message)
+			}
 		default:
 			if reason == string(v1.ReasonDeployingTimeout) && beatBefore(fresh) {
 				o.violate("bot %s failed %s while it beat (invariant 8)", b.Name, reason)
+				continue
+			}
+			if reason == string(v1.ReasonDeployingTimeout) && o.outageExplains(b, outages) {
 				continue
 			}
 			o.violate("bot %s failed %s (%s): nothing the soak injected explains it", b.Name, reason, b.Status.Message)

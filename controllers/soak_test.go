@@ -87,10 +87,12 @@ func soakConfigFor(t *testing.T) soakConfig {
 // TestSoak is the soak and chaos test. Bots arrive at two pools, alone and in bursts, over
 // hours of simulated time — one pool with standby Stopped (a bot's start is a deployment),
 // one with standby Running (a free slot keeps a container that waits for its binding on the
-// bot API's long-poll) — and are served by simulated bot containers that speak only the bot API,
-// while the Coolify simulator answers 20% of requests with errors (some after doing the work),
-// throws bursts of 429, latency spikes, outages, failed pulls and crashing or crash-looping
-// containers; the manager is stopped and started again at random moments, and the Postgres
+// bot API's long-poll), both spread over two simulated Coolify servers — and are served by
+// simulated bot containers that speak only the bot API, while the Coolify simulator answers 20%
+// of requests with errors (some after doing the work), throws bursts of 429, latency spikes,
+// outages, failed pulls and crashing or crash-looping containers, and takes one server out
+// now and then (unreachable, unusable, or rebooted without its containers: the starts it
+// catches must be retried on the other server, not failed; see soak_servers_test.go); the manager is stopped and started again at random moments, and the Postgres
 // behind the liveness store is stopped for minutes once and started again. Users delete some
 // bots mid-call. Throughout, the design's invariants are checked every few steps. Then the
 // faults stop and the pool must converge within two intervals; the remaining bots are
@@ -112,7 +114,7 @@ func TestSoak(t *testing.T) {
 	// Running: the operator, the simulator and the machine carry the load of one pool of
 	// maxSlots, and both modes are soaked in every run.
 	maxSlots, minIdle := cfg.maxSlots/2, max(1, cfg.minIdle/2)
-	t.Logf("soak: seed %d (replay with BOTPOOL_SOAK_SEED=%d), %d bots over %s simulated (%d steps) on two pools (standby Stopped and Running), maxSlots %d, minIdle %d each",
+	t.Logf("soak: seed %d (replay with BOTPOOL_SOAK_SEED=%d), %d bots over %s simulated (%d steps) on two pools (standby Stopped and Running) over two servers, maxSlots %d, minIdle %d each",
 		cfg.seed, cfg.seed, cfg.bots, cfg.chaos, steps, maxSlots, minIdle)
 	wallStart := time.Now()
 	s := &soak{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, 0x50a4)), episodes: map[string]int{}, wall: map[string]time.Duration{},
@@ -132,6 +134,17 @@ func TestSoak(t *testing.T) {
 		p.Spec.MaxSlots, p.Spec.MinIdle = maxSlots, minIdle
 	})
 	t.Cleanup(s.bots.close)
+	// Both pools spread over two servers (the chaos takes one out now and then: see
+	// soak_servers_test.go); the Stopped pool's servers hold a bit more than half its slots
+	// each (invariant 13), the standby pool's are unbounded.
+	s.servers = []string{fixture.ServerUUID, s.sc.sim.AddServer(sim.ServerSpec{UUID: "srv-2", Name: "soak-2"})}
+	s.sc.updatePool(func(p *v1.BotPool) {
+		p.Spec.Coolify.ServerUUID, p.Spec.Coolify.Servers = "", soakServerSpecs(s.servers, maxSlots, true)
+	})
+	s.sc.pool = s.sc.poolNow()
+	for _, srv := range s.servers {
+		s.sc.sim.WarmImage(srv, s.sc.pool.Spec.Image, s.sc.pool.Spec.ImageTag)
+	}
 	// Retries and backoffs of the pool's Coolify client run on the fake clock too, so a retried
 	// request costs simulated time, as it would cost real time in production.
 	api, err := coolify.New(s.sc.sim.URL, sim.DefaultToken, coolify.WithClock(clk), coolify.WithLimiter(coolify.NewLimiter(0)))
@@ -140,16 +153,16 @@ func TestSoak(t *testing.T) {
 	}
 	s.addLane(s.sc, api)
 	// The second pool keeps standby containers (spec.standby Running), on the same simulated
-	// Coolify server: both pools share its deployment slots, faults and crashes.
+	// Coolify servers: both pools share their deployment slots, faults, crashes and outages.
 	s.addLane(s.poolOnSim("soak-standby", func(p *v1.BotPool) {
 		p.Spec.MaxSlots, p.Spec.MinIdle = maxSlots, minIdle
+		p.Spec.Coolify.ServerUUID, p.Spec.Coolify.Servers = "", soakServerSpecs(s.servers, maxSlots, false)
 		p.Spec.Standby = v1.StandbyRunning
 		// A Ready slot looks at its container's asks every poll: at the suite's 20ms, ten of
 		// them would read the store 500 times a second of real time, for no more than what
 		// every 100ms (1 to 2 steps, within the 75s ask window) tells.
 		p.Spec.Timing.DeploymentPollInterval = "100ms"
 	}), api)
-	s.sc.sim.WarmImage(fixture.ServerUUID, s.sc.pool.Spec.Image, s.sc.pool.Spec.ImageTag)
 	// At rest before the first bot: the Stopped pool's free slots have no container, the
 	// standby pool's have Ready ones (deployed on the clock, which settle steps).
 	if _, err := s.settle(soakRestBudget, true); err != nil {
@@ -205,9 +218,10 @@ func TestSoak(t *testing.T) {
 		s.findings.violate("%v reconciles panicked (controller-runtime recovered them; the logs have the stacks)", n)
 	}
 	s.takeBreaches()
+	s.reportRetries()
 	reasons := map[string]int{}
 	for _, l := range s.lanes {
-		for r, n := range l.obs.explainFailures(soakInterval) {
+		for r, n := range l.obs.explainFailures(soakInterval, s.outages) {
 			reasons[r] += n
 		}
 	}
@@ -276,6 +290,9 @@ type soak struct {
 	pgSawDown  bool
 	pgBuffer   int
 
+	servers []string      // the simulated Coolify servers both pools spread over
+	outages []*soakOutage // the server outages planned, in order
+
 	latency  time.Duration
 	episodes map[string]int // faults injected, by kind
 	restarts int
@@ -313,6 +330,8 @@ func (s *soak) step(n int) {
 					if snap, err := l.obs.snapshot(); err == nil { // a failed read proves nothing
 						l.obs.check(snap)
 						l.obs.checkClaims(snap)
+						l.obs.checkServers(snap)
+						l.obs.checkStarts(snap)
 						nudged[i] = s.nudge(l, snap)
 					}
 				})
@@ -649,13 +668,13 @@ func (s *soak) report(chaos map[int]int, chaosLength, converge, drained time.Dur
 	}
 	s.t.Logf("coolify: %d requests during the chaos, %d faults injected (500: %d, 503: %d, 429: %d) = %.1f%%; all codes over the run: %s",
 		total, injected, chaos[500], chaos[503], chaos[429], 100*float64(injected)/float64(max(total, 1)), countsString(codeKeys(all)))
-	s.t.Logf("chaos episodes: %s", countsString(s.episodes))
+	s.t.Logf("chaos episodes: %s; containers left running by applications deleted during a server outage: %d", countsString(s.episodes), len(s.sc.sim.Orphans()))
 	s.t.Logf("restarts: manager %d, postgres %d (down %s simulated, store buffered up to %d writes, saw the outage: %v)",
 		s.restarts, s.pgRestarts, s.pgOutage, s.pgBuffer, s.pgSawDown)
 	s.t.Logf("time: %s of chaos, converged in %s, drained in %s (simulated); %s wall, of which %s; %d nudges",
 		chaosLength, converge, drained.Round(time.Second), wall.Round(time.Second), countsString(rounded(s.wall)), s.nudged)
 	if n := s.bots.redeployed(); n > 0 {
-		s.findings.violate("%d containers were deployed again while their bot ran: each restart killed a bot mid-call", n)
+		s.findings.violate("%d containers were deployed again while their bot ran: each restart killed a bot mid-call: %s", n, s.bots.restartsSeen(s.sc.sim.Deployments()))
 	}
 	if !s.pgSawDown {
 		s.findings.violate("the store never noticed the Postgres outage: the restart tested nothing")
