@@ -100,10 +100,14 @@ func TestStartFailsAfterMaxStartAttempts(t *testing.T) {
 		if n := len(b.Status.StartAttempts); n != tc.limit || b.Status.SlotName == "" || b.Status.ApplicationUUID == "" {
 			t.Fatalf("bot %s: %d failed starts recorded (slot %q, app %q), want %d and the last slot kept", tc.name, n, b.Status.SlotName, b.Status.ApplicationUUID, tc.limit)
 		}
+		// The audit row follows the status write the wait saw: wait for it too.
 		wantRows := strings.TrimPrefix(strings.Repeat(","+AuditStartRetried, tc.limit-1)+","+AuditStartFailed, ",")
-		if rows := strings.Join(auditTypes(t, b.UID), ","); rows != wantRows {
-			t.Errorf("bot %s audit rows %s, want %s", tc.name, rows, wantRows)
-		}
+		kubetest.Eventually(t, 10*time.Second, func() error {
+			if rows := strings.Join(auditTypes(t, b.UID), ","); rows != wantRows {
+				return fmt.Errorf("bot %s audit rows %s, want %s", tc.name, rows, wantRows)
+			}
+			return nil
+		})
 	}
 	checkInvariants(t, sc.ns)
 }
