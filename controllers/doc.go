@@ -34,6 +34,7 @@
 //	liveness.go          the heartbeat reader with the restart-grace rule
 //	credentials.go       a pool's Coolify credentials (Connector, SecretConnector)
 //	secretuse.go         the opt-in label a Secret needs before a pool may use it
+//	template.go          the slot template and its hash (slotTemplate, secretDigest, floatingTag), rollout arithmetic (rolloutBudget)
 //
 //	pool_controller.go   BotPoolReconciler: entry, observe, connect, deletion
 //	pool_supply.go       supply, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)

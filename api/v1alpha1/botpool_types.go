@@ -4,6 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Defaults of BotPool.spec, the same values the CRD defaults to. Controllers fall back to them
@@ -28,6 +29,14 @@ const (
 	DefaultLeaveGracePeriod       = 15 * time.Second
 	DefaultMaxSkippedRecoveries   = 3
 	DefaultMaxRecoveryAttempts    = 3
+)
+
+// Defaults of BotPool.spec.updateStrategy, the same values the CRD defaults to.
+const (
+	// DefaultMaxUnavailable (a count) keeps minIdle slots ready throughout a rollout.
+	DefaultMaxUnavailable = 0
+	// DefaultMaxSurge lets a rollout add a quarter of minIdle (rounded up) above the pool's size.
+	DefaultMaxSurge = "25%"
 )
 
 // BotPoolSpec is the desired state of a pool: which image runs where, how many slots at most,
@@ -124,6 +133,55 @@ type BotPoolSpec struct {
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="maxStartAttempts must be between 1 and 10"
 	MaxStartAttempts int32 `json:"maxStartAttempts,omitempty"`
+
+	// UpdateStrategy bounds how a rollout (a change of image, imageTag, resources, the
+	// slotEnvFrom Secret's content or the botpool.dev/restartedAt annotation) takes ready slots
+	// away and how many it may add. Set by the user; the defaults keep minIdle slots ready.
+	// +optional
+	// +kubebuilder:default={}
+	UpdateStrategy UpdateStrategy `json:"updateStrategy,omitempty"`
+}
+
+// UpdateStrategy bounds how a rollout takes ready standby slots away. A pool with standby
+// Stopped updates its free slots in place without taking them away (a stopped slot has no
+// container to replace), so there only maxSurge and the pacing of busy slots apply; with
+// standby Running a free slot's container is replaced, and maxUnavailable bounds how many at
+// once.
+type UpdateStrategy struct {
+	// MaxUnavailable is how far below minIdle the ready free slots may drop while a rollout
+	// replaces their containers: a count, or a percent of minIdle (rounded down). The default 0
+	// keeps minIdle slots ready throughout. Set by the user.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailable must be a count >= 0 or a percent from 0% to 100% such as 25%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// MaxSurge is how many slots above the pool's size a rollout may add while slots are
+	// replaced (never above maxSlots; they are removed when the rollout ends): a count, or a
+	// percent of minIdle (rounded up). Default 25%. Set by the user.
+	// +optional
+	// +kubebuilder:default="25%"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxSurge must be a count >= 0 or a percent from 0% to 100% such as 25%"
+	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
+}
+
+// MaxUnavailableOrDefault is MaxUnavailable with its default, for pools stored before the field
+// existed.
+func (u UpdateStrategy) MaxUnavailableOrDefault() intstr.IntOrString {
+	if u.MaxUnavailable == nil {
+		return intstr.FromInt32(DefaultMaxUnavailable)
+	}
+	return *u.MaxUnavailable
+}
+
+// MaxSurgeOrDefault is MaxSurge with its default, for pools stored before the field existed.
+func (u UpdateStrategy) MaxSurgeOrDefault() intstr.IntOrString {
+	if u.MaxSurge == nil {
+		return intstr.FromString(DefaultMaxSurge)
+	}
+	return *u.MaxSurge
 }
 
 // CoolifyPlacement locates the slots' applications in Coolify.
@@ -382,6 +440,42 @@ type BotPoolStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// TemplateHash identifies the slot template the pool rolls out now: a hash of image,
+	// imageTag, resources, the slotEnvFrom Secret's content, the bot API URL and the
+	// botpool.dev/restartedAt annotation. A slot whose status.templateHash equals it is up to
+	// date. Written by the pool controller only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TemplateHash string `json:"templateHash,omitempty"`
+
+	// TemplateImage is the image reference (image:tag) of that template, the one pre-pulled on
+	// every server before a slot is given it. Written by the pool controller only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	TemplateImage string `json:"templateImage,omitempty"`
+
+	// UpdatedSlots counts the pool's slots built from the current template (their
+	// status.templateHash equals templateHash); equal to slots.total when no rollout is left.
+	// Written by the pool controller only.
+	// +optional
+	UpdatedSlots int32 `json:"updatedSlots"`
+
+	// Rollout is present while a rollout runs: when it began and how many slots the pool had
+	// then (slots it added above that to surge are removed at the end). Written by the pool
+	// controller only.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+}
+
+// RolloutStatus is the bookkeeping of a rollout in progress.
+type RolloutStatus struct {
+	// StartedAt is when the pool's template last changed to the one rolled out now.
+	StartedAt metav1.Time `json:"startedAt"`
+	// BaseSlots is the pool's slot count when the rollout began: at its end, free updated slots
+	// above max(baseSlots, what the pool needs then) are removed.
+	// +kubebuilder:validation:Minimum=0
+	BaseSlots int32 `json:"baseSlots"`
 }
 
 // ServerState is how the pool treats one of its servers.
@@ -454,6 +548,75 @@ type ServerStatus struct {
 	// MaxSlots repeats the server's bound, when it has one.
 	// +optional
 	MaxSlots *int32 `json:"maxSlots,omitempty"`
+
+	// Cached lists the image references the pool knows are pulled on this server, newest
+	// first (at most 3): a slot is given an image only once it is listed here, so no bot waits
+	// for a cold pull. Written by the pool controller only, from its pre-pulls.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=3
+	Cached []CachedImage `json:"cached,omitempty"`
+
+	// Pull is the pool's pre-pull of its template image on this server that is in flight or
+	// last failed; absent once it finished (the image is then in cached). Written by the pool
+	// controller only.
+	// +optional
+	Pull *ImagePull `json:"pull,omitempty"`
+}
+
+// CachedImage is an image reference a pre-pull finished on a server.
+type CachedImage struct {
+	// Image is the reference pulled, image:tag.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+	// PulledAt is when the pull finished; a pull is repeated when it is old, since Coolify's
+	// docker cleanup may have removed the image since.
+	PulledAt metav1.Time `json:"pulledAt"`
+	// RestartedAt is the pool's botpool.dev/restartedAt annotation the pull ran under: a new
+	// value pulls the same reference again (a new push of the same tag).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	RestartedAt string `json:"restartedAt,omitempty"`
+}
+
+// ImagePullState is where a server's pre-pull is.
+// +kubebuilder:validation:Enum=Pulling;Failed
+type ImagePullState string
+
+const (
+	// ImagePulling: the pre-pull's deployment runs on the server.
+	ImagePulling ImagePullState = "Pulling"
+	// ImagePullFailed: the pre-pull failed (an unknown tag, a registry that wants a login); it
+	// is retried after a while, and the rollout waits.
+	ImagePullFailed ImagePullState = "Failed"
+)
+
+// ImagePull is a pre-pull of the pool's template image on one server: a deployment of the
+// pool's puller application there, whose container exits at once.
+type ImagePull struct {
+	// Image is the reference being pulled, image:tag.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+	// State is Pulling while the deployment runs, Failed when it failed.
+	State ImagePullState `json:"state"`
+	// ApplicationUUID is the puller application on this server (found again by its name when
+	// missing).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ApplicationUUID string `json:"applicationUUID,omitempty"`
+	// DeploymentUUID is the puller's deployment in flight or last failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	DeploymentUUID string `json:"deploymentUUID,omitempty"`
+	// Since is when the pull was requested, or when it failed.
+	Since metav1.Time `json:"since"`
+	// Message says why a failed pull failed, with Coolify's last log line when the token may
+	// read it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // StandbyMode is what a free slot's container does: see BotPoolSpec.Standby.
@@ -496,12 +659,14 @@ type SlotCounts struct {
 // +kubebuilder:printcolumn:name="Platform",type=string,JSONPath=`.spec.platform`
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.maxSlots`
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.slots.total`
+// +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updatedSlots`
 // +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.slots.idle`
 // +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.slots.busy`
 // +kubebuilder:printcolumn:name="Standby",type=integer,JSONPath=`.status.slots.ready`
 // +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.queued`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
+// +kubebuilder:printcolumn:name="Tag",type=string,JSONPath=`.spec.imageTag`,priority=1
 // +kubebuilder:printcolumn:name="Deploying",type=integer,JSONPath=`.status.slots.deploying`,priority=1
 // +kubebuilder:printcolumn:name="Error",type=integer,JSONPath=`.status.slots.error`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -177,6 +177,25 @@ type BotPoolSlotStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// TemplateHash is the pool template (BotPool.status.templateHash) the slot's application
+	// was last given: image, tag, limits and env. The slot is up to date when it equals the
+	// pool's. Written by the slot controller only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TemplateHash string `json:"templateHash,omitempty"`
+
+	// Image is the image reference (image:tag) the slot's application was last given. Written
+	// by the slot controller only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
+	// LastDeployDuration is how long the slot's last start deployment took from request to
+	// finished. One far slower than a warm start suggests its server lost the image from its
+	// cache, and the pool pulls it again there. Written by the slot controller only.
+	// +optional
+	LastDeployDuration *metav1.Duration `json:"lastDeployDuration,omitempty"`
 }
 
 // BotPoolSlot is one Coolify application of a pool, with the bot image cached on its server.
@@ -193,6 +212,9 @@ type BotPoolSlotStatus struct {
 // +kubebuilder:printcolumn:name="Last used",type=date,JSONPath=`.status.lastUsedAt`
 // +kubebuilder:printcolumn:name="Deployment",type=string,JSONPath=`.status.deploymentUUID`,priority=1
 // +kubebuilder:printcolumn:name="Recoveries",type=integer,JSONPath=`.status.recoveryAttempts`,priority=1
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.image`,priority=1
+// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.status.templateHash`,priority=1
+// +kubebuilder:printcolumn:name="Last deploy",type=string,JSONPath=`.status.lastDeployDuration`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BotPoolSlot struct {

@@ -39,6 +39,15 @@ const (
 	// unreachable or unusable: that server's free slots are not offered and new slots go to
 	// the others. The message names the servers.
 	ConditionServerOut = "ServerOut"
+	// ConditionSlotsUpdated is on every BotPool: True (UpToDate) when every slot is built from
+	// the pool's current template, False while a pre-pull or a rollout runs or a pre-pull failed
+	// (PullingImage, RollingOut, ImagePullFailed). Always present, so
+	// `kubectl wait --for=condition=SlotsUpdated` can wait for a rollout to end.
+	ConditionSlotsUpdated = "SlotsUpdated"
+	// ConditionMutableTag is True on a BotPool whose imageTag may change in the registry
+	// (FloatingTag): any deployment, a bot's start included, may pull a new image cold.
+	// Advice: it leaves Ready as it is. Absent otherwise.
+	ConditionMutableTag = "MutableTag"
 )
 
 // BotReason says why a Bot ended in Fatal (status.reason) or why a condition has its status.

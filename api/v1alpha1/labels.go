@@ -21,4 +21,21 @@ const (
 	// AnnotationLogLevel on a Bot sets the log level its container is told to use in every
 	// heartbeat answer: debug, info, warn or error.
 	AnnotationLogLevel = "botpool.dev/log-level"
+
+	// AnnotationRestartedAt on a BotPool, set by the user to a new value (a timestamp such as
+	// 2026-11-25T20:00:00Z, at most MaxRestartedAtLength characters), rolls the pool's slots
+	// out again with the same template: the image is pulled again on every server first, so a
+	// new push of the same tag reaches every slot off the start path. The counterpart of
+	// kubectl.kubernetes.io/restartedAt, which `kubectl rollout restart` does not set on
+	// custom resources.
+	AnnotationRestartedAt = "botpool.dev/restartedAt"
+	// AnnotationUpdate on a BotPoolSlot is set by the pool controller only, to the template
+	// hash the slot may now move to: in a pool with standby Running, updating a free slot
+	// replaces its ready container, so the pool admits slots one batch at a time within
+	// spec.updateStrategy.
+	AnnotationUpdate = "botpool.dev/update"
 )
+
+// MaxRestartedAtLength is the longest botpool.dev/restartedAt value the pool records in its
+// status (servers[].cached[].restartedAt).
+const MaxRestartedAtLength = 64

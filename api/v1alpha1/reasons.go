@@ -130,3 +130,37 @@ const (
 	// container and was refused (Warning Event on the Bot, and an audit row).
 	ReasonBindingClaimedTwice = "BindingClaimedTwice"
 )
+
+// Reasons of rollouts: a pool's template (image, tag, resources, env, restart annotation)
+// pre-pulled on each server, then given to its slots.
+const (
+	// ReasonPullingImage: the pool's template image is being pulled on some server
+	// (Reconciling, SlotsUpdated False), or no server holds an image a slot of the pool can
+	// start warm yet (Ready False).
+	ReasonPullingImage = "PullingImage"
+	// ReasonRollingOut: the template image is on every server, and slots are being given the
+	// new template (Reconciling, SlotsUpdated False); busy slots follow when their bots end.
+	ReasonRollingOut = "RollingOut"
+	// ReasonImagePullFailed: a pre-pull of the template image failed on a server (an unknown
+	// tag, a registry that wants a login): no slot is updated until it succeeds, and the old
+	// slots keep serving (Stalled, SlotsUpdated False, and a Warning Event).
+	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonUpToDate: every slot is built from the pool's current template (SlotsUpdated True).
+	ReasonUpToDate = "UpToDate"
+	// ReasonFloatingTag: the pool's imageTag is one registries move (latest, main, stable…)
+	// (MutableTag True, and a Warning Event once per generation).
+	ReasonFloatingTag = "FloatingTag"
+	// ReasonSlotUpdated: a slot's application was given the pool's current template (Normal
+	// Event on the slot).
+	ReasonSlotUpdated = "SlotUpdated"
+	// ReasonImagePulled: a pre-pull finished on a server (Normal Event).
+	ReasonImagePulled = "ImagePulled"
+	// ReasonImagePullStarted: a pre-pull began on a server (Normal Event).
+	ReasonImagePullStarted = "ImagePullStarted"
+	// ReasonRolloutStarted: the pool's template changed and its slots are to follow (Normal
+	// Event).
+	ReasonRolloutStarted = "RolloutStarted"
+	// ReasonRolloutComplete: every slot is built from the pool's current template (Normal
+	// Event).
+	ReasonRolloutComplete = "RolloutComplete"
+)

@@ -10,7 +10,8 @@ import (
 // limit is refused by the API server, and refused again on every retry: every writer cuts its
 // text with Truncate first.
 const (
-	// MaxMessageLength is the limit of status.message on Bots and BotPoolSlots.
+	// MaxMessageLength is the limit of status.message on Bots and BotPoolSlots, and of
+	// status.servers[].pull.message on BotPools.
 	MaxMessageLength = 1024
 	// MaxReasonLength is the limit of status.reason on Bots and BotPoolSlots.
 	MaxReasonLength = 128
@@ -55,5 +56,17 @@ func (st *BotPoolSlotStatus) TruncateTexts() {
 func (st *BotStatus) TruncateTexts() {
 	st.Message = Truncate(st.Message, MaxMessageLength)
 	st.Reason = BotReason(Truncate(string(st.Reason), MaxReasonLength))
+	TruncateConditions(st.Conditions)
+}
+
+// TruncateTexts cuts the pool status's free texts (condition messages, the pre-pulls' failure
+// messages, which quote Coolify's log) to the CRD's limits: every writer calls it before its
+// status write.
+func (st *BotPoolStatus) TruncateTexts() {
+	for i := range st.Servers {
+		if p := st.Servers[i].Pull; p != nil {
+			p.Message = Truncate(p.Message, MaxMessageLength)
+		}
+	}
 	TruncateConditions(st.Conditions)
 }

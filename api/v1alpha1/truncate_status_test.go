@@ -47,4 +47,30 @@ func TestTruncatedStatusIsAccepted(t *testing.T) {
 	if err := env.Client.Status().Update(ctx, s); err != nil {
 		t.Errorf("truncated slot status refused: %v", err)
 	}
+
+	// Each limit alone: a long condition message, then a long pre-pull message (Coolify's log).
+	p := pool()
+	p.Namespace = ns
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	longCond := func() []metav1.Condition {
+		return []metav1.Condition{{Type: v1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "ImagePullFailed",
+			Message: strings.Repeat("x", 40000), LastTransitionTime: metav1.Now()}}
+	}
+	p.Status.Conditions = longCond()
+	if err := env.Client.Status().Update(ctx, p.DeepCopy()); err == nil {
+		t.Fatal("the API server took a pool condition over its limit: the test proves nothing")
+	}
+	p.Status.Conditions = nil
+	p.Status.Servers = []v1.ServerStatus{{UUID: "s1", State: v1.ServerActive, Pull: &v1.ImagePull{
+		Image: "ghcr.io/example/bot:v2", State: v1.ImagePullFailed, Since: metav1.Now(), Message: long}}}
+	if err := env.Client.Status().Update(ctx, p.DeepCopy()); err == nil {
+		t.Fatal("the API server took a pre-pull message over its limit: the test proves nothing")
+	}
+	p.Status.Conditions = longCond()
+	p.Status.TruncateTexts()
+	if err := env.Client.Status().Update(ctx, p); err != nil {
+		t.Errorf("truncated pool status refused: %v", err)
+	}
 }

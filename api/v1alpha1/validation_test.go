@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -208,6 +209,22 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{name: "changed platform", obj: pool(), update: func(o client.Object) {
 			o.(*v1.BotPool).Spec.Platform = v1.PlatformGoogleMeet
 		}, want: "platform is immutable"},
+		{name: "negative maxUnavailable", obj: pool(func(p *v1.BotPool) { p.Spec.UpdateStrategy.MaxUnavailable = ptr.To(intstr.FromInt32(-1)) }),
+			want: "spec.updateStrategy.maxUnavailable: Invalid value: -1: maxUnavailable must be a count >= 0 or a percent from 0% to 100% such as 25%"},
+		{name: "maxUnavailable as a number in a string", obj: pool(func(p *v1.BotPool) { p.Spec.UpdateStrategy.MaxUnavailable = ptr.To(intstr.FromString("2")) }),
+			want: `spec.updateStrategy.maxUnavailable: Invalid value: "2": maxUnavailable must be a count >= 0 or a percent`},
+		{name: "maxUnavailable as a fraction", obj: pool(func(p *v1.BotPool) { p.Spec.UpdateStrategy.MaxUnavailable = ptr.To(intstr.FromString("12.5%")) }),
+			want: "maxUnavailable must be a count >= 0 or a percent"},
+		{name: "maxSurge over 100%", obj: pool(func(p *v1.BotPool) { p.Spec.UpdateStrategy.MaxSurge = ptr.To(intstr.FromString("101%")) }),
+			want: `spec.updateStrategy.maxSurge: Invalid value: "101%": maxSurge must be a count >= 0 or a percent from 0% to 100% such as 25%`},
+		{name: "negative maxSurge percent", obj: pool(func(p *v1.BotPool) { p.Spec.UpdateStrategy.MaxSurge = ptr.To(intstr.FromString("-5%")) }),
+			want: "maxSurge must be a count >= 0 or a percent"},
+		{name: "maxSurge in words", obj: pool(func(p *v1.BotPool) { p.Spec.UpdateStrategy.MaxSurge = ptr.To(intstr.FromString("a quarter")) }),
+			want: "maxSurge must be a count >= 0 or a percent"},
+		{name: "maxSurge percent with a leading zero", obj: pool(func(p *v1.BotPool) { p.Spec.UpdateStrategy.MaxSurge = ptr.To(intstr.FromString("025%")) }),
+			want: "maxSurge must be a count >= 0 or a percent"},
+		{name: "maxSurge as a list", obj: pool(), set: map[string]any{"spec.updateStrategy.maxSurge": []any{int64(1)}},
+			want: "spec.updateStrategy.maxSurge"},
 
 		// BotPoolSlot
 		{name: "slot without pool", obj: slot(func(s *v1.BotPoolSlot) { s.Spec.Pool = "" }),
@@ -294,6 +311,15 @@ func TestValidObjectsAreAccepted(t *testing.T) {
 		{name: "releasing a bound slot", obj: slot(boundTo("a", "1")), update: func(o client.Object) {
 			o.(*v1.BotPoolSlot).Spec.BotRef = nil
 		}},
+		{name: "update strategy as counts", obj: pool(func(p *v1.BotPool) {
+			p.Spec.UpdateStrategy = v1.UpdateStrategy{MaxUnavailable: ptr.To(intstr.FromInt32(2)), MaxSurge: ptr.To(intstr.FromInt32(0))}
+		})},
+		{name: "update strategy as percents at the bounds", obj: pool(func(p *v1.BotPool) {
+			p.Spec.UpdateStrategy = v1.UpdateStrategy{MaxUnavailable: ptr.To(intstr.FromString("0%")), MaxSurge: ptr.To(intstr.FromString("100%"))}
+		})},
+		{name: "update strategy may change", obj: pool(), update: func(o client.Object) {
+			o.(*v1.BotPool).Spec.UpdateStrategy = v1.UpdateStrategy{MaxUnavailable: ptr.To(intstr.FromString("50%")), MaxSurge: ptr.To(intstr.FromInt32(3))}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -343,6 +369,11 @@ func TestSamplesAreAcceptedAndDefaulted(t *testing.T) {
 			expect(t, "timing.maxSkippedRecoveries", tm.SkipLimit(), int32(v1.DefaultMaxSkippedRecoveries))
 			expect(t, "timing.maxSkippedRecoveries is stored", tm.MaxSkippedRecoveries != nil, true)
 			expect(t, "timing.maxRecoveryAttempts", tm.MaxRecoveryAttempts, int32(v1.DefaultMaxRecoveryAttempts))
+			us := s.UpdateStrategy
+			expect(t, "updateStrategy.maxUnavailable is stored", us.MaxUnavailable != nil, true)
+			expect(t, "updateStrategy.maxSurge is stored", us.MaxSurge != nil, true)
+			expect(t, "updateStrategy.maxUnavailable", us.MaxUnavailableOrDefault(), intstr.FromInt32(v1.DefaultMaxUnavailable))
+			expect(t, "updateStrategy.maxSurge", us.MaxSurgeOrDefault(), intstr.FromString(v1.DefaultMaxSurge))
 		},
 		"BotPool/teams": func(t *testing.T, key client.ObjectKey) {
 			var p v1.BotPool
@@ -478,5 +509,25 @@ func expect[T comparable](t *testing.T, field string, got, want T) {
 	t.Helper()
 	if got != want {
 		t.Errorf("%s = %v, want %v", field, got, want)
+	}
+}
+
+// TestUpdateStrategyDefaults: the API server fills in each field of updateStrategy on its own,
+// beside a sibling the user set, with the types the controllers read (a count stays a count).
+func TestUpdateStrategyDefaults(t *testing.T) {
+	ctx := context.Background()
+	p := pool(func(p *v1.BotPool) { p.Spec.UpdateStrategy.MaxSurge = ptr.To(intstr.FromInt32(1)) })
+	p.Namespace = env.Namespace(t)
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var got v1.BotPool
+	get(t, client.ObjectKeyFromObject(p), &got)
+	us := got.Spec.UpdateStrategy
+	if us.MaxUnavailable == nil || *us.MaxUnavailable != intstr.FromInt32(0) {
+		t.Errorf("maxUnavailable = %v, want the count 0", us.MaxUnavailable)
+	}
+	if us.MaxSurge == nil || *us.MaxSurge != intstr.FromInt32(1) {
+		t.Errorf("maxSurge = %v, want the count 1 as set", us.MaxSurge)
 	}
 }
