@@ -68,7 +68,8 @@ type API interface {
 	// ListApplicationDeployments returns the total count and a page, newest first; take ≤ 0
 	// means the server's default of 10.
 	ListApplicationDeployments(ctx context.Context, appUUID string, skip, take int) (int, []Deployment, error)
-	// ListActiveDeployments lists queued and in-progress deployments of every application.
+	// ListActiveDeployments lists queued and in-progress deployments of every application,
+	// without their logs.
 	ListActiveDeployments(ctx context.Context) ([]Deployment, error)
 	// CancelDeployment cancels a queued or running deployment; ErrBadRequest when terminal.
 	CancelDeployment(ctx context.Context, uuid string) error

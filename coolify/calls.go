@@ -270,9 +270,15 @@ func (c *Client) ListApplicationDeployments(ctx context.Context, appUUID string,
 	return out.Count, out.Deployments, err
 }
 
+// ListActiveDeployments drops the logs a read:sensitive token gets with each deployment: a
+// live deployment's log tells a caller nothing it acts on, and callers keep this list (the
+// controllers' BulkReader caches it per pool).
 func (c *Client) ListActiveDeployments(ctx context.Context) ([]Deployment, error) {
 	var out []Deployment
 	err := c.do(ctx, call{op: "list-deployments", method: http.MethodGet, path: "/deployments", idempotent: true, out: &out})
+	for i := range out {
+		out[i].Logs = DeploymentLogs{}
+	}
 	return out, err
 }
 

@@ -135,12 +135,17 @@ func TestFailedPullReasonFromTheLogs(t *testing.T) {
 			t.Fatalf("without read:sensitive: %q, %v; want ErrLogsHidden", line, err)
 		}
 	}
-	// A list read with read:sensitive carries each deployment's logs too.
+	// A list read with read:sensitive carries each deployment's logs too, except the list of
+	// live deployments, where the client drops them.
 	if _, err := e.client.Deploy(ctx, app); err != nil {
 		t.Fatal(err)
 	}
 	_, list, err := reader.ListApplicationDeployments(context.Background(), app, 0, 2)
 	if err != nil || len(list) != 2 || !list[0].Logs.Sent || !list[1].Logs.Sent || list[1].Logs.Text == "" {
 		t.Fatalf("list with read:sensitive: %+v, %v", list, err)
+	}
+	live, err := reader.ListActiveDeployments(ctx)
+	if err != nil || len(live) != 1 || live[0].Logs.Sent {
+		t.Fatalf("live deployments with read:sensitive: %+v, %v; want one, without logs", live, err)
 	}
 }
