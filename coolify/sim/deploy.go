@@ -29,6 +29,7 @@ type deployment struct {
 
 	// What the deployment read of its application as a worker took it (Coolify's job reads
 	// the application then: a PATCH after that applies at the next deployment).
+	image       string // the repository, as Docker names it in a refused pull
 	ref, digest string
 	cpus, mem   string
 	cold        bool
@@ -137,7 +138,7 @@ func (s *Sim) scheduleOnce(at time.Time) (freed bool) {
 func (s *Sim) run(d *deployment, at time.Time) {
 	d.hasWorker = true
 	s.workers++
-	d.ref = imageRef(d.app.image, d.app.tag)
+	d.image, d.ref = d.app.image, imageRef(d.app.image, d.app.tag)
 	d.cpus, d.mem = d.app.cpus, d.app.mem
 	d.digest = s.digest(d.ref)
 	d.cold = d.server.images[d.ref] != d.digest
@@ -154,7 +155,7 @@ func (s *Sim) run(d *deployment, at time.Time) {
 		if d.gen != gen || d.status != depInProgress {
 			return
 		}
-		if line, failed := s.takePullFailure(d.server, d.app.image, d.ref); failed {
+		if line, failed := s.takePullFailure(d.server, d.image, d.ref); failed {
 			s.failPull(d, at, line)
 		}
 	})

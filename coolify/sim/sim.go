@@ -70,10 +70,11 @@ type Config struct {
 	Hooks    Hooks
 }
 
-// Hooks are called when a simulated container starts or stops, outside the simulator's lock,
-// from the goroutine that advanced time (a request handler or the ticker): keep them short or
-// start a goroutine. Hooks may call the simulator. Two goroutines advancing at once can run
-// their hooks concurrently: Container.Seq gives the true order.
+// Hooks are called when a simulated container starts or stops, or a pull starts, outside the
+// simulator's lock, from the goroutine that advanced time (a request handler or the ticker):
+// keep them short or start a goroutine. Hooks may call the simulator. Two goroutines
+// advancing at once can run their hooks concurrently: Container.Seq and PullInfo.Seq give the
+// true order.
 type Hooks struct {
 	OnStart func(Container)
 	OnStop  func(Container)
