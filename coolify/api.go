@@ -7,7 +7,7 @@ import "context"
 // implement. Every method takes the caller's context; errors match the sentinels in errors.go
 // with errors.Is.
 //
-// Retries: reads, patch, delete, stop, cancel and the env bulk upsert (an upsert by key) are
+// Retries: reads, patch, delete (env delete too), stop, cancel and the env bulk upsert (an upsert by key) are
 // retried on 429, 5xx and transport errors. Create, deploy, start, restart and env create are
 // retried only on a 429 rate limit, which the server sends before doing anything: after a 5xx
 // or a lost answer the create may have happened, so the caller looks the object up (by name,
@@ -35,6 +35,9 @@ type API interface {
 	// SetDescription patches the description (≤255 characters; longer is refused locally,
 	// since the server answers 500).
 	SetDescription(ctx context.Context, uuid, description string) error
+	// UpdateApplication patches the image and limits u sets (empty fields are left as they
+	// are; NoLimit removes a limit). They apply at the application's next deployment.
+	UpdateApplication(ctx context.Context, uuid string, u AppUpdate) error
 	// DeleteApplication queues the deletion; GET keeps answering 200 for a while afterwards.
 	// It does not cancel deployments in flight.
 	DeleteApplication(ctx context.Context, uuid string, opts DeleteOptions) error
@@ -43,6 +46,9 @@ type API interface {
 	UpsertEnvs(ctx context.Context, uuid string, envs []EnvVar) ([]EnvVar, error)
 	// CreateEnv creates one variable; ErrConflict when the key exists.
 	CreateEnv(ctx context.Context, uuid string, env EnvVar) (string, error)
+	// DeleteEnv deletes one variable row by its uuid (from ListEnvs): a key's preview twin is
+	// a row of its own. ErrNotFound when the application or the row is gone.
+	DeleteEnv(ctx context.Context, appUUID, envUUID string) error
 	// ListEnvs lists the application's variables, preview twins included.
 	ListEnvs(ctx context.Context, uuid string) ([]EnvVar, error)
 
@@ -62,7 +68,8 @@ type API interface {
 	// ListApplicationDeployments returns the total count and a page, newest first; take ≤ 0
 	// means the server's default of 10.
 	ListApplicationDeployments(ctx context.Context, appUUID string, skip, take int) (int, []Deployment, error)
-	// ListActiveDeployments lists queued and in-progress deployments of every application.
+	// ListActiveDeployments lists queued and in-progress deployments of every application,
+	// without their logs.
 	ListActiveDeployments(ctx context.Context) ([]Deployment, error)
 	// CancelDeployment cancels a queued or running deployment; ErrBadRequest when terminal.
 	CancelDeployment(ctx context.Context, uuid string) error

@@ -124,6 +124,25 @@ func (c *Client) ListApplications(ctx context.Context, tag string) ([]Applicatio
 	return out, err
 }
 
+// UpdateApplication is PATCH /applications/{uuid} with the image and limits fields u sets.
+// An update that sets nothing is refused locally (the server answers 400 to an empty body).
+func (c *Client) UpdateApplication(ctx context.Context, uuid string, u AppUpdate) error {
+	body := map[string]string{}
+	for k, v := range map[string]string{
+		"docker_registry_image_name": u.Image, "docker_registry_image_tag": u.Tag,
+		"limits_cpus": u.CPUs, "limits_memory": u.Memory,
+	} {
+		if v != "" {
+			body[k] = v
+		}
+	}
+	if len(body) == 0 {
+		return fmt.Errorf("coolify: update of application %s sets nothing: %w", uuid, ErrValidation)
+	}
+	return c.do(ctx, call{op: "update-application-by-uuid", method: http.MethodPatch,
+		path: "/applications/" + esc(uuid), body: body, idempotent: true})
+}
+
 func (c *Client) DeleteApplication(ctx context.Context, uuid string, o DeleteOptions) error {
 	q := url.Values{
 		"delete_configurations":     {strconv.FormatBool(o.DeleteConfigurations)},
@@ -167,6 +186,13 @@ func (c *Client) CreateEnv(ctx context.Context, uuid string, env EnvVar) (string
 	err := c.do(ctx, call{op: "create-env-by-application-uuid", method: http.MethodPost,
 		path: "/applications/" + esc(uuid) + "/envs", body: toItem(env), out: &out})
 	return out.UUID, err
+}
+
+// DeleteEnv is retried like a read: a second delete answers ErrNotFound, which the caller
+// can treat as done.
+func (c *Client) DeleteEnv(ctx context.Context, appUUID, envUUID string) error {
+	return c.do(ctx, call{op: "delete-env-by-application-uuid", method: http.MethodDelete,
+		path: "/applications/" + esc(appUUID) + "/envs/" + esc(envUUID), idempotent: true})
 }
 
 func (c *Client) ListEnvs(ctx context.Context, uuid string) ([]EnvVar, error) {
@@ -244,9 +270,15 @@ func (c *Client) ListApplicationDeployments(ctx context.Context, appUUID string,
 	return out.Count, out.Deployments, err
 }
 
+// ListActiveDeployments drops the logs a read:sensitive token gets with each deployment: a
+// live deployment's log tells a caller nothing it acts on, and callers keep this list (the
+// controllers' BulkReader caches it per pool).
 func (c *Client) ListActiveDeployments(ctx context.Context) ([]Deployment, error) {
 	var out []Deployment
 	err := c.do(ctx, call{op: "list-deployments", method: http.MethodGet, path: "/deployments", idempotent: true, out: &out})
+	for i := range out {
+		out[i].Logs = DeploymentLogs{}
+	}
 	return out, err
 }
 

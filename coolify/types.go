@@ -59,8 +59,28 @@ type Application struct {
 	DockerRegistryImageName string `json:"docker_registry_image_name,omitempty"`
 	DockerRegistryImageTag  string `json:"docker_registry_image_tag,omitempty"`
 	BuildPack               string `json:"build_pack,omitempty"`
-	CreatedAt               string `json:"created_at,omitempty"`
-	UpdatedAt               string `json:"updated_at,omitempty"`
+	// LimitsCPUs and LimitsMemory are the container's limits as set: the server reports an
+	// unset limit as NoLimit. A change applies at the next deployment (Limits).
+	LimitsCPUs   string `json:"limits_cpus,omitempty"`
+	LimitsMemory string `json:"limits_memory,omitempty"`
+	CreatedAt    string `json:"created_at,omitempty"`
+	UpdatedAt    string `json:"updated_at,omitempty"`
+}
+
+// NoLimit is the limits_cpus or limits_memory value that sets no limit: the server's default,
+// reported for an application created without one.
+const NoLimit = "0"
+
+// Limits returns the application's limits, "" for none (NoLimit or absent), so they compare
+// with a spec that leaves a limit out.
+func (a *Application) Limits() (cpus, memory string) {
+	none := func(v string) string {
+		if v == NoLimit {
+			return ""
+		}
+		return v
+	}
+	return none(a.LimitsCPUs), none(a.LimitsMemory)
 }
 
 // State is the container state of the application's status.
@@ -92,6 +112,21 @@ type CreateApplicationRequest struct {
 	LimitsMemory string
 	// Tags are sent only to servers from v4.2.0 on.
 	Tags []string
+}
+
+// AppUpdate is what UpdateApplication changes: the image an application deploys and its
+// limits. An empty field is left as it is; NoLimit removes a limit. The server stores the
+// change at once and applies it at the application's next deployment only: the running
+// container keeps what it was started with.
+type AppUpdate struct {
+	// Image is docker_registry_image_name (it may carry a registry host); Tag is
+	// docker_registry_image_tag.
+	Image string
+	Tag   string
+	// CPUs is limits_cpus (e.g. "1.5"), Memory limits_memory (e.g. "2048m"); Docker refuses a
+	// value it cannot read, and the deployment then fails at compose up.
+	CPUs   string
+	Memory string
 }
 
 // EnvVar is an application environment variable.
@@ -135,4 +170,7 @@ type Deployment struct {
 	CreatedAt       string           `json:"created_at,omitempty"`
 	UpdatedAt       string           `json:"updated_at,omitempty"`
 	FinishedAt      string           `json:"finished_at,omitempty"`
+	// Logs are sent only to a token with the read:sensitive ability (LogEntries,
+	// LastErrorLine). With that ability every deployment in a list carries its logs too.
+	Logs DeploymentLogs `json:"logs,omitzero"`
 }

@@ -72,8 +72,8 @@ func (f *faults) tick(bots []botRecord) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	// After a couple of bots run, the image is cached: the next deployment to finish fails at
-	// its pull, as a registry hiccup would make it. Neither fault picks the scheduled bot,
+	// After a couple of bots run, the image is cached: the next deployment to ask the registry
+	// (sim.Config.PullFailAfter into its pull) fails there, as a registry hiccup would make it. Neither fault picks the scheduled bot,
 	// whose story is being on time.
 	if f.pullArmed.IsZero() && running >= 2 && !scheduledWaiting {
 		f.sim.FailPulls(f.image, 1)

@@ -32,12 +32,17 @@ type app struct {
 	envs        []*envVar
 
 	// history is the container's true status over time; the API shows it StatusLag late.
-	history  []statusChange
-	running  bool
+	history []statusChange
+	running bool
+	// run is what the container runs (set at each start): the image and limits of the
+	// deployment that started it, which later PATCHes do not change.
+	run      runConfig
 	gen      int // bumps at each start/stop so stale crash events do nothing
 	deleting bool
 	restarts int
 }
+
+type runConfig struct{ ref, cpus, mem string }
 
 type statusChange struct {
 	at     time.Time
@@ -103,17 +108,18 @@ func (a *app) envMap() map[string]string {
 func (s *Sim) container(a *app, reason string, at time.Time) Container {
 	s.hookSeq++
 	return Container{AppUUID: a.uuid, AppName: a.name, ServerUUID: a.server.UUID,
-		Image: imageRef(a.image, a.tag), Env: a.envMap(), Reason: reason, At: at, Seq: s.hookSeq}
+		Image: a.run.ref, CPUs: a.run.cpus, Memory: a.run.mem, Env: a.envMap(), Reason: reason, At: at, Seq: s.hookSeq}
 }
 
-// startContainer makes the container run from at, replacing a running one.
-func (s *Sim) startContainer(a *app, at time.Time) {
+// startContainer makes the container of deployment d run from at, replacing a running one.
+func (s *Sim) startContainer(a *app, d *deployment, at time.Time) {
 	reason := "deployed"
 	if a.running {
 		s.stopContainer(a, at, "redeployed")
 		reason = "redeployed"
 	}
 	a.running = true
+	a.run = runConfig{ref: d.ref, cpus: d.cpus, mem: d.mem}
 	a.gen++
 	a.setStatus(at, statusRunning)
 	c := s.container(a, reason, at)
@@ -162,7 +168,11 @@ type AppInfo struct {
 	Description string
 	ServerUUID  string
 	Image       string
-	Tags        []string
+	// LimitsCPUs and LimitsMemory are the limits set (created or PATCHed; "" for none): a
+	// container runs with those of the deployment that started it (Container).
+	LimitsCPUs   string
+	LimitsMemory string
+	Tags         []string
 	// Status is what the API shows now; TrueStatus is the container's actual state.
 	Status     string
 	TrueStatus string
@@ -176,7 +186,7 @@ type AppInfo struct {
 
 func (s *Sim) appInfo(a *app, now time.Time) AppInfo {
 	return AppInfo{UUID: a.uuid, Name: a.name, Description: a.description, ServerUUID: a.server.UUID,
-		Image: imageRef(a.image, a.tag), Tags: append([]string(nil), a.tags...),
+		Image: imageRef(a.image, a.tag), LimitsCPUs: a.cpus, LimitsMemory: a.mem, Tags: append([]string(nil), a.tags...),
 		Status: s.visibleStatus(a, now), TrueStatus: a.trueStatus(), Running: a.running,
 		Deleting: a.deleting, Restarts: a.restarts, Env: maps.Clone(a.envMap()), EnvRows: len(a.envs)}
 }

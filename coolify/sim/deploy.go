@@ -26,6 +26,14 @@ type deployment struct {
 	gen       int
 	restart   bool
 	logs      []logLine
+
+	// What the deployment read of its application as a worker took it (Coolify's job reads
+	// the application then: a PATCH after that applies at the next deployment).
+	image       string // the repository, as Docker names it in a refused pull
+	ref, digest string
+	cpus, mem   string
+	cold        bool
+	pullStarted time.Time
 }
 
 // logLine is one entry of a deployment's log, as Coolify stores it (its logs field is this
@@ -125,33 +133,69 @@ func (s *Sim) scheduleOnce(at time.Time) (freed bool) {
 	return freed
 }
 
-// run gives d a worker: pull (cold or cached), then compose up.
+// run gives d a worker: pull (cold unless the server holds the registry's digest of the
+// image), then compose up. A pull asked to fail (FailPulls) fails PullFailAfter into the pull.
 func (s *Sim) run(d *deployment, at time.Time) {
 	d.hasWorker = true
 	s.workers++
-	ref := imageRef(d.app.image, d.app.tag)
+	d.image, d.ref = d.app.image, imageRef(d.app.image, d.app.tag)
+	d.cpus, d.mem = d.app.cpus, d.app.mem
+	d.digest = s.digest(d.ref)
+	d.cold = d.server.images[d.ref] != d.digest
+	d.pullStarted = at
 	pull := s.cfg.WarmPull
-	if !d.server.images[ref] {
+	if d.cold {
 		pull = s.cfg.ColdPull
 	}
+	s.pullHook(d, at)
 	gen := d.gen
+	// The failure check is scheduled first: at the same moment as the end of the pull and
+	// compose up (a pull shorter than PullFailAfter, no compose-up time), it comes first.
+	s.after(at, min(s.cfg.PullFailAfter, pull), func(at time.Time) {
+		if d.gen != gen || d.status != depInProgress {
+			return
+		}
+		if line, failed := s.takePullFailure(d.server, d.image, d.ref); failed {
+			s.failPull(d, at, line)
+		}
+	})
 	s.after(at, pull+s.cfg.ComposeUp, func(at time.Time) {
 		if d.gen != gen || d.status != depInProgress {
 			return
 		}
-		if s.takePullFailure(d.server, ref) {
-			s.fail(d, at, "Error response from daemon: pull access denied for "+d.app.image+
-				", repository does not exist or may require 'docker login'")
-			return
-		}
 		s.release(d)
 		d.updated, d.finished = at, at
-		d.server.images[ref] = true
+		d.server.images[d.ref] = d.digest
 		d.status = depFinished
 		if _, exists := s.apps[d.app.uuid]; exists {
-			s.startContainer(d.app, at)
+			s.startContainer(d.app, d, at)
 		}
 	})
+}
+
+func (s *Sim) pullHook(d *deployment, at time.Time) {
+	h := s.cfg.Hooks.OnPull
+	if h == nil {
+		return
+	}
+	s.hookSeq++
+	p := PullInfo{DeploymentUUID: d.uuid, AppUUID: d.app.uuid, AppName: d.app.name, ServerUUID: d.server.UUID,
+		Ref: d.ref, Digest: d.digest, Cold: d.cold, At: at, Seq: s.hookSeq}
+	s.hooks = append(s.hooks, func() { h(p) })
+}
+
+// Lines Coolify's deployment job writes around the error of a failed command.
+const (
+	logOops           = "Oops something is not okay, are you okay? 😢"
+	logRemovedVersion = "Deployment failed. Removing the new version of your application."
+)
+
+// failPull fails d with Docker's error, logged the way Coolify's job logs a failed command:
+// its marker, the error (stderr), then its cleanup line. The cache stays as it was.
+func (s *Sim) failPull(d *deployment, at time.Time, line string) {
+	d.log(at, logOops, true)
+	s.fail(d, at, line)
+	d.log(at, logRemovedVersion, false)
 }
 
 func (s *Sim) release(d *deployment) {
@@ -185,8 +229,17 @@ type DeploymentInfo struct {
 	HasWorker  bool
 	Created    time.Time
 	Finished   time.Time
-	// Logs are the deployment's log lines (a failure's reason is the last).
+	// Logs are the deployment's log lines (a failure's reason is its last stderr line).
 	Logs []string
+	// Ref, Digest, Cold and PullStarted describe the pull (PullInfo); all zero until a
+	// worker took the deployment.
+	Ref         string
+	Digest      string
+	Cold        bool
+	PullStarted time.Time
+	// CPUs and Memory are the limits the deployment read (limits_cpus, limits_memory).
+	CPUs   string
+	Memory string
 }
 
 // Deployments lists every deployment in creation order.
@@ -197,7 +250,8 @@ func (s *Sim) Deployments() []DeploymentInfo {
 	out := make([]DeploymentInfo, 0, len(s.order))
 	for _, d := range s.order {
 		info := DeploymentInfo{UUID: d.uuid, AppUUID: d.app.uuid, ServerUUID: d.server.UUID,
-			Status: d.status, HasWorker: d.hasWorker, Created: d.created, Finished: d.finished}
+			Status: d.status, HasWorker: d.hasWorker, Created: d.created, Finished: d.finished,
+			Ref: d.ref, Digest: d.digest, Cold: d.cold, PullStarted: d.pullStarted, CPUs: d.cpus, Memory: d.mem}
 		for _, l := range d.logs {
 			info.Logs = append(info.Logs, l.output)
 		}

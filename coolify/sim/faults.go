@@ -52,16 +52,20 @@ func (s *Sim) SetOutage(on bool) {
 }
 
 // FailPulls makes the next n deployments of image (with tag, e.g. "bot:1", or without for
-// "latest") fail at the pull, on any server; n < 0 fails them all until called again with 0.
+// "latest") fail at the pull, on any server, as a tag missing from the registry does; n < 0
+// fails them all until called again with 0. The pull fails Config.PullFailAfter after it
+// started (a cached image too: every deployment asks the registry), leaves the server's cache
+// as it was, and logs Docker's "manifest for <image:tag> not found".
 func (s *Sim) FailPulls(image string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pullFails[pullKey{ref: pullRef(image)}] = n
 }
 
-// FailPullsOn is FailPulls on one server only (a registry login missing there, a full disk):
-// the image's deployments to other servers pull as usual. A deployment uses up its server's
-// count before FailPulls' one. It panics for a server that was never added.
+// FailPullsOn is FailPulls on one server only, as a registry login missing there does: the
+// image's deployments to other servers pull as usual, and the log says Docker's "pull access
+// denied ... may require 'docker login'". A deployment uses up its server's count before
+// FailPulls' one. It panics for a server that was never added.
 func (s *Sim) FailPullsOn(serverUUID, image string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -92,7 +96,7 @@ func (s *Sim) CrashContainers(prefix string, c Crash) {
 }
 
 func (s *Sim) crashFor(a *app) (Crash, bool) {
-	ref := imageRef(a.image, a.tag)
+	ref := a.run.ref
 	for _, p := range sortedKeys(s.crashes) {
 		if strings.HasPrefix(ref, p) {
 			return s.crashes[p], true
@@ -101,17 +105,25 @@ func (s *Sim) crashFor(a *app) (Crash, bool) {
 	return Crash{}, false
 }
 
-func (s *Sim) takePullFailure(srv *server, ref string) bool {
+// takePullFailure uses up a pull failure of ref on srv, if one is asked for, and returns the
+// error Docker prints for it: a login missing on the server (FailPullsOn) or a tag missing
+// from the registry (FailPulls). Callers hold s.mu.
+func (s *Sim) takePullFailure(srv *server, image, ref string) (string, bool) {
 	for _, k := range []pullKey{{server: srv.UUID, ref: ref}, {ref: ref}} {
-		switch n := s.pullFails[k]; {
-		case n < 0:
-			return true
-		case n > 0:
-			s.pullFails[k] = n - 1
-			return true
+		n := s.pullFails[k]
+		if n == 0 {
+			continue
 		}
+		if n > 0 {
+			s.pullFails[k] = n - 1
+		}
+		if k.server != "" {
+			return "Error response from daemon: pull access denied for " + image +
+				", repository does not exist or may require 'docker login': denied: requested access to the resource is denied", true
+		}
+		return "Error response from daemon: manifest for " + ref + " not found: manifest unknown: manifest unknown", true
 	}
-	return false
+	return "", false
 }
 
 // injected decides whether a request to op fails and with which code, and how long to delay.

@@ -144,6 +144,9 @@ func handlePatchApp(s *Sim, rc *reqCtx) (int, any) {
 	if code != 0 {
 		return code, body
 	}
+	if len(f) == 0 {
+		return http.StatusBadRequest, msg{"message": "Invalid request."}
+	}
 	if code, body := refuseUnknown(f, patchFields); code != 0 {
 		return code, body
 	}
@@ -166,6 +169,14 @@ func handlePatchApp(s *Sim, rc *reqCtx) (int, any) {
 	}
 	if v, ok := f.str("docker_registry_image_tag"); ok && v != "" {
 		a.tag = v
+	}
+	// Limits too: the server stores what it is given ("0" is no limit) and the next
+	// deployment runs the container with them.
+	if v, ok := f.str("limits_cpus"); ok {
+		a.cpus = v
+	}
+	if v, ok := f.str("limits_memory"); ok {
+		a.mem = v
 	}
 	a.updated = rc.now
 	return http.StatusOK, msg{"uuid": a.uuid}

@@ -306,7 +306,7 @@ func TestFailPullsOnOneServer(t *testing.T) {
 	if got := deployment(t, h.s, dh); got.Status != "finished" {
 		t.Fatalf("pull on the healthy server = %+v", got)
 	}
-	if got := deployment(t, h.s, dt); got.Status != "failed" || len(got.Logs) != 1 || !strings.Contains(got.Logs[0], "pull access denied for bot") {
+	if got := deployment(t, h.s, dt); got.Status != "failed" || len(got.Logs) != 3 || !strings.Contains(got.Logs[1], "pull access denied for bot") {
 		t.Fatalf("pull on the failing server = %+v", got)
 	}
 	dt = h.deploy(there)

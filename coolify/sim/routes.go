@@ -30,6 +30,7 @@ var routes = []route{
 	{http.MethodGet, seg("applications/{}/envs"), "list-envs-by-application-uuid", abilityRead, handleListEnvs},
 	{http.MethodPost, seg("applications/{}/envs"), "create-env-by-application-uuid", abilityWrite, handleCreateEnv},
 	{http.MethodPatch, seg("applications/{}/envs/bulk"), "update-envs-by-application-uuid", abilityWrite, handleBulkEnvs},
+	{http.MethodDelete, seg("applications/{}/envs/{}"), "delete-env-by-application-uuid", abilityWrite, handleDeleteEnv},
 	{http.MethodPost, seg("applications/{}/start"), "start-application-by-uuid", abilityDeploy, handleStart},
 	{http.MethodPost, seg("applications/{}/restart"), "restart-application-by-uuid", abilityDeploy, handleRestart},
 	{http.MethodPost, seg("applications/{}/stop"), "stop-application-by-uuid", abilityDeploy, handleStop},

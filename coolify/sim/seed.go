@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -41,7 +44,9 @@ type server struct {
 	ServerSpec
 	id      int
 	created time.Time
-	images  map[string]bool // the image cache: refs pulled on this server
+	// images is the image cache: the digest pulled on this server per image reference. A
+	// pull is cold when the registry's digest of the reference differs (PushImage).
+	images map[string]string
 
 	// What Coolify's own checks say of the server (health.go); the zero value is healthy.
 	unreachable bool
@@ -90,7 +95,7 @@ func (s *Sim) AddServer(spec ServerSpec) string {
 			spec.Destinations[i].UUID = s.uuid()
 		}
 	}
-	s.servers[spec.UUID] = &server{ServerSpec: spec, id: s.id(), created: s.clk.Now(), images: map[string]bool{}}
+	s.servers[spec.UUID] = &server{ServerSpec: spec, id: s.id(), created: s.clk.Now(), images: map[string]string{}}
 	return spec.UUID
 }
 
@@ -134,13 +139,49 @@ func (s *Sim) RevokeToken(tok string) {
 	delete(s.tokens, tok)
 }
 
-// WarmImage puts an image in a server's cache, as if pulled earlier (tag "" is "latest").
+// WarmImage puts an image in a server's cache, as if pulled earlier (tag "" is "latest"): the
+// registry's current digest of it, so its next deployment there pulls warm.
 func (s *Sim) WarmImage(serverUUID, image, tag string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if srv := s.servers[serverUUID]; srv != nil {
-		srv.images[imageRef(image, tag)] = true
+		ref := imageRef(image, tag)
+		srv.images[ref] = s.digest(ref)
 	}
+}
+
+// PushImage pushes a new image under image:tag (tag "" is "latest"), as a CI job pushing the
+// same tag again does, and returns its digest. Servers keep the digest they pulled, so the
+// next deployment of the reference on each server pulls cold: a tag is not a version.
+func (s *Sim) PushImage(image, tag string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref := imageRef(image, tag)
+	s.registry[ref]++
+	return s.digest(ref)
+}
+
+// ImageDigest is the registry's current digest of image:tag (tag "" is "latest").
+func (s *Sim) ImageDigest(image, tag string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.digest(imageRef(image, tag))
+}
+
+// CachedImage is the digest of image:tag in a server's cache, and whether it is there. It
+// panics for a server that was never added.
+func (s *Sim) CachedImage(serverUUID, image, tag string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.mustServer(serverUUID).images[imageRef(image, tag)]
+	return d, ok
+}
+
+// digest is the registry's digest of ref: every reference exists, and each push changes it.
+// Callers hold s.mu.
+func (s *Sim) digest(ref string) string {
+	sum := sha256.Sum256([]byte(ref + "\x00" + strconv.Itoa(s.registry[ref])))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // SetServerCapacity changes a server's concurrent_builds and deployment_queue_limit, as

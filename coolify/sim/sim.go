@@ -1,9 +1,9 @@
 // Package sim is an in-process Coolify v4 API for tests, benchmarks and the demo. It serves the
 // endpoints a bot pool uses with the semantics docs/coolify.md describes: abilities, the API
 // switch, the per-user rate limit, strict bodies, asynchronous deletes, deployment queues
-// with per-server concurrency and a shared worker pool, image caches, lagging container status,
-// env preview twins, server health (unreachable or unusable servers, lost containers), and
-// fault injection.
+// with per-server concurrency and a shared worker pool, image caches against a registry whose
+// tags move (PushImage), lagging container status, env preview twins, server health
+// (unreachable or unusable servers, lost containers), and fault injection.
 //
 // Time comes from an injected clock and every simulated duration is divided by Config.Speed.
 // State advances lazily: each request, Tick and Advance run every event that is due, in time
@@ -38,6 +38,10 @@ const (
 	tickInterval       = 10 * time.Millisecond
 )
 
+// DefaultPullFailAfter is how long a pull takes to fail: Docker asks the registry for the
+// manifest first, so an unknown tag or a refused login is known within seconds.
+const DefaultPullFailAfter = 5 * time.Second
+
 // Config tunes the simulator. Zero values take the defaults above; a negative duration means
 // at once (done by the next request, even on a clock that does not move).
 type Config struct {
@@ -56,6 +60,9 @@ type Config struct {
 	StatusLag   time.Duration
 	DeleteDelay time.Duration
 	StopDelay   time.Duration
+	// PullFailAfter is when a failing pull (FailPulls, FailPullsOn) fails, counted from the
+	// pull's start, and never later than the pull would have taken.
+	PullFailAfter time.Duration
 	// APIDisabled starts the instance with the API switched off, as on a fresh install.
 	APIDisabled bool
 	// RandSeed seeds fault injection.
@@ -63,13 +70,34 @@ type Config struct {
 	Hooks    Hooks
 }
 
-// Hooks are called when a simulated container starts or stops, outside the simulator's lock,
-// from the goroutine that advanced time (a request handler or the ticker): keep them short or
-// start a goroutine. Hooks may call the simulator. Two goroutines advancing at once can run
-// their hooks concurrently: Container.Seq gives the true order.
+// Hooks are called when a simulated container starts or stops, or a pull starts, outside the
+// simulator's lock, from the goroutine that advanced time (a request handler or the ticker):
+// keep them short or start a goroutine. Hooks may call the simulator. Two goroutines
+// advancing at once can run their hooks concurrently: Container.Seq and PullInfo.Seq give the
+// true order.
 type Hooks struct {
 	OnStart func(Container)
 	OnStop  func(Container)
+	// OnPull is called when a deployment starts its image pull (a worker took it).
+	OnPull func(PullInfo)
+}
+
+// PullInfo describes the start of a deployment's image pull.
+type PullInfo struct {
+	DeploymentUUID string
+	AppUUID        string
+	AppName        string
+	ServerUUID     string
+	// Ref is the image reference pulled ("image:tag"); Digest is the registry's digest of it
+	// as the pull started (PushImage changes it).
+	Ref    string
+	Digest string
+	// Cold is true when the server's cache did not hold that digest: the pull downloads the
+	// image (ColdPull) instead of checking it (WarmPull).
+	Cold bool
+	// At is the simulated time the pull started; Seq orders it among container changes.
+	At  time.Time
+	Seq uint64
 }
 
 // Container describes a simulated container at a start or stop.
@@ -80,6 +108,10 @@ type Container struct {
 	Image      string
 	// Env holds the application's non-preview variables.
 	Env map[string]string
+	// CPUs and Memory are the limits the container runs with (limits_cpus and limits_memory
+	// as the deployment that started it read them; "" for none).
+	CPUs   string
+	Memory string
 	// Reason is "deployed", "stopped", "crashed", "crash-loop", "deleted", "redeployed" or
 	// "lost" (LoseServerContainers).
 	Reason string
@@ -108,6 +140,9 @@ type Sim struct {
 	tokens   map[string]*token
 	apps     map[string]*app
 	deploys  map[string]*deployment
+	// registry holds how many times each image reference was pushed (PushImage): its digest
+	// follows from the count, so a tag that was never pushed has a digest too.
+	registry map[string]int
 	order    []*deployment            // every deployment, in creation order
 	active   []*deployment            // the queued and in-progress ones
 	byApp    map[string][]*deployment // per app, oldest first
@@ -145,6 +180,7 @@ func New(cfg Config) *Sim {
 	def(&cfg.StatusLag, DefaultStatusLag)
 	def(&cfg.DeleteDelay, DefaultDeleteDelay)
 	def(&cfg.StopDelay, DefaultStopDelay)
+	def(&cfg.PullFailAfter, DefaultPullFailAfter)
 	if cfg.Version == "" {
 		cfg.Version = DefaultVersion
 	}
@@ -158,7 +194,7 @@ func New(cfg Config) *Sim {
 		cfg: cfg, clk: cfg.Clock, rng: rand.New(rand.NewPCG(cfg.RandSeed, 0x5eed)),
 		lastTick: cfg.Clock.Now(), apiEnabled: !cfg.APIDisabled,
 		servers: map[string]*server{}, projects: map[string]*project{}, tokens: map[string]*token{},
-		apps: map[string]*app{}, deploys: map[string]*deployment{}, byApp: map[string][]*deployment{}, limits: map[string]*window{},
+		apps: map[string]*app{}, registry: map[string]int{}, deploys: map[string]*deployment{}, byApp: map[string][]*deployment{}, limits: map[string]*window{},
 		faults: map[string]*Fault{}, pullFails: map[pullKey]int{}, crashes: map[string]Crash{},
 		counts: map[string]map[int]int{},
 	}

@@ -65,10 +65,12 @@ type Coolify struct {
 	GetApplicationFn               func(ctx context.Context, uuid string) (*coolify.Application, error)
 	ListApplicationsFn             func(ctx context.Context, tag string) ([]coolify.Application, error)
 	SetDescriptionFn               func(ctx context.Context, uuid, description string) error
+	UpdateApplicationFn            func(ctx context.Context, uuid string, u coolify.AppUpdate) error
 	DeleteApplicationFn            func(ctx context.Context, uuid string, opts coolify.DeleteOptions) error
 	UpsertEnvsFn                   func(ctx context.Context, uuid string, envs []coolify.EnvVar) ([]coolify.EnvVar, error)
 	CreateEnvFn                    func(ctx context.Context, uuid string, env coolify.EnvVar) (string, error)
 	ListEnvsFn                     func(ctx context.Context, uuid string) ([]coolify.EnvVar, error)
+	DeleteEnvFn                    func(ctx context.Context, appUUID, envUUID string) error
 	DeployFn                       func(ctx context.Context, appUUID string) (coolify.DeployResult, error)
 	StartFn                        func(ctx context.Context, uuid string) (coolify.DeployResult, error)
 	RestartFn                      func(ctx context.Context, uuid string) (coolify.DeployResult, error)
@@ -167,6 +169,20 @@ func (f *Coolify) SetDescription(ctx context.Context, uuid, description string) 
 		return err
 	}
 	return f.SetDescriptionFn(ctx, uuid, description)
+}
+
+func (f *Coolify) UpdateApplication(ctx context.Context, uuid string, u coolify.AppUpdate) error {
+	if err := f.call("UpdateApplication", uuid, f.UpdateApplicationFn != nil); err != nil {
+		return err
+	}
+	return f.UpdateApplicationFn(ctx, uuid, u)
+}
+
+func (f *Coolify) DeleteEnv(ctx context.Context, appUUID, envUUID string) error {
+	if err := f.call("DeleteEnv", appUUID, f.DeleteEnvFn != nil); err != nil {
+		return err
+	}
+	return f.DeleteEnvFn(ctx, appUUID, envUUID)
 }
 
 func (f *Coolify) DeleteApplication(ctx context.Context, uuid string, opts coolify.DeleteOptions) error {
