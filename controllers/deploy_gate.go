@@ -4,8 +4,10 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
@@ -24,14 +26,22 @@ import (
 // Slots the cache already shows Deploying are counted by the caller; the gate remembers the
 // admissions the cache may not show yet, so concurrent reconciles cannot overshoot the limit.
 // For the server it remembers every pool's deployments in flight as the pool's last Admit saw
-// them, less each slot's Done, and believes no cache that still shows a slot Deploying after
-// its Done (for admissionTTL).
+// them, less each slot's Done, and (for the server and the pool alike) believes no cache that
+// still shows a slot Deploying after its Done (for admissionTTL).
+//
+// A slot it refuses asks again after the slot controller's gate retry, or sooner: when a
+// deployment ends (Done), the gate wakes the slots it refused that the freed room may admit
+// (Wake), so a start does not sit out a retry after its server has room.
 //
 // Its maps hold only live state: a pool's admissions go with its last slot's release, a
 // pause once it ends, a pool's deployments on a server with their Done (or serverHeldTTL), and
 // what is known of an image once unused for warmTTL.
 type DeployGate struct {
 	Clock clock.PassiveClock
+	// Wake, when set, receives a BotPoolSlot (namespace and name) for each slot the gate
+	// refused that a Done may now admit: the slot controller watches it. It never blocks a
+	// Done: a wake-up that finds it full is skipped, and the slot asks on its gate retry.
+	Wake chan<- event.GenericEvent
 
 	mu       sync.Mutex
 	admitted map[types.NamespacedName]map[string]admission // pool → slot → its admission
@@ -44,9 +54,20 @@ type DeployGate struct {
 	// last Admit saw them.
 	onServer map[string]map[types.NamespacedName]poolFlight
 	// done: slot (namespace/name) → its Done, for admissionTTL: a cache that still shows the
-	// slot Deploying lags, and the slot no longer counts for its server.
-	done   map[types.NamespacedName]time.Time
-	pruned time.Time
+	// slot Deploying lags, and the slot no longer counts for its server nor its pool.
+	done map[types.NamespacedName]time.Time
+	// refused: slot → what it was last refused for room on (its pool and server) and when,
+	// the slots a Done wakes.
+	refused map[types.NamespacedName]refusal
+	pruned  time.Time
+}
+
+// refusal is what a slot the gate refused waits for: room in its pool or on its server
+// (coolifyServer.key).
+type refusal struct {
+	pool   types.NamespacedName
+	server string
+	at     time.Time
 }
 
 // admission is one the cache may not show yet: when, and on which server (coolifyServer.key).
@@ -134,6 +155,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	g.prune(now)
 	slotKey := types.NamespacedName{Namespace: pool.Namespace, Name: slot}
 	if now.Before(g.paused[pauseKey(srv, true)]) || now.Before(g.paused[pauseKey(srv, false)]) {
+		// A pause ends by the clock, not with a Done: the slot's gate retry asks again.
 		g.startWaits(srv, slotKey, ask.start, now)
 		return false
 	}
@@ -144,11 +166,17 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	}
 	inFlight, inFlightHere := map[string]bool{}, map[string]bool{}
 	for _, s := range deploying {
-		inFlight[s] = true
 		delete(adm, s) // the cache shows it now
+		// A slot whose Done is more recent than the cache's view ended: the cache lags (the
+		// slot woken by that Done asks before the ended slot's status reaches the cache).
+		if !g.doneSince(types.NamespacedName{Namespace: pool.Namespace, Name: s}, now) {
+			inFlight[s] = true
+		}
 	}
 	for _, s := range ask.here {
-		inFlightHere[s] = true
+		if !g.doneSince(types.NamespacedName{Namespace: pool.Namespace, Name: s}, now) {
+			inFlightHere[s] = true
+		}
 	}
 	admHere := map[string]bool{}
 	for s, a := range adm {
@@ -181,13 +209,16 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	if limit > 0 && len(inFlight) >= limit || !known && len(inFlightHere) >= 1 {
 		// The pool's own bound: its own deployments hold it, no other pool's recycles.
 		g.startWaits(srv, slotKey, false, now)
+		g.refuse(slotKey, key, srv, now)
 		return false
 	}
 	if srv.runs > 0 && onServer >= srv.runs || !ask.start && g.startWaiting(srv, slotKey, now) {
 		g.startWaits(srv, slotKey, ask.start, now)
+		g.refuse(slotKey, key, srv, now)
 		return false
 	}
 	g.startWaits(srv, slotKey, false, now)
+	delete(g.refused, slotKey)
 	adm[slot] = admission{at: now, server: srv.key}
 	if f, ok := g.onServer[srv.key][key]; ok {
 		f.slots[slot] = true
@@ -220,6 +251,38 @@ func (g *DeployGate) startWaits(srv coolifyServer, slot types.NamespacedName, wa
 		g.starts[srv.key] = map[types.NamespacedName]time.Time{}
 	}
 	g.starts[srv.key][slot] = now
+}
+
+// refuse remembers that slot of pool waits for room in the pool or on srv, for the Done that
+// frees it to wake the slot. Callers hold g.mu.
+func (g *DeployGate) refuse(slot, pool types.NamespacedName, srv coolifyServer, now time.Time) {
+	if g.refused == nil {
+		g.refused = map[types.NamespacedName]refusal{}
+	}
+	g.refused[slot] = refusal{pool: pool, server: srv.key, at: now}
+}
+
+// doneSince reports whether slot's deployment ended (Done) within admissionTTL. Callers hold
+// g.mu.
+func (g *DeployGate) doneSince(slot types.NamespacedName, now time.Time) bool {
+	at, ok := g.done[slot]
+	return ok && now.Sub(at) <= admissionTTL
+}
+
+// waiters returns the slots refused for room in pool or on server that still ask (within
+// startWaitTTL: a slot asks again every gate retry), and forgets the others. Callers hold
+// g.mu.
+func (g *DeployGate) waiters(pool types.NamespacedName, server string, now time.Time) []types.NamespacedName {
+	var slots []types.NamespacedName
+	for s, w := range g.refused {
+		switch {
+		case now.Sub(w.at) > startWaitTTL:
+			delete(g.refused, s)
+		case w.pool == pool || server != "" && w.server == server:
+			slots = append(slots, s)
+		}
+	}
+	return slots
 }
 
 // startWaiting reports whether a start other than slot waits for room on srv. Callers hold
@@ -316,6 +379,11 @@ func (g *DeployGate) prune(now time.Time) {
 			delete(g.done, s)
 		}
 	}
+	for s, w := range g.refused {
+		if now.Sub(w.at) > startWaitTTL {
+			delete(g.refused, s)
+		}
+	}
 	for k, slots := range g.starts {
 		for s, at := range slots {
 			if now.Sub(at) > startWaitTTL {
@@ -351,7 +419,21 @@ func (g *DeployGate) Pause(srv coolifyServer, queueFull bool, until time.Time) {
 // so the image is cached on the slot's server from now on (the server the gate admitted or
 // counted the slot on; one it knows nothing of, after a restart, costs a lone deployment
 // later).
+//
+// The room it frees wakes the slots refused for room in the pool or on that server (Wake):
+// all of them, since the gate decides who gets it (starts first) when they ask again, and a
+// slot refused again costs a pass that writes nothing.
 func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
+	for _, s := range g.done1(pool, slot, finished) {
+		select {
+		case g.Wake <- event.GenericEvent{Object: &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}}:
+		default:
+		}
+	}
+}
+
+// done1 is Done under g.mu; it returns the slots to wake.
+func (g *DeployGate) done1(pool *v1.BotPool, slot string, finished bool) []types.NamespacedName {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -364,10 +446,8 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 			delete(g.admitted, key)
 		}
 	}
-	counted := false
 	for k, pools := range g.onServer {
 		if f, ok := pools[key]; ok && f.slots[slot] {
-			counted = true
 			server, known = k, true
 			delete(f.slots, slot)
 			if len(f.slots) == 0 {
@@ -378,7 +458,7 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 			delete(g.onServer, k)
 		}
 	}
-	if counted { // a slot that never counted on a server needs no record
+	if known { // a slot the gate never admitted nor counted needs no record
 		if g.done == nil {
 			g.done = map[types.NamespacedName]time.Time{}
 		}
@@ -390,6 +470,10 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 		}
 		g.warm[imageKey(pool, server)] = g.Clock.Now()
 	}
+	if g.Wake == nil || !known {
+		return nil // no room freed that the gate counted
+	}
+	return g.waiters(key, server, g.Clock.Now())
 }
 
 // size reports how many entries the gate holds, for tests.

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
@@ -319,4 +322,86 @@ func TestDeployGateSpreadsOverServers(t *testing.T) {
 	if admit(b, "b-3", true) {
 		t.Fatal("the pool's maxConcurrentDeployments 3 was exceeded over its two servers")
 	}
+}
+
+// TestDeployGateWakesRefusedSlotsOnDone: a Done wakes, at once, the slots the gate refused
+// for room in that pool or on that server (another pool of the user there included), and no
+// other tenant's, nor a slot that stopped asking; the woken slot is admitted although its
+// cache still shows the ended deployment, for the server's bound and for the pool's own.
+func TestDeployGateWakesRefusedSlotsOnDone(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	wake := make(chan event.GenericEvent, 16)
+	g := &DeployGate{Clock: fc, Wake: wake}
+	woken := func() []string {
+		var got []string
+		for {
+			select {
+			case e := <-wake:
+				got = append(got, e.Object.GetNamespace()+"/"+e.Object.GetName())
+			default:
+				sort.Strings(got)
+				return got
+			}
+		}
+	}
+	meet, zoom := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
+	other := gatePool("tenant-b", "meet", "srv-0")
+	srv := coolifyServer{instance: "i", key: "i|user:a|srv-0", runs: 2}
+	otherSrv := coolifyServer{instance: "i", key: "i|user:b|srv-0", runs: 1}
+	ask := func(slot string, deploying ...string) deployAsk {
+		return deployAsk{slot: slot, deploying: deploying, here: deploying, warm: true, start: true}
+	}
+
+	if !g.Admit(meet, srv, ask("meet-1")) || !g.Admit(meet, srv, ask("meet-2", "meet-1")) {
+		t.Fatal("an idle server refused two deployments")
+	}
+	if g.Admit(meet, srv, ask("meet-3", "meet-1", "meet-2")) || g.Admit(zoom, srv, ask("zoom-1")) {
+		t.Fatal("a third deployment on a server that runs two")
+	}
+	if !g.Admit(other, otherSrv, ask("meet-1")) || g.Admit(other, otherSrv, ask("meet-2", "meet-1")) {
+		t.Fatal("the other tenant's server (runs one) did not admit one and refuse the second")
+	}
+	if got := woken(); len(got) != 0 {
+		t.Fatalf("woken before any Done: %v", got)
+	}
+
+	g.Done(meet, "meet-1", true)
+	if got, want := woken(), []string{"team/meet-3", "team/zoom-1"}; !slices.Equal(got, want) {
+		t.Fatalf("meet-1's Done woke %v, want %v (the refused slots of its pool and server, no other tenant's)", got, want)
+	}
+	// The woken slot asks before meet-1's status reaches its cache.
+	if !g.Admit(meet, srv, ask("meet-3", "meet-1", "meet-2")) {
+		t.Fatal("the woken slot was refused for the deployment whose Done woke it (a lagging cache)")
+	}
+
+	// A slot that stopped asking (its bot went, say) is not woken.
+	fc.Step(startWaitTTL + time.Second)
+	g.Done(meet, "meet-2", true)
+	if got := woken(); len(got) != 0 {
+		t.Fatalf("woke %v, which stopped asking %s ago", got, startWaitTTL+time.Second)
+	}
+	g.Done(meet, "meet-3", true)
+	woken()
+
+	// The pool's own bound (maxConcurrentDeployments 1, the server's settings unknown).
+	one := gatePool("team", "one", "srv-1")
+	one.Spec.MaxConcurrentDeployments = 1
+	unknown := coolifyServer{instance: "i", key: "i|user:a|srv-1"}
+	if !g.Admit(one, unknown, ask("one-1")) || g.Admit(one, unknown, ask("one-2", "one-1")) {
+		t.Fatal("a pool that deploys one at a time did not admit one and refuse the second")
+	}
+	g.Done(one, "one-1", true)
+	if got, want := woken(), []string{"team/one-2"}; !slices.Equal(got, want) {
+		t.Fatalf("one-1's Done woke %v, want %v", got, want)
+	}
+	if !g.Admit(one, unknown, ask("one-2", "one-1")) {
+		t.Fatal("the pool's bound counted a deployment its Done ended, because a lagging cache still shows it")
+	}
+
+	// No Wake: a Done wakes nobody and never blocks.
+	quiet := &DeployGate{Clock: fc}
+	if !quiet.Admit(one, unknown, ask("one-1")) || quiet.Admit(one, unknown, ask("one-2", "one-1")) {
+		t.Fatal("a gate without Wake admits differently")
+	}
+	quiet.Done(one, "one-1", true)
 }

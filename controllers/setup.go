@@ -125,6 +125,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		},
 		Dispatcher: &Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes},
 	}
+	// The gate wakes the slots it refused when a deployment ends; the slot controller watches
+	// the channel. A full channel skips wake-ups (the gate retry covers them).
+	wake := make(chan event.GenericEvent, 1024)
+	c.Slots.Gate.Wake, c.Slots.GateWake = wake, wake
 	if o.Callbacks != nil {
 		// The notifier reports each outcome to the Bot controller, the one writer of
 		// status.callback, through this channel; see docs/callbacks.md.

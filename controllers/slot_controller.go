@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/internal/cachelag"
@@ -68,6 +69,9 @@ type BotPoolSlotReconciler struct {
 	Metrics   *Metrics
 	Coolify   *BulkReader
 	Gate      *DeployGate
+	// GateWake carries the slots the deploy gate wakes when a deployment ends (the gate's
+	// Wake): a slot it refused asks again then, not only on its gate retry. nil: none.
+	GateWake <-chan event.GenericEvent
 	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL.
 	BotAPIURL string
 	// ClusterID is this cluster's identity, part of every pool tag (see clusterPoolTag).

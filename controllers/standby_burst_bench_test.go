@@ -484,8 +484,28 @@ func (bs *burstScenario) until(what string, step, limit time.Duration, cond func
 			bs.tb.Fatalf("%s: not within %s of simulated time (slots %v, standby %v; containers started %d, bots known %d, reported %d, ended %d)",
 				what, limit, phases, standby, started, known, reported, ended)
 		}
-		clk.Step(step)
+		bs.step(step)
 		bs.steps++
+	}
+}
+
+// limiterStep is the largest move of the clock that loses none of the Coolify client's budget:
+// its limiter holds a burst of 5 requests and refills about 3.25 a second (200 a minute), so a
+// jump of 5 s credits 5 requests, not 16, and the operator ran on 60 requests a simulated
+// minute instead of 200. A throughput run then fell behind when a hundred meetings ended at
+// once: their slots' stops and new credentials (the start path, with bots queued) held the
+// deployments' polls back for minutes, and the bots queued meanwhile timed out.
+const limiterStep = time.Second
+
+// step moves the clock by d in moves of at most limiterStep, letting the requests the limiter
+// releases at each reach Coolify before the next (as a clock running on would let them go).
+func (bs *burstScenario) step(d time.Duration) {
+	for d > 0 {
+		s := min(d, limiterStep)
+		clk.Step(s)
+		if d -= s; d > 0 {
+			bs.sc.quiet(20 * time.Millisecond)
+		}
 	}
 }
 

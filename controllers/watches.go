@@ -17,6 +17,9 @@ package controllers
 //	                                             (slotOfBot, botLetGo)
 //	Bot bound, or its first report or beat  ──▶  the slot bound to it           a standby slot turns Busy
 //	                                             (slotOfBot, botLetGo)
+//	the deploy gate freed room (a Done)     ──▶  the slots it refused for that  deploy now, not on the gate
+//	                                             pool or server (Gate.Wake,     retry
+//	                                             GateWake)
 //
 //	Bot, any change                         ──▶  bot controller (For)           the bot API writes its phases
 //	BotPoolSlot, any change                 ──▶  the bot bound to it, before    mirror the binding, see the
@@ -95,11 +98,14 @@ var botQueueChanged = predicate.Funcs{
 // ends or goes away releases its slot at once).
 func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.started = r.Clock.Now()
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPoolSlot{}).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot), builder.WithPredicates(botLetGo)).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(r)
+		WithOptions(controller.Options{RateLimiter: errorBackoff()})
+	if r.GateWake != nil {
+		b = b.WatchesRawSource(source.Channel(r.GateWake, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }
 
 // botLetGo passes the bot events a slot acts on: a bot that ended, went back to the queue
