@@ -218,9 +218,17 @@ func TestStartRetriedOnAStandbyPool(t *testing.T) {
 		clk.Step(5 * time.Second)
 		return fmt.Errorf("bot %s is %s after %d failed starts", b.Name, b.Status.Phase, len(b.Status.StartAttempts))
 	})
+	// The clock moves 5 s a poll: on a busy machine the fresh container may also be too slow
+	// for its binding's window and fail the start once more, itself retried. What the test
+	// holds: every failed start is the standby container's, and the bot runs in the end.
 	b := sc.bot(bot.Name)
-	if b.Status.Phase != v1.BotDone || len(b.Status.StartAttempts) != 1 || b.Status.StartAttempts[0].Reason != v1.ReasonStandbyLost {
-		t.Fatalf("bot %s/%s with failed starts %+v, want Done after one StandbyLost", b.Status.Phase, b.Status.Reason, b.Status.StartAttempts)
+	if b.Status.Phase != v1.BotDone || len(b.Status.StartAttempts) == 0 {
+		t.Fatalf("bot %s/%s with failed starts %+v, want Done after a StandbyLost", b.Status.Phase, b.Status.Reason, b.Status.StartAttempts)
+	}
+	for _, a := range b.Status.StartAttempts {
+		if a.Reason != v1.ReasonStandbyLost {
+			t.Fatalf("failed start %+v, want every one StandbyLost", a)
+		}
 	}
 	if served := cs.served(bot.Name); len(served) != 1 {
 		t.Fatalf("%d containers took bot %s, want one", len(served), bot.Name)
