@@ -243,7 +243,7 @@ func (sc *scenario) running(name string, mutate ...func(*v1.Bot)) (*v1.Bot, *v1.
 	slotOf(sc.t, bot)
 	sc.phase(v1.SlotDeploying)
 	step(10 * time.Second)
-	slot := sc.phase(v1.SlotBusy)
+	slot := sc.deployed()
 	waitBot(sc.t, bot, "started", func(b *v1.Bot) bool { return b.Status.StartedAt != nil })
 	return bot, slot
 }

@@ -266,7 +266,7 @@ func TestSlotLifecycle(t *testing.T) {
 	sc.bind("second")
 	sc.phase(v1.SlotDeploying)
 	step(10 * time.Second)
-	sc.phase(v1.SlotBusy)
+	sc.deployed()
 
 	rows, err := liveStore.Transitions(context.Background(), sc.ns, idle.Name)
 	if err != nil {
@@ -418,7 +418,7 @@ func TestOrphanedSlotIsReleased(t *testing.T) {
 	bot, _ := sc.bind("vanishing")
 	sc.phase(v1.SlotDeploying)
 	step(10 * time.Second)
-	busy := sc.phase(v1.SlotBusy)
+	busy := sc.deployed()
 	// The bot vanishes at once, as when someone strips its finalizer: no graceful leave.
 	if err := env.Client.Delete(context.Background(), bot); err != nil {
 		t.Fatal(err)
@@ -479,7 +479,7 @@ func TestRateLimitsAndServerErrorsAreSurvived(t *testing.T) {
 	bot, _ := sc.bind("persistent")
 	sc.phase(v1.SlotDeploying)
 	step(8 * time.Minute)
-	sc.phase(v1.SlotBusy)
+	sc.deployed()
 	if b := sc.bot(bot.Name); b.Status.Phase.Terminal() {
 		t.Errorf("bot failed: %s", b.Status.Reason)
 	}
@@ -561,7 +561,7 @@ func TestFullDeploymentQueueIsSurvived(t *testing.T) {
 	step(8 * time.Minute) // the fillers' cold pulls finish, the queue drains
 	sc.phase(v1.SlotDeploying)
 	step(10 * time.Second)
-	if busy := sc.phase(v1.SlotBusy); busy.UID != waiting.UID {
+	if busy := sc.deployed(); busy.UID != waiting.UID {
 		t.Error("another slot took the bot")
 	}
 }
@@ -620,7 +620,7 @@ func TestErrorSlotIsRecoveredAtOnce(t *testing.T) {
 	bot, _ := sc.bind("unlucky")
 	sc.phase(v1.SlotDeploying)
 	step(10 * time.Second)
-	busy := sc.phase(v1.SlotBusy)
+	busy := sc.deployed()
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(busy), busy); err != nil {
 			return err
