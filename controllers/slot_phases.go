@@ -259,11 +259,37 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 		s.after(r.jittered(r.gateRetry()))
 		return nil
 	}
+	if stored, err := r.storedAsRead(ctx, s); err != nil || !stored {
+		return err
+	}
 	now := r.Clock.Now()
 	if done, err := r.joinUnanswered(ctx, s); err != nil || done {
 		return err
 	}
 	return r.deploy(ctx, s, now)
+}
+
+// storedAsRead reports whether the API server still holds the version of the slot this pass
+// read, asked past the cache. A deploy request is decided on it: on an older version the slot
+// may not show the deploy request a pass sent since (phase Deploying, or deployingSince after
+// an unanswered one), and deploying again would restart the bot's container mid-call once
+// the first deployment runs. The cache-lag guard (Writes.Stale) does not catch every such
+// version: it knows the version a pass read, not one another writer (a label, kubectl) left
+// between that read and the pass's status write, which replaces it too. A slot the cache
+// shows behind waits for it (cacheWait), admission returned.
+func (r *BotPoolSlotReconciler) storedAsRead(ctx context.Context, s *slotScope) (bool, error) {
+	if r.APIReader == nil {
+		return true, nil
+	}
+	live := &v1.BotPoolSlot{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.slot), live); err != nil {
+		return false, client.IgnoreNotFound(err) // gone: nothing to deploy
+	}
+	if live.UID == s.slot.UID && live.ResourceVersion == s.slot.ResourceVersion {
+		return true, nil
+	}
+	s.after(cacheWait)
+	return false, nil
 }
 
 // joinUnanswered looks for a deployment a deploy request may have started without its answer:
