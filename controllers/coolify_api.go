@@ -29,6 +29,9 @@ type CoolifyAPI interface {
 	SetDescription(ctx context.Context, uuid, description string) error
 	DeleteApplication(ctx context.Context, uuid string, opts coolify.DeleteOptions) error
 	UpsertEnvs(ctx context.Context, uuid string, envs []coolify.EnvVar) ([]coolify.EnvVar, error)
+	// UpdateApplication gives an application a new image, tag or limits (a rollout: the slot
+	// template, or a pool's puller image), applied at its next deployment.
+	UpdateApplication(ctx context.Context, uuid string, u coolify.AppUpdate) error
 
 	// Deployments: a bound slot deploys its bot, follows the deployment, and stops (cancelling
 	// what is still in flight) when the bot is released.

@@ -52,6 +52,10 @@ type BotPoolReconciler struct {
 	OrphanCheck time.Duration
 	// ClusterID is this cluster's identity, part of every pool tag (see clusterPoolTag).
 	ClusterID string
+	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL: part of the slot template.
+	BotAPIURL string
+
+	envDigests envDigests
 }
 
 // tag is the Coolify tag of the pool's applications created by this cluster.
@@ -87,6 +91,14 @@ type poolScope struct {
 	health map[string]v1.ServerHealth
 	// requeue is when the pool is looked at again after a pass that went well.
 	requeue time.Duration
+
+	// template is the slot template the pool asks for now; nil when it could not be read
+	// (templateErr says why), and the status keeps the template it named.
+	template    *slotTemplate
+	templateErr error
+	// images is what the pool knows of its images on each server (status.servers[].cached
+	// and pull), read from the status and updated by this pass's pre-pulls.
+	images map[string]*serverImages
 }
 
 // Reconcile implements reconcile.Reconciler: load, the body (delete or normal), and one
@@ -102,7 +114,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	if err := addFinalizer(ctx, r.Client, pool, poolFinalizer); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	s := &poolScope{pool: pool}
+	s := &poolScope{pool: pool, images: imagesOf(pool)}
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -117,6 +129,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 // reconcileNormal checks the pool's Coolify access, creates the slots it needs and sweeps
 // orphaned applications.
 func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) error {
+	r.readTemplate(ctx, s)
 	if err := r.connect(ctx, s); err != nil {
 		return err
 	}
@@ -134,6 +147,9 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 		return err
 	}
 	s.requeue = min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck))
+	if s.pool.Spec.SlotEnvFrom != nil {
+		s.requeue = min(s.requeue, templateRecheck) // the Secret is read, not watched
+	}
 	return nil
 }
 

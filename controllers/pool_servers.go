@@ -196,8 +196,9 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 
 // serverStatuses counts the pool's slots on each of its servers, listed ones first in the
 // pool's order, then unlisted ones that still hold slots. health is this pass's read (nil:
-// each server keeps the health the status had).
-func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]v1.ServerHealth) []v1.ServerStatus {
+// each server keeps the health the status had); images is what the pool knows of its images
+// on each server (a server it no longer lists and holds no slot on is forgotten).
+func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]v1.ServerHealth, images map[string]*serverImages) []v1.ServerStatus {
 	var out []v1.ServerStatus
 	index := map[string]int{}
 	for _, srv := range pool.Spec.Coolify.ServerList() {
@@ -231,6 +232,11 @@ func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]
 	if len(unlisted) > 1 {
 		first := len(out) - len(unlisted)
 		sort.Slice(out[first:], func(i, j int) bool { return out[first+i].UUID < out[first+j].UUID })
+	}
+	for i := range out {
+		if im := images[out[i].UUID]; im != nil {
+			out[i].Cached, out[i].Pull = im.Cached, im.Pull
+		}
 	}
 	return out
 }

@@ -17,7 +17,10 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	counts := countSlots(s.slots)
 	p.Status.Slots = &counts
 	p.Status.Queued = int32(s.waiting)
-	p.Status.Servers = serverStatuses(p, s.slots, s.health)
+	if s.template != nil {
+		p.Status.TemplateHash, p.Status.TemplateImage = s.template.Hash(), s.template.Ref()
+	}
+	p.Status.Servers = serverStatuses(p, s.slots, s.health, s.images)
 	gen := p.Generation
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		v1.SetCondition(&p.Status.Conditions, metav1.Condition{

@@ -111,7 +111,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		Pools: &BotPoolReconciler{
 			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk,
 			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, ClusterID: o.ClusterID,
-			OrphanCheck: o.OrphanCheck,
+			OrphanCheck: o.OrphanCheck, BotAPIURL: o.BotAPIURL,
 		},
 		Slots: &BotPoolSlotReconciler{
 			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Store: deps.Store, Writes: writes,
