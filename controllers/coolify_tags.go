@@ -64,19 +64,14 @@ func carriesTag(app *coolify.Application, tag string) bool {
 
 // adoptable reports whether an application found under the slot's name is the one this slot
 // created: it carries the exact owner mark (cluster, namespace, pool, project and server) and
-// runs the pool's image. A same-named application of another cluster, pool or placement is
-// never adopted.
+// runs the pool's image, or the one a new slot on that server is created with mid-rollout
+// (createImage). A same-named application of another cluster, pool or placement is never
+// adopted.
 func adoptable(app *coolify.Application, tag string, pool *v1.BotPool, server string) bool {
 	if !strings.HasSuffix(app.Description, ownerMark(tag, pool, server)) {
 		return false
 	}
-	want := pool.Spec.ImageTag
-	if want == "" {
-		want = "latest"
-	}
-	got := app.DockerRegistryImageTag
-	if got == "" {
-		got = "latest"
-	}
-	return app.DockerRegistryImageName == pool.Spec.Image && got == want
+	got := app.DockerRegistryImageName + ":" + tagOrLatest(app.DockerRegistryImageTag)
+	image, imageTag := createImage(pool, server)
+	return got == pool.Spec.Image+":"+tagOrLatest(pool.Spec.ImageTag) || got == image+":"+tagOrLatest(imageTag)
 }

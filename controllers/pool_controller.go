@@ -99,6 +99,10 @@ type poolScope struct {
 	// images is what the pool knows of its images on each server (status.servers[].cached
 	// and pull), read from the status and updated by this pass's pre-pulls.
 	images map[string]*serverImages
+	// rolloutView is what the pass observed of the slots against the template (nil when it
+	// did not look); surge is how many slots above its need supply may add for a rollout.
+	rolloutView *rolloutView
+	surge       int
 }
 
 // Reconcile implements reconcile.Reconciler: load, the body (delete or normal), and one
@@ -135,6 +139,9 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	}
 	r.readServerLimits(ctx, s)
 	if err := r.recordServers(ctx, s); err != nil {
+		return err
+	}
+	if err := r.rollout(ctx, s); err != nil {
 		return err
 	}
 	if err := r.supply(ctx, s); err != nil {

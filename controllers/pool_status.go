@@ -28,6 +28,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 		}, now)
 	}
 
+	ro := setRolloutStatus(s, now)
 	switch {
 	case s.stalled != "":
 		set(v1.ConditionStalled, metav1.ConditionTrue, s.stalled, stalledMessage(s))
@@ -40,8 +41,18 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonCoolifyUnreachable,
 			"Coolify did not answer; retrying with backoff (see the manager's log for the error)")
 	default:
-		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
-		set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonAvailable, "The pool reaches Coolify and serves bots")
+		// A failed pre-pull stalls the rollout, not the pool: the slots keep serving.
+		if ro.stalled {
+			set(v1.ConditionStalled, metav1.ConditionTrue, ro.reason, ro.message)
+		} else {
+			meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
+		}
+		if ro.cold {
+			set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonPullingImage,
+				"No server of the pool holds its image yet: a bot started now would wait for a cold pull; "+ro.message)
+		} else {
+			set(v1.ConditionReady, metav1.ConditionTrue, v1.ReasonAvailable, "The pool reaches Coolify and serves bots")
+		}
 	}
 
 	setServerCondition(p, s.servers, now)
@@ -57,6 +68,8 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	case p.Spec.Standby.Running() && counts.Ready < p.Spec.MinIdle:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonWarmingStandby,
 			fmt.Sprintf("%d of minIdle %d standby slots ready (%d starting)", counts.Ready, p.Spec.MinIdle, counts.Starting))
+	case ro.reason != "" && !ro.stalled:
+		set(v1.ConditionReconciling, metav1.ConditionTrue, ro.reason, ro.message)
 	default:
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionReconciling)
 	}

@@ -62,7 +62,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 			free++
 		}
 	}
-	if slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), len(s.slots), free, s.waiting) == 0 {
+	if slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), len(s.slots), free, s.waiting) == 0 && s.surge == 0 {
 		return nil
 	}
 
@@ -91,6 +91,9 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		}
 	}
 	want := slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), total, free, s.waiting)
+	if s.surge > 0 { // a rollout's surge (rolloutBudget keeps it within maxSlots)
+		want = min(want+s.surge, max(int(spec.MaxSlots)-total, 0))
+	}
 	place := newPlacement(s.pool, mine, s.health)
 	for attempts := 0; len(s.created) < want && attempts < 2*want+10; attempts++ {
 		server, ok := place.next()

@@ -26,6 +26,10 @@ import (
 // envDigestTTL and the pool's next pass (at most templateRecheck).
 const envDigestTTL = 20 * time.Second
 
+// pullRetry is how long after a failed pre-pull of the current template the pool tries again
+// (a template change pulls at once).
+const pullRetry = 2 * time.Minute
+
 // templateRecheck bounds the pool's requeue while it names a slotEnvFrom Secret, so that a
 // change of the Secret's content rolls the slots out within about a minute.
 const templateRecheck = time.Minute
@@ -176,4 +180,28 @@ func splitRef(ref string) (image, tag string) {
 		}
 	}
 	return ref, ""
+}
+
+// createImage is the image (and tag) a new slot's application on the server is created with:
+// the pool's when the server pre-pulled it, or holds no image of the pool yet (nothing there is
+// warmer); else the newest image the pool pre-pulled there, which the slot leaves for the
+// pool's once that pull finished (syncTemplate). A bot bound to a new slot mid-rollout so
+// starts warm.
+func createImage(pool *v1.BotPool, server string) (image, tag string) {
+	ref := pool.Spec.Image + ":" + tagOrLatest(pool.Spec.ImageTag)
+	if cachedOn(pool, server, ref, restartedAt(pool)) {
+		return pool.Spec.Image, pool.Spec.ImageTag
+	}
+	if newest := newestCached(pool, server); newest != "" {
+		return splitRef(newest)
+	}
+	return pool.Spec.Image, pool.Spec.ImageTag
+}
+
+// tagOrLatest is a tag with Coolify's and Docker's reading of an empty one.
+func tagOrLatest(tag string) string {
+	if tag == "" {
+		return v1.DefaultImageTag
+	}
+	return tag
 }

@@ -61,7 +61,7 @@ func TestSlotEnvSecretNeedsOptIn(t *testing.T) {
 		slot: bt.MakeSlot("team", "pool-zoom-001", "pool").Obj(),
 		pool: bt.MakePool("team", "pool").SlotEnvFrom("db-password").Obj(),
 	}
-	vars, err := r.slotEnv(context.Background(), s, "bpt_x")
+	vars, _, err := r.slotEnv(context.Background(), s, "bpt_x")
 	if err == nil {
 		t.Fatalf("an unlabelled slotEnvFrom Secret reached the env: %v", vars)
 	}
@@ -76,7 +76,7 @@ func TestSlotEnvSecretNeedsOptIn(t *testing.T) {
 	if err := c.Update(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
-	vars, err = r.slotEnv(context.Background(), s, "bpt_x")
+	vars, _, err = r.slotEnv(context.Background(), s, "bpt_x")
 	if err != nil {
 		t.Fatal(err)
 	}

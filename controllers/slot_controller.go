@@ -119,6 +119,9 @@ type slotScope struct {
 	handleNow bool
 	// refused holds the moves slotTransitions does not allow; they fail the pass.
 	refused error
+	// createdFrom is the image reference this pass created the slot's application with, "" if
+	// it created none (see syncTemplate).
+	createdFrom string
 }
 
 // related is the bound bot for an event's related object: a nil *v1.Bot inside a non-nil

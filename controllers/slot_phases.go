@@ -87,11 +87,12 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 	p := s.pool.Spec
 	server := slotServer(s.slot, s.pool)
 	entry, _ := p.Coolify.Server(server) // unlisted (draining): no destination, the server's default
+	image, imageTag := createImage(s.pool, server)
 	uuid, err := s.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
 		ProjectUUID: p.Coolify.ProjectUUID, ServerUUID: server,
 		EnvironmentName: p.Coolify.EnvironmentName, EnvironmentUUID: p.Coolify.EnvironmentUUID,
 		DestinationUUID: entry.DestinationUUID,
-		Image:           p.Image, Tag: p.ImageTag, PortsExposes: "3000", Name: s.slot.Name,
+		Image:           image, Tag: imageTag, PortsExposes: "3000", Name: s.slot.Name,
 		Description: marked(description(v1.SlotCreating, "", time.Time{}, ""), ownerMark(tag, s.pool, server)),
 		LimitsCPUs:  p.Resources.CPUs, LimitsMemory: p.Resources.Memory, Tags: []string{tag},
 	})
@@ -100,6 +101,8 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		// A create that failed with a 5xx may have happened: the next pass adopts it by name.
 		return "", fmt.Errorf("creating the application: %w", err)
 	}
+	s.createdFrom = image + ":" + tagOrLatest(imageTag)
+	s.slot.Status.Image = s.createdFrom
 	return uuid, nil
 }
 
@@ -190,20 +193,23 @@ func (r *BotPoolSlotReconciler) backfillTokenHash(ctx context.Context, s *slotSc
 	return nil
 }
 
-// slotEnv is the environment of every container of the slot.
-func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([]coolify.EnvVar, error) {
+// slotEnv is the environment of every container of the slot, and the digest of the pool's
+// slotEnvFrom data in it (secretDigest: part of the slot template).
+func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([]coolify.EnvVar, string, error) {
 	env := map[string]string{}
+	digest := ""
 	if ref := s.pool.Spec.SlotEnvFrom; ref != nil {
 		var secret corev1.Secret
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, &secret); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("the pool's slotEnvFrom Secret %s: %w", ref.Name, errSlotEnvNotFound)
+				return nil, "", fmt.Errorf("the pool's slotEnvFrom Secret %s: %w", ref.Name, errSlotEnvNotFound)
 			}
-			return nil, fmt.Errorf("slotEnvFrom Secret %s: %w", ref.Name, err)
+			return nil, "", fmt.Errorf("slotEnvFrom Secret %s: %w", ref.Name, err)
 		}
 		if err := allowedForPools(&secret); err != nil {
-			return nil, fmt.Errorf("the pool's slotEnvFrom: %w", err)
+			return nil, "", fmt.Errorf("the pool's slotEnvFrom: %w", err)
 		}
+		digest = secretDigest(secret.Data)
 		for k, v := range secret.Data {
 			env[k] = string(v)
 		}
@@ -221,7 +227,7 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 	for _, k := range keys {
 		vars = append(vars, coolify.EnvVar{Key: k, Value: env[k], IsLiteral: true})
 	}
-	return vars, nil
+	return vars, digest, nil
 }
 
 // idle starts a deployment for a newly bound bot, within the pool's deployment budget; a free
@@ -246,6 +252,10 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 				return err
 			}
 		}
+		// No container runs: the update takes nothing away from anyone.
+		if err := r.updateInPlace(ctx, s); err != nil {
+			return err
+		}
 		return r.checkApp(ctx, s, "")
 	}
 	if st.Standby == v1.StandbyReady {
@@ -264,6 +274,9 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 	}
 	now := r.Clock.Now()
 	if done, err := r.joinUnanswered(ctx, s); err != nil || done {
+		return err
+	}
+	if err := r.updateInPlace(ctx, s); err != nil { // one the free step has not updated yet
 		return err
 	}
 	return r.deploy(ctx, s, now)
@@ -374,6 +387,10 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 	return nil
 }
 
+// prePullFlight names a pre-pull in the deploy gate's view of a server (no slot has a name
+// with a space).
+const prePullFlight = "pre-pull "
+
 // poolDeploys reads, from the cache, what the deploy gate needs of the slot's pool: its other
 // slots in Deploying (all, and those on the slot's server), and whether the pool's image is
 // known to be cached on the slot's server: a slot of the pool there runs it now (the gate
@@ -385,6 +402,18 @@ func (r *BotPoolSlotReconciler) poolDeploys(ctx context.Context, s *slotScope) (
 		return nil, nil, false
 	}
 	server := slotServer(s.slot, s.pool)
+	// The pool's pre-pull there is a deployment on the server too: it holds one of the builds
+	// the server runs at once for minutes. It counts for the server, not the pool's own bound
+	// (it starts no bot); and the image the slot's application runs is warm there once a
+	// pre-pull of it finished, so a rollout's pull never makes a start on the old image wait.
+	if im := imagesOf(s.pool)[server]; im != nil {
+		if im.Pull != nil && im.Pull.State == v1.ImagePulling {
+			here = append(here, prePullFlight+server)
+		}
+		for _, c := range im.Cached {
+			warm = warm || c.Image == s.slot.Status.Image
+		}
+	}
 	for i := range slots.Items {
 		sl := &slots.Items[i]
 		same := slotServer(sl, s.pool) == server

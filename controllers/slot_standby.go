@@ -100,6 +100,11 @@ func (r *BotPoolSlotReconciler) setStandby(s *slotScope, state v1.StandbyState) 
 // wait for its first ask, and watch that it keeps asking.
 func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
+	if st.Standby == v1.StandbyReady && admittedForUpdate(s.slot, s.pool) {
+		if claimed, err := r.claimForUpdate(ctx, s); err != nil || !claimed {
+			return err
+		}
+	}
 	switch {
 	case st.Standby == v1.StandbyReady, st.Standby == v1.StandbyStarting && st.DeploymentUUID != "":
 		return r.watchStandby(ctx, s)
@@ -130,6 +135,9 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 		st.Message = fmt.Sprintf("Standby container to start once server %s is back (%s)", srv, healthOf(s.pool, srv))
 		s.after(r.jittered(serversRetry))
 		return nil
+	}
+	if err := r.updateInPlace(ctx, s); err != nil { // no container yet: it starts on the template
+		return err
 	}
 	if !r.admit(ctx, s) {
 		if !isCoolifyBusyMessage(st.Message) {
@@ -385,9 +393,10 @@ func (r *BotPoolSlotReconciler) freshCredential(ctx context.Context, s *slotScop
 	return false, nil
 }
 
-// setEnv sets the application's env: the pool's slotEnvFrom keys and the operator's own.
+// setEnv sets the application's env (the pool's slotEnvFrom keys and the operator's own) and
+// the pool's template where its server holds the image (syncTemplate).
 func (r *BotPoolSlotReconciler) setEnv(ctx context.Context, s *slotScope, token string) error {
-	env, err := r.slotEnv(ctx, s, token)
+	env, digest, err := r.slotEnv(ctx, s, token)
 	if err != nil {
 		return err
 	}
@@ -397,7 +406,9 @@ func (r *BotPoolSlotReconciler) setEnv(ctx context.Context, s *slotScope, token 
 		}
 		return fmt.Errorf("setting the application's env: %w", err)
 	}
-	return nil
+	// No container of the slot runs for anyone whenever its env is set: the moment to give
+	// its application the pool's template too.
+	return r.syncTemplate(ctx, s, digest)
 }
 
 // leaveStandby stops the container of a free slot whose pool went back to standby Stopped.

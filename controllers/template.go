@@ -51,12 +51,7 @@ func poolTemplate(pool *v1.BotPool, envDigest, apiURL string) slotTemplate {
 }
 
 // tag is Tag with Coolify's and Docker's reading of an empty tag.
-func (t slotTemplate) tag() string {
-	if t.Tag == "" {
-		return v1.DefaultImageTag
-	}
-	return t.Tag
-}
+func (t slotTemplate) tag() string { return tagOrLatest(t.Tag) }
 
 // Ref is the template's image reference, image:tag: what a server pulls, and what the pool's
 // status.templateImage and servers[].cached name.

@@ -87,6 +87,35 @@ func (w *PoolWrapper) Standby(m v1.StandbyMode) *PoolWrapper {
 	return w
 }
 
+// Template sets the template the pool's status names (status.templateHash, templateImage).
+func (w *PoolWrapper) Template(hash, image string) *PoolWrapper {
+	w.Status.TemplateHash, w.Status.TemplateImage = hash, image
+	return w
+}
+
+// Cached records in the pool's status that a pre-pull of image (image:tag) finished on the
+// server at the given time, under the restartedAt annotation restarted.
+func (w *PoolWrapper) Cached(server, image, restarted string, at time.Time) *PoolWrapper {
+	for i := range w.Status.Servers {
+		if st := &w.Status.Servers[i]; st.UUID == server {
+			st.Cached = append([]v1.CachedImage{{Image: image, PulledAt: metav1.NewTime(at), RestartedAt: restarted}}, st.Cached...)
+			return w
+		}
+	}
+	w.Status.Servers = append(w.Status.Servers, v1.ServerStatus{UUID: server, State: v1.ServerActive,
+		Cached: []v1.CachedImage{{Image: image, PulledAt: metav1.NewTime(at), RestartedAt: restarted}}})
+	return w
+}
+
+// Annotate sets an annotation on the pool.
+func (w *PoolWrapper) Annotate(key, value string) *PoolWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[key] = value
+	return w
+}
+
 // SlotEnvFrom names the Secret whose keys every slot's containers get as env variables.
 func (w *PoolWrapper) SlotEnvFrom(secret string) *PoolWrapper {
 	w.Spec.SlotEnvFrom = &v1.SecretReference{Name: secret}
@@ -206,6 +235,28 @@ func (w *SlotWrapper) App(uuid string) *SlotWrapper { w.Status.ApplicationUUID =
 
 // Server places the slot on a server (spec.server).
 func (w *SlotWrapper) Server(uuid string) *SlotWrapper { w.Spec.Server = uuid; return w }
+
+// Template sets the template and image the slot's application was last given.
+func (w *SlotWrapper) Template(hash, image string) *SlotWrapper {
+	w.Status.TemplateHash, w.Status.Image = hash, image
+	return w
+}
+
+// Standby sets the state of the slot's standby container, since the given time.
+func (w *SlotWrapper) Standby(state v1.StandbyState, since time.Time) *SlotWrapper {
+	at := metav1.NewTime(since)
+	w.Status.Standby, w.Status.StandbySince = state, &at
+	return w
+}
+
+// Annotate sets an annotation on the slot.
+func (w *SlotWrapper) Annotate(key, value string) *SlotWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[key] = value
+	return w
+}
 
 // Token sets the hash of the slot's bot API token.
 func (w *SlotWrapper) Token(sha256 string) *SlotWrapper { w.Status.TokenSHA256 = sha256; return w }

@@ -1,0 +1,134 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
+)
+
+// The slot's side of a rollout: its application is given the pool's current template (image,
+// tag and limits by PATCH, env by upsert) only while no container of it runs for anyone, and
+// only once its server pre-pulled the template's image (templateReady), so that the next
+// deployment starts warm. Where that happens:
+//
+//   - every time the slot's env is set (setEnv): when its application is created, and before
+//     each fresh container (after a bot, a recovery, a lost standby container);
+//   - a free slot of a Stopped pool, at once (it has no container: nothing to take away);
+//   - a bound slot of a Stopped pool, before its bot's deployment (one the free step missed);
+//   - a standby slot with no container yet, before its deployment;
+//   - a Ready standby slot only once the pool admitted it (annotation botpool.dev/update with
+//     the pool's template hash, within spec.updateStrategy): it first takes itself off offer
+//     under its resourceVersion, so a bot bound meanwhile keeps the container, and the slot
+//     updates after that bot instead;
+//   - a busy slot after its bot let go (the release stops its container and sets a fresh
+//     credential, which is the first item).
+//
+// status.templateHash and status.image are the slot controller's: the template and image the
+// application was last given in full.
+
+// syncTemplate gives the slot's application the pool's current template when its server holds
+// the image, and records it. envDigest is the digest of the pool's slotEnvFrom data just
+// written to the application's env (secretDigest). A template the server has not pulled yet
+// leaves the image and limits as they are: the slot stays on its template, outdated, until
+// the pull finishes.
+func (r *BotPoolSlotReconciler) syncTemplate(ctx context.Context, s *slotScope, envDigest string) error {
+	st := &s.slot.Status
+	t := poolTemplate(s.pool, envDigest, r.BotAPIURL)
+	hash := t.Hash()
+	switch {
+	case st.TemplateHash == hash || st.ApplicationUUID == "":
+		return nil
+	case s.createdFrom == t.Ref():
+		// Created just now with the template's image and limits, and given its env: it is
+		// the template, pulled or not (nothing better was on the server).
+		st.TemplateHash, st.Image = hash, t.Ref()
+		return nil
+	case !templateReady(s.pool, slotServer(s.slot, s.pool), t):
+		return nil
+	}
+	u := coolify.AppUpdate{Image: t.Image, Tag: t.tag(), CPUs: limitOrNone(t.CPUs), Memory: limitOrNone(t.Memory)}
+	if err := s.api.UpdateApplication(ctx, st.ApplicationUUID, u); err != nil {
+		if errors.Is(err, coolify.ErrNotFound) {
+			st.ApplicationUUID = "" // deleted behind our back: create it again
+		}
+		return fmt.Errorf("giving the application the pool's template: %w", err)
+	}
+	from := orNone(st.Image)
+	st.TemplateHash, st.Image = hash, t.Ref()
+	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeNormal, v1.ReasonSlotUpdated, "Update",
+		"Application %s given template %s (image %s, was %s); its next container runs it", st.ApplicationUUID, hash, t.Ref(), from)
+	ctrl.LoggerFrom(ctx).Info("Slot given the pool's template", "template", hash, "image", t.Ref(), "was", from)
+	return nil
+}
+
+// limitOrNone is a limit for PATCH: an unset one removes a limit set before.
+func limitOrNone(v string) string {
+	if v == "" {
+		return coolify.NoLimit
+	}
+	return v
+}
+
+// outdated reports whether the slot is on another template than the pool's status names and
+// its server holds the image of the pool's: an update can start warm now. It reads only what
+// the cache holds; syncTemplate checks again on the template read now.
+func outdated(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
+	return pool.Status.TemplateHash != "" && slot.Status.TemplateHash != pool.Status.TemplateHash &&
+		cachedOn(pool, slotServer(slot, pool), pool.Status.TemplateImage, restartedAt(pool))
+}
+
+// updateInPlace gives an outdated slot without a running container the pool's template: its
+// env (with its current token, so the credential does not change) and then its image and
+// limits (setEnv). The next deployment, a bot's or a standby container's, runs it.
+func (r *BotPoolSlotReconciler) updateInPlace(ctx context.Context, s *slotScope) error {
+	if !outdated(s.slot, s.pool) {
+		return nil
+	}
+	token, err := r.ensureToken(ctx, s.slot)
+	if err != nil {
+		return err
+	}
+	return r.setEnv(ctx, s, token)
+}
+
+// admittedForUpdate reports whether the pool admitted the slot to replace its ready standby
+// container with one of its current template.
+func admittedForUpdate(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
+	return slot.Annotations[v1.AnnotationUpdate] == pool.Status.TemplateHash && outdated(slot, pool)
+}
+
+// claimForUpdate takes a Ready standby slot the pool admitted off offer before anything else
+// happens to it: Starting without a deployment, written now under the resourceVersion this
+// pass read. The dispatcher binds under the same lock, so either the bot is bound first (the
+// claim fails, and the slot updates after that bot) or the slot is claimed first (the binding
+// fails, and the dispatcher picks another slot). The container it replaces never held a
+// binding, so it keeps the slot's credential; the next deployment replaces it.
+func (r *BotPoolSlotReconciler) claimForUpdate(ctx context.Context, s *slotScope) (bool, error) {
+	before := s.slot.DeepCopy()
+	st := &s.slot.Status
+	r.setStandby(s, v1.StandbyStarting)
+	st.DeploymentUUID = ""
+	st.StandbySince = &metav1.Time{Time: r.Clock.Now()}
+	st.Message = "Replacing the standby container with one of template " + s.pool.Status.TemplateHash + " (" + s.pool.Status.TemplateImage + ")"
+	if err := r.Client.Status().Patch(ctx, s.slot, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		*s.slot = *before
+		if client.IgnoreNotFound(err) == nil {
+			return false, nil
+		}
+		if apierrors.IsConflict(err) {
+			s.after(cacheWait) // a bot was bound, or another write came first: look again
+			return false, nil
+		}
+		return false, fmt.Errorf("taking the slot off offer for its update: %w", err)
+	}
+	return true, nil
+}
