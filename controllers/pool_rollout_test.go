@@ -1,0 +1,210 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	bt "botpool.dev/botpool/internal/botpooltest"
+)
+
+// TestRolloutConditions computes a pool's status from one pass's observations and checks what
+// the rollout says: SlotsUpdated, Reconciling, Stalled and Ready, updatedSlots and MutableTag.
+func TestRolloutConditions(t *testing.T) {
+	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	pool := func() *bt.PoolWrapper {
+		return bt.MakePool("ns", "pool").Image("bot", "2").Servers("a", "b")
+	}
+	tmpl := poolTemplate(pool().Obj(), "", "")
+	target := tmpl.Hash()
+	slot := func(name, server, hash string) v1.BotPoolSlot {
+		return *bt.MakeSlot("ns", name, "pool").Server(server).App("app-"+name).Phase(v1.SlotIdle).Template(hash, "").Obj()
+	}
+	cached := func(refs ...string) *serverImages {
+		im := &serverImages{}
+		for _, r := range refs {
+			im.Cached = append(im.Cached, v1.CachedImage{Image: r, PulledAt: metav1.NewTime(now)})
+		}
+		return im
+	}
+	failed := &serverImages{Cached: []v1.CachedImage{{Image: "bot:1"}}, Pull: &v1.ImagePull{Image: "bot:2", State: v1.ImagePullFailed,
+		Message: "Pulling bot:2 on server b failed: manifest for bot:2 not found"}}
+	type want struct {
+		updated                    int32
+		slotsUpdated               string // its reason; UpToDate is True
+		reconciling, stalled, cold string // reasons; "" for absent (cold: Ready's reason when False)
+	}
+	tests := []struct {
+		name   string
+		pool   *v1.BotPool
+		slots  []v1.BotPoolSlot
+		images map[string]*serverImages
+		want   want
+	}{{
+		name:   "every slot on the template, pulled everywhere",
+		pool:   pool().Obj(),
+		slots:  []v1.BotPoolSlot{slot("s1", "a", target), slot("s2", "b", target)},
+		images: map[string]*serverImages{"a": cached("bot:2"), "b": cached("bot:2")},
+		want:   want{updated: 2, slotsUpdated: v1.ReasonUpToDate},
+	}, {
+		name:   "pulling on one server: the slots wait for it",
+		pool:   pool().Obj(),
+		slots:  []v1.BotPoolSlot{slot("s1", "a", "t1-old"), slot("s2", "b", "t1-old")},
+		images: map[string]*serverImages{"a": cached("bot:2", "bot:1"), "b": cached("bot:1")},
+		want:   want{updated: 0, slotsUpdated: v1.ReasonPullingImage, reconciling: v1.ReasonPullingImage},
+	}, {
+		name:   "pulled everywhere, slots still differ: rolling out",
+		pool:   pool().Obj(),
+		slots:  []v1.BotPoolSlot{slot("s1", "a", target), slot("s2", "b", "t1-old")},
+		images: map[string]*serverImages{"a": cached("bot:2"), "b": cached("bot:2")},
+		want:   want{updated: 1, slotsUpdated: v1.ReasonRollingOut, reconciling: v1.ReasonRollingOut},
+	}, {
+		name:   "a failed pull stalls the rollout; the old image serves, so the pool stays Ready",
+		pool:   pool().Obj(),
+		slots:  []v1.BotPoolSlot{slot("s1", "a", "t1-old")},
+		images: map[string]*serverImages{"a": cached("bot:2"), "b": failed},
+		want:   want{slotsUpdated: v1.ReasonImagePullFailed, stalled: v1.ReasonImagePullFailed},
+	}, {
+		name:   "a new pool with nothing pulled anywhere is not Ready",
+		pool:   pool().Obj(),
+		images: map[string]*serverImages{},
+		want:   want{slotsUpdated: v1.ReasonPullingImage, reconciling: v1.ReasonPullingImage, cold: v1.ReasonPullingImage},
+	}, {
+		name:   "a server Coolify reports out is not waited for",
+		pool:   func() *v1.BotPool { p := pool().Obj(); p.Status.Servers = []v1.ServerStatus{{UUID: "b", Health: v1.ServerUnreachable}}; return p }(),
+		slots:  []v1.BotPoolSlot{slot("s1", "a", target)},
+		images: map[string]*serverImages{"a": cached("bot:2")},
+		want:   want{updated: 1, slotsUpdated: v1.ReasonUpToDate},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &poolScope{pool: tt.pool, slots: tt.slots, template: &tmpl, images: tt.images}
+			setPoolStatus(s, now, true)
+			p := s.pool
+			reason := func(typ string, status metav1.ConditionStatus) string {
+				if c := meta.FindStatusCondition(p.Status.Conditions, typ); c != nil && c.Status == status {
+					return c.Reason
+				}
+				return ""
+			}
+			su := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionSlotsUpdated)
+			got := want{updated: p.Status.UpdatedSlots, slotsUpdated: su.Reason,
+				reconciling: reason(v1.ConditionReconciling, metav1.ConditionTrue), stalled: reason(v1.ConditionStalled, metav1.ConditionTrue),
+				cold: reason(v1.ConditionReady, metav1.ConditionFalse)}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v\nconditions: %+v", got, tt.want, p.Status.Conditions)
+			}
+			if (su.Status == metav1.ConditionTrue) != (su.Reason == v1.ReasonUpToDate) {
+				t.Errorf("SlotsUpdated %s with reason %s", su.Status, su.Reason)
+			}
+			if p.Status.TemplateHash != target || p.Status.TemplateImage != "bot:2" {
+				t.Errorf("status names template %s (%s), want %s (bot:2)", p.Status.TemplateHash, p.Status.TemplateImage, target)
+			}
+			if meta.FindStatusCondition(p.Status.Conditions, v1.ConditionMutableTag) != nil {
+				t.Errorf("MutableTag on pinned tag 2")
+			}
+		})
+	}
+}
+
+// TestMutableTagCondition: a floating tag (latest by default) gets MutableTag True with what to
+// do; a pinned one none.
+func TestMutableTagCondition(t *testing.T) {
+	for tag, want := range map[string]bool{"": true, "latest": true, "Main": true, "v1.2.3": false, "2026-11-27": false} {
+		p := bt.MakePool("ns", "pool").Image("bot", tag).Obj()
+		tmpl := poolTemplate(p, "", "")
+		setPoolStatus(&poolScope{pool: p, template: &tmpl}, time.Now(), true)
+		c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionMutableTag)
+		if got := c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1.ReasonFloatingTag; got != want {
+			t.Errorf("tag %q: MutableTag %+v, want %v", tag, c, want)
+		}
+		if want && !strings.Contains(c.Message, v1.AnnotationRestartedAt) {
+			t.Errorf("tag %q: the message does not say how to roll a new push out: %s", tag, c.Message)
+		}
+	}
+}
+
+// TestRolloutAdmitsWithinTheStrategy runs the rollout step of a standby pool's pass on a fake
+// API server and checks which ready slots it admits (annotation botpool.dev/update) and how
+// many surge slots it asks supply for, against spec.updateStrategy.
+func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
+	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	poolW := func(minIdle, maxSlots int32, maxUnavailable, maxSurge intstr.IntOrString) *v1.BotPool {
+		p := bt.MakePool("ns", "pool").Image("bot", "2").Standby(v1.StandbyRunning).Placement("proj", "srv", "production").
+			MinIdle(minIdle).MaxSlots(maxSlots).Cached("srv", "bot:2", "", now).Obj()
+		p.Spec.UpdateStrategy = v1.UpdateStrategy{MaxUnavailable: &maxUnavailable, MaxSurge: &maxSurge}
+		t := poolTemplate(p, "", "")
+		p.Status.TemplateHash, p.Status.TemplateImage = t.Hash(), t.Ref()
+		return p
+	}
+	readySlot := func(i int, hash string) *v1.BotPoolSlot {
+		return bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", i), "pool").Server("srv").App(fmt.Sprintf("app-%d", i)).
+			Phase(v1.SlotIdle).Standby(v1.StandbyReady, now).Template(hash, "").Obj()
+	}
+	tests := []struct {
+		name        string
+		pool        *v1.BotPool
+		ready, new  int // ready slots on the old template, and on the new one
+		admitted    int
+		surge       int
+		wantRollout bool
+	}{
+		{"defaults keep minIdle ready: no admission, a quarter of minIdle as surge", poolW(4, 10, intstr.FromInt32(0), intstr.FromString("25%")), 4, 0, 0, 1, true},
+		{"surge ready: one admitted", poolW(4, 10, intstr.FromInt32(0), intstr.FromString("25%")), 4, 1, 1, 0, true},
+		{"maxUnavailable 2: two admitted at once", poolW(4, 10, intstr.FromInt32(2), intstr.FromInt32(0)), 4, 0, 2, 0, true},
+		{"no room at maxSlots, no surge: one at a time below the floor", poolW(4, 4, intstr.FromInt32(0), intstr.FromInt32(0)), 4, 0, 1, 0, true},
+		{"nothing outdated: no rollout", poolW(2, 4, intstr.FromInt32(0), intstr.FromInt32(1)), 0, 2, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			objs := []client.Object{tt.pool}
+			var slots []v1.BotPoolSlot
+			for i := 0; i < tt.ready+tt.new; i++ {
+				hash := "t1-old"
+				if i >= tt.ready {
+					hash = tt.pool.Status.TemplateHash
+				}
+				sl := readySlot(i+1, hash)
+				objs = append(objs, sl)
+			}
+			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+			var list v1.BotPoolSlotList
+			if err := c.List(ctx, &list); err != nil {
+				t.Fatal(err)
+			}
+			slots = list.Items
+			tmpl := poolTemplate(tt.pool, "", "")
+			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
+			s := &poolScope{pool: tt.pool, slots: slots, template: &tmpl, images: imagesOf(tt.pool)}
+			if err := r.rollout(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.List(ctx, &list); err != nil {
+				t.Fatal(err)
+			}
+			admitted := 0
+			for _, sl := range list.Items {
+				if sl.Annotations[v1.AnnotationUpdate] == tmpl.Hash() {
+					admitted++
+					if sl.Status.TemplateHash == tmpl.Hash() {
+						t.Errorf("slot %s admitted though up to date", sl.Name)
+					}
+				}
+			}
+			if admitted != tt.admitted || s.surge != tt.surge || (tt.pool.Status.Rollout != nil) != tt.wantRollout {
+				t.Errorf("admitted %d, surge %d, rollout %v; want %d, %d, %v", admitted, s.surge, tt.pool.Status.Rollout, tt.admitted, tt.surge, tt.wantRollout)
+			}
+		})
+	}
+}
