@@ -80,8 +80,12 @@ func TestRolloutConditions(t *testing.T) {
 		images: map[string]*serverImages{},
 		want:   want{slotsUpdated: v1.ReasonPullingImage, reconciling: v1.ReasonPullingImage, cold: v1.ReasonPullingImage},
 	}, {
-		name:   "a server Coolify reports out is not waited for",
-		pool:   func() *v1.BotPool { p := pool().Obj(); p.Status.Servers = []v1.ServerStatus{{UUID: "b", Health: v1.ServerUnreachable}}; return p }(),
+		name: "a server Coolify reports out is not waited for",
+		pool: func() *v1.BotPool {
+			p := pool().Obj()
+			p.Status.Servers = []v1.ServerStatus{{UUID: "b", Health: v1.ServerUnreachable}}
+			return p
+		}(),
 		slots:  []v1.BotPoolSlot{slot("s1", "a", target)},
 		images: map[string]*serverImages{"a": cached("bot:2")},
 		want:   want{updated: 1, slotsUpdated: v1.ReasonUpToDate},
