@@ -109,7 +109,8 @@ type BotPoolSpec struct {
 	MaxConcurrentDeployments int32 `json:"maxConcurrentDeployments,omitempty"`
 
 	// SlotEnvFrom names a Secret in the pool's namespace whose keys become environment
-	// variables of every slot's container (set once, when the slot's application is created).
+	// variables of every slot's container. Its content is part of the slot template: a change
+	// rolls the slots out (read again at least once a minute).
 	// The Secret must carry the label botpool.dev/allow-pool-use=true, or the slots stall.
 	// +optional
 	SlotEnvFrom *SecretReference `json:"slotEnvFrom,omitempty"`
