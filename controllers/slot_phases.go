@@ -557,6 +557,7 @@ func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg st
 		r.Coolify.StartEnded(s.pool.UID, slotServer(s.slot, s.pool), false, r.Clock.Now())
 	}
 	r.describe(ctx, s, v1.SlotBusy, r.Clock.Now())
+	r.recordDeployDuration(s)
 	if since := s.slot.Status.DeployingSince; since != nil { // a standby slot deployed before its bot
 		r.Metrics.timeToBusy(r.Clock.Since(since.Time))
 	}

@@ -336,6 +336,7 @@ func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotSco
 		// The deployment is over: no request is pending that a later pass must look for.
 		st.DeployingSince = nil
 		r.Coolify.StartEnded(s.pool.UID, slotServer(s.slot, s.pool), false, r.Clock.Now())
+		r.recordDeployDuration(s)
 		r.moveTo(s, v1.SlotIdle, "", "Standby container deployed (deployment "+dep.DeploymentUUID+"); waiting for it to ask for work")
 		return nil
 	case dep != nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -131,4 +132,15 @@ func (r *BotPoolSlotReconciler) claimForUpdate(ctx context.Context, s *slotScope
 		return false, fmt.Errorf("taking the slot off offer for its update: %w", err)
 	}
 	return true, nil
+}
+
+// recordDeployDuration records, as a Deploying slot's container is found started, how long its
+// deployment took from the request (phaseSince) to now: seconds on a warm image, minutes on a
+// cold pull. The pool reads it to notice a server that lost the image from its cache.
+func (r *BotPoolSlotReconciler) recordDeployDuration(s *slotScope) {
+	st := &s.slot.Status
+	if st.Phase != v1.SlotDeploying || st.PhaseSince == nil {
+		return
+	}
+	st.LastDeployDuration = &metav1.Duration{Duration: r.Clock.Since(st.PhaseSince.Time).Round(time.Millisecond)}
 }
