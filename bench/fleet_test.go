@@ -79,6 +79,9 @@ func (f *fleet) doneAt(bot string) (time.Time, bool) {
 }
 
 func (f *fleet) run(c sim.Container) error {
+	if c.Env[botclient.PrePullEnv] == "1" {
+		return nil // a pool's image pre-pull exits at once, as a bot image should
+	}
 	cl := botclient.New(c.Env["BOTPOOL_API_URL"], c.Env["POOL_SLOT_UUID"], c.Env["BOTPOOL_SLOT_TOKEN"], nil)
 	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Minute)
 	defer cancel()

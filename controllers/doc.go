@@ -2,8 +2,9 @@
 //
 //   - BotPoolReconciler keeps a pool's supply of BotPoolSlots: a slot for every waiting bot,
 //     minIdle free ones, never more than maxSlots (shrinking by free slots when it is lowered);
-//     it deletes Coolify applications of the pool's tag that no slot owns and reports the pool's
-//     counts and health. It never binds bots and never touches a slot's application.
+//     it pre-pulls its image on each of its servers (a puller application per server), deletes
+//     Coolify applications of the pool's tag that no slot owns and reports the pool's counts
+//     and health. It never binds bots and never touches a slot's application.
 //   - BotPoolSlotReconciler drives one slot's Coolify application through its lifecycle
 //     (Creating → Idle ⇄ (Deploying → Busy) → Releasing → Idle, Error when it fails): it issues
 //     the slot's bot API token (package slottoken), deploys the bound bot through the DeployGate,
@@ -40,6 +41,8 @@
 //	pool_supply.go       supply, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)
 //	pool_servers.go      a pool over several servers: slotServer, placement of new slots, drain, status.servers
 //	pool_orphans.go      deleting Coolify applications of the pool's tag that no slot owns
+//	pool_template.go     the template the pool asks for now (readTemplate), the images each server may give a slot (cachedOn, templateReady)
+//	pool_pull.go         the image pre-pull: a puller application per server, status.servers[].cached and .pull
 //	pool_status.go       the pool's status and conditions, computed from one pass
 //
 //	slot_controller.go   BotPoolSlotReconciler: entry, run/advance/finish, binding and release helpers

@@ -33,9 +33,10 @@ const (
 	healthRecheck = 5 * time.Minute
 )
 
-// BotPoolReconciler keeps the supply of a pool: it creates slots when bots wait and the pool
-// is below maxSlots, keeps minIdle slots free, and reports counts and health. It never binds
-// bots and never talks to a slot's application: that is the slot controller's job.
+// BotPoolReconciler keeps the supply of a pool: it pre-pulls the pool's image on its servers,
+// creates slots when bots wait and the pool is below maxSlots, keeps minIdle slots free, and
+// reports counts and health. It never binds bots and never talks to a slot's application:
+// that is the slot controller's job.
 type BotPoolReconciler struct {
 	Client client.Client
 	// APIReader lists slots past the cache before creating any, so a stale cache never makes
@@ -56,6 +57,7 @@ type BotPoolReconciler struct {
 	BotAPIURL string
 
 	envDigests envDigests
+	pullPolls  pullPolls
 }
 
 // tag is the Coolify tag of the pool's applications created by this cluster.
@@ -130,8 +132,8 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	return ctrl.Result{}, r.reconcileNormal(ctx, s)
 }
 
-// reconcileNormal checks the pool's Coolify access, creates the slots it needs and sweeps
-// orphaned applications.
+// reconcileNormal checks the pool's Coolify access, pre-pulls its image on its servers,
+// creates the slots it needs and sweeps orphaned applications.
 func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) error {
 	r.readTemplate(ctx, s)
 	if err := r.connect(ctx, s); err != nil {
@@ -141,24 +143,31 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	if err := r.recordServers(ctx, s); err != nil {
 		return err
 	}
+	// A pre-pull is housekeeping: its errors fail the pass (retried with backoff) only once
+	// the pass has done the rest, so a Coolify hiccup on a pull never holds back the supply.
+	pullErr := r.prePull(ctx, s)
 	if err := r.rollout(ctx, s); err != nil {
-		return err
+		return errors.Join(err, pullErr)
 	}
 	if err := r.supply(ctx, s); err != nil {
-		return err
+		return errors.Join(err, pullErr)
 	}
 	if err := r.drain(ctx, s); err != nil {
-		return err
+		return errors.Join(err, pullErr)
 	}
 	if err := r.deleteOrphanApps(ctx, s); err != nil {
-		return err
+		return errors.Join(err, pullErr)
 	}
-	s.requeue = min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck))
+	s.after(min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck)))
 	if s.pool.Spec.SlotEnvFrom != nil {
-		s.requeue = min(s.requeue, templateRecheck) // the Secret is read, not watched
+		s.after(templateRecheck) // the Secret is read, not watched
 	}
-	return nil
+	return pullErr
 }
+
+// after asks for the pool's next pass within d at the latest (the earliest of the pass's
+// timers wins).
+func (s *poolScope) after(d time.Duration) { s.requeue = earliest(s.requeue, d) }
 
 // finish ends a pass: it computes the status from what the pass observed and how it ended
 // (a wait is Coolify throttling, a stall a credentials problem), writes it once if it
@@ -231,7 +240,8 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 // reconcileDelete deletes the pool's slots and lets the pool go once they are gone. Each
 // slot's own finalizer lets its running bot leave (heartbeats answer "leave" once the slot is
 // deleted; see the slot's drain), then stops and deletes its Coolify application. The
-// dispatcher binds nothing to a deleted pool, and a deleted slot is never free.
+// dispatcher binds nothing to a deleted pool, and a deleted slot is never free. The pool's
+// puller applications (its image pre-pulls) are deleted last, before the finalizer goes.
 func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) error {
 	for i := range s.slots {
 		if sl := &s.slots[i]; sl.Spec.BotRef != nil && sl.Status.Phase == v1.SlotBusy {
@@ -267,10 +277,16 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 		}
 		return nil
 	}
+	if err := r.deletePullers(ctx, s); err != nil {
+		return err
+	}
 	if _, err := removeFinalizer(ctx, r.Client, s.pool, poolFinalizer); err != nil {
 		return err
 	}
 	r.forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name})
+	if ref := s.pool.Spec.SlotEnvFrom; ref != nil {
+		r.envDigests.forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: ref.Name})
+	}
 	return nil
 }
 

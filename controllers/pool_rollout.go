@@ -203,7 +203,7 @@ func imageProgress(p *v1.BotPool, t *slotTemplate, health map[string]v1.ServerHe
 		}
 		switch {
 		case hasCached(im.Cached, ref, restarted):
-		case im.Pull != nil && im.Pull.State == v1.ImagePullFailed && im.Pull.Image == ref:
+		case im.Pull != nil && im.Pull.State == v1.ImagePullFailed && pullOf(im.Pull, ref, restarted):
 			msg := im.Pull.Message
 			if msg == "" {
 				msg = "pulling " + ref + " on server " + srv.UUID + " failed"

@@ -26,10 +26,6 @@ import (
 // envDigestTTL and the pool's next pass (at most templateRecheck).
 const envDigestTTL = 20 * time.Second
 
-// pullRetry is how long after a failed pre-pull of the current template the pool tries again
-// (a template change pulls at once).
-const pullRetry = 2 * time.Minute
-
 // templateRecheck bounds the pool's requeue while it names a slotEnvFrom Secret, so that a
 // change of the Secret's content rolls the slots out within about a minute.
 const templateRecheck = time.Minute

@@ -60,6 +60,7 @@ func runsOrEnded(b *v1.Bot) bool { return b.Status.StartedAt != nil || b.Status.
 func TestStartRetriedAfterAFailedPull(t *testing.T) {
 	sc := newScenario(t, "retried", sim.Config{})
 	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.prePulled() // the one failing pull is the bot's, not the pool's pre-pull
 	sc.sim.FailPulls(sc.pool.Spec.Image, 1)
 	bot, first := sc.bind("second-chance")
 	b := sc.waitBot(bot.Name, "running after one failed start", runsOrEnded)
@@ -173,6 +174,7 @@ func TestStartRetriedOnAnotherServer(t *testing.T) {
 func TestRetriedBotKeepsItsPlace(t *testing.T) {
 	sc := newScenario(t, "place", sim.Config{})
 	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.prePulled() // the one failing pull is the bot's, not the pool's pre-pull
 	sc.sim.FailPulls(sc.pool.Spec.Image, 1)
 	early, slot := sc.bind("early")
 	step(time.Second) // a later queuedAt

@@ -14,6 +14,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/simbot"
 )
 
 // pullLog records every pull the simulator's deployments start (Hooks.OnPull).
@@ -80,7 +81,7 @@ func (sc *scenario) slotsOnImage(ref string) {
 			sc.t.Errorf("slot %s: application %s not in the simulator", s.Name, s.Status.ApplicationUUID)
 			continue
 		}
-		if got := app.Image + ":" + tagOrLatest(app.Tag); got != ref || s.Status.Image != ref {
+		if got := app.Image; got != ref || s.Status.Image != ref {
 			sc.t.Errorf("slot %s: application runs %s, status says %s, want %s", s.Name, got, s.Status.Image, ref)
 		}
 	}
@@ -203,4 +204,72 @@ func (sc *scenario) slotNamed(name string) *v1.BotPoolSlot {
 		sc.t.Fatal(err)
 	}
 	return s
+}
+
+// TestRolloutOfAStandbyPool: a standby pool (minIdle 2, maxSlots 4, the default strategy:
+// maxUnavailable 0, maxSurge 25%) moves from tag 1 to tag 2. After the pre-pull it adds a
+// surge slot on the new template, replaces one ready container at a time while two others stay
+// ready, and removes the surge slot at the end: every slot on tag 2, two slots again, never
+// fewer than minIdle ready free slots once the pool was warm, no container pulled cold. A bot
+// started after the rollout runs on the new image.
+func TestRolloutOfAStandbyPool(t *testing.T) {
+	pulls := &pullLog{}
+	cs := newContainers(t, simbot.Behaviour{MeetingLength: 50 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond, PollEvery: 20 * time.Millisecond})
+	hooks := cs.hooks()
+	hooks.OnPull = pulls.add
+	sc := newScenario(t, "rollstandby", sim.Config{ColdPull: 20 * time.Second, Hooks: hooks}, func(p *v1.BotPool) {
+		p.Spec.Standby, p.Spec.MaxSlots, p.Spec.MinIdle, p.Spec.ImageTag = v1.StandbyRunning, 4, 2, "1"
+	})
+	image := sc.pool.Spec.Image
+	sc.sim.WarmImage(fixture.ServerUUID, image, "1")
+	cs.mu.Lock()
+	cs.coolify = sc.sim
+	cs.mu.Unlock()
+
+	warm := func(p *v1.BotPool) bool { return upToDate(2)(p) && p.Status.Slots.Ready == 2 }
+	sc.waitPool("warm on tag 1", time.Second, 60, func(p *v1.BotPool) bool {
+		if warm(p) {
+			return true
+		}
+		sc.advance()
+		return false
+	})
+	sc.sim.PushImage(image, "2")
+	sc.updatePool(func(p *v1.BotPool) { p.Spec.ImageTag = "2" })
+	minReady, maxTotal := int32(2), int32(2)
+	done := sc.waitPool("rolled out to tag 2", time.Second, 40, func(p *v1.BotPool) bool {
+		if p.Status.Slots != nil {
+			minReady, maxTotal = min(minReady, p.Status.Slots.Ready), max(maxTotal, p.Status.Slots.Total)
+		}
+		if p.Spec.ImageTag == "2" && p.Status.TemplateImage == image+":2" && warm(p) && p.Status.Rollout == nil {
+			return true
+		}
+		sc.advance()
+		return false
+	})
+	if minReady < 2 {
+		t.Errorf("ready free slots dropped to %d during the rollout, below minIdle 2 (maxUnavailable 0)", minReady)
+	}
+	if maxTotal != 3 {
+		t.Errorf("the pool held at most %d slots during the rollout, want 3 (one surge slot: 25%% of minIdle 2, rounded up)", maxTotal)
+	}
+	sc.slotsOnImage(image + ":2")
+	if cold := pulls.coldStarts(); len(cold) > 0 {
+		t.Errorf("containers pulled cold during the rollout: %v", cold)
+	}
+	if done.Status.UpdatedSlots != 2 {
+		t.Errorf("updatedSlots %d, want 2", done.Status.UpdatedSlots)
+	}
+
+	b := newBot(t, sc.ns, "after", sc.pool.Name)
+	slot := slotOf(t, b)
+	if slot.Status.Image != image+":2" {
+		t.Errorf("the bot after the rollout got a slot on %s", slot.Status.Image)
+	}
+	cs.mu.Lock()
+	errs := cs.errs
+	cs.mu.Unlock()
+	if len(errs) > 0 {
+		t.Errorf("containers failed: %v", errs)
+	}
 }

@@ -157,8 +157,9 @@ func TestPoolsOfOneServerShareItsBuilds(t *testing.T) {
 	// had finished. (The slots' recorded phases may overlap for a moment: a slot leaves
 	// Deploying, and frees the server, before its status write lands.)
 	var narrowDeps []sim.DeploymentInfo
+	pullers := a.pullerApps() // the pools' image pre-pulls are not the slots' deployments
 	for _, d := range a.sim.Deployments() {
-		if d.ServerUUID == narrow.UUID {
+		if d.ServerUUID == narrow.UUID && !pullers[d.AppUUID] {
 			narrowDeps = append(narrowDeps, d)
 		}
 	}

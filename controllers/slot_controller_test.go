@@ -538,6 +538,7 @@ func TestFullDeploymentQueueIsSurvived(t *testing.T) {
 	sc := newScenarioOn(t, "queuefull", sim.Config{}, sim.ServerSpec{UUID: "srv-small", Name: "small", ConcurrentBuilds: 1, DeploymentQueueLimit: 1})
 	sc.sim.WarmImage("srv-small", sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
 	sc.phase(v1.SlotIdle)
+	sc.prePulled() // the pool's own deployment leaves the queue to the fillers
 	ctx := context.Background()
 	for i := range 2 { // one building, one queued: the queue is full
 		uuid, err := sc.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{

@@ -9,6 +9,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
+	"botpool.dev/botpool/internal/simbot"
 )
 
 // TestDeployAnsweredAfterItHappenedIsNotRepeated: Coolify queues the deployment but answers
@@ -19,6 +20,9 @@ func TestDeployAnsweredAfterItHappenedIsNotRepeated(t *testing.T) {
 	var mu sync.Mutex
 	starts := map[string]int{}
 	cfg := sim.Config{Hooks: sim.Hooks{OnStart: func(c sim.Container) {
+		if simbot.IsPrePull(c) {
+			return // the pool's image pre-pull: not the slot's container
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		starts[c.Reason]++

@@ -78,6 +78,9 @@ func (cs *containers) hooks() sim.Hooks {
 }
 
 func (cs *containers) start(c sim.Container) {
+	if simbot.IsPrePull(c) {
+		return // a pool's image pre-pull: no slot, no bot
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ct := &container{Container: c, cancel: cancel, done: make(chan struct{})}
 	cs.mu.Lock()

@@ -99,6 +99,9 @@ func (b *soakBots) hooks() sim.Hooks {
 }
 
 func (b *soakBots) start(c sim.Container) {
+	if simbot.IsPrePull(c) {
+		return // a pool's image pre-pull: no slot, no bot
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ctx, cancel := context.WithCancel(b.ctx)

@@ -413,6 +413,12 @@ func (o *soakObserver) converged(quiet bool) error {
 	}
 	for uuid, app := range apps {
 		switch {
+		case isPullerApp(app.Name) && !app.Deleting:
+			// The pool's image puller on a server: no slot's, and its container is stopped
+			// once its pull is over.
+			if quiet && app.Running {
+				return fmt.Errorf("puller %s (%s) still runs its container", app.Name, uuid)
+			}
 		case !owned[uuid] && !app.Deleting:
 			return fmt.Errorf("application %s (%s) belongs to no slot", app.Name, uuid)
 		case quiet && app.Deleting:

@@ -127,6 +127,9 @@ func (f *benchFleet) hooks() sim.Hooks { return sim.Hooks{OnStart: f.start, OnSt
 // start plays a container the simulator started (a deployment finished): a simbot that runs
 // until its meeting is ended by the scenario or its container is stopped.
 func (f *benchFleet) start(c sim.Container) {
+	if simbot.IsPrePull(c) {
+		return // a pool's image pre-pull: no slot, no bot
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	bc := &benchContainer{fleet: f, c: c, cancel: cancel, done: make(chan struct{})}
 	f.mu.Lock()

@@ -611,6 +611,12 @@ type ImagePull struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	DeploymentUUID string `json:"deploymentUUID,omitempty"`
+	// RestartedAt is the pool's botpool.dev/restartedAt annotation the pull runs under (it is
+	// recorded in cached when the pull finishes): a pull under another value is superseded,
+	// and a failed one is retried at once when the value changes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	RestartedAt string `json:"restartedAt,omitempty"`
 	// Since is when the pull was requested, or when it failed.
 	Since metav1.Time `json:"since"`
 	// Message says why a failed pull failed, with Coolify's last log line when the token may

@@ -130,6 +130,16 @@ func New(baseURL, appUUID, token string, httpClient *http.Client) *Client {
 	return &Client{base: strings.TrimRight(baseURL, "/"), appUUID: appUUID, token: token, http: httpClient}
 }
 
+// PrePullEnv is set to "1" in the container of a pool's puller application: the operator
+// deploys the bot image there only to pull it onto the server before any bot needs it, and
+// stops the container as soon as the deployment finished. Such a container has no slot, no
+// API URL and no token: it should exit at once (see PrePull).
+const PrePullEnv = "BOTPOOL_PREPULL"
+
+// PrePull reports whether this container was started only to pull its image (PrePullEnv is
+// "1"). A bot's main calls it first and exits with status 0 when it is true.
+func PrePull() bool { return os.Getenv(PrePullEnv) == "1" }
+
 // FromEnv builds a client from POOL_SLOT_UUID, BOTPOOL_API_URL and BOTPOOL_SLOT_TOKEN.
 func FromEnv() (*Client, error) {
 	base, app, token := os.Getenv("BOTPOOL_API_URL"), os.Getenv("POOL_SLOT_UUID"), os.Getenv("BOTPOOL_SLOT_TOKEN")

@@ -6,7 +6,8 @@
 // the slot's Coolify application): POOL_SLOT_UUID (its application uuid), BOTPOOL_API_URL and
 // BOTPOOL_SLOT_TOKEN. FromEnv builds a client from them. The slot token only fetches the
 // configuration; the configuration carries a credential for its bot, which the Client keeps and
-// sends with the bot's heartbeats, status reports and events (see Client).
+// sends with the bot's heartbeats, status reports and events (see Client). A container started
+// with BOTPOOL_PREPULL=1 (PrePull) is a pool's image pre-pull, not a slot: it should exit at once.
 package botclient
 
 import (

@@ -59,6 +59,9 @@ func (c *containers) behaviour() simbot.Behaviour {
 // standby Running it starts for a free slot and keeps asking until a bot is bound (simbot's
 // config loop), as a standby bot image does.
 func (c *containers) onStart(ctr sim.Container) {
+	if simbot.IsPrePull(ctr) {
+		return // a pool's image pre-pull: it exits at once, and the pool stops it
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
+	"botpool.dev/botpool/internal/simbot"
 )
 
 // Fault modes of --faults.
@@ -88,7 +89,10 @@ func (f *faults) tick(bots []botRecord) {
 }
 
 // onStart disarms the crash once one container has started with it armed.
-func (f *faults) onStart(sim.Container) {
+func (f *faults) onStart(c sim.Container) {
+	if simbot.IsPrePull(c) {
+		return // the crash is armed for a bot's container
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.crashArmed.IsZero() && !f.crashTaken {

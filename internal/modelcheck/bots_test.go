@@ -33,6 +33,9 @@ type container struct {
 }
 
 func (w *world) containerStarted(c sim.Container) {
+	if c.Env[botclient.PrePullEnv] == "1" {
+		return // a pool's image pre-pull: no slot, no bot, and the pool stops it
+	}
 	w.cmu.Lock()
 	defer w.cmu.Unlock()
 	ct := &container{seq: c.Seq, app: c.AppUUID, slot: c.AppName, token: c.Env["BOTPOOL_SLOT_TOKEN"]}

@@ -586,7 +586,7 @@ func (w *world) checkSettled(when string) {
 	}
 	w.checkServersSettled(when)
 	for _, a := range w.sim.Apps() {
-		if !a.Deleting && appSlot[a.UUID] == "" {
+		if !a.Deleting && appSlot[a.UUID] == "" && !w.pullerOfAPool(a.Name) {
 			w.violate("leak (%s): Coolify application %s (%s) belongs to no slot", when, a.Name, a.UUID)
 		}
 	}
@@ -658,4 +658,20 @@ func describeBot(b *v1.Bot) string {
 		return "gone"
 	}
 	return fmt.Sprintf("phase=%s reason=%s slot=%s deleting=%v", b.Status.Phase, b.Status.Reason, b.Status.SlotName, !b.DeletionTimestamp.IsZero())
+}
+
+// pullerOfAPool reports whether an application is the image puller of a pool on one of the
+// servers it lists (botpool-pull-<server uuid>): the pool's pre-pull, no slot's. A puller of a
+// server no pool lists any more is a leak like any other application.
+func (w *world) pullerOfAPool(name string) bool {
+	server, ok := strings.CutPrefix(name, "botpool-pull-")
+	if !ok {
+		return false
+	}
+	for _, p := range w.pools {
+		if _, listed := p.Spec.Coolify.Server(server); listed {
+			return true
+		}
+	}
+	return false
 }

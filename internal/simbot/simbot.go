@@ -55,7 +55,14 @@ const (
 	// refused with 401 once the binding ended); the container stopped without reporting
 	// anything more.
 	Exited Outcome = "Exited"
+	// PrePulled: the container is a pool's image pre-pull (BOTPOOL_PREPULL=1): it exited at once,
+	// without a call to the bot API, as a bot image should (docs/botapi.md).
+	PrePulled Outcome = "PrePulled"
 )
+
+// IsPrePull reports whether the container is a pool's image pre-pull (its env has
+// BOTPOOL_PREPULL=1) rather than a slot's: it serves no bot, and the operator stops it.
+func IsPrePull(c sim.Container) bool { return c.Env[botclient.PrePullEnv] == "1" }
 
 // Result is what a run did.
 type Result struct {
@@ -66,9 +73,13 @@ type Result struct {
 }
 
 // Run plays one container's life: it returns when the bot is Done, when the operator says to
-// exit, or with ctx's error when ctx ends (the container was stopped). Any other error means
-// the operator answered what a bot image could not make sense of.
+// exit, or with ctx's error when ctx ends (the container was stopped); a pre-pull's container
+// (IsPrePull) returns PrePulled at once. Any other error means the operator answered what a
+// bot image could not make sense of.
 func Run(ctx context.Context, c sim.Container, b Behaviour) (Result, error) {
+	if IsPrePull(c) {
+		return Result{Outcome: PrePulled}, nil
+	}
 	if b.PollEvery <= 0 {
 		b.PollEvery = 100 * time.Millisecond
 	}

@@ -313,3 +313,24 @@ func TestRunStopsWithItsContainer(t *testing.T) {
 		})
 	}
 }
+
+// TestRunExitsInAPrePull: a pool's puller container (BOTPOOL_PREPULL=1, no slot variables)
+// exits at once with PrePulled and calls nothing.
+func TestRunExitsInAPrePull(t *testing.T) {
+	api := &fakeAPI{}
+	c := start(t, api)
+	c.Env = map[string]string{botclient.PrePullEnv: "1"}
+	if !IsPrePull(c) {
+		t.Fatal("IsPrePull is false for a container with BOTPOOL_PREPULL=1")
+	}
+	res, err := Run(context.Background(), c, fast)
+	if err != nil || res.Outcome != PrePulled || res.Bot != "" {
+		t.Fatalf("Run = %+v, %v; want PrePulled and no bot", res, err)
+	}
+	if calls := api.recorded(); len(calls) != 0 {
+		t.Fatalf("a pre-pull's container called the bot API: %v", calls)
+	}
+	if IsPrePull(container("http://x")) {
+		t.Fatal("IsPrePull is true for a slot's container")
+	}
+}
