@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -114,12 +115,33 @@ type serverImages struct {
 	Pull   *v1.ImagePull
 }
 
-// imagesOf returns what the pool's status records of its images on each server.
+// imagesOf returns what the pool's status records of its images on each server, without the
+// stale pulls (freshCached): the pool's next status forgets them.
 func imagesOf(pool *v1.BotPool) map[string]*serverImages {
 	out := map[string]*serverImages{}
 	for i := range pool.Status.Servers {
 		st := &pool.Status.Servers[i]
-		out[st.UUID] = &serverImages{Cached: st.Cached, Pull: st.Pull}
+		out[st.UUID] = &serverImages{Cached: freshCached(pool, st.Cached), Pull: st.Pull}
+	}
+	return out
+}
+
+// freshCached is cached without the pulls of the pool's own image under another restartedAt
+// than the pool's: the annotation says a new push of that tag is rolled out, so a deployment
+// of it pulls the new push cold; its old pull is no image a slot may be given. Kept, a new
+// slot was created on it (createImage) and its bot's deployment pulled cold beside a warm
+// image, also after the pool had moved on to another tag (found by the model check).
+func freshCached(pool *v1.BotPool, cached []v1.CachedImage) []v1.CachedImage {
+	own, restarted := pool.Spec.Image+":"+tagOrLatest(pool.Spec.ImageTag), restartedAt(pool)
+	stale := func(c v1.CachedImage) bool { return c.Image == own && c.RestartedAt != restarted }
+	if !slices.ContainsFunc(cached, stale) {
+		return cached
+	}
+	out := make([]v1.CachedImage, 0, len(cached))
+	for _, c := range cached {
+		if !stale(c) {
+			out = append(out, c)
+		}
 	}
 	return out
 }
@@ -145,11 +167,14 @@ func hasCached(cached []v1.CachedImage, ref, restarted string) bool {
 	return false
 }
 
-// newestCached is the newest image the pool pre-pulled on the server, or "".
+// newestCached is the newest image the pool pre-pulled on the server that is not stale
+// (freshCached), or "".
 func newestCached(pool *v1.BotPool, server string) string {
 	for i := range pool.Status.Servers {
-		if st := &pool.Status.Servers[i]; st.UUID == server && len(st.Cached) > 0 {
-			return st.Cached[0].Image
+		if st := &pool.Status.Servers[i]; st.UUID == server {
+			if fresh := freshCached(pool, st.Cached); len(fresh) > 0 {
+				return fresh[0].Image
+			}
 		}
 	}
 	return ""
@@ -179,8 +204,8 @@ func splitRef(ref string) (image, tag string) {
 }
 
 // createImage is the image (and tag) a new slot's application on the server is created with:
-// the pool's when the server pre-pulled it, or holds no image of the pool yet (nothing there is
-// warmer); else the newest image the pool pre-pulled there, which the slot leaves for the
+// the pool's when the server pre-pulled it, or holds no other image of the pool (nothing there
+// is warmer); else the newest image the pool pre-pulled there, which the slot leaves for the
 // pool's once that pull finished (syncTemplate). A bot bound to a new slot mid-rollout so
 // starts warm.
 func createImage(pool *v1.BotPool, server string) (image, tag string) {

@@ -173,6 +173,8 @@ func TestNewSlotStartsOnTheImageItsServerHolds(t *testing.T) {
 		{"template still pulling: the newest pulled", pool().Cached("srv", "reg:5000/team/bot:1", "", at).Obj(), "reg:5000/team/bot", "1", []string{"reg:5000/team/bot:1", "reg:5000/team/bot:2"}},
 		{"pulled on another server only", pool().Cached("other", "reg:5000/team/bot:1", "", at).Obj(), "reg:5000/team/bot", "2", []string{"reg:5000/team/bot:2"}},
 		{"a restart pulls again: the same image meanwhile", pool().Annotate(v1.AnnotationRestartedAt, "now").Cached("srv", "reg:5000/team/bot:2", "", at).Obj(), "reg:5000/team/bot", "2", []string{"reg:5000/team/bot:2"}},
+		// The tag was pushed again: its old pull is no longer what a deployment of it gets.
+		{"a restart pulls again: another image pulled meanwhile", pool().Annotate(v1.AnnotationRestartedAt, "now").Cached("srv", "reg:5000/team/bot:1", "", at).Cached("srv", "reg:5000/team/bot:2", "", at).Obj(), "reg:5000/team/bot", "1", []string{"reg:5000/team/bot:1", "reg:5000/team/bot:2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -191,7 +191,8 @@ func (s *Sim) appInfo(a *app, now time.Time) AppInfo {
 		Deleting: a.deleting, Restarts: a.restarts, Env: maps.Clone(a.envMap()), EnvRows: len(a.envs)}
 }
 
-// Apps lists the applications that still exist (deleting ones included), sorted by name.
+// Apps lists the applications that still exist (deleting ones included), sorted by name, then
+// uuid.
 func (s *Sim) Apps() []AppInfo {
 	s.mu.Lock()
 	s.advance()
@@ -203,7 +204,14 @@ func (s *Sim) Apps() []AppInfo {
 	}
 	s.mu.Unlock()
 	runHooks(hooks)
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	// By name, then uuid: names repeat (each pool has a puller of the same name on a server),
+	// and a caller that picks from the list (the model check) must get the same order every run.
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name == out[j].Name {
+			return out[i].UUID < out[j].UUID
+		}
+		return out[i].Name < out[j].Name
+	})
 	return out
 }
 

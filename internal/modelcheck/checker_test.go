@@ -44,6 +44,7 @@ func (s *script) ready() []string {
 	s.t.Helper()
 	s.pool("solo")
 	s.pool("solo")
+	s.pulled("solo")
 	var names []string
 	for _, sl := range s.w.liveSlots() {
 		names = append(names, sl.Name)

@@ -56,6 +56,38 @@ func (s *script) addBot(name string) {
 	s.sync()
 }
 
+// pulled runs the pool, five seconds apart, until its pre-pull of its template's image has
+// finished on every server it lists: until then the deploy gate holds a start there (the first
+// pull of an image on a server runs alone).
+func (s *script) pulled(pool string) {
+	s.t.Helper()
+	for range 150 { // a cold pull takes 7 minutes
+		s.pool(pool)
+		p := s.w.api.get(s.w.api.keyOf(s.w.pool(pool))).(*v1.BotPool)
+		done := p.Status.TemplateImage != ""
+		for _, srv := range p.Spec.Coolify.ServerList() {
+			done = done && cachedOn(p, srv.UUID, p.Status.TemplateImage)
+		}
+		if done {
+			return
+		}
+		s.advance(5 * time.Second)
+	}
+	s.t.Fatalf("the pool's pre-pull did not finish: %+v", s.w.api.get(s.w.api.keyOf(s.w.pool(pool))).(*v1.BotPool).Status.Servers)
+}
+
+// cachedOn reports whether the pool's status lists ref as pulled on the server.
+func cachedOn(p *v1.BotPool, server, ref string) bool {
+	for _, st := range p.Status.Servers {
+		for _, c := range st.Cached {
+			if st.UUID == server && c.Image == ref {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (s *script) check() {
 	s.t.Helper()
 	if len(s.w.violations) > 0 {
@@ -85,6 +117,7 @@ func TestRegressionNextBotInheritsUnansweredDeploy(t *testing.T) {
 	if p := s.only().Status.Phase; p != v1.SlotIdle {
 		t.Fatalf("slot %s, want Idle", p)
 	}
+	s.pulled("solo")
 
 	s.addBot("first")
 	s.bot("first")
@@ -145,6 +178,7 @@ func (s *script) running(name string) string {
 	s.t.Helper()
 	s.pool("solo")
 	s.pool("solo")
+	s.pulled("solo")
 	s.addBot(name)
 	for range 20 {
 		for _, sl := range s.w.liveSlots() {
@@ -234,6 +268,7 @@ func TestRegressionLookupOnDeletedApplication(t *testing.T) {
 	slot := s.only().Name
 	s.slot(slot)
 	s.slot(slot)
+	s.pulled("solo")
 	s.advance(time.Second)
 	s.w.restart() // the slot has been Idle since before this process started
 
@@ -272,10 +307,11 @@ func TestRegressionDeploymentTimeoutDuringStoreOutage(t *testing.T) {
 		w.addPool("solo", v1.PlatformZoom, 1, 1, 1, v1.Timing{DeploymentTimeout: "6m"})
 		w.sim.WarmImage(w.fixture.ServerUUID, w.images[string(v1.PlatformZoom)], "latest")
 	})
+	s.pool("solo")
+	s.pool("solo")
+	s.pulled("solo") // a pre-pull's record lagging for an hour would fail it at deploymentTimeout
 	s.w.coolify.fixedLag = time.Hour
 	s.w.coolify.setLagging(true)
-	s.pool("solo")
-	s.pool("solo")
 	slot := s.only().Name
 	s.addBot("patient")
 	for range 12 { // ten minutes: the record reads in_progress, the container runs and beats
