@@ -176,10 +176,18 @@ var debugStandby = false
 // for Coolify's time (a deployment), and leaves it alone otherwise. What standby containers do
 // happens in real time — they ask, the bot API answers, they ask again when a long-poll ends —
 // and a fake clock run ahead of them (Eventually looks every 10 ms) would age their asks past
-// the ask window and make Ready slots Lost: the test would see its own haste.
+// the ask window and make Ready slots Lost: the test would see its own haste. The pool's
+// image pre-pull is Coolify's time too: it holds a deployment slot, and a slot waiting for
+// the deploy gate behind it would wait for ever on a clock that stands.
 func (sc *scenario) advance() {
 	for _, s := range listSlots(sc.t, sc.ns) {
 		if s.Status.Phase == v1.SlotDeploying {
+			step(time.Second)
+			return
+		}
+	}
+	for _, st := range sc.poolNow().Status.Servers {
+		if st.Pull != nil && st.Pull.State != v1.ImagePullFailed {
 			step(time.Second)
 			return
 		}
