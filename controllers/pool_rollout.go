@@ -76,7 +76,10 @@ func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting int, targe
 				v.in.Outdated++
 				v.candidates = append(v.candidates, sl)
 			}
-		case current && available(sl):
+		case available(sl) && (current || sl.Status.ApplicationUUID == "" && cachedOn(pool, slotServer(sl, pool), pool.Status.TemplateImage, restartedAt(pool))):
+			// On its way to Ready on the target: a slot being created counts too (a surge slot
+			// just made), since its server holds the image and it is created with it. Missing
+			// it, the pool saw no room and admitted a ready slot below the floor.
 			v.in.Warming++
 		}
 	}
@@ -110,7 +113,9 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 		pool.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now), BaseSlots: int32(v.in.Total)}
 		r.Recorder.Eventf(pool, nil, "Normal", v1.ReasonRolloutStarted, "Rollout",
 			"Rolling %d slot(s) out to template %s (%s)", v.outdated, target, s.template.Ref())
-	case v.outdated == 0 && pool.Status.Rollout != nil:
+	case v.outdated == 0 && pool.Status.Rollout != nil && (!pool.Spec.Standby.Running() || v.in.InFlight+v.in.Warming == 0):
+		// A standby pool's rollout ends once its updated free slots are Ready too: the surge
+		// slots it removes now are then spare, never the ready ones minIdle still needs.
 		if err := r.endRollout(ctx, s, &v); err != nil {
 			return err
 		}

@@ -2,6 +2,10 @@ package controllers
 
 import (
 	"testing"
+	"time"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
 func TestSlotsToCreate(t *testing.T) {
@@ -23,6 +27,29 @@ func TestSlotsToCreate(t *testing.T) {
 	for _, tt := range tests {
 		if got := slotsToCreate(tt.maxSlots, tt.minIdle, tt.total, tt.available, tt.wait); got != tt.want {
 			t.Errorf("%s: slotsToCreate = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestAvailableCountsAStandbyContainerOnItsWay: supply counts a free standby slot whose fresh
+// container deploys (it is Ready in seconds), and never a slot deploying a bot's container.
+// Before, a standby pool warming up created a slot beside each one deploying, up to maxSlots.
+func TestAvailableCountsAStandbyContainerOnItsWay(t *testing.T) {
+	at := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	slot := func() *bt.SlotWrapper { return bt.MakeSlot("ns", "pool-zoom-001", "pool").Phase(v1.SlotDeploying) }
+	tests := []struct {
+		name string
+		slot *v1.BotPoolSlot
+		want bool
+	}{
+		{"a standby container deploying, unbound", slot().Standby(v1.StandbyStarting, at).Obj(), true},
+		{"a bot's container deploying", slot().BoundTo("bot", "uid").Obj(), false},
+		{"a Stopped pool's slot deploying without a bot (its bot let go)", slot().Obj(), false},
+		{"a standby container deploying on a deleted slot", slot().Standby(v1.StandbyStarting, at).Deleting(at).Obj(), false},
+	}
+	for _, tt := range tests {
+		if got := available(tt.slot); got != tt.want {
+			t.Errorf("%s: available = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

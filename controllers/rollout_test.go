@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -272,4 +274,84 @@ func TestRolloutOfAStandbyPool(t *testing.T) {
 	if len(errs) > 0 {
 		t.Errorf("containers failed: %v", errs)
 	}
+}
+
+// TestRolloutOfSettingsAndSecret: a change of the slots' limits, then of the slotEnvFrom
+// Secret's content, rolls the free slots out like an image change (the image is cached, so
+// no pull is needed first): their applications get the new limits and the new env.
+func TestRolloutOfSettingsAndSecret(t *testing.T) {
+	ctx := context.Background()
+	sc := newScenario(t, "rollenv", sim.Config{}, func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle, p.Spec.ImageTag = 2, 2, "1"
+		p.Spec.SlotEnvFrom = &v1.SecretReference{Name: "bot-env"}
+	})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: "bot-env", Labels: map[string]string{v1.LabelAllowPoolUse: "true"}},
+		Data: map[string][]byte{"MEETING_LANG": []byte("en")}}
+	if err := env.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, "1")
+	first := sc.waitPool("up to date", time.Second, 30, upToDate(2))
+
+	sc.updatePool(func(p *v1.BotPool) { p.Spec.Resources = v1.SlotResources{CPUs: "1.5", Memory: "2g"} })
+	limits := sc.waitPool("on the new limits", 100*time.Millisecond, 20, func(p *v1.BotPool) bool {
+		return p.Status.TemplateHash != first.Status.TemplateHash && upToDate(2)(p)
+	})
+	for _, s := range listSlots(t, sc.ns) {
+		if app, _ := sc.sim.App(s.Status.ApplicationUUID); app.LimitsCPUs != "1.5" || app.LimitsMemory != "2g" {
+			t.Errorf("slot %s: application limits %q/%q, want 1.5/2g", s.Name, app.LimitsCPUs, app.LimitsMemory)
+		}
+	}
+
+	secret.Data["MEETING_LANG"] = []byte("de")
+	if err := env.Client.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	// The Secret is read again within envDigestTTL and a pool pass (at most templateRecheck).
+	envd := sc.waitPool("on the new env", 5*time.Second, 30, func(p *v1.BotPool) bool {
+		return p.Status.TemplateHash != limits.Status.TemplateHash && upToDate(2)(p)
+	})
+	for _, s := range listSlots(t, sc.ns) {
+		if app, _ := sc.sim.App(s.Status.ApplicationUUID); app.Env["MEETING_LANG"] != "de" {
+			t.Errorf("slot %s: MEETING_LANG %q in its application, want de", s.Name, app.Env["MEETING_LANG"])
+		}
+	}
+	if envd.Status.UpdatedSlots != 2 {
+		t.Errorf("updatedSlots %d after the Secret change, want 2", envd.Status.UpdatedSlots)
+	}
+}
+
+// TestRolloutWaitsForEachServer: a pool over two servers whose new image cannot be pulled on
+// one of them (no registry login there) moves its slots on the other server and keeps those
+// on the failing one as they are, Stalled with Docker's error; once the login is fixed the
+// retried pull lets them follow.
+func TestRolloutWaitsForEachServer(t *testing.T) {
+	sc, home, other := twoServerPool(t, "rollservers", 4)
+	image := sc.pool.Spec.Image
+	for _, srv := range []string{home, other} {
+		sc.sim.WarmImage(srv, image, "")
+	}
+	sc.waitPool("up to date on both servers", 30*time.Second, 40, upToDate(2)) // pulled cold: it began before the warm-up
+	sc.sim.PushImage(image, "2")
+	sc.sim.WarmImage(home, image, "2")
+	sc.sim.FailPullsOn(other, image+":2", -1)
+	sc.updatePool(func(p *v1.BotPool) { p.Spec.ImageTag = "2" })
+	stalled := sc.waitPool("stalled on the other server", time.Second, 30, func(p *v1.BotPool) bool {
+		return meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionStalled) && p.Status.UpdatedSlots == 1
+	})
+	// The suite's token may not read deployment logs (read:sensitive): the message says so.
+	if c := meta.FindStatusCondition(stalled.Status.Conditions, v1.ConditionStalled); c.Reason != v1.ReasonImagePullFailed || !strings.Contains(c.Message, "on server "+other+" failed") {
+		t.Errorf("Stalled %s: %q, want the failed pull on server %s", c.Reason, c.Message, other)
+	}
+	for _, s := range listSlots(t, sc.ns) {
+		onNew := s.Status.Image == image+":2"
+		if onNew != (s.Spec.Server == home) {
+			t.Errorf("slot %s on server %s runs %s", s.Name, s.Spec.Server, s.Status.Image)
+		}
+	}
+	sc.sim.FailPullsOn(other, image+":2", 0)
+	sc.waitPool("up to date after the retry", 30*time.Second, 40, func(p *v1.BotPool) bool {
+		return upToDate(2)(p) && !meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionStalled)
+	})
+	sc.slotsOnImage(image + ":2")
 }

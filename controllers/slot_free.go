@@ -16,6 +16,10 @@ import v1 "botpool.dev/botpool/api/v1alpha1"
 // Unlike isFree and removable it counts slots that are not Idle yet and ignores a pending
 // deploy request: the question is how many slots to create, and a slot that will be free in a
 // moment must not make the pool create another one the queue and minIdle do not need.
+//
+// A free standby slot deploying its fresh container (Deploying, unbound, status.standby set)
+// is available too: it is Ready in seconds. Counting it out made a standby pool create a slot
+// beside each one deploying, up to maxSlots, while it warmed up and after every bot.
 func available(s *v1.BotPoolSlot) bool {
 	if s.Spec.BotRef != nil || s.DeletionTimestamp != nil {
 		return false
@@ -23,6 +27,8 @@ func available(s *v1.BotPoolSlot) bool {
 	switch s.Status.Phase {
 	case "", v1.SlotCreating, v1.SlotIdle, v1.SlotReleasing:
 		return true
+	case v1.SlotDeploying:
+		return s.Status.Standby != ""
 	}
 	return false
 }

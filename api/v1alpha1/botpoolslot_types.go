@@ -191,9 +191,11 @@ type BotPoolSlotStatus struct {
 	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image,omitempty"`
 
-	// LastDeployDuration is how long the slot's last start deployment took from request to
-	// finished. One far slower than a warm start suggests its server lost the image from its
-	// cache, and the pool pulls it again there. Written by the slot controller only.
+	// LastDeployDuration is how long the slot's last deployment (a bot's, or a standby
+	// container's) took from its request until the container was found started: seconds on a
+	// warm image, minutes on a cold pull. One far slower than a warm start suggests its server
+	// lost the image from its cache (the pool pulls each image again a day after its last
+	// pull). Written by the slot controller only.
 	// +optional
 	LastDeployDuration *metav1.Duration `json:"lastDeployDuration,omitempty"`
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -309,11 +310,14 @@ func (l *loop) every(ctx context.Context, limit time.Duration, what string, done
 	}
 }
 
-// warmUp waits until the pool has its minIdle slots ready, so the burst finds warm slots.
+// warmUp waits until the pool has its minIdle slots ready and its image pulled, so the burst
+// finds warm slots.
 func (l *loop) warmUp(ctx context.Context) error {
 	l.note = fmt.Sprintf("warming up: the pool creates its %d minIdle slots", l.o.minIdle)
 	if l.o.standby == string(v1.StandbyRunning) {
 		l.note += " and their standby containers"
+	} else {
+		l.note += " and pulls its image"
 	}
 	var pool v1.BotPool
 	return l.every(ctx, 2*time.Minute, "warming up the pool", func(f frame) bool {
@@ -323,8 +327,10 @@ func (l *loop) warmUp(ctx context.Context) error {
 		if l.o.standby == string(v1.StandbyRunning) {
 			return readyStandby(f) >= l.o.minIdle // minIdle counts Ready containers
 		}
+		// Ready: the pool pulled its image on its servers (its pre-pull), so no bot of the
+		// burst waits for a cold pull.
 		_, slots, _ := counts(f)
-		return slots[v1.SlotIdle] >= l.o.minIdle
+		return slots[v1.SlotIdle] >= l.o.minIdle && meta.IsStatusConditionTrue(pool.Status.Conditions, v1.ConditionReady)
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify/sim"
 )
 
 // The invariants of docs/invariants.md, numbered as there, and where each is checked:
@@ -685,4 +686,21 @@ func (w *world) pullerOfAPool(name string) bool {
 		}
 	}
 	return false
+}
+
+// slotDeployments are the simulator's deployments of applications that are no pool's puller.
+func (w *world) slotDeployments() []sim.DeploymentInfo {
+	pullers := map[string]bool{}
+	for _, a := range w.sim.Apps() {
+		if strings.HasPrefix(a.Name, "botpool-pull-") {
+			pullers[a.UUID] = true
+		}
+	}
+	var out []sim.DeploymentInfo
+	for _, d := range w.sim.Deployments() {
+		if !pullers[d.AppUUID] {
+			out = append(out, d)
+		}
+	}
+	return out
 }
