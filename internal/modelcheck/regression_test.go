@@ -572,3 +572,35 @@ func TestRegressionAdoptionAfterThePullChangedTheCreateImage(t *testing.T) {
 		t.Fatalf("slot recorded application %q, want the one it made: %s", app, made[0])
 	}
 }
+
+// Found by the model check with seed 4 at step 10000 once templates changed at random: a free
+// slot's in-place update to the pool's template (its env first) found the application deleted
+// by hand, forgot it, and stayed Idle: every later pass tried the update again on no
+// application, and the slot never created one again (in the model a standby slot waiting for
+// the deploy gate, which then never got a container; here a Stopped pool's free slot).
+func TestRegressionInPlaceUpdateOfADeletedApplication(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo")
+	s.pool("solo")
+	s.pulled("solo")
+	name := s.only().Name
+	s.slot(name)
+	s.slot(name)
+	old := s.only().Status.ApplicationUUID
+	s.newTag("2")
+	s.w.deleteApp(old)
+	s.pulled("solo") // seven minutes: Coolify has deleted the application, the slot may take tag 2
+	if _, ok := s.w.sim.App(old); ok {
+		t.Fatalf("application %s still there", old)
+	}
+	for range 20 {
+		s.slot(name)
+		s.pool("solo")
+		if sl := s.only(); sl.Status.Phase == v1.SlotIdle && sl.Status.ApplicationUUID != "" && sl.Status.ApplicationUUID != old {
+			s.check()
+			return
+		}
+		s.advance(5 * time.Second)
+	}
+	t.Fatalf("the slot did not create its application again: %s", describeSlot(s.w.liveSlot(name)))
+}
