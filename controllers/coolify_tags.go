@@ -3,6 +3,7 @@ package controllers
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -64,14 +65,25 @@ func carriesTag(app *coolify.Application, tag string) bool {
 
 // adoptable reports whether an application found under the slot's name is the one this slot
 // created: it carries the exact owner mark (cluster, namespace, pool, project and server) and
-// runs the pool's image, or the one a new slot on that server is created with mid-rollout
-// (createImage). A same-named application of another cluster, pool or placement is never
-// adopted.
+// runs the pool's image, the one a new slot on that server is created with mid-rollout
+// (createImage), or another image the pool's status lists as pulled there: createImage's
+// answer when the create went out, which a pull that finished since may have changed. (The
+// model check found a create whose answer was lost, then a pull finishing on the server, then
+// a second application of the slot's name.) A same-named application of another cluster, pool
+// or placement is never adopted.
 func adoptable(app *coolify.Application, tag string, pool *v1.BotPool, server string) bool {
 	if !strings.HasSuffix(app.Description, ownerMark(tag, pool, server)) {
 		return false
 	}
 	got := app.DockerRegistryImageName + ":" + tagOrLatest(app.DockerRegistryImageTag)
 	image, imageTag := createImage(pool, server)
-	return got == pool.Spec.Image+":"+tagOrLatest(pool.Spec.ImageTag) || got == image+":"+tagOrLatest(imageTag)
+	if got == pool.Spec.Image+":"+tagOrLatest(pool.Spec.ImageTag) || got == image+":"+tagOrLatest(imageTag) {
+		return true
+	}
+	for i := range pool.Status.Servers {
+		if st := &pool.Status.Servers[i]; st.UUID == server {
+			return slices.ContainsFunc(st.Cached, func(c v1.CachedImage) bool { return c.Image == got })
+		}
+	}
+	return false
 }

@@ -253,7 +253,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 			}
 		}
 		// No container runs: the update takes nothing away from anyone.
-		if err := r.updateInPlace(ctx, s); err != nil {
+		if done, err := r.updateInPlace(ctx, s); err != nil || done {
 			return err
 		}
 		return r.checkApp(ctx, s, "")
@@ -276,7 +276,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 	if done, err := r.joinUnanswered(ctx, s); err != nil || done {
 		return err
 	}
-	if err := r.updateInPlace(ctx, s); err != nil { // one the free step has not updated yet
+	if done, err := r.updateInPlace(ctx, s); err != nil || done { // one the free step has not updated yet
 		return err
 	}
 	return r.deploy(ctx, s, now)

@@ -136,7 +136,7 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 		s.after(r.jittered(serversRetry))
 		return nil
 	}
-	if err := r.updateInPlace(ctx, s); err != nil { // no container yet: it starts on the template
+	if done, err := r.updateInPlace(ctx, s); err != nil || done { // no container yet: it starts on the template
 		return err
 	}
 	if !r.admit(ctx, s) {

@@ -89,16 +89,25 @@ func outdated(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
 
 // updateInPlace gives an outdated slot without a running container the pool's template: its
 // env (with its current token, so the credential does not change) and then its image and
-// limits (setEnv). The next deployment, a bot's or a standby container's, runs it.
-func (r *BotPoolSlotReconciler) updateInPlace(ctx context.Context, s *slotScope) error {
+// limits (setEnv). The next deployment, a bot's or a standby container's, runs it. done says
+// the pass is over: the application is gone and the slot goes back to Creating (forgotten
+// and left Idle, every later pass tried the update again on no application).
+func (r *BotPoolSlotReconciler) updateInPlace(ctx context.Context, s *slotScope) (done bool, err error) {
 	if !outdated(s.slot, s.pool) {
-		return nil
+		return false, nil
 	}
 	token, err := r.ensureToken(ctx, s.slot)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return r.setEnv(ctx, s, token)
+	if err := r.setEnv(ctx, s, token); err != nil {
+		if s.slot.Status.ApplicationUUID == "" {
+			r.recreate(s)
+			return true, nil
+		}
+		return false, err
+	}
+	return false, nil
 }
 
 // admittedForUpdate reports whether the pool admitted the slot to replace its ready standby

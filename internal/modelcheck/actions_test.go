@@ -47,6 +47,7 @@ var actions = []action{
 	{"resize a pool", 2, (*world).resizePool},
 	{"server reachability", 3, (*world).toggleServer},
 	{"change a server", 2, (*world).changeServer},
+	{"change a pool's template", 2, (*world).changeTemplate},
 }
 
 var totalWeight = func() int {
@@ -333,8 +334,8 @@ func (w *world) toggleCoolify() bool {
 
 func (w *world) togglePulls() bool {
 	n := []int{0, 0, 1, 2, -1}[w.rng.IntN(5)]
-	for _, img := range w.images {
-		w.sim.FailPulls(img, n)
+	for _, r := range w.pullRefs() {
+		w.sim.FailPulls(r, n)
 	}
 	w.faults.pulls = n != 0
 	w.counts[fmt.Sprintf("pull failures %d", n)]++
@@ -382,8 +383,10 @@ func (w *world) toggleStore() bool {
 // clearFaults turns every fault off, for a settle point.
 func (w *world) clearFaults() {
 	w.setCoolify("")
+	for _, r := range w.pullRefs() {
+		w.sim.FailPulls(r, 0) // a tag the registry lacks stays missing: it is no fault
+	}
 	for _, img := range w.images {
-		w.sim.FailPulls(img, 0)
 		w.sim.CrashContainers(img, sim.Crash{})
 	}
 	w.faults = faults{}

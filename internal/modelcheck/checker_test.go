@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -255,6 +256,55 @@ func TestCheckerCatches(t *testing.T) {
 			must(err)
 			s.w.checkSettled("test")
 		}},
+		{"a slot controller that gives its application an image its server has not pulled", "invariant 16", func(s *script) {
+			s.ready()
+			s.newTag("2")
+			// Before every pass, the slot's application is given the pool's image, as if
+			// templateReady answered true whatever the pool's status says.
+			api, err := coolify.New("http://coolify.model", sim.DefaultToken, coolify.WithHTTPClient(&http.Client{Transport: s.w.coolify}))
+			must(err)
+			real := s.w.op.slots
+			s.w.op.slots = reconcilerFunc(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+				if sl := s.w.liveSlot(req.Name); sl != nil && sl.Status.ApplicationUUID != "" {
+					p := s.w.pool(sl.Spec.Pool)
+					must(api.UpdateApplication(ctx, sl.Status.ApplicationUUID, coolify.AppUpdate{Image: p.Spec.Image, Tag: p.Spec.ImageTag}))
+				}
+				return real.Reconcile(ctx, req)
+			})
+			s.runningBot("b")
+		}},
+		{"a pool that records a pull that has not finished", "invariant 16", func(s *script) {
+			s.ready()
+			s.newTag("2")
+			s.pool("solo")
+			p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool)
+			s.write(p, true, func() {
+				for i := range p.Status.Servers {
+					st := &p.Status.Servers[i]
+					st.Pull = nil
+					st.Cached = append([]v1.CachedImage{{Image: p.Status.TemplateImage, PulledAt: metav1.NewTime(s.w.clk.Now())}}, st.Cached...)
+				}
+			})
+			s.runningBot("b")
+		}},
+		{"a slot controller that never takes the pool's template", "rollout does not end", func(s *script) {
+			s.ready()
+			s.newTag("2")
+			s.w.op.slots = noop
+			s.pulled("solo")
+			s.w.checkRolloutSettled("test")
+		}},
+		{"a pool up to date on a tag the registry lacks", "yet says SlotsUpdated True", func(s *script) {
+			s.ready()
+			s.w.tpl.bad["solo"] = "latest"
+			s.newTag("missing")
+			s.pool("solo")
+			p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool)
+			s.write(p, true, func() {
+				meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.ConditionSlotsUpdated, Status: metav1.ConditionTrue, Reason: v1.ReasonUpToDate})
+			})
+			s.w.checkRolloutSettled("test")
+		}},
 		{"a projection the store refuses", "store:", func(s *script) {
 			for _, name := range []string{"x", "y"} {
 				_ = s.w.store.UpsertSlot(s.w.ctx, store.SlotRecord{Namespace: namespace, Name: name, Pool: "solo", ApplicationUUID: "same"})
@@ -268,6 +318,34 @@ func TestCheckerCatches(t *testing.T) {
 			c.run(s)
 			s.expect(c.want)
 		})
+	}
+}
+
+// newTag puts the pool on a new tag of its image, pushed to the registry: no server holds it.
+func (s *script) newTag(tag string) {
+	p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool).DeepCopy()
+	s.w.sim.PushImage(p.Spec.Image, tag)
+	p.Spec.ImageTag = tag
+	must(s.w.api.Update(s.w.ctx, p))
+	*s.w.pools[0] = *p.DeepCopy()
+	s.sync()
+}
+
+// runningBot queues a bot and runs the slots, the dispatcher and the bot until it started or
+// a check failed.
+func (s *script) runningBot(name string) {
+	s.t.Helper()
+	s.queued(name, 0)
+	for range 40 {
+		s.dispatch("solo")
+		for _, sl := range s.w.liveSlots() {
+			s.slot(sl.Name)
+		}
+		s.bot(name)
+		if len(s.w.violations) > 0 || s.w.liveBot(name).Status.StartedAt != nil {
+			return
+		}
+		s.advance(5 * time.Second)
 	}
 }
 

@@ -2,9 +2,9 @@
 // drives the real reconcilers of package controllers (pool, slot, bot and the dispatcher)
 // directly, without a manager, through long random interleavings of bot arrivals, bot
 // containers that report phases, beat, go silent, crash or finish, Coolify faults and outages,
-// store outages, clock jumps, stale cache reads, hand deletions, resized pools and operator
-// restarts, and checks the invariants of the design after every step (see invariants_test.go
-// for which invariant is checked where).
+// store outages, clock jumps, stale cache reads, hand deletions, resized pools, changes of a
+// pool's template (rollouts) and operator restarts, and checks the invariants of the design
+// after every step (see invariants_test.go for which invariant is checked where).
 //
 // The world it runs in:
 //

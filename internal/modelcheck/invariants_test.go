@@ -36,6 +36,10 @@ import (
 //	 9 a failed Coolify read deletes nothing, fails
 //	   nobody ........................................ on every write while every Coolify call fails
 //	10 a store outage fails nobody ................... on every write while the store is down
+//	13–15 servers .................................... see servers_test.go
+//	16 no slot deployment pulls cold ................. on every slot deployment's pull (the
+//	                                                   simulator's OnPull hook); at settle
+//	                                                   points, every rollout ends (rollout_test.go)
 //
 // and beyond the list: a slot turns Busy only once its container ran (writes), a bot never
 // leaves Done or Fatal (writes), a bot fails with HeartbeatTimeout only after that long without
@@ -166,12 +170,19 @@ func (w *world) onWrite(wr write) {
 			n = wr.new.(*v1.Bot)
 		}
 		w.botWritten(o, n)
+	case kindPool:
+		var n *v1.BotPool
+		if wr.new != nil {
+			n = wr.new.(*v1.BotPool)
+		}
+		w.poolWritten(wr.key.Name, n)
 	}
 }
 
 func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 	now := w.clk.Now()
 	w.log.add(fmt.Sprintf("%s MODEL %s slot %s: %s", now.Format("15:04:05.000"), op, nameOf(o, n), describeSlot(n)))
+	w.slotImageWritten(o, n)
 	if n != nil && n.Spec.BotRef != nil && (o == nil || o.Spec.BotRef == nil) {
 		w.checkStandbyBinding(n)
 		w.checkServerBinding(n)
@@ -650,8 +661,8 @@ func describeSlot(s *v1.BotPoolSlot) string {
 	if s.Spec.BotRef != nil {
 		ref = s.Spec.BotRef.Name
 	}
-	return fmt.Sprintf("phase=%s bot=%s app=%s dep=%s attempts=%d deleting=%v msg=%q", s.Status.Phase, ref,
-		s.Status.ApplicationUUID, s.Status.DeploymentUUID, s.Status.RecoveryAttempts, !s.DeletionTimestamp.IsZero(), s.Status.Message)
+	return fmt.Sprintf("phase=%s bot=%s app=%s dep=%s image=%s template=%s attempts=%d deleting=%v msg=%q", s.Status.Phase, ref,
+		s.Status.ApplicationUUID, s.Status.DeploymentUUID, s.Status.Image, s.Status.TemplateHash, s.Status.RecoveryAttempts, !s.DeletionTimestamp.IsZero(), s.Status.Message)
 }
 
 func describeBot(b *v1.Bot) string {

@@ -117,25 +117,44 @@ func (w *world) note(s string) {
 
 // settle turns every fault off and runs every reconciler round after round (bots beating,
 // five seconds apart) until a round writes nothing, at least long enough for the pools'
-// orphan checks to run; then checks what must hold in a quiet state.
+// orphan checks to run, and until every pool on a tag the registry has finished its rollout
+// (a cold pre-pull takes minutes, with nothing to write meanwhile); then checks what must hold
+// in a quiet state.
 func (w *world) settle(when string) {
 	w.counts["settle"]++
 	w.clearFaults()
-	const minRounds, maxRounds = 16, 150
-	for round := 0; round < maxRounds; round++ {
+	// rolloutRounds bounds the wait for rollouts, rounds of rolloutStep: a pre-pull that failed
+	// just before is tried again within 2 minutes, and a cold pull takes 7; then slots update,
+	// standby ones a batch at a time. The step is the pools' deployment poll interval: the
+	// wait is mostly for a pull, and shorter rounds would only cost the run time.
+	const minRounds, maxRounds, rolloutRounds, rolloutStep = 16, 150, 80, 15 * time.Second
+	rolled := 0 // rounds spent waiting for a rollout: they do not count against maxRounds
+	start := w.clk.Now()
+	for round := 0; ; round++ {
 		before := w.writes
 		w.reconcileAll()
 		w.beatAll()
 		if len(w.violations) > 0 {
 			return
 		}
-		if w.writes == before && round >= minRounds {
+		quiet := w.writes == before
+		rolling := round >= minRounds && rolled < rolloutRounds && w.rolloutPending()
+		switch {
+		case rolling:
+			rolled++
+			w.counts["settle rounds waiting for a rollout"]++
+			w.advance(rolloutStep)
+			continue
+		case quiet && round >= minRounds:
 			w.checkSettled(when)
+			w.checkRolloutSettled(when)
+			return
+		case round-rolled >= maxRounds:
+			w.violate("%s: the operator still writes after %d rounds (%s of model time) without faults", when, round, w.clk.Since(start))
 			return
 		}
 		w.advance(5 * time.Second)
 	}
-	w.violate("%s: the operator still writes after %d rounds (%s of model time) without faults", when, maxRounds, maxRounds*5*time.Second)
 }
 
 // drain ends a run: no new bots, no faults; bots play their meetings to the end. Every bot
@@ -144,6 +163,7 @@ func (w *world) settle(when string) {
 func (w *world) drain() {
 	w.note("drain")
 	w.clearFaults()
+	w.revertBadTags()
 	for round := 0; ; round++ {
 		w.reconcileAll()
 		w.progressAll()

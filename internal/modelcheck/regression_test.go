@@ -468,3 +468,139 @@ func TestRegressionReplacementAdoptsAnApplicationBeingDeleted(t *testing.T) {
 	}
 	t.Fatalf("no replacement slot became Idle: %v", s.w.liveSlots())
 }
+
+// Found by the model check with seeds 1 to 3 once templates changed at random: after a
+// restartedAt (a new push of the pool's tag, rolled out on purpose), a slot created while the
+// server pulled the new push was created on the tag's earlier pull, which the pool's status
+// still listed as the newest image there: its bot's deployment pulled the new push cold,
+// although another image of the pool was warm on the server (invariant 16). The same
+// happened after the pool moved on to another tag while the pull of the new push was failing.
+func TestRegressionNewSlotAfterARestartTakesAWarmImage(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo")
+	s.pool("solo")
+	s.pulled("solo")
+	s.newTag("2")
+	s.pulled("solo") // a cold pull: the server holds latest and 2
+	name := s.only().Name
+	s.slot(name)
+	if im := s.only().Status.Image; im != ref(s.w.images[string(v1.PlatformZoom)], "2") {
+		t.Fatalf("slot on %s, want tag 2", im)
+	}
+
+	p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool).DeepCopy()
+	s.w.pushAgain(p)
+	must(s.w.api.Update(s.w.ctx, p))
+	*s.w.pools[0] = *p.DeepCopy()
+	s.sync()
+	s.pool("solo") // starts pulling the new push of 2: seven minutes
+
+	// A person deletes the slot; the pool replaces it while the pull runs.
+	s.w.byHand = true
+	must(s.w.api.Delete(s.w.ctx, s.only().DeepCopy()))
+	s.w.byHand = false
+	s.sync()
+	for range 20 {
+		s.slot(name)
+		s.pool("solo")
+		if sl := s.w.liveSlot(name); sl != nil && sl.Status.Phase == v1.SlotIdle && sl.DeletionTimestamp.IsZero() {
+			break
+		}
+		s.advance(2 * time.Second)
+	}
+	if im := s.only().Status.Image; im != ref(s.w.images[string(v1.PlatformZoom)], "latest") {
+		t.Fatalf("replacement slot created on %s, want latest: the server's only image that is not the old pull of 2", im)
+	}
+	s.runningBot("b")
+	s.check()
+	if s.w.liveBot("b").Status.StartedAt == nil {
+		t.Fatalf("bot b did not start: %s", describeBot(s.w.liveBot("b")))
+	}
+}
+
+// Found by the model check with seed 3 at step 21480 once templates changed at random: a
+// slot created mid-rollout had its create answered with an error after Coolify had made the
+// application, on the newest image its server held. Before its next pass the server finished
+// pulling the template's image, so the image a new slot is created with changed; adoption
+// took only that image or the template's, refused the application the slot had made, and
+// created a second one of the same name (invariant 2).
+func TestRegressionAdoptionAfterThePullChangedTheCreateImage(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo")
+	s.pool("solo")
+	s.pulled("solo")
+	name := s.only().Name
+	s.slot(name)
+	s.slot(name)
+	s.newTag("2")
+	s.pool("solo") // starts pulling tag 2: seven minutes
+
+	// A person deletes the slot; the pool replaces it.
+	s.w.byHand = true
+	must(s.w.api.Delete(s.w.ctx, s.only().DeepCopy()))
+	s.w.byHand = false
+	s.sync()
+	for range 20 {
+		s.slot(name)
+		s.pool("solo")
+		if sl := s.w.liveSlot(name); sl != nil && sl.DeletionTimestamp.IsZero() {
+			break
+		}
+		s.advance(2 * time.Second)
+	}
+	// Its create takes effect; the answer is lost.
+	s.w.sim.SetFault("create-dockerimage-application", sim.Fault{ErrorRate: 1, AfterProcessing: true})
+	s.slot(name)
+	s.w.sim.SetFault("create-dockerimage-application", sim.Fault{})
+	var made []string
+	for _, a := range s.w.sim.Apps() {
+		if a.Name == name && !a.Deleting {
+			made = append(made, a.UUID+" "+a.Image)
+		}
+	}
+	if len(made) != 1 || s.only().Status.ApplicationUUID != "" || !strings.HasSuffix(made[0], ":latest") {
+		t.Fatalf("after a create with a lost answer: applications %v, slot's %q; want one on latest, unrecorded", made, s.only().Status.ApplicationUUID)
+	}
+
+	s.pulled("solo") // tag 2 is on the server now: a new slot would be created on it
+	for range 3 {
+		s.slot(name)
+	}
+	s.w.checkState()
+	s.check()
+	if app := s.only().Status.ApplicationUUID; !strings.HasPrefix(made[0], app+" ") || app == "" {
+		t.Fatalf("slot recorded application %q, want the one it made: %s", app, made[0])
+	}
+}
+
+// Found by the model check with seed 4 at step 10000 once templates changed at random: a free
+// slot's in-place update to the pool's template (its env first) found the application deleted
+// by hand, forgot it, and stayed Idle: every later pass tried the update again on no
+// application, and the slot never created one again (in the model a standby slot waiting for
+// the deploy gate, which then never got a container; here a Stopped pool's free slot).
+func TestRegressionInPlaceUpdateOfADeletedApplication(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo")
+	s.pool("solo")
+	s.pulled("solo")
+	name := s.only().Name
+	s.slot(name)
+	s.slot(name)
+	old := s.only().Status.ApplicationUUID
+	s.newTag("2")
+	s.w.deleteApp(old)
+	s.pulled("solo") // seven minutes: Coolify has deleted the application, the slot may take tag 2
+	if _, ok := s.w.sim.App(old); ok {
+		t.Fatalf("application %s still there", old)
+	}
+	for range 20 {
+		s.slot(name)
+		s.pool("solo")
+		if sl := s.only(); sl.Status.Phase == v1.SlotIdle && sl.Status.ApplicationUUID != "" && sl.Status.ApplicationUUID != old {
+			s.check()
+			return
+		}
+		s.advance(5 * time.Second)
+	}
+	t.Fatalf("the slot did not create its application again: %s", describeSlot(s.w.liveSlot(name)))
+}

@@ -78,6 +78,7 @@ type world struct {
 	containers map[string]*container // running containers by application uuid
 	standby    standbyRecord         // what containers were given: invariant 12
 	srv        serverRecord          // the servers and their ceilings: invariants 13–15
+	tpl        templateRecord        // the pools' templates and the registry: invariant 16
 	lastStart  map[string]time.Time  // application uuid → last container start
 	// deletedByHand are the applications a person deleted in Coolify: a deployment in flight
 	// may still report finished for them, without a container.
@@ -125,6 +126,7 @@ func newWorld(seed uint64, pools func(*world)) *world {
 		counts: map[string]int{}, log: newRingLog(400), ceiling: map[string]int{},
 	}
 	w.ctx = ctrl.LoggerInto(context.Background(), logr.New(&ringSink{r: w.log, clk: w.clk}))
+	w.tpl.init()
 
 	w.scheme = runtime.NewScheme()
 	must(clientgoscheme.AddToScheme(w.scheme))
@@ -140,7 +142,7 @@ func newWorld(seed uint64, pools func(*world)) *world {
 
 	w.sim = sim.New(sim.Config{
 		Clock: w.clk, RateLimit: -1, RandSeed: seed,
-		Hooks: sim.Hooks{OnStart: w.containerStarted, OnStop: w.containerStopped},
+		Hooks: sim.Hooks{OnStart: w.containerStarted, OnStop: w.containerStopped, OnPull: w.pullStarted},
 	})
 	w.fixture = w.sim.SeedDefault()
 	w.coolify = &inProcess{sim: w.sim, clk: w.clk, seed: seed}
