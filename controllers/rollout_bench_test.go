@@ -490,6 +490,10 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 			continue
 		}
 		c, _ := bs.fleet.container(b.name)
+		if rolloutTrace {
+			fmt.Fprintf(os.Stderr, "%s bot %s created +%s, knew its bot after %s, on %s (%s)\n", name, b.name,
+				b.created.Sub(t0).Round(time.Second), c.knownAt.Sub(b.created).Round(time.Second), c.c.AppName, c.c.Image)
+		}
 		if b.created.Before(pulled) {
 			res.duringPull = append(res.duringPull, c.knownAt.Sub(b.created))
 		} else {
@@ -498,6 +502,9 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 	}
 	res.coldSlots = pulls.coldStarts()
 	for _, s := range bs.sc.slots() {
+		if !s.DeletionTimestamp.IsZero() {
+			continue // a surge slot removed as the rollout ended
+		}
 		app, ok := bs.sc.sim.App(s.Status.ApplicationUUID)
 		if !ok || app.Image != newRef || s.Status.Image != newRef {
 			res.wrongImage = append(res.wrongImage, fmt.Sprintf("%s (application %s, status %s)", s.Name, app.Image, s.Status.Image))
