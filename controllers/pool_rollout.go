@@ -170,7 +170,7 @@ func (r *BotPoolReconciler) endRollout(ctx context.Context, s *poolScope, v *rol
 		removed = append(removed, more...)
 	}
 	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Rollout", "Removed %d surge slot(s) the rollout added: %s", len(removed), abbreviate(removed, 5))
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Rollout", "Removed %d surge slot(s) the rollout added: %s", len(removed), abbreviate(removed))
 	}
 	return err
 }

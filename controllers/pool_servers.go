@@ -188,7 +188,7 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 			return err
 		}
 		if len(removed) > 0 {
-			r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Drain", "Removed %d slot(s), %s: %s", len(removed), why, abbreviate(removed, 5))
+			r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Drain", "Removed %d slot(s), %s: %s", len(removed), why, abbreviate(removed))
 		}
 	}
 	return nil

@@ -115,7 +115,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		s.slots = append(s.slots, *slot)
 	}
 	if len(s.created) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created, 5))
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created))
 		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
 	}
 	return nil
@@ -131,7 +131,7 @@ func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int
 	}
 	removed, err := r.removeIdle(ctx, s.pool, slots, excess)
 	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed, 5))
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed))
 	}
 	return err
 }
@@ -178,9 +178,13 @@ func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name, server string) *v1.B
 	return slot
 }
 
-func abbreviate(names []string, limit int) string {
-	if len(names) <= limit {
+// abbreviatedNames is how many names an event lists before "and N more".
+const abbreviatedNames = 5
+
+// abbreviate lists names for an event, the first abbreviatedNames of them.
+func abbreviate(names []string) string {
+	if len(names) <= abbreviatedNames {
 		return fmt.Sprint(names)
 	}
-	return fmt.Sprintf("%v and %d more", names[:limit], len(names)-limit)
+	return fmt.Sprintf("%v and %d more", names[:abbreviatedNames], len(names)-abbreviatedNames)
 }
