@@ -222,3 +222,66 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 		})
 	}
 }
+
+// TestRolloutEndKeepsReadySlots: when a standby pool's rollout ends with more slots than it
+// needs, the slots removed are those whose container is not Ready yet, whatever their numbers,
+// so that minIdle ready slots stay; Ready ones go only when not enough others are removable.
+func TestRolloutEndKeepsReadySlots(t *testing.T) {
+	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		starting []int // numbers of the free slots still Starting; the others of 1..6 are Ready
+		base     int32 // status.rollout.baseSlots
+		want     []string
+	}{
+		{"the late admissions, not the Ready surge", []int{1, 2}, 4, []string{"pool-zoom-003", "pool-zoom-004", "pool-zoom-005", "pool-zoom-006"}},
+		{"the Starting slots first, then the highest Ready one", []int{2}, 4, []string{"pool-zoom-001", "pool-zoom-003", "pool-zoom-004", "pool-zoom-005"}},
+		{"all Ready: highest numbers first", nil, 5, []string{"pool-zoom-001", "pool-zoom-002", "pool-zoom-003", "pool-zoom-004", "pool-zoom-005"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			p := bt.MakePool("ns", "pool").Image("bot", "2").Standby(v1.StandbyRunning).Placement("proj", "srv", "production").
+				MinIdle(4).MaxSlots(10).Cached("srv", "bot:2", "", now).Obj()
+			tmpl := poolTemplate(p, "", "")
+			p.Status.TemplateHash, p.Status.TemplateImage = tmpl.Hash(), tmpl.Ref()
+			p.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now.Add(-time.Hour)), BaseSlots: tt.base}
+			objs := []client.Object{p}
+			for i := 1; i <= 6; i++ {
+				state := v1.StandbyReady
+				for _, n := range tt.starting {
+					if n == i {
+						state = v1.StandbyStarting
+					}
+				}
+				objs = append(objs, bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", i), "pool").Server("srv").App(fmt.Sprintf("app-%d", i)).
+					Phase(v1.SlotIdle).Standby(state, now).Template(tmpl.Hash(), tmpl.Ref()).Obj())
+			}
+			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+			var list v1.BotPoolSlotList
+			if err := c.List(ctx, &list); err != nil {
+				t.Fatal(err)
+			}
+			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
+			s := &poolScope{pool: p, slots: list.Items, template: &tmpl, images: imagesOf(p)}
+			if err := r.rollout(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if p.Status.Rollout != nil {
+				t.Errorf("rollout still recorded after every slot is on the template: %+v", p.Status.Rollout)
+			}
+			if err := c.List(ctx, &list); err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for _, sl := range list.Items {
+				if sl.DeletionTimestamp.IsZero() {
+					left = append(left, sl.Name)
+				}
+			}
+			if got := strings.Join(left, " "); got != strings.Join(tt.want, " ") {
+				t.Errorf("slots left %v, want %v", left, tt.want)
+			}
+		})
+	}
+}

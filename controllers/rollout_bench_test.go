@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
@@ -368,9 +369,45 @@ func rolledOut(p *v1.BotPool, old string) bool {
 		meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionSlotsUpdated) && p.Status.ObservedGeneration == p.Generation
 }
 
-// rolloutTrace, when BOTPOOL_BENCH_TRACE is set, prints the rollout's progress once a
-// simulated minute to stderr: what to read when a rollout stalls or is slow.
+// rolloutTrace, when BOTPOOL_BENCH_TRACE is set, prints the rollout's progress every
+// rolloutTraceEvery of simulated time to stderr, and each of its bots' start requests: what to
+// read when a rollout stalls or a start is slow.
 var rolloutTrace = os.Getenv("BOTPOOL_BENCH_TRACE") != ""
+
+const rolloutTraceEvery = 10 * time.Second
+
+// workerLoad is, for the trace, each controller's busy workers and work queue depth (the
+// suite's manager's controller-runtime metrics): workers held by requests waiting for
+// Coolify's budget show here.
+func workerLoad() string {
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return err.Error()
+	}
+	active, depth := map[string]float64{}, map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				switch {
+				case f.GetName() == "controller_runtime_active_workers" && l.GetName() == "controller":
+					active[l.GetValue()] = m.GetGauge().GetValue()
+				case f.GetName() == "workqueue_depth" && l.GetName() == "name":
+					depth[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	names := make([]string, 0, len(active))
+	for n := range active {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %g busy/%g queued", n, active[n], depth[n]))
+	}
+	return "workers: " + strings.Join(parts, ", ")
+}
 
 // measureRollout runs one case: the pool gets ready and serves one bot, the stream runs its
 // ramp and its baseline window, the tag changes, and the stream runs on until the rollout ended
@@ -432,9 +469,9 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 		if cr := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady); cr != nil && cr.Status != metav1.ConditionTrue {
 			conditions = append(conditions, fmt.Sprintf("at %s Ready %s %s: %s", at, cr.Status, cr.Reason, cr.Message))
 		}
-		if rolloutTrace && at/time.Minute > traced {
-			traced = at / time.Minute
-			fmt.Fprintf(os.Stderr, "%s +%s: %s\n", name, at, rolloutProgress(p, slots))
+		if rolloutTrace && at/rolloutTraceEvery > traced {
+			traced = at / rolloutTraceEvery
+			fmt.Fprintf(os.Stderr, "%s +%s: %s; %s\n", name, at, rolloutProgress(p, slots), workerLoad())
 		}
 		return rolledOut(p, old.Status.TemplateHash)
 	})
@@ -490,6 +527,11 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 			continue
 		}
 		c, _ := bs.fleet.container(b.name)
+		if rolloutTrace {
+			fmt.Fprintf(os.Stderr, "%s bot %s created +%s, knew its bot after %s, on %s (%s): %s\n", name, b.name,
+				b.created.Sub(t0).Round(time.Second), c.knownAt.Sub(b.created).Round(time.Second), c.c.AppName, c.c.Image,
+				startRequests(bs.sc.sim.Requests(), c.c.AppUUID, b.created, c.knownAt))
+		}
 		if b.created.Before(pulled) {
 			res.duringPull = append(res.duringPull, c.knownAt.Sub(b.created))
 		} else {
@@ -498,6 +540,9 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 	}
 	res.coldSlots = pulls.coldStarts()
 	for _, s := range bs.sc.slots() {
+		if !s.DeletionTimestamp.IsZero() {
+			continue // a surge slot removed as the rollout ended
+		}
 		app, ok := bs.sc.sim.App(s.Status.ApplicationUUID)
 		if !ok || app.Image != newRef || s.Status.Image != newRef {
 			res.wrongImage = append(res.wrongImage, fmt.Sprintf("%s (application %s, status %s)", s.Name, app.Image, s.Status.Image))
@@ -506,6 +551,24 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 	res.tooMany = bs.sc.sim.CountCode(http.StatusTooManyRequests)
 	res.maxPerMin = bs.sc.sim.MaxPerMinute("ops")
 	return res
+}
+
+// startRequests lists, for the trace, the requests about app between from and to (simulated),
+// each with its time after from and how many requests of any kind Coolify answered in the
+// 10 s before it.
+func startRequests(reqs []sim.Request, app string, from, to time.Time) string {
+	var parts []string
+	for i, r := range reqs {
+		if r.App != app || r.At.Before(from) || r.At.After(to) {
+			continue
+		}
+		busy := 0
+		for j := i - 1; j >= 0 && r.At.Sub(reqs[j].At) < 10*time.Second; j-- {
+			busy++
+		}
+		parts = append(parts, fmt.Sprintf("%s +%s (%d in 10 s)", r.Op, r.At.Sub(from).Round(time.Second), busy))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // rolloutProgress is one line of the trace: the pool's rollout condition and counts, and the
