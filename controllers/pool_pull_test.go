@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -560,3 +561,75 @@ func (noCoolify) ForPool(context.Context, *v1.BotPool) (CoolifyAPI, error) {
 	return nil, fmt.Errorf("%w: coolify", errCredentialsNotFound)
 }
 func (noCoolify) LastKnown(types.NamespacedName) CoolifyAPI { return nil }
+
+// TestPrePullReplacesOneServerAtATime: a pool's pulls that replace an image a server holds run
+// one at a time, so the old image keeps two builds of every other server for its bots, while a
+// server that holds nothing of the pool pulls at once. One prePull per step, servers a, b, c.
+func TestPrePullReplacesOneServerAtATime(t *testing.T) {
+	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(now)
+	pool := bt.MakePool("ns", "pool").MaxSlots(3).Image("bot", "v2").Placement("prj", "", "production").Servers("a", "b", "c").Obj()
+	finished := map[string]bool{}
+	api := &bt.Coolify{
+		ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) { return nil, nil },
+		CreateDockerImageApplicationFn: func(_ context.Context, req coolify.CreateApplicationRequest) (string, error) {
+			return "app-" + req.ServerUUID, nil
+		},
+		UpsertEnvsFn: func(_ context.Context, _ string, e []coolify.EnvVar) ([]coolify.EnvVar, error) { return e, nil },
+		DeployFn: func(_ context.Context, app string) (coolify.DeployResult, error) {
+			return coolify.DeployResult{DeploymentUUID: "dep-" + strings.TrimPrefix(app, "app-")}, nil
+		},
+		GetDeploymentFn: func(_ context.Context, dep string) (*coolify.Deployment, error) {
+			status := coolify.DeploymentInProgress
+			if finished[dep] {
+				status = coolify.DeploymentFinished
+			}
+			return &coolify.Deployment{DeploymentUUID: dep, Status: status}, nil
+		},
+		StopFn: func(context.Context, string) error { return nil },
+	}
+	old := []v1.CachedImage{{Image: "bot:v1", PulledAt: metav1.NewTime(now.Add(-time.Hour))}}
+	images := map[string]*serverImages{
+		"a": {Cached: slices.Clone(old), Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: "app-a", DeploymentUUID: "dep-a", Since: metav1.NewTime(now)}},
+		"b": {Cached: slices.Clone(old)},
+	}
+	r := &BotPoolReconciler{Clock: clk, Recorder: &recordedEvents{}, Coolify: &BulkReader{Clock: clk}}
+	tmpl := poolTemplate(pool, "", "http://botapi")
+	pass := func() map[string]string {
+		t.Helper()
+		s := &poolScope{pool: pool, api: api, images: images, template: &tmpl}
+		if err := r.prePull(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for srv, im := range images {
+			switch {
+			case im.Pull != nil:
+				got[srv] = string(im.Pull.State)
+			case hasCached(im.Cached, "bot:v2", ""):
+				got[srv] = "cached"
+			default:
+				got[srv] = "waiting"
+			}
+		}
+		return got
+	}
+
+	if got, want := pass(), map[string]string{"a": "Pulling", "b": "waiting", "c": "Pulling"}; !maps.Equal(got, want) {
+		t.Fatalf("a's pull in flight: %v, want %v (b replaces its image after a; c holds none and pulls at once)", got, want)
+	}
+	clk.Step(v1.DefaultDeploymentPollInterval)
+	if got, want := pass(), map[string]string{"a": "Pulling", "b": "waiting", "c": "Pulling"}; !maps.Equal(got, want) {
+		t.Fatalf("a's pull still in flight: %v, want %v", got, want)
+	}
+	finished["dep-a"] = true
+	clk.Step(v1.DefaultDeploymentPollInterval)
+	if got, want := pass(), map[string]string{"a": "cached", "b": "Pulling", "c": "Pulling"}; !maps.Equal(got, want) {
+		t.Fatalf("a's pull ended: %v, want %v (b's starts in the same pass)", got, want)
+	}
+	finished["dep-b"], finished["dep-c"] = true, true
+	clk.Step(v1.DefaultDeploymentPollInterval)
+	if got, want := pass(), map[string]string{"a": "cached", "b": "cached", "c": "cached"}; !maps.Equal(got, want) {
+		t.Fatalf("every pull ended: %v, want %v", got, want)
+	}
+}
