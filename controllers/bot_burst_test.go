@@ -26,7 +26,7 @@ func TestThousandBotsOnAHundredSlots(t *testing.T) {
 	}
 	const total, maxSlots = 1000, 100
 	sc := newScenario(t, "thousand", sim.Config{}, func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = maxSlots, 0 })
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	ctx := context.Background()
 
 	stop := make(chan struct{})

@@ -42,7 +42,7 @@ func waitBot(t *testing.T, bot *v1.Bot, what string, cond func(*v1.Bot) bool) *v
 // slot, and its status follows the slot until its container runs.
 func TestBotIsBoundAndMirrorsItsSlot(t *testing.T) {
 	sc := newScenario(t, "mirror", sim.Config{})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	idle := sc.phase(v1.SlotIdle)
 	// No poolRef: the bot finds the zoom pool of its namespace by the URL's platform.
 	bot := bt.MakeBot(sc.ns, "standup").MeetingURL("https://us02web.zoom.us/j/1").Obj()
@@ -67,7 +67,7 @@ func TestBotIsBoundAndMirrorsItsSlot(t *testing.T) {
 // the order they came, each as soon as the slot is free again.
 func TestQueueServesPriorityThenFIFO(t *testing.T) {
 	sc := newScenario(t, "order", sim.Config{})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	first, _ := sc.bind("first")
 	prio := map[string]int32{"low": 0, "high": 10, "mid": 5, "low-later": 0, "negative": -3}
 	var waiting []*v1.Bot
@@ -237,7 +237,7 @@ func TestCallbackIsDeliveredDespiteAFailingReceiver(t *testing.T) {
 // running is a bot whose container runs: bound, its slot Busy, started.
 func (sc *scenario) running(name string, mutate ...func(*v1.Bot)) (*v1.Bot, *v1.BotPoolSlot) {
 	sc.t.Helper()
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	sc.phase(v1.SlotIdle)
 	bot := newBot(sc.t, sc.ns, name, sc.pool.Name, mutate...)
 	slotOf(sc.t, bot)
@@ -356,7 +356,7 @@ func TestMaxDurationAndTTL(t *testing.T) {
 func TestRestartInTheMiddleOfBinding(t *testing.T) {
 	const slots, bots = 10, 40
 	sc := newScenario(t, "restart", sim.Config{}, func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = slots, slots })
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: slots})
 	var created []*v1.Bot
 	for i := range bots {

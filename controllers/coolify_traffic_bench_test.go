@@ -261,6 +261,27 @@ func (sc *trafficScenario) advance(d time.Duration) {
 	sc.quiet(150 * time.Millisecond)
 }
 
+// prePulled moves the clock on until the pool's image pre-pull ended on every server: the
+// deploy gate holds the first bot's deployment behind it.
+func (sc *trafficScenario) prePulled() {
+	sc.tb.Helper()
+	for range 200 {
+		p := &v1.BotPool{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(sc.pool), p); err != nil {
+			sc.tb.Fatal(err)
+		}
+		pulled := len(p.Status.Servers) > 0
+		for _, st := range p.Status.Servers {
+			pulled = pulled && st.Pull == nil && len(st.Cached) > 0
+		}
+		if pulled {
+			return
+		}
+		sc.advance(15 * time.Second)
+	}
+	sc.tb.Fatalf("the pool's image pre-pull did not end within 50 simulated minutes")
+}
+
 // byOp counts requests per operation.
 func byOp(reqs []sim.Request) map[string]int {
 	m := map[string]int{}
@@ -356,6 +377,7 @@ func measureSteady(tb testing.TB, name string, n, deployingSteps, busySteps int)
 	})
 	defer sc.teardown()
 	sc.waitPhase(v1.SlotIdle, n, 2*time.Minute)
+	sc.prePulled()
 
 	// One bot first: the first deployment of an image runs alone, and the gate learns from it
 	// that the image is cached; then every slot may deploy at once.

@@ -43,6 +43,7 @@
 //	pool_orphans.go      deleting Coolify applications of the pool's tag that no slot owns
 //	pool_template.go     the template the pool asks for now (readTemplate), the images each server may give a slot (cachedOn, templateReady)
 //	pool_pull.go         the image pre-pull: a puller application per server, status.servers[].cached and .pull
+//	pool_rollout.go      a rollout's bookkeeping (status.rollout, updatedSlots, SlotsUpdated) and a standby pool's admissions and surge
 //	pool_status.go       the pool's status and conditions, computed from one pass
 //
 //	slot_controller.go   BotPoolSlotReconciler: entry, run/advance/finish, binding and release helpers
@@ -52,6 +53,7 @@
 //	slot_free.go         the three "is this slot free?" predicates side by side (isFree, removable, available)
 //	slot_naming.go       slot names pool-<platform>-NNN: slotPrefix, slotName, slotNumber, lowestFree
 //	slot_standby.go      standby slots (spec.standby Running): fresh containers, observed readiness, credential rotation
+//	slot_update.go       a slot taking the pool's template: syncTemplate, the in-place update of a free slot, claimForUpdate
 //
 //	bot_controller.go    BotReconciler: entry, routing to a pool, the queue, liveness, deletion
 //	bot_queue.go         the order of a queue and of free slots; queue timeouts

@@ -110,7 +110,7 @@ func TestOrphanSweepChecksOwnershipItself(t *testing.T) {
 	unmarked := sc.createApp(slotName(v1.PlatformZoom, 8), nil, "")
 	orphan := sc.createApp(slotName(v1.PlatformZoom, 9), []string{sc.tag()}, marked("[IDLE]", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	running := sc.createApp(slotName(v1.PlatformZoom, 6), []string{sc.tag()}, marked("[BUSY]", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	if _, err := sc.api.Deploy(context.Background(), running); err != nil {
 		t.Fatal(err)
 	}

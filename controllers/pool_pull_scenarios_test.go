@@ -34,6 +34,15 @@ func (sc *scenario) prePulled() {
 	sc.waitPulls(time.Second, "the image cached", func(st v1.ServerStatus) bool { return st.Pull == nil && len(st.Cached) > 0 })
 }
 
+// warm puts the pool's image in its server's cache and waits for the pool's pre-pull to end
+// (stepping the clock). The pool began pulling when it was created; until that pull ended, the
+// deploy gate would hold a bot's deployment behind it (the first deployment of an image new to
+// a server runs alone) on a clock that stands: a bot created at once waited for ever.
+func (sc *scenario) warm() {
+	sc.t.Helper()
+	sc.warm()
+}
+
 // readLogs gives the pool a token that may read deployment logs (read:sensitive), so a failed
 // pull says Docker's error; the scenario's token may not. Called before the clock moves, so
 // the pool's first pull is followed with it.

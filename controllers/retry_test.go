@@ -59,8 +59,7 @@ func runsOrEnded(b *v1.Bot) bool { return b.Status.StartedAt != nil || b.Status.
 // The failed start is in its status and the audit log.
 func TestStartRetriedAfterAFailedPull(t *testing.T) {
 	sc := newScenario(t, "retried", sim.Config{})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
-	sc.prePulled() // the one failing pull is the bot's, not the pool's pre-pull
+	sc.warm() // the one failing pull is the bot's, not the pool's pre-pull
 	sc.sim.FailPulls(sc.pool.Spec.Image, 1)
 	bot, first := sc.bind("second-chance")
 	b := sc.waitBot(bot.Name, "running after one failed start", runsOrEnded)
@@ -84,7 +83,7 @@ func TestStartRetriedAfterAFailedPull(t *testing.T) {
 // failure recorded; a Bot's own maxStartAttempts (2) overrides the pool's.
 func TestStartFailsAfterMaxStartAttempts(t *testing.T) {
 	sc := newScenario(t, "hopeless", sim.Config{}, func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 3 })
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	sc.sim.FailPulls(sc.pool.Spec.Image, -1)
 	for _, tc := range []struct {
 		name  string
@@ -119,7 +118,7 @@ func TestStartFailsAfterMaxStartAttempts(t *testing.T) {
 // TestErrorSlotIsRecoveredAtOnce.)
 func TestABotWhoseBindingWasTakenIsNotRetried(t *testing.T) {
 	sc := newScenario(t, "taken", sim.Config{})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	sc.sim.FailPulls(sc.pool.Spec.Image, -1)
 	bot, slot := sc.bind("claimed")
 	kubetest.Eventually(t, 10*time.Second, func() error { // as the bot API's config answer records it
@@ -173,8 +172,7 @@ func TestStartRetriedOnAnotherServer(t *testing.T) {
 // once recovered, is bound to it, not to a bot that arrived after it.
 func TestRetriedBotKeepsItsPlace(t *testing.T) {
 	sc := newScenario(t, "place", sim.Config{})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
-	sc.prePulled() // the one failing pull is the bot's, not the pool's pre-pull
+	sc.warm() // the one failing pull is the bot's, not the pool's pre-pull
 	sc.sim.FailPulls(sc.pool.Spec.Image, 1)
 	early, slot := sc.bind("early")
 	step(time.Second) // a later queuedAt
@@ -207,7 +205,7 @@ func TestStartRetriedOnAStandbyPool(t *testing.T) {
 	sc := newScenario(t, "standbyretry", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
 		p.Spec.Standby = v1.StandbyRunning
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	first := sc.standbyReady()
 	cs.freeze(first.Status.ApplicationUUID)
 	bot := newBot(t, sc.ns, "rescued", sc.pool.Name)

@@ -34,7 +34,7 @@ func TestSimulatedBotsThroughTheBotAPI(t *testing.T) {
 		}()
 	}}}
 	sc := newScenario(t, "endtoend", cfg, func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = 2, 2 })
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 2})
 	var bots []*v1.Bot
 	for i := range 5 {

@@ -91,12 +91,27 @@ func (sc *scenario) slot(what string, cond func(*v1.BotPoolSlot) bool) *v1.BotPo
 		}
 		got = &slots[0]
 		if !cond(got) {
+			sc.pullTime()
 			return fmt.Errorf("slot %s is %s (%s: %s), want %s", got.Name, got.Status.Phase, got.Status.Reason, got.Status.Message, what)
 		}
 		return nil
 	})
 	checkInvariants(sc.t, sc.ns)
 	return got
+}
+
+// pullTime moves the clock on by a second while the pool's image pre-pull runs, and leaves it
+// alone otherwise. The pull began when the pool was created and takes Coolify's time; until it
+// ends, the deploy gate holds a bot's deployment behind it (the first deployment of an image
+// new to a server runs alone), and a test waiting for that deployment on a clock that stands
+// waited for ever.
+func (sc *scenario) pullTime() {
+	for _, st := range sc.poolNow().Status.Servers {
+		if st.Pull != nil && st.Pull.State == v1.ImagePulling {
+			step(time.Second)
+			return
+		}
+	}
 }
 
 func (sc *scenario) phase(p v1.SlotPhase) *v1.BotPoolSlot {
@@ -414,7 +429,7 @@ func TestApplicationDeletedBehindOurBackIsRecreated(t *testing.T) {
 // TestOrphanedSlotIsReleased: the bound bot disappears while its container runs.
 func TestOrphanedSlotIsReleased(t *testing.T) {
 	sc := newScenario(t, "orphan", sim.Config{})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	bot, _ := sc.bind("vanishing")
 	sc.phase(v1.SlotDeploying)
 	step(10 * time.Second)
@@ -617,7 +632,7 @@ func TestOrphanedApplicationsAreDeleted(t *testing.T) {
 // slot is free again.
 func TestErrorSlotIsRecoveredAtOnce(t *testing.T) {
 	sc := newScenario(t, "errored", sim.Config{})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	bot, _ := sc.bind("unlucky")
 	sc.phase(v1.SlotDeploying)
 	step(10 * time.Second)

@@ -28,7 +28,7 @@ func TestDeployAnsweredAfterItHappenedIsNotRepeated(t *testing.T) {
 		starts[c.Reason]++
 	}}}
 	sc := newScenario(t, "redeploy", cfg)
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	idle := sc.phase(v1.SlotIdle)
 	app := idle.Status.ApplicationUUID
 	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{Burst: 1, AfterProcessing: true, Latency: 500 * time.Millisecond})

@@ -39,7 +39,7 @@ func TestStandbyContainerThatHangsUpIsLost(t *testing.T) {
 	sc := newScenario(t, "standbyhangup", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
 		p.Spec.Standby = v1.StandbyRunning
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	first := sc.standbyReady()
 	// The container dies: its pending wait's connection closes. The fake clock stands still
 	// until the slot has seen the hang-up, so it is seen within the grace.
@@ -82,7 +82,7 @@ func TestStandbyContainerThatAsksAgainAfterAHangUpStaysReady(t *testing.T) {
 	sc := newScenario(t, "standbyrejoin", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
 		p.Spec.Standby = v1.StandbyRunning
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	first := sc.standbyReady()
 	app := first.Status.ApplicationUUID
 	started := cs.list()

@@ -177,8 +177,7 @@ var debugStandby = false
 // happens in real time — they ask, the bot API answers, they ask again when a long-poll ends —
 // and a fake clock run ahead of them (Eventually looks every 10 ms) would age their asks past
 // the ask window and make Ready slots Lost: the test would see its own haste. The pool's
-// image pre-pull is Coolify's time too: it holds a deployment slot, and a slot waiting for
-// the deploy gate behind it would wait for ever on a clock that stands.
+// image pre-pull is Coolify's time too (pullTime).
 func (sc *scenario) advance() {
 	for _, s := range listSlots(sc.t, sc.ns) {
 		if s.Status.Phase == v1.SlotDeploying {
@@ -186,12 +185,7 @@ func (sc *scenario) advance() {
 			return
 		}
 	}
-	for _, st := range sc.poolNow().Status.Servers {
-		if st.Pull != nil && st.Pull.State != v1.ImagePullFailed {
-			step(time.Second)
-			return
-		}
-	}
+	sc.pullTime()
 }
 
 // TestStandbySlotLifecycle: a free slot of a Running pool keeps a container that asks for
@@ -203,7 +197,7 @@ func TestStandbySlotLifecycle(t *testing.T) {
 	sc := newScenario(t, "standby", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
 		p.Spec.Standby = v1.StandbyRunning
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	cs.mu.Lock()
 	cs.coolify = sc.sim
 	cs.mu.Unlock()
@@ -338,7 +332,7 @@ func TestStandbyContainerThatStopsAsking(t *testing.T) {
 	sc := newScenario(t, "standbycrash", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
 		p.Spec.Standby = v1.StandbyRunning
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	first := sc.standbyReady()
 	cs.freeze(first.Status.ApplicationUUID)
 	lost := sc.slot("Lost", func(s *v1.BotPoolSlot) bool {
@@ -371,7 +365,7 @@ func TestStandbyContainerGoneAfterItsBinding(t *testing.T) {
 		p.Spec.Standby = v1.StandbyRunning
 		p.Spec.MaxStartAttempts = 1 // the failure itself; its retry: TestStartRetriedOnAStandbyPool
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	first := sc.standbyReady()
 	cs.freeze(first.Status.ApplicationUUID)
 	bot := newBot(t, sc.ns, "orphaned", sc.pool.Name)
@@ -404,7 +398,7 @@ func TestStandbyPoolSwitchedToStopped(t *testing.T) {
 		p.Spec.Standby = v1.StandbyRunning
 		p.Spec.MaxSlots, p.Spec.MinIdle = 2, 1
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	ready := func(n int) {
 		t.Helper()
 		kubetest.Eventually(t, 30*time.Second, func() error {
@@ -484,7 +478,7 @@ func TestStandbyRecycleThatFails(t *testing.T) {
 	sc := newScenario(t, "standbyfail", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
 		p.Spec.Standby = v1.StandbyRunning
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	first := sc.standbyReady()
 	sc.sim.FailPulls(sc.pool.Spec.Image, 1)
 	bot := newBot(t, sc.ns, "brief", sc.pool.Name)
@@ -517,7 +511,7 @@ func TestStandbyAcrossAManagerRestart(t *testing.T) {
 		p.Spec.Standby = v1.StandbyRunning
 		p.Spec.MaxSlots, p.Spec.MinIdle = slots, slots
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	readySlots := func() map[string]string {
 		t.Helper()
 		deployed := map[string]string{}
@@ -574,7 +568,7 @@ func TestStandbyBotDeletedWhileItsContainerClaims(t *testing.T) {
 	sc := newScenario(t, "standbydelete", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
 		p.Spec.Standby = v1.StandbyRunning
 	})
-	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.warm()
 	first := sc.standbyReady()
 	bot := newBot(t, sc.ns, "cancelled", sc.pool.Name)
 	slotOf(t, bot)
