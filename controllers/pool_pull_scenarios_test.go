@@ -40,7 +40,8 @@ func (sc *scenario) prePulled() {
 // a server runs alone) on a clock that stands: a bot created at once waited for ever.
 func (sc *scenario) warm() {
 	sc.t.Helper()
-	sc.warm()
+	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
+	sc.prePulled()
 }
 
 // readLogs gives the pool a token that may read deployment logs (read:sensitive), so a failed
