@@ -29,6 +29,10 @@ type CoolifyAPI interface {
 	SetDescription(ctx context.Context, uuid, description string) error
 	DeleteApplication(ctx context.Context, uuid string, opts coolify.DeleteOptions) error
 	UpsertEnvs(ctx context.Context, uuid string, envs []coolify.EnvVar) ([]coolify.EnvVar, error)
+	// ListEnvs and DeleteEnv remove the variables a slot's new template no longer has (a key
+	// taken out of the slotEnvFrom Secret): an upsert never removes one.
+	ListEnvs(ctx context.Context, uuid string) ([]coolify.EnvVar, error)
+	DeleteEnv(ctx context.Context, appUUID, envUUID string) error
 	// UpdateApplication gives an application a new image, tag or limits (a rollout: the slot
 	// template, or a pool's puller image), applied at its next deployment.
 	UpdateApplication(ctx context.Context, uuid string, u coolify.AppUpdate) error

@@ -319,6 +319,22 @@ func TestRolloutOfSettingsAndSecret(t *testing.T) {
 	if envd.Status.UpdatedSlots != 2 {
 		t.Errorf("updatedSlots %d after the Secret change, want 2", envd.Status.UpdatedSlots)
 	}
+
+	// A key taken out of the Secret (a leaked credential, say) leaves every application: an
+	// upsert alone would keep it there for every later bot.
+	secret.Data = map[string][]byte{"MEETING_REGION": []byte("eu")}
+	if err := env.Client.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	sc.waitPool("without the removed key", 5*time.Second, 30, func(p *v1.BotPool) bool {
+		return p.Status.TemplateHash != envd.Status.TemplateHash && upToDate(2)(p)
+	})
+	for _, s := range listSlots(t, sc.ns) {
+		app, _ := sc.sim.App(s.Status.ApplicationUUID)
+		if _, kept := app.Env["MEETING_LANG"]; kept || app.Env["MEETING_REGION"] != "eu" {
+			t.Errorf("slot %s: application env %v, want MEETING_REGION=eu and no MEETING_LANG", s.Name, app.Env)
+		}
+	}
 }
 
 // TestRolloutWaitsForEachServer: a pool over two servers whose new image cannot be pulled on

@@ -119,8 +119,8 @@ type slotScope struct {
 	handleNow bool
 	// refused holds the moves slotTransitions does not allow; they fail the pass.
 	refused error
-	// createdFrom is the image reference this pass created the slot's application with, "" if
-	// it created none (see syncTemplate).
+	// createdFrom is the image reference this pass created (or adopted) the slot's application
+	// with, "" if it created none (see setEnv and syncTemplate).
 	createdFrom string
 }
 

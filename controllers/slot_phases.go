@@ -82,6 +82,10 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("Adopting existing application", "appUUID", app.UUID)
+		// Made by this slot in a pass that crashed before recording it: as good as created now
+		// (its env may never have been set).
+		s.createdFrom = app.DockerRegistryImageName + ":" + tagOrLatest(app.DockerRegistryImageTag)
+		s.slot.Status.Image = s.createdFrom
 		return app.UUID, nil
 	}
 	p := s.pool.Spec
@@ -193,6 +197,13 @@ func (r *BotPoolSlotReconciler) backfillTokenHash(ctx context.Context, s *slotSc
 	return nil
 }
 
+// The operator's own variables in every slot container (docs/botapi.md).
+const (
+	envSlotUUID  = "POOL_SLOT_UUID"
+	envAPIURL    = "BOTPOOL_API_URL"
+	envSlotToken = "BOTPOOL_SLOT_TOKEN"
+)
+
 // slotEnv is the environment of every container of the slot, and the digest of the pool's
 // slotEnvFrom data in it (secretDigest: part of the slot template).
 func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([]coolify.EnvVar, string, error) {
@@ -215,9 +226,9 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 		}
 	}
 	// The operator's own variables win over the pool's.
-	env["POOL_SLOT_UUID"] = s.slot.Status.ApplicationUUID
-	env["BOTPOOL_API_URL"] = r.BotAPIURL
-	env["BOTPOOL_SLOT_TOKEN"] = token
+	env[envSlotUUID] = s.slot.Status.ApplicationUUID
+	env[envAPIURL] = r.BotAPIURL
+	env[envSlotToken] = token
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)

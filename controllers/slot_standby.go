@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -394,22 +395,71 @@ func (r *BotPoolSlotReconciler) freshCredential(ctx context.Context, s *slotScop
 	return false, nil
 }
 
-// setEnv sets the application's env (the pool's slotEnvFrom keys and the operator's own) and
-// the pool's template where its server holds the image (syncTemplate).
+// setEnv sets the application's env and, where its server holds the image, the pool's
+// template (syncTemplate). No container of the slot runs for anyone whenever its env is set:
+// the moment to give its application the template too.
+//
+// The env follows the template, never runs ahead of it: while the slot stays on its template
+// (its server has not pulled the new image yet), only the slot's own variables are written
+// (its credential, which every fresh container needs) and the slotEnvFrom keys stay those of
+// the template the slot runs; a container of the old image never starts with the new
+// release's variables, and status.templateHash says what the application holds. When the slot
+// takes a new template, the keys the template no longer has (taken out of the Secret, or the
+// whole slotEnvFrom) are deleted: an upsert never removes one, and a removed credential would
+// otherwise reach every later bot.
 func (r *BotPoolSlotReconciler) setEnv(ctx context.Context, s *slotScope, token string) error {
 	env, digest, err := r.slotEnv(ctx, s, token)
 	if err != nil {
 		return err
 	}
-	if _, err := s.api.UpsertEnvs(ctx, s.slot.Status.ApplicationUUID, env); err != nil {
+	st := &s.slot.Status
+	t := poolTemplate(s.pool, digest, r.BotAPIURL)
+	// An application created (or adopted) in this pass, or by an operator before templates,
+	// has no template's env to keep: it gets the current one, whatever image its server
+	// could give it (createImage).
+	fresh := s.createdFrom != "" || st.TemplateHash == ""
+	follows := fresh || st.TemplateHash == t.Hash() || templateReady(s.pool, slotServer(s.slot, s.pool), t)
+	takes := st.TemplateHash != t.Hash() && s.createdFrom == ""
+	if !follows {
+		env = slices.DeleteFunc(env, func(e coolify.EnvVar) bool { return e.Key != envSlotUUID && e.Key != envSlotToken })
+	}
+	if _, err := s.api.UpsertEnvs(ctx, st.ApplicationUUID, env); err != nil {
 		if errors.Is(err, coolify.ErrNotFound) {
-			s.slot.Status.ApplicationUUID = "" // deleted behind our back: create it again
+			st.ApplicationUUID = "" // deleted behind our back: create it again
 		}
 		return fmt.Errorf("setting the application's env: %w", err)
 	}
-	// No container of the slot runs for anyone whenever its env is set: the moment to give
-	// its application the pool's template too.
-	return r.syncTemplate(ctx, s, digest)
+	if !follows {
+		return nil
+	}
+	if takes {
+		if err := r.dropStaleEnv(ctx, s, env); err != nil {
+			return err
+		}
+	}
+	return r.syncTemplate(ctx, s, t)
+}
+
+// dropStaleEnv deletes the application's variables that env lacks (each row: a key's preview
+// twin is a row of its own).
+func (r *BotPoolSlotReconciler) dropStaleEnv(ctx context.Context, s *slotScope, env []coolify.EnvVar) error {
+	app := s.slot.Status.ApplicationUUID
+	have, err := s.api.ListEnvs(ctx, app)
+	if err != nil {
+		if errors.Is(err, coolify.ErrNotFound) {
+			s.slot.Status.ApplicationUUID = ""
+		}
+		return fmt.Errorf("listing the application's env: %w", err)
+	}
+	for _, e := range have {
+		if slices.ContainsFunc(env, func(w coolify.EnvVar) bool { return w.Key == e.Key }) {
+			continue
+		}
+		if err := s.api.DeleteEnv(ctx, app, e.UUID); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+			return fmt.Errorf("deleting variable %s, which the pool's template no longer has: %w", e.Key, err)
+		}
+	}
+	return nil
 }
 
 // leaveStandby stops the container of a free slot whose pool went back to standby Stopped.

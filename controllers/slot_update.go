@@ -36,14 +36,11 @@ import (
 // status.templateHash and status.image are the slot controller's: the template and image the
 // application was last given in full.
 
-// syncTemplate gives the slot's application the pool's current template when its server holds
-// the image, and records it. envDigest is the digest of the pool's slotEnvFrom data just
-// written to the application's env (secretDigest). A template the server has not pulled yet
-// leaves the image and limits as they are: the slot stays on its template, outdated, until
-// the pull finishes.
-func (r *BotPoolSlotReconciler) syncTemplate(ctx context.Context, s *slotScope, envDigest string) error {
+// syncTemplate gives the slot's application the pool's current template t, whose env setEnv
+// just wrote, and records it. A template the server has not pulled yet leaves the image and
+// limits as they are: the slot stays on its template, outdated, until the pull finishes.
+func (r *BotPoolSlotReconciler) syncTemplate(ctx context.Context, s *slotScope, t slotTemplate) error {
 	st := &s.slot.Status
-	t := poolTemplate(s.pool, envDigest, r.BotAPIURL)
 	hash := t.Hash()
 	switch {
 	case st.TemplateHash == hash || st.ApplicationUUID == "":

@@ -53,12 +53,28 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 		return bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token).Server(server).
 			App(app).Template(oldHash, oldRef)
 	}
+	// written and dropped record the keys of the env last written and the env rows deleted.
+	var written, dropped []string
 	api := func() *bt.Coolify {
+		written, dropped = nil, nil
 		return &bt.Coolify{
 			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
 				return []coolify.Application{{UUID: app, Name: slotN, Status: "exited:unhealthy"}}, nil
 			},
-			UpsertEnvsFn:        func(_ context.Context, _ string, e []coolify.EnvVar) ([]coolify.EnvVar, error) { return e, nil },
+			UpsertEnvsFn: func(_ context.Context, _ string, e []coolify.EnvVar) ([]coolify.EnvVar, error) {
+				written = nil
+				for _, v := range e {
+					written = append(written, v.Key)
+				}
+				return e, nil
+			},
+			// The application holds a key an earlier template had (a key since taken out of
+			// the slotEnvFrom Secret), in both its rows.
+			ListEnvsFn: func(context.Context, string) ([]coolify.EnvVar, error) {
+				return []coolify.EnvVar{{UUID: "e1", Key: envSlotToken}, {UUID: "e2", Key: "OLD_KEY"}, {UUID: "e3", Key: "OLD_KEY", IsPreview: true}}, nil
+			},
+			DeleteEnvFn:         func(_ context.Context, _, row string) error { dropped = append(dropped, row); return nil },
+			StopFn:              func(context.Context, string) error { return nil },
 			UpdateApplicationFn: func(context.Context, string, coolify.AppUpdate) error { return nil },
 			SetDescriptionFn:    func(context.Context, string, string) error { return nil },
 			DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
@@ -80,7 +96,10 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 		Standby         v1.StandbyState
 		// Patched: UpdateApplication was called; BeforeDeploy: and before any Deploy.
 		Patched, Deployed, BeforeDeploy bool
+		// Env: the keys of the env written, "" when none was; Dropped: the env rows deleted.
+		Env, Dropped string
 	}
+	full, own := "BOTPOOL_API_URL BOTPOOL_SLOT_TOKEN POOL_SLOT_UUID", "BOTPOOL_SLOT_TOKEN POOL_SLOT_UUID"
 	tests := []struct {
 		name  string
 		objs  []client.Object
@@ -89,7 +108,7 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 	}{{
 		name: "a free slot of a Stopped pool takes the template at once once its server pulled the image",
 		objs: []client.Object{pulled(v1.StandbyStopped), slot().Phase(v1.SlotIdle).Since(now.Add(-time.Hour)).Obj()},
-		want: result{Template: target, Image: newRef, Phase: v1.SlotIdle, Patched: true},
+		want: result{Template: target, Image: newRef, Phase: v1.SlotIdle, Patched: true, Env: full, Dropped: "e2 e3"},
 	}, {
 		name: "a free slot whose server still pulls keeps its template",
 		objs: []client.Object{pulling(v1.StandbyStopped), slot().Phase(v1.SlotIdle).Since(now.Add(-time.Hour)).Obj()},
@@ -97,11 +116,19 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 	}, {
 		name: "a bound slot takes the template before its bot's deployment",
 		objs: []client.Object{pulled(v1.StandbyStopped), bot(), slot().BoundTo("bot", "bot-uid").Phase(v1.SlotIdle).Since(now).Obj()},
-		want: result{Template: target, Image: newRef, Phase: v1.SlotDeploying, Patched: true, Deployed: true, BeforeDeploy: true},
+		want: result{Template: target, Image: newRef, Phase: v1.SlotDeploying, Patched: true, Deployed: true, BeforeDeploy: true, Env: full, Dropped: "e2 e3"},
 	}, {
-		name: "a bound slot whose server still pulls starts its bot on the image it has, warm",
+		name: "a bound slot whose server still pulls starts its bot on the image it has, warm, with its template's env (untouched)",
 		objs: []client.Object{pulling(v1.StandbyStopped), bot(), slot().BoundTo("bot", "bot-uid").Phase(v1.SlotIdle).Since(now).Obj()},
 		want: result{Template: oldHash, Image: oldRef, Phase: v1.SlotDeploying, Deployed: true},
+	}, {
+		name: "a released slot whose server still pulls gets a fresh credential and keeps its template's env",
+		objs: []client.Object{pulling(v1.StandbyStopped), slot().Phase(v1.SlotReleasing).Since(now).Obj()},
+		want: result{Template: oldHash, Image: oldRef, Phase: v1.SlotIdle, Env: own},
+	}, {
+		name: "a released slot whose server pulled takes the template, its env and drops the keys the template lacks",
+		objs: []client.Object{pulled(v1.StandbyStopped), slot().Phase(v1.SlotReleasing).Since(now).Obj()},
+		want: result{Template: target, Image: newRef, Phase: v1.SlotIdle, Patched: true, Env: full, Dropped: "e2 e3"},
 	}, {
 		name: "a busy slot keeps its template under its bot",
 		objs: []client.Object{pulled(v1.StandbyStopped), bot(), slot().BoundTo("bot", "bot-uid").Phase(v1.SlotBusy).Since(now).Obj()},
@@ -113,7 +140,7 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 	}, {
 		name: "an admitted ready standby slot takes itself off offer, takes the template and deploys a fresh container",
 		objs: []client.Object{pulled(v1.StandbyRunning), ready().Annotate(v1.AnnotationUpdate, target).Obj()},
-		want: result{Template: target, Image: newRef, Phase: v1.SlotDeploying, Standby: v1.StandbyStarting, Patched: true, Deployed: true, BeforeDeploy: true},
+		want: result{Template: target, Image: newRef, Phase: v1.SlotDeploying, Standby: v1.StandbyStarting, Patched: true, Deployed: true, BeforeDeploy: true, Env: full, Dropped: "e2 e3"},
 	}, {
 		name:  "an admitted ready standby slot that loses the race for itself to a binding changes nothing",
 		objs:  []client.Object{pulled(v1.StandbyRunning), ready().Annotate(v1.AnnotationUpdate, target).Obj()},
@@ -126,7 +153,11 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 	}, {
 		name: "a standby slot with no container yet takes the template before its deployment",
 		objs: []client.Object{pulled(v1.StandbyRunning), slot().Phase(v1.SlotIdle).Since(now).Standby(v1.StandbyStarting, now).Obj()},
-		want: result{Template: target, Image: newRef, Phase: v1.SlotDeploying, Standby: v1.StandbyStarting, Patched: true, Deployed: true, BeforeDeploy: true},
+		want: result{Template: target, Image: newRef, Phase: v1.SlotDeploying, Standby: v1.StandbyStarting, Patched: true, Deployed: true, BeforeDeploy: true, Env: full, Dropped: "e2 e3"},
+	}, {
+		name: "a standby slot with no container yet whose server still pulls deploys on its template, its env untouched",
+		objs: []client.Object{pulling(v1.StandbyRunning), slot().Phase(v1.SlotIdle).Since(now).Standby(v1.StandbyStarting, now).Obj()},
+		want: result{Template: oldHash, Image: oldRef, Phase: v1.SlotDeploying, Standby: v1.StandbyStarting, Deployed: true},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,7 +178,8 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 			patch := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "UpdateApplication ") })
 			deploy := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "Deploy ") })
 			got := result{Template: stored.Status.TemplateHash, Image: stored.Status.Image, Phase: stored.Status.Phase,
-				Standby: stored.Status.Standby, Patched: patch >= 0, Deployed: deploy >= 0, BeforeDeploy: patch >= 0 && deploy > patch}
+				Standby: stored.Status.Standby, Patched: patch >= 0, Deployed: deploy >= 0, BeforeDeploy: patch >= 0 && deploy > patch,
+				Env: strings.Join(written, " "), Dropped: strings.Join(dropped, " ")}
 			if got != tt.want {
 				t.Errorf("got %+v\nwant %+v\ncalls %v\nmessage %q", got, tt.want, calls, stored.Status.Message)
 			}
