@@ -111,9 +111,17 @@ func TestPoolGrowsLazilyToMaxUnderABurst(t *testing.T) {
 		}
 		return nil
 	})
-	if !meta.IsStatusConditionTrue(pool.Status.Conditions, v1.ConditionReady) {
-		t.Errorf("Ready is not True: %+v", pool.Status.Conditions)
-	}
+	// Ready once its image is on the server: the pre-pull that began with the pool ends.
+	pullsEnd(t, client.ObjectKey{Namespace: ns, Name: "burst"})
+	kubetest.Eventually(t, 10*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "burst"}, &pool); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(pool.Status.Conditions, v1.ConditionReady) {
+			return fmt.Errorf("Ready is not True: %+v", pool.Status.Conditions)
+		}
+		return nil
+	})
 }
 
 // TestPoolKeepsMinIdleWarm: minIdle slots exist before any bot; binding one makes the pool
@@ -188,12 +196,14 @@ func TestPoolStallsOnCredentialProblems(t *testing.T) {
 				t.Errorf("a stalled pool created %d slots", n)
 			}
 
-			// Fixed: the next check (a spec change triggers one at once) clears the stall.
+			// Fixed: the next check (a spec change triggers one at once) clears the stall, and
+			// the pool is Ready once its image is pulled.
 			connector.fail(name, nil)
 			pool.Spec.MaxSlots = 5
 			if err := env.Client.Update(ctx, &pool); err != nil {
 				t.Fatal(err)
 			}
+			pullsEnd(t, key)
 			kubetest.Eventually(t, 10*time.Second, func() error {
 				if err := env.Client.Get(ctx, key, &pool); err != nil {
 					return err
@@ -219,7 +229,8 @@ func TestPoolCountsSlotsByPhase(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 3})
-	slotOf(t, newBot(t, ns, "deploying", "counts")) // a cold pull: it stays Deploying
+	pullsEnd(t, client.ObjectKey{Namespace: ns, Name: "counts"}) // the gate holds no start behind it
+	slotOf(t, newBot(t, ns, "deploying", "counts"))              // the clock stands: it stays Deploying
 	want := v1.SlotCounts{Total: 3, Idle: 2, Deploying: 1}
 	kubetest.Eventually(t, 10*time.Second, func() error {
 		var pool v1.BotPool

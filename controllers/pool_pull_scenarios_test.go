@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
@@ -42,6 +45,30 @@ func (sc *scenario) warm() {
 	sc.t.Helper()
 	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
 	sc.prePulled()
+}
+
+// pullsEnd moves the clock on, five seconds at a time, until the pool key names has no image
+// pull in flight: for the tests that make a pool without a scenario. Its pull began when it
+// was created, cold, and the deploy gate holds a bot's first deployment behind it; a pool is
+// Ready only once one of its servers holds its image.
+func pullsEnd(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		var p v1.BotPool
+		if err := env.Client.Get(context.Background(), key, &p); err != nil {
+			return err
+		}
+		if len(p.Status.Servers) == 0 {
+			return fmt.Errorf("pool %s reports no server yet", key.Name)
+		}
+		for _, st := range p.Status.Servers {
+			if st.Pull != nil && st.Pull.State == v1.ImagePulling || st.Pull == nil && len(st.Cached) == 0 {
+				clk.Step(5 * time.Second)
+				return fmt.Errorf("server %s: pull %+v, cached %v", st.UUID, st.Pull, st.Cached)
+			}
+		}
+		return nil
+	})
 }
 
 // readLogs gives the pool a token that may read deployment logs (read:sensitive), so a failed

@@ -152,6 +152,7 @@ func TestStartRetriedOnAnotherServer(t *testing.T) {
 	for _, srv := range []string{home, other} {
 		sc.sim.WarmImage(srv, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
 	}
+	sc.prePulled() // both servers' pulls, begun cold, end: the deploy gate holds no start behind them
 	bot := newBot(t, sc.ns, "mover", sc.pool.Name)
 	first := slotOf(t, bot)
 	if first.Spec.Server != home {

@@ -100,7 +100,7 @@ func (sc *scenario) slot(what string, cond func(*v1.BotPoolSlot) bool) *v1.BotPo
 	return got
 }
 
-// pullTime moves the clock on by a second while the pool's image pre-pull runs, and leaves it
+// pullTime moves the clock on by five seconds while the pool's image pre-pull runs, and leaves it
 // alone otherwise. The pull began when the pool was created and takes Coolify's time; until it
 // ends, the deploy gate holds a bot's deployment behind it (the first deployment of an image
 // new to a server runs alone), and a test waiting for that deployment on a clock that stands
@@ -108,7 +108,7 @@ func (sc *scenario) slot(what string, cond func(*v1.BotPoolSlot) bool) *v1.BotPo
 func (sc *scenario) pullTime() {
 	for _, st := range sc.poolNow().Status.Servers {
 		if st.Pull != nil && st.Pull.State == v1.ImagePulling {
-			step(time.Second)
+			step(5 * time.Second) // a cold pull is minutes: a second at a time took a minute
 			return
 		}
 	}
