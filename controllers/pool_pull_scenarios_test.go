@@ -47,7 +47,7 @@ func (sc *scenario) warm() {
 	sc.prePulled()
 }
 
-// pullsEnd moves the clock on, five seconds at a time, until the pool key names has no image
+// pullsEnd moves the clock on, fifteen seconds at a time, until the pool key names has no image
 // pull in flight: for the tests that make a pool without a scenario. Its pull began when it
 // was created, cold, and the deploy gate holds a bot's first deployment behind it; a pool is
 // Ready only once one of its servers holds its image.
@@ -63,7 +63,7 @@ func pullsEnd(t *testing.T, key client.ObjectKey) {
 		}
 		for _, st := range p.Status.Servers {
 			if st.Pull != nil && st.Pull.State == v1.ImagePulling || st.Pull == nil && len(st.Cached) == 0 {
-				clk.Step(5 * time.Second)
+				clk.Step(15 * time.Second)
 				return fmt.Errorf("server %s: pull %+v, cached %v", st.UUID, st.Pull, st.Cached)
 			}
 		}

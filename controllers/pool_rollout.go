@@ -113,9 +113,12 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 		pool.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now), BaseSlots: int32(v.in.Total)}
 		r.Recorder.Eventf(pool, nil, "Normal", v1.ReasonRolloutStarted, "Rollout",
 			"Rolling %d slot(s) out to template %s (%s)", v.outdated, target, s.template.Ref())
-	case v.outdated == 0 && pool.Status.Rollout != nil && (!pool.Spec.Standby.Running() || v.in.InFlight+v.in.Warming == 0):
-		// A standby pool's rollout ends once its updated free slots are Ready too: the surge
-		// slots it removes now are then spare, never the ready ones minIdle still needs.
+	case v.outdated == 0 && pool.Status.Rollout != nil && (!pool.Spec.Standby.Running() || v.in.InFlight == 0):
+		// A standby pool's rollout ends once no slot it admitted is still replacing its
+		// container. Slots warming then are not waited for: under a steady stream of bots some
+		// slot always recycles its container after a bot, and the rollout (its surge slots
+		// with it) would never end. endRollout removes the slots not Ready yet first, so the
+		// ready ones minIdle needs stay.
 		if err := r.endRollout(ctx, s, &v); err != nil {
 			return err
 		}
