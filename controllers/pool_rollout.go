@@ -253,7 +253,15 @@ func setRolloutStatus(s *poolScope, now time.Time) (r rolloutConditions) {
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionMutableTag)
 	}
 	if s.template == nil {
-		return r // the status keeps what it said of the template it names
+		// The status keeps what it said of the template it names; a Secret a person must fix
+		// (gone, or without its opt-in label) stalls the rollout, so GitOps tools do not take
+		// a spec whose slots cannot follow it for one applied.
+		if reason, ok := needsPerson(s.templateErr); ok {
+			r.reason, r.stalled = reason, true
+			r.message = "The slots' template cannot be read (" + s.templateErr.Error() + "); no slot follows the spec until it can, and the slots keep serving on what they run"
+			set(v1.ConditionSlotsUpdated, metav1.ConditionFalse, r.reason, r.message)
+		}
+		return r
 	}
 	target := s.template.Hash()
 	v := s.rolloutView

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -283,5 +284,38 @@ func TestRolloutEndKeepsReadySlots(t *testing.T) {
 				t.Errorf("slots left %v, want %v", left, tt.want)
 			}
 		})
+	}
+}
+
+// TestUnreadableTemplateStallsTheRollout: a pool whose slotEnvFrom Secret is gone or lacks its
+// opt-in label cannot say what its slots should run: the rollout is Stalled with the reason a
+// person must act on (so GitOps health does not call the spec applied); a passing error (the
+// API server did not answer) changes nothing.
+func TestUnreadableTemplateStallsTheRollout(t *testing.T) {
+	for _, tt := range []struct {
+		err    error
+		reason string // "" for no stall
+	}{
+		{fmt.Errorf("slotEnvFrom Secret env: %w", errSlotEnvNotFound), v1.ReasonSlotEnvNotFound},
+		{fmt.Errorf("slotEnvFrom Secret env: %w", errSecretNotAllowed), v1.ReasonSlotEnvNotAllowed},
+		{errors.New("the server was unable to return a response in the time allotted"), ""},
+	} {
+		p := bt.MakePool("ns", "pool").Image("bot", "v1").Obj()
+		p.Generation = 2
+		setPoolStatus(&poolScope{pool: p, templateErr: tt.err}, time.Now(), true)
+		stalled := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionStalled)
+		if tt.reason == "" {
+			if stalled != nil {
+				t.Errorf("%v: Stalled %+v, want none", tt.err, stalled)
+			}
+			continue
+		}
+		if stalled == nil || stalled.Status != metav1.ConditionTrue || stalled.Reason != tt.reason || stalled.ObservedGeneration != 2 ||
+			!strings.Contains(stalled.Message, "cannot be read") {
+			t.Errorf("%v: Stalled %+v, want True/%s at generation 2", tt.err, stalled, tt.reason)
+		}
+		if su := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionSlotsUpdated); su == nil || su.Status != metav1.ConditionFalse || su.Reason != tt.reason {
+			t.Errorf("%v: SlotsUpdated %+v, want False/%s", tt.err, su, tt.reason)
+		}
 	}
 }
