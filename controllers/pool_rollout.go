@@ -133,6 +133,12 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 		// name yet is admitted on the next pass, once the slots can read it.
 		return nil
 	}
+	// Surge only where a server takes a slot, as supply places them: counted against
+	// maxSlots alone, a pool whose servers are full asked for surge every pass, got none, and
+	// admitted nothing for ever. With no room, the budget goes one slot at a time.
+	if free := v.in.MaxSlots - v.in.Total; free > 0 {
+		v.in.MaxSlots = v.in.Total + room(pool, s.slots, s.health, free)
+	}
 	step := rolloutBudget(v.in)
 	s.surge = step.Surge
 	for _, sl := range v.candidates[:min(step.Admit, len(v.candidates))] {

@@ -152,6 +152,11 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 		p.Status.TemplateHash, p.Status.TemplateImage = t.Hash(), t.Ref()
 		return p
 	}
+	serverFull := func(p *v1.BotPool, n int32) *v1.BotPool {
+		p.Spec.Coolify.ServerUUID = ""
+		p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: "srv", Weight: 1, MaxSlots: &n}}
+		return p
+	}
 	readySlot := func(i int, hash string) *v1.BotPoolSlot {
 		return bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", i), "pool").Server("srv").App(fmt.Sprintf("app-%d", i)).
 			Phase(v1.SlotIdle).Standby(v1.StandbyReady, now).Template(hash, "").Obj()
@@ -170,6 +175,9 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 		{"maxUnavailable 2: two admitted at once", poolW(4, 10, intstr.FromInt32(2), intstr.FromInt32(0)), 4, 0, 0, 2, 0, true},
 		{"no room at maxSlots, no surge: one at a time below the floor", poolW(4, 4, intstr.FromInt32(0), intstr.FromInt32(0)), 4, 0, 0, 1, 0, true},
 		{"nothing outdated: no rollout", poolW(2, 4, intstr.FromInt32(0), intstr.FromInt32(1)), 0, 2, 0, 0, 0, false},
+		// The server's own maxSlots leaves no room for surge though the pool's would: one at
+		// a time, as at maxSlots (surge asked for and never placed admitted nothing, ever).
+		{"the server is full: one at a time below the floor", serverFull(poolW(4, 10, intstr.FromInt32(0), intstr.FromString("25%")), 4), 4, 0, 0, 1, 0, true},
 		// A surge slot just created counts as on its way to Ready: no admission below the
 		// floor meanwhile (the end-to-end test saw one before it was counted).
 		{"a surge slot being created: wait for it", poolW(2, 4, intstr.FromInt32(0), intstr.FromString("25%")), 2, 0, 1, 0, 0, true},

@@ -123,6 +123,19 @@ func (p *placement) next() (string, bool) {
 	return uuid, true
 }
 
+// room counts how many more slots the pool's servers take now, at most limit: what supply's
+// placement would give (per-server maxSlots, cordons and servers out of health bound it).
+func room(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]v1.ServerHealth, limit int) int {
+	place := newPlacement(pool, slots, health)
+	n := 0
+	for ; n < limit; n++ {
+		if _, ok := place.next(); !ok {
+			break
+		}
+	}
+	return n
+}
+
 // better reports whether a should take the next slot before b: fewer slots for its weight
 // ((n+1)/w compared across), then a warm image cache, then the list's order (b comes first).
 func (p *placement) better(a, b v1.PoolServer) bool {
