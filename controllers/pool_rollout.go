@@ -203,7 +203,7 @@ func (r *BotPoolReconciler) warnFloatingTag(s *poolScope) {
 
 func mutableTagMessage(p *v1.BotPool) string {
 	return fmt.Sprintf("imageTag %q is a tag registries move: any deployment, a bot's start included, may pull a new push of it cold. "+
-		"Pin a version (or a digest) to keep starts warm; to roll a new push of the same tag out, set the annotation %s to a new value",
+		"Pin a version to keep starts warm; to roll a new push of the same tag out, set the annotation %s to a new value",
 		tagOrLatest(p.Spec.ImageTag), v1.AnnotationRestartedAt)
 }
 

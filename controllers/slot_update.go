@@ -142,7 +142,8 @@ func (r *BotPoolSlotReconciler) claimForUpdate(ctx context.Context, s *slotScope
 
 // recordDeployDuration records, as a Deploying slot's container is found started, how long its
 // deployment took from the request (phaseSince) to now: seconds on a warm image, minutes on a
-// cold pull. The pool reads it to notice a server that lost the image from its cache.
+// cold pull: what a user reads to tell a warm start from one that pulled (the operator does
+// not act on it).
 func (r *BotPoolSlotReconciler) recordDeployDuration(s *slotScope) {
 	st := &s.slot.Status
 	if st.Phase != v1.SlotDeploying || st.PhaseSince == nil {

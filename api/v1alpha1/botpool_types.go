@@ -33,7 +33,7 @@ const (
 
 // Defaults of BotPool.spec.updateStrategy, the same values the CRD defaults to.
 const (
-	// DefaultMaxUnavailable (a count) keeps minIdle slots ready throughout a rollout.
+	// DefaultMaxUnavailable (a count) keeps minIdle slots ready throughout a rollout that can surge.
 	DefaultMaxUnavailable = 0
 	// DefaultMaxSurge lets a rollout add a quarter of minIdle (rounded up) above the pool's size.
 	DefaultMaxSurge = "25%"
@@ -151,7 +151,9 @@ type BotPoolSpec struct {
 type UpdateStrategy struct {
 	// MaxUnavailable is how far below minIdle the ready free slots may drop while a rollout
 	// replaces their containers: a count, or a percent of minIdle (rounded down). The default 0
-	// keeps minIdle slots ready throughout. Set by the user.
+	// keeps minIdle slots ready throughout while surge slots can be made; where none can
+	// (maxSurge 0, maxSlots reached, servers full) one slot at a time is replaced. Set by the
+	// user.
 	// +optional
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:XIntOrString
