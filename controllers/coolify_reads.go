@@ -66,9 +66,17 @@ func (b *BulkReader) Apps(ctx context.Context, api CoolifyAPI, tag string, maxAg
 			}
 		}
 		for _, a := range apps {
-			if _, gone := b.deleted[tag+"/"+a.UUID]; !gone {
-				byName[a.Name] = a
+			if _, gone := b.deleted[tag+"/"+a.UUID]; gone {
+				continue
 			}
+			// A server that ignores the tag filter lists every pool's applications, and names
+			// repeat across pools (slot names across namespaces; every pool's puller on a
+			// server): the one with this tag's owner mark wins the name. (An application of a
+			// version before owner marks has none, and is kept when it is the only one.)
+			if prev, dup := byName[a.Name]; dup && carriesTag(&prev, tag) && !carriesTag(&a, tag) {
+				continue
+			}
+			byName[a.Name] = a
 		}
 		return byName, nil
 	})
