@@ -20,7 +20,7 @@ export HELM
 export KUBE_VERSION ETCD_VERSION
 ENVTEST_ASSETS = $(shell hack/envtest.sh)
 
-GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
+GO_TEST_FLAGS ?= -race -count=1 -timeout 60m
 IMG ?= botpool:dev
 
 SHELL := /usr/bin/env bash -o pipefail
@@ -109,7 +109,7 @@ bench: ## Run the benchmarks (envtest, simulator, real Postgres) and print the f
 
 .PHONY: soak
 soak: ## Run the long soak and chaos test (hundreds of bots, faults, restarts); make test runs a short one.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" BOTPOOL_SOAK=long go test -run TestSoak -count=1 -timeout 60m -v ./controllers/
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" BOTPOOL_SOAK=long go test -run 'TestSoak|TestBurstOfTenBotsPerSlot' -count=1 -timeout 60m -v ./controllers/
 
 MODELCHECK_STEPS ?= 1000000
 
