@@ -46,7 +46,7 @@ func poolTemplate(pool *v1.BotPool, envDigest, apiURL string) slotTemplate {
 		Memory:      pool.Spec.Resources.Memory,
 		EnvDigest:   envDigest,
 		APIURL:      apiURL,
-		RestartedAt: pool.Annotations[v1.AnnotationRestartedAt],
+		RestartedAt: restartedAt(pool), // as the pulls record it: the two must agree
 	}
 }
 

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,6 +111,16 @@ func TestTemplateRefAndPoolTemplate(t *testing.T) {
 	}
 	if ref := (slotTemplate{Image: "registry:5000/bot"}).Ref(); ref != "registry:5000/bot:latest" {
 		t.Errorf("Ref() without a tag = %q, want the latest tag", ref)
+	}
+	// A restartedAt longer than the status records counts by what the pulls record: a value
+	// that changed only past it rolls nothing (it would otherwise roll the slots without a
+	// pull of their image).
+	long := strings.Repeat("x", v1.MaxRestartedAtLength)
+	p.Annotations[v1.AnnotationRestartedAt] = long + "-a"
+	a := poolTemplate(p, "", "")
+	p.Annotations[v1.AnnotationRestartedAt] = long + "-b"
+	if b := poolTemplate(p, "", ""); a.Hash() != b.Hash() || a.RestartedAt != long || a.RestartedAt != restartedAt(p) {
+		t.Errorf("restartedAt past %d characters: templates %q and %q, hashes %s and %s", v1.MaxRestartedAtLength, a.RestartedAt, b.RestartedAt, a.Hash(), b.Hash())
 	}
 }
 

@@ -37,5 +37,6 @@ const (
 )
 
 // MaxRestartedAtLength is the longest botpool.dev/restartedAt value the pool records in its
-// status (servers[].cached[].restartedAt).
+// status (servers[].cached[].restartedAt); only that many first characters count, for the
+// template hash as for the pulls.
 const MaxRestartedAtLength = 64
