@@ -34,7 +34,7 @@ func (sc *scenario) pullerApps() map[string]bool {
 // once the pool's pre-pull, a deployment of its own, is over.
 func (sc *scenario) prePulled() {
 	sc.t.Helper()
-	sc.waitPulls(time.Second, "the image cached", func(st v1.ServerStatus) bool { return st.Pull == nil && len(st.Cached) > 0 })
+	sc.waitPulls(5*time.Second, "the image cached", func(st v1.ServerStatus) bool { return st.Pull == nil && len(st.Cached) > 0 })
 }
 
 // warm puts the pool's image in its server's cache and waits for the pool's pre-pull to end

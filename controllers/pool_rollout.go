@@ -37,6 +37,12 @@ type rolloutView struct {
 	in rolloutInput
 	// candidates are the outdated ready free slots an admission may take, in admission order.
 	candidates []*v1.BotPoolSlot
+	// replacing counts the free slots admitted for the target whose container is not Ready on
+	// it yet: the rollout's own work in flight, which its end waits for.
+	replacing int
+	// settled are the slots whose admission is spent: Ready on the target, or admitted for
+	// another template. The pool takes the annotation off them.
+	settled []*v1.BotPoolSlot
 	// needed is what the pool would hold without the rollout: its bound slots, plus the bots
 	// waiting or minIdle, whichever is more.
 	needed int
@@ -58,13 +64,20 @@ func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting int, targe
 		if sl.Status.TemplateHash != target && sl.Status.ApplicationUUID != "" {
 			v.outdated++
 		}
+		ann, hasAnn := sl.Annotations[v1.AnnotationUpdate]
+		admitted := hasAnn && ann == target
+		current := sl.Status.TemplateHash == target
+		if hasAnn && (!admitted || current && sl.Status.Standby == v1.StandbyReady) {
+			v.settled = append(v.settled, sl)
+		}
 		if sl.Spec.BotRef != nil {
 			bound++
 			continue
 		}
-		admitted := sl.Annotations[v1.AnnotationUpdate] == target
+		if admitted && !(current && sl.Status.Standby == v1.StandbyReady) {
+			v.replacing++
+		}
 		ready := isFree(sl) && sl.Status.Standby == v1.StandbyReady && takesBots(sl, pool)
-		current := sl.Status.TemplateHash == target
 		switch {
 		case ready && current:
 			v.in.ReadyFree++
@@ -113,12 +126,13 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 		pool.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now), BaseSlots: int32(v.in.Total)}
 		r.Recorder.Eventf(pool, nil, "Normal", v1.ReasonRolloutStarted, "Rollout",
 			"Rolling %d slot(s) out to template %s (%s)", v.outdated, target, s.template.Ref())
-	case v.outdated == 0 && pool.Status.Rollout != nil && (!pool.Spec.Standby.Running() || v.in.InFlight == 0):
+	case v.outdated == 0 && pool.Status.Rollout != nil && (!pool.Spec.Standby.Running() || v.replacing == 0):
 		// A standby pool's rollout ends once no slot it admitted is still replacing its
-		// container. Slots warming then are not waited for: under a steady stream of bots some
-		// slot always recycles its container after a bot, and the rollout (its surge slots
-		// with it) would never end. endRollout removes the slots not Ready yet first, so the
-		// ready ones minIdle needs stay.
+		// container (a deploying one cannot be removed, and the surge removed instead would be
+		// a ready slot minIdle needs). Other slots warming are not waited for: under a steady
+		// stream of bots some slot always recycles its container after a bot, and the rollout
+		// (its surge slots with it) would never end. endRollout removes the slots not Ready
+		// yet first, so the ready ones stay.
 		if err := r.endRollout(ctx, s, &v); err != nil {
 			return err
 		}
@@ -127,6 +141,9 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 		r.Recorder.Eventf(pool, nil, "Normal", v1.ReasonRolloutComplete, "Rollout",
 			"Every slot runs template %s (%s); the rollout took %s", target, s.template.Ref(), took)
 		return nil
+	}
+	if err := r.settleAdmissions(ctx, &v); err != nil {
+		return err
 	}
 	if v.outdated == 0 || !pool.Spec.Standby.Running() || pool.Status.TemplateHash != target {
 		// A Stopped pool's free slots update on their own. A template the status does not
@@ -149,6 +166,19 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 		sl.Annotations[v1.AnnotationUpdate] = target
 		if err := r.Client.Patch(ctx, sl, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("admitting slot %s for its update: %w", sl.Name, err)
+		}
+	}
+	return nil
+}
+
+// settleAdmissions takes the botpool.dev/update annotation off the slots whose admission is
+// spent, so that a slot's later recycles (after a bot) are never taken for the rollout's work.
+func (r *BotPoolReconciler) settleAdmissions(ctx context.Context, v *rolloutView) error {
+	for _, sl := range v.settled {
+		before := sl.DeepCopy()
+		delete(sl.Annotations, v1.AnnotationUpdate)
+		if err := r.Client.Patch(ctx, sl, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("taking the spent admission off slot %s: %w", sl.Name, err)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -325,5 +326,49 @@ func TestUnreadableTemplateStallsTheRollout(t *testing.T) {
 		if su := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionSlotsUpdated); su == nil || su.Status != metav1.ConditionFalse || su.Reason != tt.reason {
 			t.Errorf("%v: SlotsUpdated %+v, want False/%s", tt.err, su, tt.reason)
 		}
+	}
+}
+
+// TestSpentAdmissionsAreTakenOff: the pool takes botpool.dev/update off a slot Ready on the
+// template it was admitted for, and off one admitted for another template, and leaves it on a
+// slot still replacing its container, whose rollout therefore goes on: a slot's later
+// recycles (after a bot) are never taken for the rollout's work, and a deploying admitted slot
+// is never the reason its ready surge neighbour is removed.
+func TestSpentAdmissionsAreTakenOff(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	p := bt.MakePool("ns", "pool").Image("bot", "2").Standby(v1.StandbyRunning).Placement("proj", "srv", "production").
+		MinIdle(2).MaxSlots(4).Cached("srv", "bot:2", "", now).Obj()
+	tmpl := poolTemplate(p, "", "")
+	p.Status.TemplateHash, p.Status.TemplateImage = tmpl.Hash(), tmpl.Ref()
+	p.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now.Add(-time.Minute)), BaseSlots: 2}
+	slot := func(n int, state v1.StandbyState, admittedFor string) *v1.BotPoolSlot {
+		return bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", n), "pool").Server("srv").App(fmt.Sprintf("app-%d", n)).
+			Phase(v1.SlotIdle).Standby(state, now).Template(tmpl.Hash(), tmpl.Ref()).Annotate(v1.AnnotationUpdate, admittedFor).Obj()
+	}
+	c := fakeAPIServer(t, interceptor.Funcs{},
+		p, slot(1, v1.StandbyReady, tmpl.Hash()), slot(2, v1.StandbyStarting, tmpl.Hash()), slot(3, v1.StandbyReady, "t1-older"))
+	var list v1.BotPoolSlotList
+	if err := c.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
+	s := &poolScope{pool: p, slots: list.Items, template: &tmpl, images: imagesOf(p)}
+	if err := r.rollout(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Rollout == nil {
+		t.Errorf("the rollout ended while pool-zoom-002, admitted, still deploys its container")
+	}
+	if err := c.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, sl := range list.Items {
+		got[sl.Name] = sl.Annotations[v1.AnnotationUpdate]
+	}
+	want := map[string]string{"pool-zoom-001": "", "pool-zoom-002": tmpl.Hash(), "pool-zoom-003": ""}
+	if !maps.Equal(got, want) {
+		t.Errorf("admissions after the pass %v, want %v", got, want)
 	}
 }

@@ -32,7 +32,8 @@ const (
 	// AnnotationUpdate on a BotPoolSlot is set by the pool controller only, to the template
 	// hash the slot may now move to: in a pool with standby Running, updating a free slot
 	// replaces its ready container, so the pool admits slots one batch at a time within
-	// spec.updateStrategy.
+	// spec.updateStrategy. The pool takes it off again once the slot is Ready on that
+	// template.
 	AnnotationUpdate = "botpool.dev/update"
 )
 
