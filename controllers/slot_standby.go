@@ -419,7 +419,9 @@ func (r *BotPoolSlotReconciler) setEnv(ctx context.Context, s *slotScope, token 
 	// could give it (createImage).
 	fresh := s.createdFrom != "" || st.TemplateHash == ""
 	follows := fresh || st.TemplateHash == t.Hash() || templateReady(s.pool, slotServer(s.slot, s.pool), t)
-	takes := st.TemplateHash != t.Hash() && s.createdFrom == ""
+	// A slot moving from one template to another drops the keys the new one lacks; one that
+	// never recorded a template has none of its own to drop.
+	takes := st.TemplateHash != "" && st.TemplateHash != t.Hash() && s.createdFrom == ""
 	if !follows {
 		env = slices.DeleteFunc(env, func(e coolify.EnvVar) bool { return e.Key != envSlotUUID && e.Key != envSlotToken })
 	}
