@@ -124,10 +124,11 @@ func (w *world) settle(when string) {
 	w.counts["settle"]++
 	w.clearFaults()
 	// rolloutRounds bounds the wait for rollouts, rounds of rolloutStep: a pre-pull that failed
-	// just before is tried again within 2 minutes, and a cold pull takes 7; then slots update,
+	// just before is tried again within 2 minutes, and a cold pull takes 7, on one server of a
+	// pool after the other when it replaces an image (three servers: 21); then slots update,
 	// standby ones a batch at a time. The step is the pools' deployment poll interval: the
 	// wait is mostly for a pull, and shorter rounds would only cost the run time.
-	const minRounds, maxRounds, rolloutRounds, rolloutStep = 16, 150, 80, 15 * time.Second
+	const minRounds, maxRounds, rolloutRounds, rolloutStep = 16, 150, 200, 15 * time.Second
 	rolled := 0 // rounds spent waiting for a rollout: they do not count against maxRounds
 	start := w.clk.Now()
 	for round := 0; ; round++ {
