@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +240,27 @@ func TestRequestHeadersAndBaseURL(t *testing.T) {
 	}
 	if _, err := coolify.New("ftp://x", "t"); err == nil {
 		t.Error("accepted a non-HTTP base URL")
+	}
+}
+
+// TestDeleteKeepsTheServersImages: the pool's delete asks Coolify to remove the application's
+// configuration, volumes and networks, and not to run its Docker cleanup, which would prune
+// the images of the whole server. Flags go as 1 and 0: an older Coolify takes "false" for true.
+func TestDeleteKeepsTheServersImages(t *testing.T) {
+	var got *http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Clone(context.Background())
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"message":"Application deletion request queued."}`))
+	}))
+	t.Cleanup(srv.Close)
+	if err := stubClient(t, srv.URL).DeleteApplication(context.Background(), "app", coolify.AppLeftovers); err != nil {
+		t.Fatal(err)
+	}
+	want := url.Values{"delete_configurations": {"1"}, "delete_volumes": {"1"}, "docker_cleanup": {"0"},
+		"delete_connected_networks": {"1"}}
+	if got.Method != http.MethodDelete || got.URL.Path != "/api/v1/applications/app" || !reflect.DeepEqual(got.URL.Query(), want) {
+		t.Fatalf("delete sent %s %s?%s, want the query %s", got.Method, got.URL.Path, got.URL.RawQuery, want.Encode())
 	}
 }
 
