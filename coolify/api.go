@@ -62,6 +62,7 @@ type API interface {
 	// Restart is a full redeploy for image apps.
 	Restart(ctx context.Context, uuid string) (DeployResult, error)
 	// Stop removes the container; it does not cancel a deployment in flight (cancel first).
+	// It never runs Coolify's server-wide Docker cleanup (docker_cleanup off).
 	Stop(ctx context.Context, uuid string) error
 
 	// GetDeployment is GET /deployments/{uuid}.

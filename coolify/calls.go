@@ -252,9 +252,12 @@ func (c *Client) Restart(ctx context.Context, uuid string) (DeployResult, error)
 }
 
 // Stop is retried like a read: stopping twice is harmless.
+// Stop asks for docker_cleanup off: a stop runs Coolify's Docker cleanup of the whole server
+// unless told not to (the flag defaults to true; older servers, which lack it, ignore it), and
+// the pool stops a puller right after each pull and a slot's container at each release.
 func (c *Client) Stop(ctx context.Context, uuid string) error {
 	return c.do(ctx, call{op: "stop-application-by-uuid", method: http.MethodPost,
-		path: "/applications/" + esc(uuid) + "/stop", idempotent: true})
+		path: "/applications/" + esc(uuid) + "/stop", query: url.Values{"docker_cleanup": {queryBool(false)}}, idempotent: true})
 }
 
 func (c *Client) GetDeployment(ctx context.Context, uuid string) (*Deployment, error) {
