@@ -71,7 +71,7 @@ func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) 
 			errs = append(errs, err)
 			continue
 		}
-		if err := s.api.DeleteApplication(ctx, app.UUID, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+		if err := s.api.DeleteApplication(ctx, app.UUID, coolify.AppLeftovers); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 			errs = append(errs, err)
 			continue
 		}

@@ -524,7 +524,7 @@ func (r *BotPoolReconciler) deletePuller(ctx context.Context, api CoolifyAPI, po
 	if err := api.Stop(ctx, app); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 		return fmt.Errorf("stopping puller application %s: %w", app, err)
 	}
-	if err := api.DeleteApplication(ctx, app, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+	if err := api.DeleteApplication(ctx, app, coolify.AppLeftovers); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 		return fmt.Errorf("deleting puller application %s: %w", app, err)
 	}
 	r.Coolify.Deleted(r.tag(pool), app)

@@ -320,7 +320,7 @@ func TestPrePullInOnePass(t *testing.T) {
 		},
 		coolify: &bt.Coolify{
 			ListApplicationsFn: listing(puller("bot", "v2"), coolify.Application{UUID: "app-gone", Name: pullerName("gone"), Description: marked(pullerDescription, ownerMark(tag, basePool(), "gone"))}),
-			CancelDeploymentFn: ok, StopFn: ok, DeleteApplicationFn: func(context.Context, string, coolify.DeleteOptions) error { return nil },
+			CancelDeploymentFn: ok, StopFn: ok, DeleteApplicationFn: deleteKeepingImages,
 			ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) {
 				return 1, []coolify.Deployment{{DeploymentUUID: "dep-gone", Status: coolify.DeploymentFinished}}, nil
 			},
@@ -474,7 +474,7 @@ func TestOrphanSweepLeavesPullersAlone(t *testing.T) {
 			}, nil
 		},
 		StopFn:              func(context.Context, string) error { return nil },
-		DeleteApplicationFn: func(context.Context, string, coolify.DeleteOptions) error { return nil },
+		DeleteApplicationFn: deleteKeepingImages,
 	}
 	c := fakeAPIServer(t, interceptor.Funcs{}, pool)
 	r := &BotPoolReconciler{Client: c, APIReader: c, Coolify: &BulkReader{Clock: clk}, Clock: clk, Recorder: discardEvents{}}
@@ -515,7 +515,7 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 		ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) { return 0, nil, nil },
 		CancelDeploymentFn:           func(context.Context, string) error { return nil },
 		StopFn:                       func(context.Context, string) error { return nil },
-		DeleteApplicationFn:          func(context.Context, string, coolify.DeleteOptions) error { return nil },
+		DeleteApplicationFn:          deleteKeepingImages,
 	}
 	for _, tt := range []struct {
 		name      string
@@ -632,4 +632,14 @@ func TestPrePullReplacesOneServerAtATime(t *testing.T) {
 	if got, want := pass(), map[string]string{"a": "cached", "b": "cached", "c": "cached"}; !maps.Equal(got, want) {
 		t.Fatalf("every pull ended: %v, want %v", got, want)
 	}
+}
+
+// deleteKeepingImages is a fake DeleteApplication that fails unless it is asked to keep the
+// server's images: a Docker cleanup is server-wide, and would evict what every pool there
+// pre-pulled.
+func deleteKeepingImages(_ context.Context, uuid string, opts coolify.DeleteOptions) error {
+	if opts != coolify.AppLeftovers {
+		return fmt.Errorf("application %s deleted with %+v, want coolify.AppLeftovers (no Docker cleanup)", uuid, opts)
+	}
+	return nil
 }

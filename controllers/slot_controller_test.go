@@ -411,7 +411,7 @@ func TestFailedDeploymentsRecoverThenRetireTheSlot(t *testing.T) {
 func TestApplicationDeletedBehindOurBackIsRecreated(t *testing.T) {
 	sc := newScenario(t, "recreate", sim.Config{})
 	old := sc.phase(v1.SlotIdle)
-	if err := sc.api.DeleteApplication(context.Background(), old.Status.ApplicationUUID, coolify.FullCleanup); err != nil {
+	if err := sc.api.DeleteApplication(context.Background(), old.Status.ApplicationUUID, coolify.AppLeftovers); err != nil {
 		t.Fatal(err)
 	}
 	step(11 * time.Second)

@@ -891,7 +891,7 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 				if err := s.api.Stop(ctx, uuid); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 					return fmt.Errorf("stopping the application before deleting it: %w", err)
 				}
-				if err := s.api.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+				if err := s.api.DeleteApplication(ctx, uuid, coolify.AppLeftovers); err != nil && !errors.Is(err, coolify.ErrNotFound) {
 					return fmt.Errorf("deleting the application: %w", err)
 				}
 				r.Coolify.Deleted(tag, uuid)

@@ -212,7 +212,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		name: "Deleted free slot: the application is stopped and deleted, the finalizer goes",
 		objs: []client.Object{pool(), slot().App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Hour)).Deleting(now).Obj()},
 		coolify: &bt.Coolify{StopFn: ok,
-			DeleteApplicationFn: func(context.Context, string, coolify.DeleteOptions) error { return nil },
+			DeleteApplicationFn: deleteKeepingImages,
 			GetApplicationFn: func(context.Context, string) (*coolify.Application, error) {
 				return nil, fmt.Errorf("get: %w", coolify.ErrNotFound)
 			},

@@ -39,7 +39,8 @@ type API interface {
 	// are; NoLimit removes a limit). They apply at the application's next deployment.
 	UpdateApplication(ctx context.Context, uuid string, u AppUpdate) error
 	// DeleteApplication queues the deletion; GET keeps answering 200 for a while afterwards.
-	// It does not cancel deployments in flight.
+	// It does not cancel deployments in flight. opts.DockerCleanup prunes the whole server's
+	// images, not the application's: a pool deletes with AppLeftovers.
 	DeleteApplication(ctx context.Context, uuid string, opts DeleteOptions) error
 	// UpsertEnvs sets variables by key in one call. Not transactional: on ErrValidation the
 	// variables before the invalid one are saved.
@@ -61,6 +62,7 @@ type API interface {
 	// Restart is a full redeploy for image apps.
 	Restart(ctx context.Context, uuid string) (DeployResult, error)
 	// Stop removes the container; it does not cancel a deployment in flight (cancel first).
+	// It never runs Coolify's server-wide Docker cleanup (docker_cleanup off).
 	Stop(ctx context.Context, uuid string) error
 
 	// GetDeployment is GET /deployments/{uuid}.

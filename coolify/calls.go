@@ -15,6 +15,17 @@ const MaxDescriptionLength = 255
 
 func esc(s string) string { return url.PathEscape(s) }
 
+// queryBool writes a boolean query flag as 1 or 0, which every Coolify release reads as
+// meant: recent ones parse the flag as a boolean, and older ones hand the raw string to a bool
+// parameter, where PHP takes "false" for true (any string but "" and "0" is) and "0" for
+// false.
+func queryBool(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // Version is GET /version uncached; see ServerVersion.
 func (c *Client) Version(ctx context.Context) (string, error) {
 	var v string
@@ -145,10 +156,10 @@ func (c *Client) UpdateApplication(ctx context.Context, uuid string, u AppUpdate
 
 func (c *Client) DeleteApplication(ctx context.Context, uuid string, o DeleteOptions) error {
 	q := url.Values{
-		"delete_configurations":     {strconv.FormatBool(o.DeleteConfigurations)},
-		"delete_volumes":            {strconv.FormatBool(o.DeleteVolumes)},
-		"docker_cleanup":            {strconv.FormatBool(o.DockerCleanup)},
-		"delete_connected_networks": {strconv.FormatBool(o.DeleteConnectedNetworks)},
+		"delete_configurations":     {queryBool(o.DeleteConfigurations)},
+		"delete_volumes":            {queryBool(o.DeleteVolumes)},
+		"docker_cleanup":            {queryBool(o.DockerCleanup)},
+		"delete_connected_networks": {queryBool(o.DeleteConnectedNetworks)},
 	}
 	return c.do(ctx, call{op: "delete-application-by-uuid", method: http.MethodDelete,
 		path: "/applications/" + esc(uuid), query: q, idempotent: true})
@@ -241,9 +252,12 @@ func (c *Client) Restart(ctx context.Context, uuid string) (DeployResult, error)
 }
 
 // Stop is retried like a read: stopping twice is harmless.
+// Stop asks for docker_cleanup off: a stop runs Coolify's Docker cleanup of the whole server
+// unless told not to (the flag defaults to true; older servers, which lack it, ignore it), and
+// the pool stops a puller right after each pull and a slot's container at each release.
 func (c *Client) Stop(ctx context.Context, uuid string) error {
 	return c.do(ctx, call{op: "stop-application-by-uuid", method: http.MethodPost,
-		path: "/applications/" + esc(uuid) + "/stop", idempotent: true})
+		path: "/applications/" + esc(uuid) + "/stop", query: url.Values{"docker_cleanup": {queryBool(false)}}, idempotent: true})
 }
 
 func (c *Client) GetDeployment(ctx context.Context, uuid string) (*Deployment, error) {

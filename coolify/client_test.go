@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +240,41 @@ func TestRequestHeadersAndBaseURL(t *testing.T) {
 	}
 	if _, err := coolify.New("ftp://x", "t"); err == nil {
 		t.Error("accepted a non-HTTP base URL")
+	}
+}
+
+// TestDeletesAndStopsKeepTheServersImages: the pool's delete asks Coolify to remove the
+// application's configuration, volumes and networks, and neither it nor a stop runs Coolify's
+// Docker cleanup, which would prune the images of the whole server. Flags go as 1 and 0: an
+// older Coolify takes "false" for true.
+func TestDeletesAndStopsKeepTheServersImages(t *testing.T) {
+	var got *http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Clone(context.Background())
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"message":"queued"}`))
+	}))
+	t.Cleanup(srv.Close)
+	c := stubClient(t, srv.URL)
+	for _, tc := range []struct {
+		name, method, path string
+		call               func() error
+		want               url.Values
+	}{{
+		name: "delete", method: http.MethodDelete, path: "/api/v1/applications/app",
+		call: func() error { return c.DeleteApplication(context.Background(), "app", coolify.AppLeftovers) },
+		want: url.Values{"delete_configurations": {"1"}, "delete_volumes": {"1"}, "docker_cleanup": {"0"}, "delete_connected_networks": {"1"}},
+	}, {
+		name: "stop", method: http.MethodPost, path: "/api/v1/applications/app/stop",
+		call: func() error { return c.Stop(context.Background(), "app") },
+		want: url.Values{"docker_cleanup": {"0"}},
+	}} {
+		if err := tc.call(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got.Method != tc.method || got.URL.Path != tc.path || !reflect.DeepEqual(got.URL.Query(), tc.want) {
+			t.Errorf("%s sent %s %s?%s, want %s %s?%s", tc.name, got.Method, got.URL.Path, got.URL.RawQuery, tc.method, tc.path, tc.want.Encode())
+		}
 	}
 }
 

@@ -96,7 +96,7 @@ func TestSlotLifecycle(t *testing.T) {
 	if err != nil || n != 1 || len(list) != 1 || list[0].DeploymentUUID != res.DeploymentUUID {
 		t.Fatalf("app deployments = %d %+v, %v", n, list, err)
 	}
-	if err := c.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil {
+	if err := c.DeleteApplication(ctx, uuid, coolify.AppLeftovers); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -284,7 +284,7 @@ func TestDeleteIsAsynchronous(t *testing.T) {
 	e := newEnv(t, fast())
 	ctx := e.ctx()
 	uuid := e.createApp("slot-a-0")
-	if err := e.client.DeleteApplication(ctx, uuid, coolify.FullCleanup); err != nil {
+	if err := e.client.DeleteApplication(ctx, uuid, coolify.AppLeftovers); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.client.GetApplication(ctx, uuid); err != nil {
@@ -294,7 +294,7 @@ func TestDeleteIsAsynchronous(t *testing.T) {
 	if _, err := e.client.GetApplication(ctx, uuid); !errors.Is(err, coolify.ErrNotFound) {
 		t.Fatalf("GET after the delete ran: %v, want ErrNotFound", err)
 	}
-	if err := e.client.DeleteApplication(ctx, uuid, coolify.FullCleanup); !errors.Is(err, coolify.ErrNotFound) {
+	if err := e.client.DeleteApplication(ctx, uuid, coolify.AppLeftovers); !errors.Is(err, coolify.ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
 	}
 }

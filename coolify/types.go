@@ -141,14 +141,23 @@ type EnvVar struct {
 
 // DeleteOptions are the cleanup flags of DELETE /applications/{uuid}.
 type DeleteOptions struct {
-	DeleteConfigurations    bool
-	DeleteVolumes           bool
+	DeleteConfigurations bool
+	DeleteVolumes        bool
+	// DockerCleanup runs Coolify's Docker cleanup of the whole server once the application is
+	// gone: it prunes every image no container runs and no application's recent deployments
+	// keep, whoever pulled it, not only the deleted application's.
 	DockerCleanup           bool
 	DeleteConnectedNetworks bool
 }
 
-// FullCleanup removes everything the application left behind; what a pool wants.
-var FullCleanup = DeleteOptions{true, true, true, true}
+// AppLeftovers deletes what the application itself left behind (its configuration, volumes
+// and connected networks) and leaves the server's Docker alone: what a pool deletes with.
+//
+// Not DockerCleanup: the cleanup is server-wide, so one slot's delete would evict the images
+// every other pool on that server (another tenant's, too) pre-pulled and has not run yet, and
+// this pool's own freshly pulled image, and their next bots would pull cold, for minutes.
+// Coolify's scheduled cleanup keeps the disk in check instead.
+var AppLeftovers = DeleteOptions{DeleteConfigurations: true, DeleteVolumes: true, DeleteConnectedNetworks: true}
 
 // DeployResult is the answer to a start, restart or deploy.
 type DeployResult struct {
