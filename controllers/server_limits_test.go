@@ -54,6 +54,7 @@ func notCapped(c *metav1.Condition) error {
 func TestPoolSaysWhenItsServerRunsFewerDeployments(t *testing.T) {
 	sc := newScenarioOn(t, "capped", sim.Config{}, sim.ServerSpec{UUID: "srv-two", Name: "two", ConcurrentBuilds: 2},
 		func(p *v1.BotPool) { p.Spec.MaxConcurrentDeployments = 4 })
+	sc.prePulled() // a pool is Ready once its image is on a server
 	key := client.ObjectKeyFromObject(sc.pool)
 	pool := capped(t, key, isCapped)
 	c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionDeploymentsCapped)
