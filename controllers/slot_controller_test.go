@@ -460,6 +460,7 @@ func TestOrphanedSlotIsReleased(t *testing.T) {
 func TestFailedReadsActOnNothing(t *testing.T) {
 	sc := newScenario(t, "blind", sim.Config{})
 	idle := sc.phase(v1.SlotIdle)
+	sc.prePulled() // blind, the pool could not see its pull end, and the gate would hold the bot
 	for _, op := range []string{"list-applications", "get-application-by-uuid", "get-deployment-by-uuid", "list-deployments-by-app-uuid", "list-deployments"} {
 		sc.sim.SetFault(op, sim.Fault{ErrorRate: 1})
 	}
