@@ -520,8 +520,9 @@ func TestDeletingASlotCleansCoolify(t *testing.T) {
 	}
 }
 
-// TestDeploymentsAreGated: the first deployment of a cold image runs alone; once the image is
-// cached, at most maxConcurrentDeployments run at once.
+// TestDeploymentsAreGated: the first deployment of a cold image runs alone — the pool's own
+// pre-pull of it — so bots bound meanwhile wait; once the image is cached, at most
+// maxConcurrentDeployments of theirs run at once.
 func TestDeploymentsAreGated(t *testing.T) {
 	sc := newScenario(t, "gated", sim.Config{}, func(p *v1.BotPool) {
 		p.Spec.MaxSlots, p.Spec.MinIdle, p.Spec.MaxConcurrentDeployments = 3, 3, 2
@@ -530,22 +531,30 @@ func TestDeploymentsAreGated(t *testing.T) {
 	for i := range 3 {
 		newBot(t, sc.ns, fmt.Sprintf("gated-%d", i), sc.pool.Name)
 	}
-	deploying := func() int {
-		n := 0
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		bound, deploying := 0, 0
 		for _, s := range listSlots(t, sc.ns) {
+			if s.Spec.BotRef != nil {
+				bound++
+			}
 			if s.Status.Phase == v1.SlotDeploying {
-				n++
+				deploying++
 			}
 		}
-		return n
-	}
-	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotDeploying: 1, v1.SlotIdle: 2})
-	time.Sleep(200 * time.Millisecond) // the waiting two keep asking the gate
-	if n := deploying(); n != 1 {
-		t.Fatalf("%d deployments of a cold image at once, want 1", n)
-	}
-	step(8 * time.Minute) // the first pull completes; the image is cached
-	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 1, v1.SlotDeploying: 2})
+		if bound != 3 || deploying != 0 {
+			return fmt.Errorf("%d slots bound, %d deploying; want 3 bound and none deploying while the pool pulls its cold image", bound, deploying)
+		}
+		for _, st := range sc.poolNow().Status.Servers {
+			if st.Pull == nil || st.Pull.State != v1.ImagePulling {
+				return fmt.Errorf("server %s: pull %+v, want the pool's pre-pull running", st.UUID, st.Pull)
+			}
+		}
+		return nil
+	})
+	step(8 * time.Minute) // the pull completes; the image is cached
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotDeploying: 2, v1.SlotIdle: 1})
+	step(10 * time.Second)
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 2, v1.SlotDeploying: 1})
 	step(10 * time.Second)
 	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 3})
 }
