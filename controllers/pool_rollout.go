@@ -67,14 +67,15 @@ func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting int, targe
 		ann, hasAnn := sl.Annotations[v1.AnnotationUpdate]
 		admitted := hasAnn && ann == target
 		current := sl.Status.TemplateHash == target
-		if hasAnn && (!admitted || current && sl.Status.Standby == v1.StandbyReady) {
+		arrived := current && sl.Status.Standby == v1.StandbyReady // Ready on the target
+		if hasAnn && (!admitted || arrived) {
 			v.settled = append(v.settled, sl)
 		}
 		if sl.Spec.BotRef != nil {
 			bound++
 			continue
 		}
-		if admitted && !(current && sl.Status.Standby == v1.StandbyReady) {
+		if admitted && !arrived {
 			v.replacing++
 		}
 		ready := isFree(sl) && sl.Status.Standby == v1.StandbyReady && takesBots(sl, pool)
