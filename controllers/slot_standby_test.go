@@ -236,7 +236,15 @@ func TestStandbySlotLifecycle(t *testing.T) {
 	if !reported {
 		t.Fatal("the bot's first report did not go through the containers' transport")
 	}
-	if reqs := sc.sim.Requests()[before:atReport]; len(reqs) != 0 {
+	// The pool's read of its servers' capacity (GET /servers, once a minute of the clock per
+	// user) is no part of the start: the pass the binding wakes may find it due.
+	var reqs []sim.Request
+	for _, r := range sc.sim.Requests()[before:atReport] {
+		if r.Op != "list-servers" {
+			reqs = append(reqs, r)
+		}
+	}
+	if len(reqs) != 0 {
 		t.Fatalf("the start on a standby slot sent Coolify %d requests before the bot's first report: %+v", len(reqs), reqs)
 	}
 	// The bot ends: the slot's credential is replaced and a fresh container deployed.
