@@ -221,3 +221,41 @@ func TestPoolDeletionDeletesItsPullers(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolPullsAgainAfterTheServersCleanup: the server's scheduled Docker cleanup removes the
+// image the pool pre-pulled there (no slot ran it, and this server keeps no image of past
+// deployments); the pool, which read the schedule, pulls it again once the run had time to
+// end, cold, and not before.
+func TestPoolPullsAgainAfterTheServersCleanup(t *testing.T) {
+	sc := newScenario(t, "cleanup", sim.Config{}, noSlots)
+	home := sc.pool.Spec.Coolify.ServerUUID
+	run := clk.Now().Add(40 * time.Minute).Truncate(time.Minute)
+	sc.sim.SetDockerCleanup(home, sim.DockerCleanup{Frequency: fmt.Sprintf("%d %d * * *", run.Minute(), run.Hour()),
+		Threshold: sim.DefaultCleanupThreshold, Force: true, DisableImageRetention: true})
+	sc.prePulled()
+	image, tag := sc.pool.Spec.Image, v1.DefaultImageTag
+	if _, ok := sc.sim.CachedImage(home, image, tag); !ok {
+		t.Fatal("the pre-pull left nothing in the server's cache")
+	}
+	sc.waitPulls(30*time.Second, "pulled again after the cleanup at "+run.Format("15:04"), func(st v1.ServerStatus) bool {
+		return st.Pull == nil && len(st.Cached) == 1 && st.Cached[0].PulledAt.After(run)
+	})
+	if _, ok := sc.sim.CachedImage(home, image, tag); !ok {
+		t.Error("the server's cache lacks the image after the pool pulled it again")
+	}
+	puller := sc.pullers()[home]
+	var pulls []sim.DeploymentInfo
+	for _, d := range sc.sim.Deployments() {
+		if d.AppUUID == puller.UUID {
+			pulls = append(pulls, d)
+		}
+	}
+	switch {
+	case len(pulls) != 2:
+		t.Fatalf("the puller deployed %d times, want twice (the pre-pull, and once after the cleanup): %+v", len(pulls), pulls)
+	case !pulls[1].Cold:
+		t.Error("the pull after the cleanup was warm: the cleanup removed nothing, or the pull came before it")
+	case pulls[1].Created.Before(run.Add(cleanupSettle)):
+		t.Errorf("pulled again at %s, before the run at %s had cleanupSettle to end", pulls[1].Created.Format("15:04:05"), run.Format("15:04"))
+	}
+}
