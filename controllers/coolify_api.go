@@ -20,6 +20,9 @@ import (
 type CoolifyAPI interface {
 	// ServerVersion checks the pool's credentials and reachability.
 	ServerVersion(ctx context.Context) (string, error)
+	// GetServerDockerCleanup says when the server's scheduled Docker cleanup runs: the pool
+	// pulls its image there again after each run (pool_pull.go).
+	GetServerDockerCleanup(ctx context.Context, serverUUID string) (*coolify.DockerCleanup, error)
 
 	// Applications: a slot's application is created, found by name, its env and description
 	// kept up to date, and deleted with the slot; orphans are found by the pool's tag.

@@ -39,6 +39,9 @@ type BulkReader struct {
 	// missing: user|server pairs a second read confirmed the user does not see
 	// (serverMissing).
 	missing map[string]bool
+	// cleanups holds each server's Docker cleanup schedule by instance|user|server
+	// (server_cleanup.go).
+	cleanups map[string]*cleanupRead
 }
 
 type snapshot[T any] struct {

@@ -261,25 +261,23 @@ func (sc *trafficScenario) advance(d time.Duration) {
 	sc.quiet(150 * time.Millisecond)
 }
 
-// prePulled moves the clock on until the pool's image pre-pull ended on every server: the
-// deploy gate holds the first bot's deployment behind it.
+// prePulled moves the clock on until the pool's image pre-pull ended on every server
+// (prePullLeft): the deploy gate holds the first bot's deployment behind it. Not waitPrePull:
+// each advance waits for the controllers to go quiet, so the wait is counted in simulated time.
 func (sc *trafficScenario) prePulled() {
 	sc.tb.Helper()
+	left := ""
 	for range 200 {
 		p := &v1.BotPool{}
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(sc.pool), p); err != nil {
 			sc.tb.Fatal(err)
 		}
-		pulled := len(p.Status.Servers) > 0
-		for _, st := range p.Status.Servers {
-			pulled = pulled && st.Pull == nil && len(st.Cached) > 0
-		}
-		if pulled {
+		if left = prePullLeft(p); left == "" {
 			return
 		}
 		sc.advance(15 * time.Second)
 	}
-	sc.tb.Fatalf("the pool's image pre-pull did not end within 50 simulated minutes")
+	sc.tb.Fatalf("the pool's image pre-pull did not end within 50 simulated minutes: %s", left)
 }
 
 // byOp counts requests per operation.

@@ -69,6 +69,7 @@
 //	deploy_gate.go       DeployGate: a pool's deployments in flight, a server's over its pools, a new image pulled alone, server pauses
 //	server_limits.go     what each Coolify server runs at once (GET /servers, cached per user) and the pool's DeploymentsCapped
 //	server_failures.go   a server where a pool's own starts keep failing is Failing for that pool (StartEnded, markFailing)
+//	server_cleanup.go    when each server's Docker cleanup runs (GET /servers/{uuid}/docker-cleanup, cached per user), for the pre-pull's re-pulls
 //	coolify_priority.go  which Coolify requests are the start path and which housekeeping (slotPriority)
 //
 // The RBAC markers below are the manager's whole contract with the API server; controller-gen

@@ -36,9 +36,13 @@ const (
 	// exit at once when it is set (docs/botapi.md). The puller holds no other: its container
 	// runs the pool's image, which the operator does not trust with a credential.
 	prePullEnv = "BOTPOOL_PREPULL"
-	// rePullAge is when a pre-pull is repeated: Coolify's docker cleanup may have removed the
-	// image since. The image stays listed in cached meanwhile.
+	// rePullAge is when a pre-pull is repeated whatever the server's cleanup schedule says:
+	// Coolify's Docker cleanup also runs, unannounced, when the disk fills, and the schedule
+	// may be unknown (server_cleanup.go). The image stays listed in cached meanwhile.
 	rePullAge = 24 * time.Hour
+	// minRePull is the least time between two pulls of an image on a server for its cleanup
+	// schedule: a schedule of every minute must not keep the puller deploying.
+	minRePull = cleanupRefresh
 	// pullRetry is how long after a failure the pool tries a pre-pull of the same image again.
 	pullRetry = 2 * time.Minute
 	// maxCached is how many images status.servers[].cached lists (the CRD's MaxItems).
@@ -72,7 +76,8 @@ func isPuller(app *coolify.Application, tag string, pool *v1.BotPool) (server st
 }
 
 // prePull pulls the pool's template image on each Active server whose health is not out and
-// that lacks it (or holds it from a pull older than rePullAge), follows the pulls in flight
+// that lacks it (or holds it from a pull that a scheduled Docker cleanup of the server, or
+// rePullAge, has passed since), follows the pulls in flight
 // (on every listed server: a pull on a server since cordoned is followed to its end), and
 // deletes the pullers of servers the pool no longer lists. Servers are handled one by one; an
 // error on one does not keep the others from their pulls.
@@ -138,7 +143,15 @@ func (r *BotPoolReconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.
 		}
 	}
 	now := r.Clock.Now()
-	if !active || ref == "" || !needsPull(im.Cached, ref, restarted, now) {
+	if !active || ref == "" {
+		return nil
+	}
+	var cleanup coolify.CleanupSchedule // read only when its answer matters
+	if pulled, ok := pulledAt(im.Cached, ref, restarted); ok && r.Coolify != nil &&
+		now.Sub(pulled) >= minRePull && now.Sub(pulled) < rePullAge {
+		cleanup = r.Coolify.CleanupSchedule(ctx, s.api, srv.UUID)
+	}
+	if !needsPull(im.Cached, ref, restarted, now, cleanup) {
 		return nil
 	}
 	if p := im.Pull; p != nil && p.State == v1.ImagePullFailed && pullOf(p, ref, restarted) {
@@ -172,14 +185,31 @@ func pullOf(p *v1.ImagePull, ref, restarted string) bool {
 	return p.Image == ref && p.RestartedAt == restarted
 }
 
-// needsPull reports whether the server must pull ref (under restarted): cached lacks it, or
-// its pull is rePullAge old.
-func needsPull(cached []v1.CachedImage, ref, restarted string, now time.Time) bool {
-	if !hasCached(cached, ref, restarted) {
-		return true
-	}
+// needsPull reports whether the server must pull ref (under restarted): cached lacks it, a
+// scheduled run of the server's Docker cleanup may have removed it since its pull
+// (cleanedSince; cleanup is the zero schedule when unknown), or its pull is rePullAge old.
+func needsPull(cached []v1.CachedImage, ref, restarted string, now time.Time, cleanup coolify.CleanupSchedule) bool {
+	pulled, ok := pulledAt(cached, ref, restarted)
+	return !ok || now.Sub(pulled) >= rePullAge || cleanedSince(cleanup, pulled, now)
+}
+
+// pulledAt is when the server's last pull of ref (under restarted) finished; false when cached
+// lacks it.
+func pulledAt(cached []v1.CachedImage, ref, restarted string) (time.Time, bool) {
 	i := slices.IndexFunc(cached, func(c v1.CachedImage) bool { return c.Image == ref && c.RestartedAt == restarted })
-	return now.Sub(cached[i].PulledAt.Time) >= rePullAge
+	if i < 0 {
+		return time.Time{}, false
+	}
+	return cached[i].PulledAt.Time, true
+}
+
+// cleanedSince reports whether a scheduled run of the cleanup may have removed an image pulled
+// at pulled: a run was due after it (or up to cleanupSettle before it, still running as the
+// pull ended) and has had cleanupSettle to end by now. Never within minRePull of the pull, and
+// never while the schedule is unknown (the zero schedule).
+func cleanedSince(cleanup coolify.CleanupSchedule, pulled, now time.Time) bool {
+	run := cleanup.Next(pulled.Add(-cleanupSettle))
+	return !run.IsZero() && !now.Before(run.Add(cleanupSettle)) && now.Sub(pulled) >= minRePull
 }
 
 // withCached puts a finished pull first in cached, replacing an older entry of the same image,

@@ -34,41 +34,68 @@ func (sc *scenario) pullerApps() map[string]bool {
 // once the pool's pre-pull, a deployment of its own, is over.
 func (sc *scenario) prePulled() {
 	sc.t.Helper()
-	sc.waitPulls(5*time.Second, "the image cached", func(st v1.ServerStatus) bool { return st.Pull == nil && len(st.Cached) > 0 })
+	waitPrePull(sc.t, client.ObjectKeyFromObject(sc.pool), func() { clk.Step(5 * time.Second) })
 }
 
 // warm puts the pool's image in its server's cache and waits for the pool's pre-pull to end
-// (stepping the clock). The pool began pulling when it was created; until that pull ended, the
-// deploy gate would hold a bot's deployment behind it (the first deployment of an image new to
-// a server runs alone) on a clock that stands: a bot created at once waited for ever.
+// (stepping the clock).
 func (sc *scenario) warm() {
 	sc.t.Helper()
 	sc.sim.WarmImage(fixture.ServerUUID, sc.pool.Spec.Image, sc.pool.Spec.ImageTag)
 	sc.prePulled()
 }
 
-// pullsEnd moves the clock on, fifteen seconds at a time, until the pool key names has no image
-// pull in flight: for the tests that make a pool without a scenario. Its pull began when it
-// was created, cold, and the deploy gate holds a bot's first deployment behind it; a pool is
-// Ready only once one of its servers holds its image.
-func pullsEnd(t *testing.T, key client.ObjectKey) {
-	t.Helper()
-	kubetest.Eventually(t, 30*time.Second, func() error {
+// waitPrePull moves the clock on with step until prePullLeft says the pool's image pre-pull is
+// over. The pull began when the pool was created and takes Coolify's time; until it ends, the
+// deploy gate holds a bot's deployment behind it (the first deployment of an image new to a
+// server runs alone), and a pool is Ready only once a server holds its image: a test waiting
+// for either on a clock that stands waited for ever. Every wait through a pre-pull is this one
+// (or, for a single poll, pullRuns).
+func waitPrePull(tb testing.TB, key client.ObjectKey, step func()) {
+	tb.Helper()
+	kubetest.Eventually(tb, 30*time.Second, func() error {
 		var p v1.BotPool
 		if err := env.Client.Get(context.Background(), key, &p); err != nil {
 			return err
 		}
-		if len(p.Status.Servers) == 0 {
-			return fmt.Errorf("pool %s reports no server yet", key.Name)
-		}
-		for _, st := range p.Status.Servers {
-			if st.Pull != nil && st.Pull.State == v1.ImagePulling || st.Pull == nil && len(st.Cached) == 0 {
-				clk.Step(15 * time.Second)
-				return fmt.Errorf("server %s: pull %+v, cached %v", st.UUID, st.Pull, st.Cached)
-			}
+		if left := prePullLeft(&p); left != "" {
+			step()
+			return fmt.Errorf("pool %s: %s", key.Name, left)
 		}
 		return nil
 	})
+}
+
+// pullsEnd is waitPrePull for the tests that make a pool without a scenario.
+func pullsEnd(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	waitPrePull(t, key, func() { clk.Step(5 * time.Second) })
+}
+
+// prePullLeft says what is left of the pool's image pre-pull as its status records it: "" once
+// every server it lists holds its image and runs no pull.
+func prePullLeft(p *v1.BotPool) string {
+	for _, srv := range p.Spec.Coolify.ServerList() {
+		switch st := serverStatusOf(p, srv.UUID); {
+		case st == nil:
+			return "server " + srv.UUID + " is not in the status yet"
+		case st.Pull != nil:
+			return fmt.Sprintf("server %s: pull of %s %s", st.UUID, st.Pull.Image, st.Pull.State)
+		case len(st.Cached) == 0:
+			return "server " + st.UUID + " holds no image of the pool yet"
+		}
+	}
+	return ""
+}
+
+// pullRuns reports whether a pre-pull is in flight on some server of the pool.
+func pullRuns(p *v1.BotPool) bool {
+	for _, st := range p.Status.Servers {
+		if st.Pull != nil && st.Pull.State == v1.ImagePulling {
+			return true
+		}
+	}
+	return false
 }
 
 // readLogs gives the pool a token that may read deployment logs (read:sensitive), so a failed
@@ -256,5 +283,43 @@ func TestPoolDeletionDeletesItsPullers(t *testing.T) {
 		if d.AppUUID == puller.UUID && (d.Status == "queued" || d.Status == "in_progress") {
 			t.Errorf("the deleted puller's deployment %s is still %s", d.UUID, d.Status)
 		}
+	}
+}
+
+// TestPoolPullsAgainAfterTheServersCleanup: the server's scheduled Docker cleanup removes the
+// image the pool pre-pulled there (no slot ran it, and this server keeps no image of past
+// deployments); the pool, which read the schedule, pulls it again once the run had time to
+// end, cold, and not before.
+func TestPoolPullsAgainAfterTheServersCleanup(t *testing.T) {
+	sc := newScenario(t, "cleanup", sim.Config{}, noSlots)
+	home := sc.pool.Spec.Coolify.ServerUUID
+	run := clk.Now().Add(40 * time.Minute).Truncate(time.Minute)
+	sc.sim.SetDockerCleanup(home, sim.DockerCleanup{Frequency: fmt.Sprintf("%d %d * * *", run.Minute(), run.Hour()),
+		Threshold: sim.DefaultCleanupThreshold, Force: true, DisableImageRetention: true})
+	sc.prePulled()
+	image, tag := sc.pool.Spec.Image, v1.DefaultImageTag
+	if _, ok := sc.sim.CachedImage(home, image, tag); !ok {
+		t.Fatal("the pre-pull left nothing in the server's cache")
+	}
+	sc.waitPulls(30*time.Second, "pulled again after the cleanup at "+run.Format("15:04"), func(st v1.ServerStatus) bool {
+		return st.Pull == nil && len(st.Cached) == 1 && st.Cached[0].PulledAt.After(run)
+	})
+	if _, ok := sc.sim.CachedImage(home, image, tag); !ok {
+		t.Error("the server's cache lacks the image after the pool pulled it again")
+	}
+	puller := sc.pullers()[home]
+	var pulls []sim.DeploymentInfo
+	for _, d := range sc.sim.Deployments() {
+		if d.AppUUID == puller.UUID {
+			pulls = append(pulls, d)
+		}
+	}
+	switch {
+	case len(pulls) != 2:
+		t.Fatalf("the puller deployed %d times, want twice (the pre-pull, and once after the cleanup): %+v", len(pulls), pulls)
+	case !pulls[1].Cold:
+		t.Error("the pull after the cleanup was warm: the cleanup removed nothing, or the pull came before it")
+	case pulls[1].Created.Before(run.Add(cleanupSettle)):
+		t.Errorf("pulled again at %s, before the run at %s had cleanupSettle to end", pulls[1].Created.Format("15:04:05"), run.Format("15:04"))
 	}
 }

@@ -84,6 +84,17 @@ func TestPrePullInOnePass(t *testing.T) {
 	cached := func(image string, age time.Duration) v1.CachedImage {
 		return v1.CachedImage{Image: image, PulledAt: at(-age)}
 	}
+	// schedule answers the server's Docker cleanup settings with that frequency; unread, an
+	// answer it cannot give.
+	schedule := func(freq string) func(context.Context, string) (*coolify.DockerCleanup, error) {
+		return func(context.Context, string) (*coolify.DockerCleanup, error) {
+			return &coolify.DockerCleanup{Frequency: freq, Threshold: 80, Force: true}, nil
+		}
+	}
+	unread := func(err error) func(context.Context, string) (*coolify.DockerCleanup, error) {
+		return func(context.Context, string) (*coolify.DockerCleanup, error) { return nil, err }
+	}
+	readSchedule := "GetServerDockerCleanup " + srv
 	started := "Pulling bot:v2 " + app + " " + dep + "  09:00:00"
 	startCalls := []string{"ListApplications " + tag, "ListApplications " + tag, "UpsertEnvs " + app, "Deploy " + app}
 	startEvents := []string{"Normal/" + v1.ReasonImagePullStarted}
@@ -102,10 +113,80 @@ func TestPrePullInOnePass(t *testing.T) {
 		want    pullPass
 		message string // a substring of srv-1's pull message
 	}{{
-		name:    "cached: nothing to pull",
+		name:    "cached, and no scheduled cleanup of the server since its pull: nothing to pull",
 		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", time.Hour)}}},
-		coolify: &bt.Coolify{ListApplicationsFn: listing()},
-		want:    pullPass{Cached: []string{"bot:v2@ 08:00:00"}, Calls: []string{"ListApplications " + tag}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("0 0 * * *")},
+		want:    pullPass{Cached: []string{"bot:v2@ 08:00:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
+	}, {
+		name:    "the server's scheduled cleanup ran since the pull (midnight): pulled again, and listed meanwhile",
+		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed, GetServerDockerCleanupFn: schedule("0 0 * * *")},
+		want: pullPass{Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Pull: started, Requeue: poll, Events: startEvents,
+			Calls: append([]string{"ListApplications " + tag, readSchedule}, startCalls[1:]...)},
+	}, {
+		name:    "a schedule by Coolify's name for it (@hourly) ran since the pull: pulled again",
+		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 90*time.Minute)}}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed, GetServerDockerCleanupFn: schedule("@hourly")},
+		want: pullPass{Cached: []string{"bot:v2@ 07:30:00"}, Pull: started, Requeue: poll, Events: startEvents,
+			Calls: append([]string{"ListApplications " + tag, readSchedule}, startCalls[1:]...)},
+	}, {
+		name:    "a run due just now is given cleanupSettle to end before the pull is repeated",
+		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 30*time.Minute)}}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("hourly")},
+		want:    pullPass{Cached: []string{"bot:v2@ 08:30:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
+	}, {
+		name:    "pulled 5 minutes ago: not repeated for a cleanup of every minute (minRePull), nor read",
+		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 5*time.Minute)}}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("every_minute")},
+		want:    pullPass{Cached: []string{"bot:v2@ 08:55:00"}, Calls: []string{"ListApplications " + tag}},
+	}, {
+		name:    "the schedule cannot be read (a Coolify without the endpoint: 404): no pull before 24 hours, and the pass goes on",
+		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: unread(fmt.Errorf("%w: the path is unknown", coolify.ErrNotFound))},
+		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
+	}, {
+		name:    "the schedule cannot be read (Coolify fails): no pull before 24 hours, and the pass goes on",
+		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: unread(coolify.ErrServer)},
+		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
+	}, {
+		name:    "a frequency this operator cannot read: no pull before 24 hours",
+		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("0 0 L * *")},
+		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
+	}, {
+		name:    "the schedule unknown and the pull 24 hours old: pulled again, without reading the schedule",
+		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", rePullAge)}}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed, GetServerDockerCleanupFn: unread(coolify.ErrNotFound)},
+		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 09:00:00"}, Pull: started, Requeue: poll, Events: startEvents, Calls: startCalls},
+	}, {
+		name: "a re-pull for a cleanup waits while another server's pull replaces an image",
+		pool: func(p *v1.BotPool) {
+			p.Spec.Coolify.ServerUUID, p.Spec.Coolify.Servers = "", []v1.PoolServer{{UUID: srv}, {UUID: "srv-2"}}
+		},
+		images: map[string]*serverImages{
+			srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}},
+			"srv-2": {Cached: []v1.CachedImage{cached("bot:v1", time.Hour)}, Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling,
+				ApplicationUUID: "app-2", DeploymentUUID: "dep-2", Since: at(-time.Minute)}},
+		},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("0 0 * * *"), GetDeploymentFn: deployment(coolify.DeploymentInProgress)},
+		want: pullPass{Servers: []string{srv, "srv-2"}, Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Requeue: poll,
+			Calls: []string{"ListApplications " + tag, readSchedule, "GetDeployment dep-2"}},
+	}, {
+		name: "a re-pull for a cleanup starts in the pass another server's replacing pull ends",
+		pool: func(p *v1.BotPool) {
+			p.Spec.Coolify.ServerUUID, p.Spec.Coolify.Servers = "", []v1.PoolServer{{UUID: "srv-2"}, {UUID: srv}}
+		},
+		images: map[string]*serverImages{
+			srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}},
+			"srv-2": {Cached: []v1.CachedImage{cached("bot:v1", time.Hour)}, Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling,
+				ApplicationUUID: "app-2", DeploymentUUID: "dep-2", Since: at(-time.Minute)}},
+		},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed, StopFn: ok,
+			GetServerDockerCleanupFn: schedule("0 0 * * *"), GetDeploymentFn: deployment(coolify.DeploymentFinished)},
+		want: pullPass{Servers: []string{srv, "srv-2"}, Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Pull: started, Requeue: poll,
+			Events: []string{"Normal/" + v1.ReasonImagePulled, "Normal/" + v1.ReasonImagePullStarted},
+			Calls:  append([]string{"ListApplications " + tag, "GetDeployment dep-2", "Stop app-2", readSchedule}, startCalls[1:]...)},
 	}, {
 		name: "not cached: the puller is created with the pull's env only, deployed, and the pull recorded",
 		coolify: &bt.Coolify{
@@ -320,14 +401,14 @@ func TestPrePullInOnePass(t *testing.T) {
 		},
 		coolify: &bt.Coolify{
 			ListApplicationsFn: listing(puller("bot", "v2"), coolify.Application{UUID: "app-gone", Name: pullerName("gone"), Description: marked(pullerDescription, ownerMark(tag, basePool(), "gone"))}),
-			CancelDeploymentFn: ok, StopFn: ok, DeleteApplicationFn: deleteKeepingImages,
+			CancelDeploymentFn: ok, StopFn: ok, DeleteApplicationFn: deleteKeepingImages, GetServerDockerCleanupFn: schedule("0 0 * * *"),
 			ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) {
 				return 1, []coolify.Deployment{{DeploymentUUID: "dep-gone", Status: coolify.DeploymentFinished}}, nil
 			},
 		},
 		want: pullPass{Servers: []string{srv}, Cached: []string{"bot:v2@ 08:00:00"}, Calls: []string{
 			"CancelDeployment dep-old", "Stop app-old", "DeleteApplication app-old",
-			"ListApplications " + tag, "ListApplicationDeployments app-gone", "Stop app-gone", "DeleteApplication app-gone"}},
+			"ListApplications " + tag, "ListApplicationDeployments app-gone", "Stop app-gone", "DeleteApplication app-gone", readSchedule}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -317,6 +317,11 @@ func setRolloutStatus(s *poolScope, now time.Time) (r rolloutConditions) {
 	case len(pulling) > 0:
 		r.reason = v1.ReasonPullingImage
 		r.message = fmt.Sprintf("Pulling %s on server(s) %s before any slot there is given it", ref, strings.Join(pulling, ", "))
+	case usable == 0:
+		// With no server to pull on, "every slot runs the template" would hold of no slot and
+		// say nothing of the image: a tag the registry lacks would look up to date.
+		r.reason = v1.ReasonNoUsableServer
+		r.message = fmt.Sprintf("No server of the pool may take a slot (%s): %s is pulled, and slots follow it, once one may", whyNoRoom(p), ref)
 	case v.outdated > 0:
 		r.reason = v1.ReasonRollingOut
 		r.message = fmt.Sprintf("%d of %d slot(s) on template %s (%s); busy slots follow when their bots end", v.updated, v.in.Total, target, ref)

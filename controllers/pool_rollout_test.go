@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,17 @@ func TestRolloutConditions(t *testing.T) {
 		slots:  []v1.BotPoolSlot{slot("s1", "a", target)},
 		images: map[string]*serverImages{"a": cached("bot:2")},
 		want:   want{updated: 1, slotsUpdated: v1.ReasonUpToDate},
+	}, {
+		// Seen by the model check: a tag the registry lacks looked up to date on no slot.
+		name: "every server cordoned or out: pulled nowhere, so not up to date though no slot differs",
+		pool: func() *v1.BotPool {
+			p := pool().Obj()
+			p.Spec.Coolify.Servers[0].Cordoned = true
+			p.Status.Servers = []v1.ServerStatus{{UUID: "b", Health: v1.ServerNotFound}}
+			return p
+		}(),
+		images: map[string]*serverImages{},
+		want:   want{slotsUpdated: v1.ReasonNoUsableServer, reconciling: v1.ReasonNoUsableServer},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,7 +249,6 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 // needs, the slots removed are those whose container is not Ready yet, whatever their numbers,
 // so that minIdle ready slots stay; Ready ones go only when not enough others are removable.
 func TestRolloutEndKeepsReadySlots(t *testing.T) {
-	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name     string
 		starting []int // numbers of the free slots still Starting; the others of 1..6 are Ready
@@ -250,41 +261,21 @@ func TestRolloutEndKeepsReadySlots(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
-			p := bt.MakePool("ns", "pool").Image("bot", "2").Standby(v1.StandbyRunning).Placement("proj", "srv", "production").
-				MinIdle(4).MaxSlots(10).Cached("srv", "bot:2", "", now).Obj()
-			tmpl := poolTemplate(p, "", "")
-			p.Status.TemplateHash, p.Status.TemplateImage = tmpl.Hash(), tmpl.Ref()
-			p.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now.Add(-time.Hour)), BaseSlots: tt.base}
-			objs := []client.Object{p}
+			rp := newStandbyRollout(4, 10, time.Hour, tt.base)
+			var slots []*v1.BotPoolSlot
 			for i := 1; i <= 6; i++ {
 				state := v1.StandbyReady
-				for _, n := range tt.starting {
-					if n == i {
-						state = v1.StandbyStarting
-					}
+				if slices.Contains(tt.starting, i) {
+					state = v1.StandbyStarting
 				}
-				objs = append(objs, bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", i), "pool").Server("srv").App(fmt.Sprintf("app-%d", i)).
-					Phase(v1.SlotIdle).Standby(state, now).Template(tmpl.Hash(), tmpl.Ref()).Obj())
+				slots = append(slots, rp.slot(i, state).Obj())
 			}
-			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
-			var list v1.BotPoolSlotList
-			if err := c.List(ctx, &list); err != nil {
-				t.Fatal(err)
-			}
-			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
-			s := &poolScope{pool: p, slots: list.Items, template: &tmpl, images: imagesOf(p)}
-			if err := r.rollout(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-			if p.Status.Rollout != nil {
-				t.Errorf("rollout still recorded after every slot is on the template: %+v", p.Status.Rollout)
-			}
-			if err := c.List(ctx, &list); err != nil {
-				t.Fatal(err)
+			after := rp.pass(t, slots...)
+			if rp.pool.Status.Rollout != nil {
+				t.Errorf("rollout still recorded after every slot is on the template: %+v", rp.pool.Status.Rollout)
 			}
 			var left []string
-			for _, sl := range list.Items {
+			for _, sl := range after {
 				if sl.DeletionTimestamp.IsZero() {
 					left = append(left, sl.Name)
 				}
@@ -294,6 +285,56 @@ func TestRolloutEndKeepsReadySlots(t *testing.T) {
 			}
 		})
 	}
+}
+
+// standbyRollout is one rollout pass of a standby pool whose image is pulled on its server srv
+// and whose slots all carry its template: the tests of what a rollout's end removes or keeps.
+type standbyRollout struct {
+	now  time.Time
+	pool *v1.BotPool
+	tmpl slotTemplate
+}
+
+// newStandbyRollout makes the pool, its rollout begun ago with base slots.
+func newStandbyRollout(minIdle, maxSlots int32, ago time.Duration, base int32) *standbyRollout {
+	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	p := bt.MakePool("ns", "pool").Image("bot", "2").Standby(v1.StandbyRunning).Placement("proj", "srv", "production").
+		MinIdle(minIdle).MaxSlots(maxSlots).Cached("srv", "bot:2", "", now).Obj()
+	tmpl := poolTemplate(p, "", "")
+	p.Status.TemplateHash, p.Status.TemplateImage = tmpl.Hash(), tmpl.Ref()
+	p.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now.Add(-ago)), BaseSlots: base}
+	return &standbyRollout{now: now, pool: p, tmpl: tmpl}
+}
+
+// slot is the pool's free slot number n on the template, its container in state.
+func (rp *standbyRollout) slot(n int, state v1.StandbyState) *bt.SlotWrapper {
+	return bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", n), "pool").Server("srv").App(fmt.Sprintf("app-%d", n)).
+		Phase(v1.SlotIdle).Standby(state, rp.now).Template(rp.tmpl.Hash(), rp.tmpl.Ref())
+}
+
+// pass runs the pool's rollout once over the slots (on a fake API server) and returns the
+// slots after it.
+func (rp *standbyRollout) pass(t *testing.T, slots ...*v1.BotPoolSlot) []v1.BotPoolSlot {
+	t.Helper()
+	ctx := context.Background()
+	objs := []client.Object{rp.pool}
+	for _, sl := range slots {
+		objs = append(objs, sl)
+	}
+	c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+	var list v1.BotPoolSlotList
+	if err := c.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(rp.now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
+	s := &poolScope{pool: rp.pool, slots: list.Items, template: &rp.tmpl, images: imagesOf(rp.pool)}
+	if err := r.rollout(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
 }
 
 // TestUnreadableTemplateStallsTheRollout: a pool whose slotEnvFrom Secret is gone or lacks its
@@ -335,39 +376,20 @@ func TestUnreadableTemplateStallsTheRollout(t *testing.T) {
 // recycles (after a bot) are never taken for the rollout's work, and a deploying admitted slot
 // is never the reason its ready surge neighbour is removed.
 func TestSpentAdmissionsAreTakenOff(t *testing.T) {
-	ctx := context.Background()
-	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
-	p := bt.MakePool("ns", "pool").Image("bot", "2").Standby(v1.StandbyRunning).Placement("proj", "srv", "production").
-		MinIdle(2).MaxSlots(4).Cached("srv", "bot:2", "", now).Obj()
-	tmpl := poolTemplate(p, "", "")
-	p.Status.TemplateHash, p.Status.TemplateImage = tmpl.Hash(), tmpl.Ref()
-	p.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now.Add(-time.Minute)), BaseSlots: 2}
-	slot := func(n int, state v1.StandbyState, admittedFor string) *v1.BotPoolSlot {
-		return bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", n), "pool").Server("srv").App(fmt.Sprintf("app-%d", n)).
-			Phase(v1.SlotIdle).Standby(state, now).Template(tmpl.Hash(), tmpl.Ref()).Annotate(v1.AnnotationUpdate, admittedFor).Obj()
-	}
-	c := fakeAPIServer(t, interceptor.Funcs{},
-		p, slot(1, v1.StandbyReady, tmpl.Hash()), slot(2, v1.StandbyStarting, tmpl.Hash()), slot(3, v1.StandbyReady, "t1-older"))
-	var list v1.BotPoolSlotList
-	if err := c.List(ctx, &list); err != nil {
-		t.Fatal(err)
-	}
-	r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
-	s := &poolScope{pool: p, slots: list.Items, template: &tmpl, images: imagesOf(p)}
-	if err := r.rollout(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	if p.Status.Rollout == nil {
+	rp := newStandbyRollout(2, 4, time.Minute, 2)
+	target := rp.tmpl.Hash()
+	after := rp.pass(t,
+		rp.slot(1, v1.StandbyReady).Annotate(v1.AnnotationUpdate, target).Obj(),
+		rp.slot(2, v1.StandbyStarting).Annotate(v1.AnnotationUpdate, target).Obj(),
+		rp.slot(3, v1.StandbyReady).Annotate(v1.AnnotationUpdate, "t1-older").Obj())
+	if rp.pool.Status.Rollout == nil {
 		t.Errorf("the rollout ended while pool-zoom-002, admitted, still deploys its container")
 	}
-	if err := c.List(ctx, &list); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]string{}
-	for _, sl := range list.Items {
+	for _, sl := range after {
 		got[sl.Name] = sl.Annotations[v1.AnnotationUpdate]
 	}
-	want := map[string]string{"pool-zoom-001": "", "pool-zoom-002": tmpl.Hash(), "pool-zoom-003": ""}
+	want := map[string]string{"pool-zoom-001": "", "pool-zoom-002": target, "pool-zoom-003": ""}
 	if !maps.Equal(got, want) {
 		t.Errorf("admissions after the pass %v, want %v", got, want)
 	}

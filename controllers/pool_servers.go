@@ -285,7 +285,7 @@ func outBecause(h v1.ServerHealth) string {
 	return "is " + string(h) + " (Coolify reports it so)"
 }
 
-// whyNoRoom names, for ServersFull, why each listed server takes no new slot.
+// whyNoRoom names, for ServersFull and NoUsableServer, why each listed server takes no new slot.
 func whyNoRoom(p *v1.BotPool) string {
 	var why []string
 	for _, srv := range p.Spec.Coolify.ServerList() {

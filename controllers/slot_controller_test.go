@@ -106,11 +106,8 @@ func (sc *scenario) slot(what string, cond func(*v1.BotPoolSlot) bool) *v1.BotPo
 // new to a server runs alone), and a test waiting for that deployment on a clock that stands
 // waited for ever.
 func (sc *scenario) pullTime() {
-	for _, st := range sc.poolNow().Status.Servers {
-		if st.Pull != nil && st.Pull.State == v1.ImagePulling {
-			step(5 * time.Second) // a cold pull is minutes: a second at a time took a minute
-			return
-		}
+	if pullRuns(sc.poolNow()) {
+		step(5 * time.Second) // a cold pull is minutes: a second at a time took a minute
 	}
 }
 

@@ -23,6 +23,10 @@ type API interface {
 	ListEnvironments(ctx context.Context, projectUUID string) ([]Environment, error)
 	// ListServerDestinations is GET /servers/{uuid}/destinations; ErrUnsupported before v4.2.0.
 	ListServerDestinations(ctx context.Context, serverUUID string) ([]Destination, error)
+	// GetServerDockerCleanup is GET /servers/{uuid}/docker-cleanup: when Coolify's scheduled
+	// Docker cleanup runs on the server. ErrNotFound for an unknown server, and from a Coolify
+	// without the endpoint.
+	GetServerDockerCleanup(ctx context.Context, serverUUID string) (*DockerCleanup, error)
 
 	// CreateDockerImageApplication creates an application that runs a prebuilt image and
 	// returns its uuid. Nothing starts (instant_deploy=false). Not retried after a 5xx.

@@ -2,6 +2,7 @@ package coolify_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -113,4 +114,33 @@ func deref(b *bool) any {
 		return nil
 	}
 	return *b
+}
+
+// TestServerDockerCleanup: GetServerDockerCleanup reads a server's cleanup schedule where the
+// spec puts it, its answer passes the contract checker, and a server the token does not see,
+// or a Coolify without the endpoint, is ErrNotFound.
+func TestServerDockerCleanup(t *testing.T) {
+	e := newEnv(t, fast())
+	ctx := e.ctx()
+	second := e.sim.AddServer(sim.ServerSpec{UUID: "srv-2"})
+	e.sim.SetDockerCleanup(second, sim.DockerCleanup{Frequency: "hourly", Threshold: 60})
+	for server, want := range map[string]coolify.DockerCleanup{
+		e.fix.ServerUUID: {Frequency: coolify.DefaultCleanupFrequency, Threshold: 80, Force: true},
+		second:           {Frequency: "hourly", Threshold: 60},
+	} {
+		got, err := e.client.GetServerDockerCleanup(ctx, server)
+		if err != nil || *got != want {
+			t.Errorf("server %s: %+v, %v; want %+v", server, got, err, want)
+		}
+	}
+	if _, err := e.client.GetServerDockerCleanup(ctx, "nope"); !errors.Is(err, coolify.ErrNotFound) {
+		t.Errorf("unknown server: %v, want ErrNotFound", err)
+	}
+
+	cfg := fast()
+	cfg.Version = "4.2.0"
+	old := newEnv(t, cfg)
+	if _, err := old.client.GetServerDockerCleanup(old.ctx(), old.fix.ServerUUID); !errors.Is(err, coolify.ErrNotFound) {
+		t.Errorf("a Coolify without the endpoint: %v, want ErrNotFound", err)
+	}
 }

@@ -573,8 +573,8 @@ type CachedImage struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image"`
-	// PulledAt is when the pull finished; a pull is repeated when it is old, since Coolify's
-	// docker cleanup may have removed the image since.
+	// PulledAt is when the pull finished. The pull is repeated once a scheduled run of the
+	// server's Docker cleanup may have removed the image since, and when it is 24 hours old.
 	PulledAt metav1.Time `json:"pulledAt"`
 	// RestartedAt is the pool's botpool.dev/restartedAt annotation the pull ran under: a new
 	// value pulls the same reference again (a new push of the same tag).

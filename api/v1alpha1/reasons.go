@@ -145,6 +145,10 @@ const (
 	// tag, a registry that wants a login): no slot is updated until it succeeds, and the old
 	// slots keep serving (Stalled, SlotsUpdated False, and a Warning Event).
 	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonNoUsableServer: every server of the pool is cordoned or out, so the template image
+	// is pulled nowhere and no slot can be given it until one is back (Reconciling,
+	// SlotsUpdated False). Not Stalled: uncordoning or a server's return resumes it.
+	ReasonNoUsableServer = "NoUsableServer"
 	// ReasonUpToDate: every slot is built from the pool's current template (SlotsUpdated True).
 	ReasonUpToDate = "UpToDate"
 	// ReasonFloatingTag: the pool's imageTag is one registries move (latest, main, stable…)

@@ -42,7 +42,7 @@ type app struct {
 	restarts int
 }
 
-type runConfig struct{ ref, cpus, mem string }
+type runConfig struct{ ref, digest, cpus, mem string }
 
 type statusChange struct {
 	at     time.Time
@@ -119,7 +119,7 @@ func (s *Sim) startContainer(a *app, d *deployment, at time.Time) {
 		reason = "redeployed"
 	}
 	a.running = true
-	a.run = runConfig{ref: d.ref, cpus: d.cpus, mem: d.mem}
+	a.run = runConfig{ref: d.ref, digest: d.digest, cpus: d.cpus, mem: d.mem}
 	a.gen++
 	a.setStatus(at, statusRunning)
 	c := s.container(a, reason, at)

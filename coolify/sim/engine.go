@@ -36,6 +36,13 @@ func (s *Sim) after(at time.Time, d time.Duration, fn func(time.Time)) {
 	heap.Push(&s.events, &event{at: at.Add(s.scaled(d)), seq: s.seq, fn: fn})
 }
 
+// at schedules fn at the clock time t, not scaled by Speed: a time of day, such as a cron
+// schedule's. Callers hold s.mu.
+func (s *Sim) at(t time.Time, fn func(time.Time)) {
+	s.seq++
+	heap.Push(&s.events, &event{at: t, seq: s.seq, fn: fn})
+}
+
 // advance runs every due event in time order, starting deployments as capacity frees up at
 // the moment it frees up, so one big clock step gives the same result as many small ones.
 // Callers hold s.mu.

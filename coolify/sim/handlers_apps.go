@@ -189,12 +189,18 @@ func handleDeleteApp(s *Sim, rc *reqCtx) (int, any) {
 	}
 	if !a.deleting {
 		a.deleting = true
+		cleanup := queryFlag(rc.r.URL.Query(), "docker_cleanup", true)
 		// Deletion is a background job: GET answers 200 until it has run. Deployments in
 		// flight are not cancelled. Its stop gives up on a server that is not functional, and
 		// the application is deleted all the same: its container is left running, unknown.
+		// Unless docker_cleanup is false, the server's Docker cleanup runs between the stop
+		// and the delete.
 		s.after(rc.now, s.cfg.DeleteDelay, func(at time.Time) {
 			if a.server.functional() {
 				s.stopContainer(a, at, "deleted")
+				if cleanup {
+					s.dockerCleanup(a.server, at, "delete")
+				}
 			} else if a.running {
 				a.server.orphans = append(a.server.orphans, a)
 			}

@@ -40,12 +40,17 @@ func handleStop(s *Sim, rc *reqCtx) (int, any) {
 	if a == nil {
 		return http.StatusNotFound, msgAppNotFound
 	}
-	// A stop is a queued job: docker stop with a grace period, then rm. It leaves
-	// deployments in flight alone, which can bring the container back. The job gives up when
-	// the server is not functional as it runs: the stop is lost, not kept for later.
+	// A stop is a queued job: docker stop with a grace period, then rm, then the server's
+	// Docker cleanup unless docker_cleanup is false. It leaves deployments in flight alone,
+	// which can bring the container back. The job gives up when the server is not functional
+	// as it runs: the stop is lost, not kept for later.
+	cleanup := queryFlag(rc.r.URL.Query(), "docker_cleanup", true)
 	s.after(rc.now, s.cfg.StopDelay, func(at time.Time) {
 		if a.server.functional() {
 			s.stopContainer(a, at, "stopped")
+			if cleanup {
+				s.dockerCleanup(a.server, at, "stop")
+			}
 		}
 	})
 	return http.StatusOK, msg{"message": "Application stopping request queued."}

@@ -20,6 +20,7 @@ var routes = []route{
 	{http.MethodGet, seg("servers/{}"), "get-server-by-uuid", abilityRead, handleGetServer},
 	{http.MethodPatch, seg("servers/{}"), "update-server-by-uuid", abilityWrite, handlePatchServer},
 	{http.MethodGet, seg("servers/{}/destinations"), "list-server-destinations", abilityRead, handleListDestinations},
+	{http.MethodGet, seg("servers/{}/docker-cleanup"), "get-server-docker-cleanup", abilityRead, handleGetDockerCleanup},
 	{http.MethodGet, seg("projects"), "list-projects", abilityRead, handleListProjects},
 	{http.MethodGet, seg("projects/{}/environments"), "get-environments", abilityRead, handleListEnvironments},
 	{http.MethodGet, seg("applications"), "list-applications", abilityRead, handleListApps},

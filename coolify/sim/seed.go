@@ -55,6 +55,11 @@ type server struct {
 	// orphans are containers of applications deleted while the server was not functional:
 	// Coolify dropped the application but could not remove its container.
 	orphans []*app
+
+	// cleanup are its Docker cleanup settings (cleanup.go); cleanupGen counts their changes,
+	// so a run scheduled under older ones does nothing.
+	cleanup    DockerCleanup
+	cleanupGen int
 }
 
 type project struct {
@@ -95,7 +100,9 @@ func (s *Sim) AddServer(spec ServerSpec) string {
 			spec.Destinations[i].UUID = s.uuid()
 		}
 	}
-	s.servers[spec.UUID] = &server{ServerSpec: spec, id: s.id(), created: s.clk.Now(), images: map[string]string{}}
+	srv := &server{ServerSpec: spec, id: s.id(), created: s.clk.Now(), images: map[string]string{}, cleanup: defaultDockerCleanup()}
+	s.servers[spec.UUID] = srv
+	s.scheduleCleanup(srv, s.clk.Now())
 	return spec.UUID
 }
 

@@ -2,8 +2,10 @@
 // endpoints a bot pool uses with the semantics docs/coolify.md describes: abilities, the API
 // switch, the per-user rate limit, strict bodies, asynchronous deletes, deployment queues
 // with per-server concurrency and a shared worker pool, image caches against a registry whose
-// tags move (PushImage), lagging container status, env preview twins, server health
-// (unreachable or unusable servers, lost containers), and fault injection.
+// tags move (PushImage) and Coolify's Docker cleanup that prunes them (on each server's
+// schedule, and after stops and deletes that do not turn it off), lagging container status,
+// env preview twins, server health (unreachable or unusable servers, lost containers), and
+// fault injection.
 //
 // Time comes from an injected clock and every simulated duration is divided by Config.Speed.
 // State advances lazily: each request, Tick and Advance run every event that is due, in time
@@ -80,6 +82,8 @@ type Hooks struct {
 	OnStop  func(Container)
 	// OnPull is called when a deployment starts its image pull (a worker took it).
 	OnPull func(PullInfo)
+	// OnCleanup is called after each run of a server's Docker cleanup (cleanup.go).
+	OnCleanup func(CleanupInfo)
 }
 
 // PullInfo describes the start of a deployment's image pull.

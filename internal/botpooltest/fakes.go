@@ -61,6 +61,7 @@ type Coolify struct {
 	ListProjectsFn                 func(ctx context.Context) ([]coolify.Project, error)
 	ListEnvironmentsFn             func(ctx context.Context, projectUUID string) ([]coolify.Environment, error)
 	ListServerDestinationsFn       func(ctx context.Context, serverUUID string) ([]coolify.Destination, error)
+	GetServerDockerCleanupFn       func(ctx context.Context, serverUUID string) (*coolify.DockerCleanup, error)
 	CreateDockerImageApplicationFn func(ctx context.Context, req coolify.CreateApplicationRequest) (string, error)
 	GetApplicationFn               func(ctx context.Context, uuid string) (*coolify.Application, error)
 	ListApplicationsFn             func(ctx context.Context, tag string) ([]coolify.Application, error)
@@ -141,6 +142,13 @@ func (f *Coolify) ListServerDestinations(ctx context.Context, serverUUID string)
 		return nil, err
 	}
 	return f.ListServerDestinationsFn(ctx, serverUUID)
+}
+
+func (f *Coolify) GetServerDockerCleanup(ctx context.Context, serverUUID string) (*coolify.DockerCleanup, error) {
+	if err := f.call("GetServerDockerCleanup", serverUUID, f.GetServerDockerCleanupFn != nil); err != nil {
+		return nil, err
+	}
+	return f.GetServerDockerCleanupFn(ctx, serverUUID)
 }
 
 func (f *Coolify) CreateDockerImageApplication(ctx context.Context, req coolify.CreateApplicationRequest) (string, error) {

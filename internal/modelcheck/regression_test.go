@@ -286,7 +286,10 @@ func TestRegressionLookupOnDeletedApplication(t *testing.T) {
 	if ref := s.only().Spec.BotRef; ref == nil || ref.Name != "late" {
 		t.Fatalf("slot bound to %v, want bot late", ref)
 	}
-	for range 40 {
+	// The hand delete ran Coolify's Docker cleanup (its docker_cleanup flag defaults to true),
+	// which removed the pool's image from the server (the deleted application, never deployed,
+	// did not keep it): the new application's deployment pulls it cold, for 7 minutes.
+	for range 130 {
 		s.slot(slot)
 		s.bot("late")
 		if b := s.w.liveBot("late"); b.Status.StartedAt != nil {

@@ -54,12 +54,19 @@ type templateRecord struct {
 	pushes map[string]push
 	// repushed counts the pushes of a reference after its first.
 	repushed map[string]int
-	changes  int // names new tags and restartedAt values
+	// evicted holds, per server and image reference, when Coolify's Docker cleanup last
+	// removed it from the server's cache (the simulator's OnCleanup hook).
+	evicted map[string]map[string]time.Time
+	// pulls holds, per server and image reference, when each deployment there started to pull
+	// it, in order (the OnPull hook).
+	pulls   map[string]map[string][]time.Time
+	changes int // names new tags and restartedAt values
 }
 
 func (t *templateRecord) init() {
 	t.pools, t.appPool, t.tags, t.bad = map[string]*v1.BotPool{}, map[string]string{}, map[string][]string{}, map[string]string{}
 	t.refs, t.pushes, t.repushed = map[string]bool{}, map[string]push{}, map[string]int{}
+	t.evicted, t.pulls = map[string]map[string]time.Time{}, map[string]map[string][]time.Time{}
 }
 
 // push is a new image pushed under a tag that existed, rolled out on purpose in one pool (its
@@ -326,9 +333,49 @@ func (w *world) revertBadTags() {
 	}
 }
 
+// cleaned is the simulator's OnCleanup hook: it records what a run of a server's Docker cleanup
+// removed, which a slot may then pull cold until its pool pulled it again (invariant 16).
+func (w *world) cleaned(c sim.CleanupInfo) {
+	w.counts["docker cleanup run: "+c.Reason]++
+	w.tpl.mu.Lock()
+	defer w.tpl.mu.Unlock()
+	if w.tpl.evicted[c.ServerUUID] == nil {
+		w.tpl.evicted[c.ServerUUID] = map[string]time.Time{}
+	}
+	for _, ref := range c.Evicted {
+		w.tpl.evicted[c.ServerUUID][ref] = c.At
+	}
+}
+
+// removedByCleanup reports whether Coolify's Docker cleanup removed ref from the server since
+// the pull the pool recorded as finished at pulledAt: its last run that removed ref came after
+// the start of the last pull of ref there by then (a pull that ends after a run puts ref back).
+// The pool cannot see such a run unless it is one of the server's scheduled ones, and pulls ref
+// again only after those (docs/pools-and-slots.md, "Image pre-pull"). Callers hold t.mu.
+func (t *templateRecord) removedByCleanup(server, ref string, pulledAt time.Time) bool {
+	removed, ok := t.evicted[server][ref]
+	if !ok {
+		return false
+	}
+	var start time.Time
+	for _, at := range t.pulls[server][ref] {
+		if at.After(pulledAt) {
+			break
+		}
+		start = at
+	}
+	return !start.IsZero() && !removed.Before(start)
+}
+
 // pullStarted is the simulator's OnPull hook: invariant 16 at the moment a slot's deployment
 // starts its pull. It reads only the record and the simulator (see templateRecord).
 func (w *world) pullStarted(p sim.PullInfo) {
+	w.tpl.mu.Lock()
+	if w.tpl.pulls[p.ServerUUID] == nil {
+		w.tpl.pulls[p.ServerUUID] = map[string][]time.Time{}
+	}
+	w.tpl.pulls[p.ServerUUID][p.Ref] = append(w.tpl.pulls[p.ServerUUID][p.Ref], p.At)
+	w.tpl.mu.Unlock()
 	if strings.HasPrefix(p.AppName, pullerPrefix) {
 		w.counts[fmt.Sprintf("pre-pull started (cold %v)", p.Cold)]++
 		return
@@ -350,6 +397,10 @@ func (w *world) pullStarted(p sim.PullInfo) {
 		}
 	}
 	repushed := maps.Clone(w.tpl.repushed)
+	removed := map[string]bool{} // of the images cached lists, those a cleanup removed since the pull it records
+	for _, c := range cached {
+		removed[c.Image] = w.tpl.removedByCleanup(p.ServerUUID, c.Image, c.PulledAt.Time)
+	}
 	w.tpl.mu.Unlock()
 	switch {
 	case pool == nil:
@@ -363,10 +414,17 @@ func (w *world) pullStarted(p sim.PullInfo) {
 		w.counts["slot deployment pulls cold: its tag was pushed again under it"]++
 		return
 	}
+	if removed[p.Ref] {
+		w.counts["slot deployment pulls cold: Coolify's Docker cleanup removed its image from the server"]++
+		return
+	}
 	var warm []string
 	for _, c := range cached {
 		image, tag := splitRef(c.Image)
 		d, ok := w.sim.CachedImage(p.ServerUUID, image, tag)
+		if !ok && removed[c.Image] {
+			continue
+		}
 		if (ok && d == w.sim.ImageDigest(image, tag)) || repushed[c.Image] == 0 {
 			// Still the registry's image there; or never pushed again, so the status claims a
 			// pull the server does not hold: that is the pool's error, not an excuse.
@@ -443,6 +501,8 @@ func (w *world) rolloutLeft(p *v1.BotPool, slots []v1.BotPoolSlot) string {
 		return ""
 	case c.Reason == v1.ReasonRollingOut && len(busy) > 0:
 		return "" // busy slots follow when their bots end
+	case c.Reason == v1.ReasonNoUsableServer && !usesAnyServer(p):
+		return "" // nowhere to pull: it resumes when a server is back
 	}
 	return fmt.Sprintf("SlotsUpdated is %s (%s: %s) with busy slots %v outdated", c.Status, c.Reason, c.Message, busy)
 }
@@ -495,6 +555,26 @@ func cachedImages(p *v1.BotPool, server string) []string {
 		}
 	}
 	return out
+}
+
+// usesAnyServer reports whether some server of the pool is neither cordoned nor out, as the
+// pool's status saw it.
+func usesAnyServer(p *v1.BotPool) bool {
+	for _, srv := range p.Spec.Coolify.ServerList() {
+		if srv.Cordoned {
+			continue
+		}
+		out := false
+		for _, st := range p.Status.Servers {
+			if st.UUID == srv.UUID && st.Health.Out() {
+				out = true
+			}
+		}
+		if !out {
+			return true
+		}
+	}
+	return false
 }
 
 // pulledNothing reports whether the pool's status records no finished pull on the server.

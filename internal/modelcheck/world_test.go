@@ -142,7 +142,7 @@ func newWorld(seed uint64, pools func(*world)) *world {
 
 	w.sim = sim.New(sim.Config{
 		Clock: w.clk, RateLimit: -1, RandSeed: seed,
-		Hooks: sim.Hooks{OnStart: w.containerStarted, OnStop: w.containerStopped, OnPull: w.pullStarted},
+		Hooks: sim.Hooks{OnStart: w.containerStarted, OnStop: w.containerStopped, OnPull: w.pullStarted, OnCleanup: w.cleaned},
 	})
 	w.fixture = w.sim.SeedDefault()
 	w.coolify = &inProcess{sim: w.sim, clk: w.clk, seed: seed}
