@@ -261,7 +261,7 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 			}
 			delete(d.taken, s.UID)
 		}
-		if !isFree(s) || !takesBots(s, pool) { // a cordoned server's slots drain, an unhealthy one's wait
+		if !offered(s, pool) {
 			continue
 		}
 		if d.Writes.Replaced(s.UID, s.ResourceVersion) {

@@ -78,7 +78,7 @@ func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting int, targe
 		if admitted && !arrived {
 			v.replacing++
 		}
-		ready := isFree(sl) && sl.Status.Standby == v1.StandbyReady && takesBots(sl, pool)
+		ready := sl.Status.Standby == v1.StandbyReady && offered(sl, pool) // a standby slot a bot starts on at once
 		switch {
 		case ready && current:
 			v.in.ReadyFree++

@@ -335,19 +335,14 @@ func newRolloutScenario(tb testing.TB, name string, c rolloutCase, pulls *pullLo
 	return bs
 }
 
-// readyFree counts the slots a bot can start on now without a deployment: free, Idle and, in a
-// standby pool, with a Ready container.
-func readyFree(slots []v1.BotPoolSlot, standby v1.StandbyMode) int {
+// readyFree counts the slots a bot can start on now, as the dispatcher and the rollout count
+// them (offered): free and, in a standby pool, with a Ready container.
+func readyFree(slots []v1.BotPoolSlot, pool *v1.BotPool) int {
 	n := 0
 	for i := range slots {
-		s := &slots[i]
-		if s.Status.Phase != v1.SlotIdle || s.Spec.BotRef != nil || !s.DeletionTimestamp.IsZero() {
-			continue
+		if offered(&slots[i], pool) {
+			n++
 		}
-		if standby.Running() && s.Status.Standby != v1.StandbyReady {
-			continue
-		}
-		n++
 	}
 	return n
 }
@@ -432,7 +427,7 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 	mark, began := bs.sc.mark(), clk.Now()
 	bs.until("the window before the rollout", rolloutClockStep, time.Hour, func() bool {
 		st.drive()
-		res.minReadyBefore = min(res.minReadyBefore, readyFree(bs.sc.slots(), c.standby))
+		res.minReadyBefore = min(res.minReadyBefore, readyFree(bs.sc.slots(), bs.poolOf()))
 		return clk.Since(began) >= rolloutBefore
 	})
 	res.beforeOps, res.beforeMinutes = byOp(bs.sc.since(mark)), clk.Since(began).Minutes()
@@ -454,8 +449,8 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 		st.drive()
 		slots := bs.sc.slots()
 		res.maxTotal = max(res.maxTotal, len(slots))
-		res.minReadyDuring = min(res.minReadyDuring, readyFree(slots, c.standby))
 		p := bs.poolOf()
+		res.minReadyDuring = min(res.minReadyDuring, readyFree(slots, p))
 		for _, srv := range servers {
 			if _, seen := res.pulled[srv.UUID]; !seen && cachedOn(p, srv.UUID, newRef, "") {
 				res.pulled[srv.UUID] = clk.Since(t0)
@@ -605,7 +600,7 @@ func rolloutProgress(p *v1.BotPool, slots []v1.BotPoolSlot) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, seen[k]))
 	}
 	return fmt.Sprintf("SlotsUpdated %s, updated %d of %d, admitted %d, ready free %d; %s",
-		reason, p.Status.UpdatedSlots, len(slots), admitted, readyFree(slots, p.Spec.Standby), strings.Join(parts, ", "))
+		reason, p.Status.UpdatedSlots, len(slots), admitted, readyFree(slots, p), strings.Join(parts, ", "))
 }
 
 // updatePoolSpec changes a pool's spec, retrying conflicts.

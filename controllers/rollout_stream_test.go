@@ -78,7 +78,7 @@ func rolloutUnderStream(t *testing.T, mode v1.StandbyMode) {
 		quota: map[string]int{"ramp": streamRampBots, "before": streamBefore, "after": streamAfterBots}, fewest: map[string]int{}}
 
 	st.run("warm on tag 1", 5*time.Minute, func(p *v1.BotPool, slots []v1.BotPoolSlot) bool {
-		return upToDate(minIdle)(p) && readyFree(slots, mode) == minIdle
+		return upToDate(minIdle)(p) && readyFree(slots, p) == minIdle
 	})
 	st.window = "ramp"
 	st.run("through the stream's ramp", 10*time.Minute, func(*v1.BotPool, []v1.BotPoolSlot) bool {
@@ -104,7 +104,7 @@ func rolloutUnderStream(t *testing.T, mode v1.StandbyMode) {
 	})
 	st.window = ""
 	done := st.run("up to date with every slot free again", 5*time.Minute, func(p *v1.BotPool, slots []v1.BotPoolSlot) bool {
-		return upToDate(minIdle+1)(p) && readyFree(slots, mode) == minIdle+1 // the stream's busy slot came back
+		return upToDate(minIdle+1)(p) && readyFree(slots, p) == minIdle+1 // the stream's busy slot came back
 	})
 
 	if done.Status.TemplateImage != newRef {
@@ -225,7 +225,7 @@ func (st *meetingStream) drive() (hold, busy bool) {
 	st.t.Helper()
 	slots := listSlots(st.t, st.sc.ns)
 	if st.window != "" {
-		n := readyFree(slots, st.mode)
+		n := readyFree(slots, st.sc.poolNow())
 		if f, seen := st.fewest[st.window]; !seen || n < f {
 			st.fewest[st.window] = n
 		}

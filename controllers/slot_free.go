@@ -52,6 +52,12 @@ func isFree(s *v1.BotPoolSlot) bool {
 		(s.Status.Standby == "" || s.Status.Standby == v1.StandbyReady)
 }
 
+// offered reports whether the dispatcher offers the slot to a bot now: free, on a server of
+// the pool that takes bots (a cordoned server's slots drain, an out one's wait). The rollout
+// counts its ready free slots by it, and so do the tests and benchmarks that hold it to its
+// floor.
+func offered(s *v1.BotPoolSlot, pool *v1.BotPool) bool { return isFree(s) && takesBots(s, pool) }
+
 // removable reports whether shrink may delete a slot to bring the pool back under maxSlots:
 // Idle, unbound and not already going away. Unlike isFree it does not mind a pending deploy
 // request (status.deployingSince): the slot is deleted, not bound, and its finalizer stops
