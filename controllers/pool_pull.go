@@ -257,12 +257,29 @@ func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.
 	}
 	dep := res.DeploymentUUID
 	if dep == "" {
-		// Coolify de-duplicated: a deployment of the puller is already queued or running (a
-		// pass that deployed and crashed before its status write). The newest is it; a failed
-		// look-up leaves it to the next pass (followPull looks again).
-		if _, deps, err := s.api.ListApplicationDeployments(ctx, app.UUID, 0, 1); err == nil && len(deps) > 0 {
-			dep = deps[0].DeploymentUUID
+		// Coolify de-duplicated: a deployment of the puller that this pass did not start is
+		// live (a pass that deployed and crashed before its status write, or whose deploy
+		// Coolify carried out but answered with an error). It is this pull only while still
+		// queued: a worker reads the puller's image, and the registry, when it takes it. One in
+		// progress may have pulled before this pass, another image or the tag before the push
+		// a restartedAt announced, and a slot given the template on its word would pull cold:
+		// it is cancelled, and the next pass deploys again. Nothing is recorded until then.
+		_, deps, err := s.api.ListApplicationDeployments(ctx, app.UUID, 0, 1)
+		if err != nil {
+			return fmt.Errorf("looking for the puller's live deployment: %w", err)
 		}
+		if len(deps) == 0 || deps[0].Status != coolify.DeploymentQueued {
+			if len(deps) > 0 && !deps[0].Status.Terminal() {
+				if err := r.cancelLive(ctx, s.api, app.UUID, deps[0].DeploymentUUID); err != nil {
+					return err
+				}
+				ctrl.LoggerFrom(ctx).Info("The puller's deployment in flight may pull an earlier image; cancelled, pulling again",
+					"server", srv.UUID, "image", ref, "deploymentUUID", deps[0].DeploymentUUID)
+			}
+			s.after(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval))
+			return nil
+		}
+		dep = deps[0].DeploymentUUID
 	}
 	now := r.Clock.Now()
 	im.Pull = &v1.ImagePull{Image: ref, State: v1.ImagePulling, ApplicationUUID: app.UUID, DeploymentUUID: dep,
@@ -354,7 +371,8 @@ func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server
 	now := r.Clock.Now()
 	late := now.Sub(p.Since.Time) >= timeout
 	if p.DeploymentUUID == "" {
-		// Recorded without one (a de-duplicated deploy whose look-up failed): the newest.
+		// Recorded without one (by a version that recorded a de-duplicated deploy whose
+		// look-up failed): the newest.
 		_, deps, err := s.api.ListApplicationDeployments(ctx, p.ApplicationUUID, 0, 1)
 		switch {
 		case err != nil && !errors.Is(err, coolify.ErrNotFound):

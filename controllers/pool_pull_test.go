@@ -245,6 +245,26 @@ func TestPrePullInOnePass(t *testing.T) {
 			}},
 		want: pullPass{Pull: started, Requeue: poll, Events: startEvents, Calls: append(startCalls[:4:4], "ListApplicationDeployments "+app)},
 	}, {
+		// Seed 4 of the model check: a deploy Coolify carried out but answered 500 left a
+		// deployment that began its pull before a push of the tag (a restartedAt); recorded as
+		// the pull of that push, it put the tag's old image in cached, and a slot pulled cold.
+		name: "a de-duplicated deploy of a deployment in progress: it may pull an earlier image, so it is cancelled and nothing recorded",
+		pool: func(p *v1.BotPool) { p.Annotations = map[string]string{v1.AnnotationRestartedAt: "pushed"} },
+		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, CancelDeploymentFn: ok,
+			DeployFn: func(context.Context, string) (coolify.DeployResult, error) { return coolify.DeployResult{}, nil },
+			ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) {
+				return 1, []coolify.Deployment{{DeploymentUUID: "dep-earlier", Status: coolify.DeploymentInProgress}}, nil
+			}},
+		want: pullPass{Requeue: poll, Calls: append(startCalls[:4:4], "ListApplicationDeployments "+app, "CancelDeployment dep-earlier")},
+	}, {
+		name: "a de-duplicated deploy whose look-up fails: nothing recorded, the pass fails",
+		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs,
+			DeployFn: func(context.Context, string) (coolify.DeployResult, error) { return coolify.DeployResult{}, nil },
+			ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) {
+				return 0, nil, coolify.ErrServer
+			}},
+		want: pullPass{Err: true, Calls: append(startCalls[:4:4], "ListApplicationDeployments "+app)},
+	}, {
 		name:    "finished: the puller is stopped and the image listed first, replacing its older entry",
 		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v1", time.Hour), cached("bot:v2", 30*time.Hour)}, Pull: pulling("bot:v2", -5*time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), GetDeploymentFn: deployment(coolify.DeploymentFinished), StopFn: ok},

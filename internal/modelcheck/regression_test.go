@@ -607,3 +607,48 @@ func TestRegressionInPlaceUpdateOfADeletedApplication(t *testing.T) {
 	}
 	t.Fatalf("the slot did not create its application again: %s", describeSlot(s.w.liveSlot(name)))
 }
+
+// Found by the model check with seed 4 at step 7865: a pool's deploy of its puller reached
+// Coolify but was answered with an error, so the pool recorded no pull, and the deployment
+// began to pull the tag. Then the tag was pushed again (a restartedAt). The pool's next pull
+// of the tag was de-duplicated by Coolify, and the pool took the deployment in flight, which
+// pulled the push before, for the pull of the new one: its status listed the tag as pulled, a
+// slot was given it, and the slot's deployment pulled the new push cold (invariant 16).
+func TestRegressionADeDuplicatedPullIsNotThePullOfANewerPush(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo")
+	s.pool("solo")
+	s.pulled("solo")
+	name := s.only().Name
+	s.slot(name)
+	s.slot(name)
+	s.newTag("2")
+
+	// The pull of tag 2 is deployed; the answer is lost.
+	s.w.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{ErrorRate: 1, AfterProcessing: true})
+	s.pool("solo")
+	s.w.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{})
+	s.advance(5 * time.Second) // a worker takes it: it pulls the tag's first push
+	pulling := false
+	for _, d := range s.w.sim.Deployments() {
+		pulling = pulling || (strings.HasPrefix(d.Ref, s.w.images[string(v1.PlatformZoom)]+":2") && d.HasWorker)
+	}
+	if !pulling {
+		t.Fatalf("no deployment pulls tag 2: %+v", s.w.sim.Deployments())
+	}
+
+	p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool).DeepCopy()
+	s.w.pushAgain(p)
+	must(s.w.api.Update(s.w.ctx, p))
+	*s.w.pools[0] = *p.DeepCopy()
+	s.sync()
+	s.pulled("solo")
+	for range 5 {
+		s.slot(name)
+	}
+	s.runningBot("b")
+	s.check()
+	if s.w.liveBot("b").Status.StartedAt == nil {
+		t.Fatalf("bot b did not start: %s", describeBot(s.w.liveBot("b")))
+	}
+}
