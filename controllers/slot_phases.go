@@ -871,6 +871,11 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 		if done, err := r.drain(ctx, s); err != nil || !done {
 			return err
 		}
+		if s.slot.Status.ApplicationUUID == "" {
+			if err := r.claimUnrecorded(ctx, s); err != nil {
+				return err
+			}
+		}
 		if uuid := s.slot.Status.ApplicationUUID; uuid != "" {
 			tag := r.appTag(s)
 			if !r.Coolify.Deleting(tag, uuid) {
@@ -911,6 +916,38 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 		}
 	}
 	return r.dropFinalizer(ctx, s)
+}
+
+// claimUnrecorded records, to delete it like any other, an application the deleted slot
+// created but never recorded: Coolify made it and the answer was lost (a 5xx or a timeout after
+// the fact), and no pass adopted it before the slot was deleted. Left behind, it would outlive
+// the slot under the slot's name, and a replacement of that name (on another server, or
+// created on another image) could not adopt it and would make a second one (invariant 2); the
+// orphan sweep would find it only later. It is the slot's when it has the slot's name and
+// owner mark (this cluster's tag and the slot's placement); without the pool, the tag alone.
+// A list that fails keeps the slot, and its name, for the retry.
+func (r *BotPoolSlotReconciler) claimUnrecorded(ctx context.Context, s *slotScope) error {
+	tag := r.appTag(s)
+	r.Coolify.Invalidate(tag) // a cached list may predate the create
+	listed, err := s.api.ListApplications(ctx, tag)
+	if err != nil {
+		return fmt.Errorf("listing the pool's applications for one the slot created without recording it: %w", err)
+	}
+	for i := range listed {
+		app := &listed[i]
+		if app.Name != s.slot.Name {
+			continue
+		}
+		if s.pool != nil && !strings.HasSuffix(app.Description, ownerMark(tag, s.pool, slotServer(s.slot, s.pool))) ||
+			s.pool == nil && !carriesTag(app, tag) {
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("Deleting an application the slot created without recording it", "appUUID", app.UUID)
+		st := &s.slot.Status
+		st.ApplicationUUID, st.ApplicationTag, st.CoolifyInstance = app.UUID, tag, instanceOf(s.api)
+		return nil
+	}
+	return nil
 }
 
 // drain lets the bot of a deleted slot leave its meeting before the application goes: a

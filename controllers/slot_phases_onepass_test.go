@@ -86,6 +86,9 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 	pool := func() client.Object {
 		return bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
 	}
+	// The owner mark of the slot's placement (the pool's default server), and of another.
+	mark := ownerMark(tag, pool().(*v1.BotPool), pool().(*v1.BotPool).Spec.Coolify.DefaultServer())
+	elsewhere := ownerMark(tag, pool().(*v1.BotPool), "another-server")
 	bot := func() client.Object {
 		return bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
 	}
@@ -218,6 +221,39 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 			},
 		},
 		want: onePassResult{Gone: true, Calls: []string{"Stop " + app, "DeleteApplication " + app, "GetApplication " + app}},
+	}, {
+		// The model check's seed 1: left behind, the application kept the slot's name in
+		// Coolify, and a replacement placed on another server made a second one (invariant 2).
+		name: "Deleted Creating slot whose create took effect unanswered: the application of its name and mark is deleted, the slot waits for Coolify",
+		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating).Since(now.Add(-time.Minute)).Deleting(now).Obj()},
+		coolify: &bt.Coolify{StopFn: ok, DeleteApplicationFn: deleteKeepingImages,
+			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
+				return []coolify.Application{
+					{UUID: "other-slot", Name: "pool-zoom-002", Description: "[Creating]" + mark},
+					{UUID: "elsewhere", Name: slotN, Description: "[Creating]" + elsewhere},
+					{UUID: app, Name: slotN, Description: "[Creating]" + mark},
+				}, nil
+			},
+			GetApplicationFn: func(context.Context, string) (*coolify.Application, error) {
+				return &coolify.Application{UUID: app, Name: slotN}, nil // deleted in the background
+			},
+		},
+		want: onePassResult{Phase: v1.SlotCreating, Requeue: deleteCheck,
+			Calls: []string{"ListApplications " + tag, "Stop " + app, "DeleteApplication " + app, "GetApplication " + app}},
+	}, {
+		name: "Deleted Creating slot, no application of its name and mark: the finalizer goes",
+		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating).Since(now.Add(-time.Minute)).Deleting(now).Obj()},
+		coolify: &bt.Coolify{ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
+			return []coolify.Application{{UUID: "elsewhere", Name: slotN, Description: "[Creating]" + elsewhere}}, nil
+		}},
+		want: onePassResult{Gone: true, Calls: []string{"ListApplications " + tag}},
+	}, {
+		name: "Deleted Creating slot, Coolify answers 503 to the list: the slot keeps its name for the retry",
+		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating).Since(now.Add(-time.Minute)).Deleting(now).Obj()},
+		coolify: &bt.Coolify{ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
+			return nil, fmt.Errorf("list: %w", coolify.ErrServer)
+		}},
+		want: onePassResult{Phase: v1.SlotCreating, Err: true, Calls: []string{"ListApplications " + tag}},
 	}, {
 		name:    "Slot already gone: nothing to do",
 		objs:    []client.Object{pool()},

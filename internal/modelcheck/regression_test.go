@@ -652,3 +652,77 @@ func TestRegressionADeDuplicatedPullIsNotThePullOfANewerPush(t *testing.T) {
 		t.Fatalf("bot b did not start: %s", describeBot(s.w.liveBot("b")))
 	}
 }
+
+// duoPool is soloPool on two servers, the image warm on both.
+func duoPool(w *world) {
+	soloPool(w)
+	extra := w.sim.AddServer(sim.ServerSpec{Name: "extra-1"})
+	w.sim.WarmImage(extra, w.images[string(v1.PlatformZoom)], "latest")
+	p := w.api.get(w.api.keyOf(w.pools[0])).(*v1.BotPool).DeepCopy()
+	p.Spec.Coolify.ServerUUID = ""
+	p.Spec.Coolify.Servers = []v1.PoolServer{{UUID: w.fixture.ServerUUID, Weight: 1}, {UUID: extra, Weight: 1}}
+	must(w.api.Update(w.ctx, p))
+	*w.pools[0] = *p.DeepCopy()
+}
+
+// Found by the model check with seed 1 at step 23444: a slot's create took effect in Coolify
+// but its answer was lost, and the slot was deleted by hand before any pass adopted the
+// application. With no application recorded, its deletion dropped the finalizer at once and
+// left the application behind under the slot's name. The pool's replacement of that name went
+// to another server, could not adopt an application placed elsewhere, and created a second
+// one of the same name (invariant 2) before the orphan sweep came by.
+func TestRegressionDeletedSlotLeavesAnUnrecordedApplication(t *testing.T) {
+	s := newScript(t, duoPool)
+	s.pool("solo")
+	s.pool("solo")
+	s.pulled("solo")
+	first := s.only()
+	name := first.Name
+
+	// Its create takes effect; the answer is lost.
+	s.w.sim.SetFault("create-dockerimage-application", sim.Fault{ErrorRate: 1, AfterProcessing: true})
+	s.slot(name)
+	s.w.sim.SetFault("create-dockerimage-application", sim.Fault{})
+	var made []string
+	for _, a := range s.w.sim.Apps() {
+		if a.Name == name && !a.Deleting {
+			made = append(made, a.UUID)
+		}
+	}
+	if len(made) != 1 || s.only().Status.ApplicationUUID != "" {
+		t.Fatalf("after a create with a lost answer: applications %v, slot's %q; want one, unrecorded", made, s.only().Status.ApplicationUUID)
+	}
+
+	// Its server is cordoned, so a replacement goes to the other one; a person deletes the slot.
+	p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool).DeepCopy()
+	for i := range p.Spec.Coolify.Servers {
+		if p.Spec.Coolify.Servers[i].UUID == first.Spec.Server {
+			p.Spec.Coolify.Servers[i].Cordoned = true
+		}
+	}
+	must(s.w.api.Update(s.w.ctx, p))
+	*s.w.pools[0] = *p.DeepCopy()
+	s.w.byHand = true
+	must(s.w.api.Delete(s.w.ctx, s.only().DeepCopy()))
+	s.w.byHand = false
+	s.sync()
+
+	for range 60 {
+		s.slot(name)
+		s.pool("solo")
+		if sl := s.w.liveSlot(name); sl != nil && sl.UID != first.UID {
+			s.slot(name)
+			break
+		}
+		s.advance(2 * time.Second)
+	}
+	s.w.checkState()
+	s.check()
+	if a, ok := s.w.sim.App(made[0]); ok && !a.Deleting {
+		t.Fatalf("application %s the deleted slot created outlived it", made[0])
+	}
+	sl := s.w.liveSlot(name)
+	if sl == nil || sl.UID == first.UID || sl.Spec.Server == first.Spec.Server || sl.Status.ApplicationUUID == "" {
+		t.Fatalf("want a replacement with an application on the other server: %s", describeSlot(sl))
+	}
+}
