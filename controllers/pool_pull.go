@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
@@ -270,6 +271,19 @@ func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.
 		}
 		if len(deps) == 0 || deps[0].Status != coolify.DeploymentQueued {
 			if len(deps) > 0 && !deps[0].Status.Terminal() {
+				// Unless it is this very pull, which an earlier pass started and recorded in a
+				// status the cache does not show yet: cancelling it would fail the pull that
+				// status names (seen under load: the pool said ImagePullFailed of an image its
+				// slots ran).
+				mine, err := r.recordedPull(ctx, s.pool, srv.UUID, deps[0].DeploymentUUID, ref, restarted)
+				if err != nil {
+					return err
+				}
+				if mine != nil {
+					im.Pull = mine
+					s.after(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval))
+					return nil
+				}
 				if err := r.cancelLive(ctx, s.api, app.UUID, deps[0].DeploymentUUID); err != nil {
 					return err
 				}
@@ -289,6 +303,22 @@ func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.
 		"Pulling %s on server %s (puller application %s, deployment %s)", ref, srv.UUID, app.UUID, dep)
 	s.after(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval))
 	return nil
+}
+
+// recordedPull reads the pool past the cache and returns the pull its status records on the
+// server when that is deployment dep of ref (restarted), or nil.
+func (r *BotPoolReconciler) recordedPull(ctx context.Context, pool *v1.BotPool, server, dep, ref, restarted string) (*v1.ImagePull, error) {
+	live := &v1.BotPool{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pool), live); err != nil {
+		return nil, fmt.Errorf("reading the pool's recorded pulls: %w", err)
+	}
+	for _, st := range live.Status.Servers {
+		if p := st.Pull; st.UUID == server && p != nil && p.State == v1.ImagePulling && p.DeploymentUUID == dep &&
+			p.Image == ref && p.RestartedAt == restarted {
+			return p.DeepCopy(), nil
+		}
+	}
+	return nil, nil
 }
 
 // findOrCreatePuller adopts the server's puller (by name and owner mark, preferring the one the

@@ -112,6 +112,8 @@ func TestPrePullInOnePass(t *testing.T) {
 		coolify *bt.Coolify
 		want    pullPass
 		message string // a substring of srv-1's pull message
+		// live is the pull srv-1's status records on the API server, past the cache.
+		live *v1.ImagePull
 	}{{
 		name:    "cached, and no scheduled cleanup of the server since its pull: nothing to pull",
 		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", time.Hour)}}},
@@ -256,6 +258,17 @@ func TestPrePullInOnePass(t *testing.T) {
 				return 1, []coolify.Deployment{{DeploymentUUID: "dep-earlier", Status: coolify.DeploymentInProgress}}, nil
 			}},
 		want: pullPass{Requeue: poll, Calls: append(startCalls[:4:4], "ListApplicationDeployments "+app, "CancelDeployment dep-earlier")},
+	}, {
+		// Under load: a pass recorded the pull, and the next one, on a cache without that
+		// write, deployed again; cancelling the deployment would fail the recorded pull.
+		name: "a de-duplicated deploy of the pull the status already records, past the cache: kept, not cancelled",
+		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs,
+			DeployFn: func(context.Context, string) (coolify.DeployResult, error) { return coolify.DeployResult{}, nil },
+			ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) {
+				return 1, []coolify.Deployment{{DeploymentUUID: dep, Status: coolify.DeploymentInProgress}}, nil
+			}},
+		live: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: app, DeploymentUUID: dep, Since: at(-time.Minute)},
+		want: pullPass{Pull: "Pulling bot:v2 " + app + " " + dep + "  08:59:00", Requeue: poll, Calls: append(startCalls[:4:4], "ListApplicationDeployments "+app)},
 	}, {
 		name: "a de-duplicated deploy whose look-up fails: nothing recorded, the pass fails",
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs,
@@ -438,7 +451,11 @@ func TestPrePullInOnePass(t *testing.T) {
 				tt.pool(pool)
 			}
 			events := &recordedEvents{}
-			r := &BotPoolReconciler{Clock: clk, Recorder: events, Coolify: &BulkReader{Clock: clk}}
+			live := pool.DeepCopy()
+			if tt.live != nil {
+				live.Status.Servers = []v1.ServerStatus{{UUID: srv, Pull: tt.live}}
+			}
+			r := &BotPoolReconciler{Clock: clk, Recorder: events, Coolify: &BulkReader{Clock: clk}, APIReader: fakeAPIServer(t, interceptor.Funcs{}, live)}
 			s := &poolScope{pool: pool, api: tt.coolify, images: tt.images, health: tt.health}
 			if s.images == nil {
 				s.images = map[string]*serverImages{}
