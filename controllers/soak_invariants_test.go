@@ -116,6 +116,9 @@ func (o *soakObserver) restarted() {
 // soakSnapshot is one read of the namespace: bots first, then slots, so a binding the slot
 // list shows may be newer than the bot list, never older.
 type soakSnapshot struct {
+	// pool is the pool as the snapshot read it (its servers' health decides which free
+	// slots are offered); nil in the checks' own tests.
+	pool    *v1.BotPool
 	bots    []v1.Bot
 	slots   []v1.BotPoolSlot
 	byUID   map[types.UID]*v1.Bot
@@ -132,7 +135,11 @@ func (o *soakObserver) snapshot() (*soakSnapshot, error) {
 	if err := env.Client.List(ctx, &slots, client.InNamespace(o.ns)); err != nil {
 		return nil, err
 	}
-	s := &soakSnapshot{bots: bots.Items, slots: slots.Items, byUID: map[types.UID]*v1.Bot{}, boundTo: map[types.UID]*v1.BotPoolSlot{}}
+	pool := &v1.BotPool{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.pool), pool); err != nil {
+		return nil, err
+	}
+	s := &soakSnapshot{pool: pool, bots: bots.Items, slots: slots.Items, byUID: map[types.UID]*v1.Bot{}, boundTo: map[types.UID]*v1.BotPoolSlot{}}
 	for i := range s.bots {
 		s.byUID[s.bots[i].UID] = &s.bots[i]
 	}
@@ -144,11 +151,12 @@ func (o *soakObserver) snapshot() (*soakSnapshot, error) {
 	return s, nil
 }
 
-// free lists the slots a waiting bot could take now.
+// free lists the slots a waiting bot could take now: those the dispatcher offers (a free slot
+// on a server Coolify reports out waits for it, whatever the length of the outage).
 func (s *soakSnapshot) free() []*v1.BotPoolSlot {
 	var out []*v1.BotPoolSlot
 	for i := range s.slots {
-		if isFree(&s.slots[i]) {
+		if s.pool != nil && offered(&s.slots[i], s.pool) || s.pool == nil && isFree(&s.slots[i]) {
 			out = append(out, &s.slots[i])
 		}
 	}
