@@ -16,6 +16,9 @@ import (
 	"os"
 	"regexp"
 	"time"
+	// The zone database in the binary: a BotPool's warmSchedule names IANA zones, and an
+	// image without /usr/share/zoneinfo (or an older one) would read them otherwise.
+	_ "time/tzdata"
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgconn"

@@ -93,6 +93,9 @@ type poolScope struct {
 	health map[string]v1.ServerHealth
 	// requeue is when the pool is looked at again after a pass that went well.
 	requeue time.Duration
+	// warm is what spec.warmSchedule says now: the minIdle in force, which every decision of
+	// the pass uses in place of spec.minIdle.
+	warm warmState
 
 	// template is the slot template the pool asks for now; nil when it could not be read
 	// (templateErr says why), and the status keeps the template it named.
@@ -120,7 +123,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	if err := addFinalizer(ctx, r.Client, pool, poolFinalizer); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	s := &poolScope{pool: pool, images: imagesOf(pool)}
+	s := &poolScope{pool: pool, images: imagesOf(pool), warm: warmAt(pool.Spec, r.Clock.Now())}
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -152,6 +155,9 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	if err := r.supply(ctx, s); err != nil {
 		return errors.Join(err, pullErr)
 	}
+	if err := r.scaleDown(ctx, s); err != nil {
+		return errors.Join(err, pullErr)
+	}
 	if err := r.drain(ctx, s); err != nil {
 		return errors.Join(err, pullErr)
 	}
@@ -159,6 +165,9 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 		return errors.Join(err, pullErr)
 	}
 	s.after(min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck)))
+	if !s.warm.next.IsZero() {
+		s.after(s.warm.next.Sub(r.Clock.Now())) // a window opens or closes
+	}
 	if s.pool.Spec.SlotEnvFrom != nil {
 		s.after(templateRecheck) // the Secret is read, not watched
 	}

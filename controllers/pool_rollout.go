@@ -49,7 +49,7 @@ type rolloutView struct {
 }
 
 // observeRollout classifies the pool's slots against the template hash target.
-func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting int, target string) rolloutView {
+func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting, minIdle int, target string) rolloutView {
 	v := rolloutView{target: target}
 	bound := 0
 	for i := range slots {
@@ -97,8 +97,8 @@ func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting int, targe
 			v.in.Warming++
 		}
 	}
-	v.needed = bound + max(waiting, int(pool.Spec.MinIdle))
-	v.in.MinIdle, v.in.MaxSlots, v.in.Needed = int(pool.Spec.MinIdle), int(pool.Spec.MaxSlots), v.needed
+	v.needed = bound + max(waiting, minIdle)
+	v.in.MinIdle, v.in.MaxSlots, v.in.Needed = minIdle, int(pool.Spec.MaxSlots), v.needed
 	v.in.Strategy = pool.Spec.UpdateStrategy
 	if pool.Status.Rollout != nil {
 		v.in.BaseSlots = int(pool.Status.Rollout.BaseSlots)
@@ -119,7 +119,7 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 	pool := s.pool
 	target := s.template.Hash()
 	r.warnFloatingTag(s)
-	v := observeRollout(pool, s.slots, s.waiting, target)
+	v := observeRollout(pool, s.slots, s.waiting, s.warm.minIdle, target)
 	s.rolloutView = &v
 	now := r.Clock.Now()
 	switch {
@@ -303,7 +303,7 @@ func setRolloutStatus(s *poolScope, now time.Time) (r rolloutConditions) {
 	target := s.template.Hash()
 	v := s.rolloutView
 	if v == nil {
-		o := observeRollout(p, s.slots, s.waiting, target)
+		o := observeRollout(p, s.slots, s.waiting, s.warm.minIdle, target)
 		v = &o
 	}
 	p.Status.UpdatedSlots = int32(v.updated)

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +18,8 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	counts := countSlots(s.slots)
 	p.Status.Slots = &counts
 	p.Status.Queued = int32(s.waiting)
+	p.Status.MinIdle, p.Status.WarmWindows = int32(s.warm.minIdle), s.warm.open
+	p.Status.Selector = v1.LabelPool + "=" + p.Name
 	if s.template != nil {
 		p.Status.TemplateHash, p.Status.TemplateImage = s.template.Hash(), s.template.Ref()
 	}
@@ -42,9 +45,15 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 			"Coolify did not answer; retrying with backoff (see the manager's log for the error)")
 	default:
 		// A failed pre-pull stalls the rollout, not the pool: the slots keep serving.
-		if ro.stalled {
+		switch {
+		case ro.stalled:
 			set(v1.ConditionStalled, metav1.ConditionTrue, ro.reason, ro.message)
-		} else {
+		case len(s.warm.invalid) > 0:
+			// The other windows and spec.minIdle still apply: the pool serves, but the spec is
+			// not what it does until a person mends the window.
+			set(v1.ConditionStalled, metav1.ConditionTrue, v1.ReasonInvalidWarmSchedule,
+				strings.Join(s.warm.invalid, "; ")+". That window is ignored; spec.minIdle and the other windows apply")
+		default:
 			meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionStalled)
 		}
 		if ro.cold {
@@ -65,9 +74,9 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	case len(s.created) > 0 || counts.Creating > 0:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonScalingUp,
 			"Creating slots for waiting bots or to keep minIdle slots warm")
-	case p.Spec.Standby.Running() && counts.Ready < p.Spec.MinIdle:
+	case p.Spec.Standby.Running() && int(counts.Ready) < s.warm.minIdle:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonWarmingStandby,
-			fmt.Sprintf("%d of minIdle %d standby slots ready (%d starting)", counts.Ready, p.Spec.MinIdle, counts.Starting))
+			fmt.Sprintf("%d of minIdle %d standby slots ready (%d starting)", counts.Ready, s.warm.minIdle, counts.Starting))
 	case ro.reason != "" && !ro.stalled:
 		set(v1.ConditionReconciling, metav1.ConditionTrue, ro.reason, ro.message)
 	default:

@@ -62,7 +62,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 			free++
 		}
 	}
-	if slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), len(s.slots), free, s.waiting) == 0 && s.surge == 0 {
+	if slotsToCreate(int(spec.MaxSlots), s.warm.minIdle, len(s.slots), free, s.waiting) == 0 && s.surge == 0 {
 		return nil
 	}
 
@@ -90,7 +90,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 			}
 		}
 	}
-	want := slotsToCreate(int(spec.MaxSlots), int(spec.MinIdle), total, free, s.waiting)
+	want := slotsToCreate(int(spec.MaxSlots), s.warm.minIdle, total, free, s.waiting)
 	if s.surge > 0 { // a rollout's surge (rolloutBudget keeps it within maxSlots)
 		want = min(want+s.surge, max(int(spec.MaxSlots)-total, 0))
 	}
@@ -119,6 +119,48 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
 	}
 	return nil
+}
+
+// scaleDown removes the free slots above what the pool needs (the minIdle in force and its
+// waiting bots) once each has been free for scaleDownDelay: what a burst or a closed warm
+// window left behind goes, a slot between two bots of a steady stream stays. A rollout's
+// surge is its end's to remove, so nothing goes while one runs. removeIdle takes the highest
+// numbers first and never a slot bound meanwhile.
+func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
+	if s.pool.Status.Rollout != nil || s.surge > 0 || len(s.created) > 0 {
+		return nil
+	}
+	free := 0
+	for i := range s.slots {
+		if sl := &s.slots[i]; available(sl) && takesBots(sl, s.pool) {
+			free++
+		}
+	}
+	excess := free - max(s.waiting, s.warm.minIdle)
+	if excess <= 0 {
+		return nil
+	}
+	delay := s.pool.Spec.ScaleDownDelay.OrDefault(v1.DefaultScaleDownDelay)
+	now := r.Clock.Now()
+	var long []*v1.BotPoolSlot
+	for i := range s.slots {
+		sl := &s.slots[i]
+		if !removable(sl) || !takesBots(sl, s.pool) || sl.Status.PhaseSince == nil {
+			continue
+		}
+		if left := delay - now.Sub(sl.Status.PhaseSince.Time); left > 0 {
+			s.after(left) // it may go then
+			continue
+		}
+		long = append(long, sl)
+	}
+	removed, err := r.removeIdle(ctx, s.pool, long, excess)
+	if len(removed) > 0 {
+		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown",
+			"Removed %d slot(s) free for %s above minIdle %d and %d waiting bot(s): %s", len(removed), delay, s.warm.minIdle, s.waiting, abbreviate(removed))
+		ctrl.LoggerFrom(ctx).Info("Removed free slots", "count", len(removed), "minIdle", s.warm.minIdle, "waiting", s.waiting, "slots", removed)
+	}
+	return err
 }
 
 // shrink brings a pool whose maxSlots was lowered back under it (invariant 2): free Idle

@@ -29,6 +29,7 @@ const (
 	DefaultLeaveGracePeriod       = 15 * time.Second
 	DefaultMaxSkippedRecoveries   = 3
 	DefaultMaxRecoveryAttempts    = 3
+	DefaultScaleDownDelay         = 10 * time.Minute
 )
 
 // Defaults of BotPool.spec.updateStrategy, the same values the CRD defaults to.
@@ -43,6 +44,7 @@ const (
 // how many kept warm, and the timings of the slot lifecycle.
 //
 // +kubebuilder:validation:XValidation:rule="self.minIdle <= self.maxSlots",message="minIdle must not exceed maxSlots"
+// +kubebuilder:validation:XValidation:rule="!has(self.warmSchedule) || self.warmSchedule.all(w, w.minIdle <= self.maxSlots)",message="a warmSchedule window's minIdle must not exceed maxSlots"
 type BotPoolSpec struct {
 	// Platform is the meeting platform every slot of this pool serves. Bots of another
 	// platform never land here. Immutable.
@@ -81,11 +83,29 @@ type BotPoolSpec struct {
 	MaxSlots int32 `json:"maxSlots,omitempty"`
 
 	// MinIdle is how many free, warm slots the pool keeps ready. 0 creates slots only when
-	// bots wait for one.
+	// bots wait for one. A window of warmSchedule may raise it for a while (status.minIdle is
+	// the value in force); the scale subresource sets it (kubectl scale, HPA, KEDA).
 	// +optional
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	MinIdle int32 `json:"minIdle"`
+
+	// WarmSchedule raises minIdle in windows that recur on a schedule, for the load a calendar
+	// brings at the hour and the half hour: e.g. 40 ready slots from :55 to :05 every weekday
+	// hour is {schedule: "55 * * * 1-5", duration: 10m, minIdle: 40}. While windows are open
+	// the pool keeps the largest of their minIdle and spec.minIdle free (status.minIdle).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	WarmSchedule []WarmWindow `json:"warmSchedule,omitempty"`
+
+	// ScaleDownDelay is how long a free slot above what the pool needs (minIdle in force and
+	// the waiting bots) stays before the pool removes it: slots a burst or a closed warm window
+	// left behind go, a slot between two bots of a steady stream stays. The slots with the
+	// highest numbers go first, never one bound to a bot.
+	// +optional
+	// +kubebuilder:default="10m"
+	ScaleDownDelay Duration `json:"scaleDownDelay,omitempty"`
 
 	// Standby says what a free slot's container does. Stopped (the default): a free slot has
 	// no container, and every bot's start is a Coolify deployment. Running: a free slot keeps
@@ -141,6 +161,36 @@ type BotPoolSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	UpdateStrategy UpdateStrategy `json:"updateStrategy,omitempty"`
+}
+
+// WarmWindow is a recurring window of warm capacity: from each time its schedule names, for
+// duration, the pool keeps at least minIdle free slots ready.
+type WarmWindow struct {
+	// Schedule is when the window opens: a cron expression of five fields (minute hour
+	// day-of-month month day-of-week, as in a Kubernetes CronJob) or one of @hourly, @daily,
+	// @weekly, @monthly, @yearly, read in timeZone.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(hourly|daily|midnight|weekly|monthly|yearly|annually)|[^ ]+( +[^ ]+){4})$')",message="schedule must be five cron fields (minute hour day-of-month month day-of-week) such as \"55 * * * 1-5\", or @hourly, @daily, @weekly, @monthly or @yearly"
+	Schedule string `json:"schedule"`
+
+	// Duration is how long the window stays open after each time of its schedule.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('168h')",message="duration must be at most 168h"
+	Duration Duration `json:"duration"`
+
+	// TimeZone is the IANA time zone the schedule is read in, such as Europe/Berlin; UTC when
+	// unset. Daylight-saving changes follow the zone's wall clock, as a CronJob's do.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`
+	TimeZone string `json:"timeZone,omitempty"`
+
+	// MinIdle is the free, warm slots the pool keeps while the window is open.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	MinIdle int32 `json:"minIdle"`
 }
 
 // UpdateStrategy bounds how a rollout takes ready standby slots away. A pool with standby
@@ -429,6 +479,23 @@ type BotPoolStatus struct {
 	// +optional
 	Queued int32 `json:"queued,omitempty"`
 
+	// MinIdle is the minIdle in force: spec.minIdle, or more while a warmSchedule window is
+	// open. The scale subresource reports it as the pool's replicas.
+	// +optional
+	MinIdle int32 `json:"minIdle"`
+
+	// WarmWindows names the warmSchedule windows open now (their index and schedule).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	WarmWindows []string `json:"warmWindows,omitempty"`
+
+	// Selector is the label selector of the pool's slots (botpool.dev/pool=<name>), for the
+	// scale subresource: an HPA requires one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=320
+	Selector string `json:"selector,omitempty"`
+
 	// Servers shows the pool's slots on each of its servers, and on servers it no longer
 	// lists while their slots drain.
 	// +optional
@@ -664,6 +731,7 @@ type SlotCounts struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.minIdle,statuspath=.status.minIdle,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=bp;pool,categories=meetingbots
 // +kubebuilder:printcolumn:name="Platform",type=string,JSONPath=`.spec.platform`
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.maxSlots`
@@ -672,6 +740,7 @@ type SlotCounts struct {
 // +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.slots.idle`
 // +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.slots.busy`
 // +kubebuilder:printcolumn:name="Standby",type=integer,JSONPath=`.status.slots.ready`
+// +kubebuilder:printcolumn:name="MinIdle",type=integer,JSONPath=`.status.minIdle`
 // +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.queued`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1

@@ -78,8 +78,9 @@ const (
 	ReasonDeleting = "Deleting"
 	// ReasonSlotsCreated: the pool created slots (Normal Event).
 	ReasonSlotsCreated = "SlotsCreated"
-	// ReasonSlotsRemoved: the pool removed slots above maxSlots, above a server's maxSlots, or
-	// from a server that is cordoned or no longer listed (Normal Event).
+	// ReasonSlotsRemoved: the pool removed slots above maxSlots, above a server's maxSlots,
+	// from a server that is cordoned or no longer listed, or free for scaleDownDelay above the
+	// minIdle in force and the waiting bots (Normal Event).
 	ReasonSlotsRemoved = "SlotsRemoved"
 	// ReasonServersFull: the pool wants more slots, but every server is cordoned or at its
 	// maxSlots (Reconciling).
@@ -149,6 +150,9 @@ const (
 	// is pulled nowhere and no slot can be given it until one is back (Reconciling,
 	// SlotsUpdated False). Not Stalled: uncordoning or a server's return resumes it.
 	ReasonNoUsableServer = "NoUsableServer"
+	// ReasonInvalidWarmSchedule: a window of spec.warmSchedule has a schedule or time zone the
+	// manager cannot read; it is ignored, and the others apply (Stalled).
+	ReasonInvalidWarmSchedule = "InvalidWarmSchedule"
 	// ReasonUpToDate: every slot is built from the pool's current template (SlotsUpdated True).
 	ReasonUpToDate = "UpToDate"
 	// ReasonFloatingTag: the pool's imageTag is one registries move (latest, main, stable…)
