@@ -38,7 +38,8 @@
 //	template.go          the slot template and its hash (slotTemplate, secretDigest, floatingTag), rollout arithmetic (rolloutBudget)
 //
 //	pool_controller.go   BotPoolReconciler: entry, observe, connect, deletion
-//	pool_supply.go       supply, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)
+//	pool_supply.go       supply, scaleDown, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)
+//	warm_schedule.go     spec.warmSchedule read at a moment: the minIdle in force, the open windows, the next change (warmAt)
 //	pool_servers.go      a pool over several servers: slotServer, placement of new slots, drain, status.servers
 //	pool_orphans.go      deleting Coolify applications of the pool's tag that no slot owns
 //	pool_template.go     the template the pool asks for now (readTemplate), the images each server may give a slot (cachedOn, templateReady)
