@@ -225,6 +225,26 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 			want: "maxSurge must be a count >= 0 or a percent"},
 		{name: "maxSurge as a list", obj: pool(), set: map[string]any{"spec.updateStrategy.maxSurge": []any{int64(1)}},
 			want: "spec.updateStrategy.maxSurge"},
+		{name: "warm window with four cron fields", obj: pool(func(p *v1.BotPool) {
+			p.Spec.WarmSchedule = []v1.WarmWindow{{Schedule: "55 * * *", Duration: "10m", MinIdle: 1}}
+		}), want: "schedule must be five cron fields"},
+		{name: "warm window with @every", obj: pool(func(p *v1.BotPool) {
+			p.Spec.WarmSchedule = []v1.WarmWindow{{Schedule: "@every 5m", Duration: "10m", MinIdle: 1}}
+		}), want: "schedule must be five cron fields"},
+		{name: "warm window longer than a week", obj: pool(func(p *v1.BotPool) {
+			p.Spec.WarmSchedule = []v1.WarmWindow{{Schedule: "0 9 * * 1", Duration: "169h", MinIdle: 1}}
+		}), want: "duration must be at most 168h"},
+		{name: "warm window without a duration", obj: pool(), set: map[string]any{"spec.warmSchedule": []any{map[string]any{"schedule": "0 9 * * *", "minIdle": int64(1)}}},
+			want: "spec.warmSchedule[0].duration: Required value"},
+		{name: "warm window above maxSlots", obj: pool(func(p *v1.BotPool) {
+			p.Spec.MaxSlots = 5
+			p.Spec.WarmSchedule = []v1.WarmWindow{{Schedule: "0 9 * * *", Duration: "1h", MinIdle: 6}}
+		}), want: "a warmSchedule window's minIdle must not exceed maxSlots"},
+		{name: "warm window time zone with a space", obj: pool(func(p *v1.BotPool) {
+			p.Spec.WarmSchedule = []v1.WarmWindow{{Schedule: "0 9 * * *", Duration: "1h", TimeZone: "Europe/Berlin Summer", MinIdle: 1}}
+		}), want: "spec.warmSchedule[0].timeZone"},
+		{name: "negative scaleDownDelay", obj: pool(func(p *v1.BotPool) { p.Spec.ScaleDownDelay = "-1m" }),
+			want: "spec.scaleDownDelay: Invalid value"},
 
 		// BotPoolSlot
 		{name: "slot without pool", obj: slot(func(s *v1.BotPoolSlot) { s.Spec.Pool = "" }),
@@ -316,6 +336,14 @@ func TestValidObjectsAreAccepted(t *testing.T) {
 		})},
 		{name: "update strategy as percents at the bounds", obj: pool(func(p *v1.BotPool) {
 			p.Spec.UpdateStrategy = v1.UpdateStrategy{MaxUnavailable: ptr.To(intstr.FromString("0%")), MaxSurge: ptr.To(intstr.FromString("100%"))}
+		})},
+		{name: "warm windows in zones, with descriptors", obj: pool(func(p *v1.BotPool) {
+			p.Spec.MaxSlots, p.Spec.ScaleDownDelay = 50, "30m"
+			p.Spec.WarmSchedule = []v1.WarmWindow{
+				{Schedule: "55 * * * 1-5", Duration: "10m", TimeZone: "Europe/Berlin", MinIdle: 40},
+				{Schedule: "@daily", Duration: "168h", TimeZone: "America/Argentina/Buenos_Aires", MinIdle: 0},
+				{Schedule: "*/30 8-18 * * MON-FRI", Duration: "5m", TimeZone: "Etc/GMT+5", MinIdle: 50},
+			}
 		})},
 		{name: "update strategy may change", obj: pool(), update: func(o client.Object) {
 			o.(*v1.BotPool).Spec.UpdateStrategy = v1.UpdateStrategy{MaxUnavailable: ptr.To(intstr.FromString("50%")), MaxSurge: ptr.To(intstr.FromInt32(3))}
