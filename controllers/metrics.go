@@ -19,6 +19,7 @@ type Metrics struct {
 	acquire         prometheus.Histogram
 	waited          prometheus.Histogram
 	poolStandby     *prometheus.GaugeVec
+	poolMinIdle     *prometheus.GaugeVec
 	standbyLost     prometheus.Counter
 }
 
@@ -62,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "botpool_pool_standby_slots",
 		Help: "Free slots of a pool with standby Running, by the state of their container (ready: it asks for work; starting).",
 	}, []string{"namespace", "pool", "state"}))
+	m.poolMinIdle = promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "botpool_pool_min_idle",
+		Help: "The minIdle in force of a pool: spec.minIdle, or more while a warmSchedule window is open.",
+	}, []string{"namespace", "pool"}))
 	m.standbyLost = promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "botpool_standby_lost_total",
 		Help: "Standby containers that stopped asking for work (crashed, restarting, unreachable) and were replaced.",
@@ -85,6 +90,7 @@ func (m *Metrics) observePool(p *v1.BotPool) {
 	m.poolQueued.WithLabelValues(p.Namespace, p.Name).Set(float64(p.Status.Queued))
 	m.poolStandby.WithLabelValues(p.Namespace, p.Name, "ready").Set(float64(c.Ready))
 	m.poolStandby.WithLabelValues(p.Namespace, p.Name, "starting").Set(float64(c.Starting))
+	m.poolMinIdle.WithLabelValues(p.Namespace, p.Name).Set(float64(p.Status.MinIdle))
 }
 
 func (m *Metrics) forgetPool(namespace, name string) {
@@ -92,6 +98,7 @@ func (m *Metrics) forgetPool(namespace, name string) {
 	m.poolSlots.DeletePartialMatch(labels)
 	m.poolQueued.DeletePartialMatch(labels)
 	m.poolStandby.DeletePartialMatch(labels)
+	m.poolMinIdle.DeletePartialMatch(labels)
 }
 
 func (m *Metrics) slotTransition(from, to, reason string) {
