@@ -198,11 +198,13 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 		// A slot that failed maxRecoveryAttempts times is retired on its own record, without
 		// reading Coolify; while every Coolify call fails, that record cannot grow (below).
 		// A pool above a lowered maxSlots deletes free slots, also without reading Coolify, and
-		// so does one draining a server (cordoned, unlisted, or above its maxSlots).
+		// so does one draining a server (cordoned, unlisted, or above its maxSlots), and one
+		// scaling down a slot free for scaleDownDelay above its need.
 		pool := w.pool(o.Spec.Pool)
 		retired := o.Status.Phase == v1.SlotError && o.Status.RecoveryAttempts >= pool.Spec.Timing.MaxRecoveryAttempts
+		freeLong := o.Status.PhaseSince != nil && now.Sub(o.Status.PhaseSince.Time) >= pool.Spec.ScaleDownDelay.OrDefault(v1.DefaultScaleDownDelay)
 		shrunk := o.Status.Phase == v1.SlotIdle && o.Spec.BotRef == nil &&
-			(w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots) || w.drains(o, pool))
+			(w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots) || w.drains(o, pool) || freeLong)
 		if w.faults.coolifyDown() && !retired && !shrunk && !w.byHand {
 			w.violate("invariant 9: slot %s (%s, %d recoveries) was deleted while every Coolify call fails (%s)",
 				o.Name, o.Status.Phase, o.Status.RecoveryAttempts, w.faults.coolify)
