@@ -58,6 +58,7 @@ type BotPoolReconciler struct {
 
 	envDigests envDigests
 	pullPolls  pullPolls
+	zones      zoneCache
 }
 
 // tag is the Coolify tag of the pool's applications created by this cluster.
@@ -123,7 +124,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	if err := addFinalizer(ctx, r.Client, pool, poolFinalizer); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	s := &poolScope{pool: pool, images: imagesOf(pool), warm: warmAt(pool.Spec, r.Clock.Now())}
+	s := &poolScope{pool: pool, images: imagesOf(pool), warm: warmAt(pool.Spec, r.Clock.Now(), &r.zones)}
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -166,7 +167,8 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	}
 	s.after(min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck)))
 	if !s.warm.next.IsZero() {
-		s.after(s.warm.next.Sub(r.Clock.Now())) // a window opens or closes
+		// A window opens or closes; a pass that runs past the moment looks again at once.
+		s.after(max(s.warm.next.Sub(r.Clock.Now()), time.Millisecond))
 	}
 	if s.pool.Spec.SlotEnvFrom != nil {
 		s.after(templateRecheck) // the Secret is read, not watched

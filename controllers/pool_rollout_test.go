@@ -222,7 +222,7 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 			slots = list.Items
 			tmpl := poolTemplate(tt.pool, "", "")
 			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
-			s := &poolScope{pool: tt.pool, slots: slots, template: &tmpl, images: imagesOf(tt.pool), warm: warmAt(tt.pool.Spec, now)}
+			s := &poolScope{pool: tt.pool, slots: slots, template: &tmpl, images: imagesOf(tt.pool), warm: warmAt(tt.pool.Spec, now, nil)}
 			if err := r.rollout(ctx, s); err != nil {
 				t.Fatal(err)
 			}
@@ -327,7 +327,7 @@ func (rp *standbyRollout) pass(t *testing.T, slots ...*v1.BotPoolSlot) []v1.BotP
 		t.Fatal(err)
 	}
 	r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(rp.now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
-	s := &poolScope{pool: rp.pool, slots: list.Items, template: &rp.tmpl, images: imagesOf(rp.pool), warm: warmAt(rp.pool.Spec, rp.now)}
+	s := &poolScope{pool: rp.pool, slots: list.Items, template: &rp.tmpl, images: imagesOf(rp.pool), warm: warmAt(rp.pool.Spec, rp.now, nil)}
 	if err := r.rollout(ctx, s); err != nil {
 		t.Fatal(err)
 	}

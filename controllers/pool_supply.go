@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -121,44 +122,60 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 	return nil
 }
 
-// scaleDown removes the free slots above what the pool needs (the minIdle in force and its
-// waiting bots) once each has been free for scaleDownDelay: what a burst or a closed warm
-// window left behind goes, a slot between two bots of a steady stream stays. A rollout's
-// surge is its end's to remove, so nothing goes while one runs. removeIdle takes the highest
-// numbers first and never a slot bound meanwhile.
+// scaleDown removes what the pool holds above its need (the minIdle in force, the minIdle of
+// windows opening within scaleDownDelay, and its waiting bots) once that surplus has lasted
+// scaleDownDelay (status.surplusSince): what a burst or a closed warm window left behind goes,
+// a slot between two bots of a steady stream stays. It waits while slots are being created
+// (the pool is growing) and while a rollout runs (its end removes its own surge). Slots whose
+// standby container is not Ready go first, then the highest numbers; removeIdle never takes a
+// slot bound meanwhile.
 func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
-	if s.pool.Status.Rollout != nil || s.surge > 0 || len(s.created) > 0 {
-		return nil
-	}
-	free := 0
+	free, growing := 0, len(s.created) > 0
 	for i := range s.slots {
 		if sl := &s.slots[i]; available(sl) && takesBots(sl, s.pool) {
 			free++
+			growing = growing || sl.Status.Phase == "" || sl.Status.Phase == v1.SlotCreating
 		}
 	}
-	excess := free - max(s.waiting, s.warm.minIdle)
-	if excess <= 0 {
+	need := max(s.waiting, s.warm.soon)
+	surplus := free - need
+	if surplus <= 0 {
+		s.pool.Status.SurplusSince = nil
+		return nil
+	}
+	now := r.Clock.Now()
+	if s.pool.Status.SurplusSince == nil {
+		s.pool.Status.SurplusSince = &metav1.Time{Time: now}
+	}
+	if growing || s.pool.Status.Rollout != nil || s.surge > 0 {
 		return nil
 	}
 	delay := s.pool.Spec.ScaleDownDelay.OrDefault(v1.DefaultScaleDownDelay)
-	now := r.Clock.Now()
-	var long []*v1.BotPoolSlot
-	for i := range s.slots {
-		sl := &s.slots[i]
-		if !removable(sl) || !takesBots(sl, s.pool) || sl.Status.PhaseSince == nil {
-			continue
-		}
-		if left := delay - now.Sub(sl.Status.PhaseSince.Time); left > 0 {
-			s.after(left) // it may go then
-			continue
-		}
-		long = append(long, sl)
+	if left := delay - now.Sub(s.pool.Status.SurplusSince.Time); left > 0 {
+		s.after(left)
+		return nil
 	}
-	removed, err := r.removeIdle(ctx, s.pool, long, excess)
+	var cold, ready []*v1.BotPoolSlot
+	for i := range s.slots {
+		if sl := &s.slots[i]; takesBots(sl, s.pool) {
+			if s.pool.Spec.Standby.Running() && sl.Status.Standby != v1.StandbyReady {
+				cold = append(cold, sl)
+			} else {
+				ready = append(ready, sl)
+			}
+		}
+	}
+	removed, err := r.removeIdle(ctx, s.pool, cold, surplus)
+	if err == nil && len(removed) < surplus {
+		var more []string
+		more, err = r.removeIdle(ctx, s.pool, ready, surplus-len(removed))
+		removed = append(removed, more...)
+	}
 	if len(removed) > 0 {
 		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown",
-			"Removed %d slot(s) free for %s above minIdle %d and %d waiting bot(s): %s", len(removed), delay, s.warm.minIdle, s.waiting, abbreviate(removed))
-		ctrl.LoggerFrom(ctx).Info("Removed free slots", "count", len(removed), "minIdle", s.warm.minIdle, "waiting", s.waiting, "slots", removed)
+			"Removed %d slot(s): the pool held %d free for %s above its need of %d (minIdle in force %d, %d waiting bot(s)): %s",
+			len(removed), surplus, delay, need, s.warm.minIdle, s.waiting, abbreviate(removed))
+		ctrl.LoggerFrom(ctx).Info("Removed surplus free slots", "count", len(removed), "need", need, "slots", removed)
 	}
 	return err
 }
@@ -200,6 +217,8 @@ func (r *BotPoolReconciler) removeIdle(ctx context.Context, pool *v1.BotPool, sl
 		switch {
 		case err == nil:
 			removed = append(removed, sl.Name)
+			// The pass's later steps (drain, scaleDown, the status) must not count it again.
+			sl.DeletionTimestamp = &metav1.Time{Time: r.Clock.Now()}
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		default:
 			return removed, fmt.Errorf("deleting slot %s: %w", sl.Name, err)

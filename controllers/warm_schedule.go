@@ -15,6 +15,9 @@ import (
 type warmState struct {
 	// minIdle is the minIdle in force: the largest of spec.minIdle and the open windows'.
 	minIdle int
+	// soon is the largest minIdle of the windows that open within scaleDownDelay: the scale-down
+	// keeps that many, so a window's slots are not removed just before the next one opens.
+	soon int
 	// open names the open windows, as status.warmWindows shows them.
 	open []string
 	// next is the first time after now at which a window opens or closes; zero when none
@@ -28,10 +31,11 @@ type warmState struct {
 // warmAt evaluates the pool's warmSchedule at now. A window is open from each time its schedule
 // names (in its time zone) for its duration; a window whose next opening comes before its last
 // one closed stays open through both. Windows that cannot be read are left out and named.
-func warmAt(spec v1.BotPoolSpec, now time.Time) warmState {
+func warmAt(spec v1.BotPoolSpec, now time.Time, zones *zoneCache) warmState {
 	w := warmState{minIdle: int(spec.MinIdle)}
+	horizon := spec.ScaleDownDelay.OrDefault(v1.DefaultScaleDownDelay)
 	for i, win := range spec.WarmSchedule {
-		sched, err := parseWarmSchedule(win.Schedule, win.TimeZone)
+		sched, err := parseWarmSchedule(win.Schedule, win.TimeZone, zones)
 		if err != nil {
 			w.invalid = append(w.invalid, fmt.Sprintf("warmSchedule[%d]: %v", i, err))
 			continue
@@ -48,8 +52,18 @@ func warmAt(spec v1.BotPoolSpec, now time.Time) warmState {
 			w.next = earliestTime(w.next, closes)
 			continue
 		}
-		w.next = earliestTime(w.next, sched.Next(now))
+		opens := sched.Next(now)
+		if opens.IsZero() {
+			// "0 0 30 2 *": the CRD cannot tell; the library looks five years ahead for it.
+			w.invalid = append(w.invalid, fmt.Sprintf("warmSchedule[%d]: schedule %q never comes", i, win.Schedule))
+			continue
+		}
+		if !opens.After(now.Add(horizon)) {
+			w.soon = max(w.soon, int(win.MinIdle))
+		}
+		w.next = earliestTime(w.next, opens)
 	}
+	w.soon = max(w.soon, w.minIdle)
 	return w
 }
 
@@ -92,17 +106,18 @@ func zoneName(tz string) string {
 // warmParser reads what a CronJob's schedule takes: five fields or a descriptor.
 var warmParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// zones caches time.LoadLocation, which reads the zone database on every call.
-var zones sync.Map // name → *time.Location
+// zoneCache keeps what time.LoadLocation read (it reads the zone database on every call), per
+// reconciler; the zero value is ready, and a nil one caches nothing.
+type zoneCache struct{ m sync.Map } // name → *time.Location
 
 // parseWarmSchedule reads a window's schedule in its time zone. The zone is spec.timeZone
 // only: a TZ= or CRON_TZ= prefix and @every are refused, as a CronJob refuses them.
-func parseWarmSchedule(schedule, tz string) (*cron.SpecSchedule, error) {
+func parseWarmSchedule(schedule, tz string, zones *zoneCache) (*cron.SpecSchedule, error) {
 	s := strings.TrimSpace(schedule)
 	if strings.Contains(s, "=") || strings.HasPrefix(s, "@every") {
 		return nil, fmt.Errorf("schedule %q: set the zone in timeZone, and name times (no @every)", schedule)
 	}
-	loc, err := loadZone(zoneName(tz))
+	loc, err := zones.load(zoneName(tz))
 	if err != nil {
 		return nil, err
 	}
@@ -118,14 +133,21 @@ func parseWarmSchedule(schedule, tz string) (*cron.SpecSchedule, error) {
 	return spec, nil
 }
 
-func loadZone(name string) (*time.Location, error) {
-	if loc, ok := zones.Load(name); ok {
-		return loc.(*time.Location), nil
+func (z *zoneCache) load(name string) (*time.Location, error) {
+	if z != nil {
+		if loc, ok := z.m.Load(name); ok {
+			return loc.(*time.Location), nil
+		}
+	}
+	if name == "Local" {
+		return nil, fmt.Errorf("timeZone %q would be the manager's own zone: name one", name)
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
 		return nil, fmt.Errorf("timeZone %q is not a time zone the manager knows: %w", name, err)
 	}
-	zones.Store(name, loc)
+	if z != nil {
+		z.m.Store(name, loc) // only zones that exist: a tenant's made-up names are not kept
+	}
 	return loc, nil
 }

@@ -17,9 +17,8 @@ import (
 
 // TestWarmWindowOpensAndCloses: a pool with a daily window opening in five minutes keeps
 // spec.minIdle free slots until then, the window's minIdle while it is open (status.minIdle
-// and warmWindows say so), and after it closes removes the slots above spec.minIdle once they
-// have been free for scaleDownDelay. The clock is stepped to the window's edges: the pool
-// asked to look again at each.
+// and warmWindows say so), and after it closes keeps the slots above spec.minIdle for
+// scaleDownDelay (status.surplusSince), then removes them. The clock is set to each edge.
 func TestWarmWindowOpensAndCloses(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
@@ -45,10 +44,16 @@ func TestWarmWindowOpensAndCloses(t *testing.T) {
 		return p.Status.MinIdle == 3 && len(p.Status.WarmWindows) == 1 && p.Status.Slots != nil && p.Status.Slots.Idle == 3
 	})
 
-	// Closed, and the slots it added have been free for longer than scaleDownDelay.
-	clk.SetTime(opens.Add(10 * time.Minute))
-	waitPool(t, key, "back to spec.minIdle after the window, its slots removed", func(p *v1.BotPool) bool {
-		return p.Status.MinIdle == 1 && len(p.Status.WarmWindows) == 0 && len(listLiveSlots(t, ns)) == 1
+	// Closed: the two slots above spec.minIdle are a surplus from now, kept for scaleDownDelay.
+	closes := opens.Add(10 * time.Minute)
+	clk.SetTime(closes)
+	waitPool(t, key, "back to spec.minIdle, the surplus recorded and kept", func(p *v1.BotPool) bool {
+		return p.Status.MinIdle == 1 && len(p.Status.WarmWindows) == 0 && p.Status.SurplusSince != nil &&
+			p.Status.SurplusSince.Time.Equal(closes) && len(listLiveSlots(t, ns)) == 3
+	})
+	clk.SetTime(closes.Add(2 * time.Minute))
+	waitPool(t, key, "the surplus removed after scaleDownDelay", func(p *v1.BotPool) bool {
+		return p.Status.SurplusSince == nil && len(listLiveSlots(t, ns)) == 1
 	})
 }
 

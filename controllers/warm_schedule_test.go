@@ -80,12 +80,16 @@ func TestWarmAt(t *testing.T) {
 			now:     utc("2026-11-27T14:00:00Z"), want: 40, open: []int{1}, next: "2026-11-27T14:05:00Z", invalid: "warmSchedule[0]: schedule \"61 * * * *\""},
 		{name: "a zone that does not exist", windows: []v1.WarmWindow{win("0 9 * * *", "1h", "Mars/Olympus", 9)},
 			now: utc("2026-11-27T09:30:00Z"), want: 0, invalid: "timeZone \"Mars/Olympus\""},
+		{name: "a schedule that never comes is named", windows: []v1.WarmWindow{win("0 0 30 2 *", "1h", "", 9)},
+			now: utc("2026-11-27T09:30:00Z"), want: 0, invalid: "never comes"},
+		{name: "Local is refused: it would be the manager's zone", windows: []v1.WarmWindow{win("0 9 * * *", "1h", "Local", 9)},
+			now: utc("2026-11-27T09:30:00Z"), want: 0, invalid: "manager's own zone"},
 		{name: "a zone in the schedule is refused (timeZone says it)", windows: []v1.WarmWindow{win("CRON_TZ=UTC 0 9 * * *", "1h", "", 9)},
 			now: utc("2026-11-27T09:30:00Z"), want: 0, invalid: "set the zone in timeZone"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := warmAt(v1.BotPoolSpec{MinIdle: tt.minIdle, WarmSchedule: tt.windows}, tt.now)
+			w := warmAt(v1.BotPoolSpec{MinIdle: tt.minIdle, WarmSchedule: tt.windows}, tt.now, nil)
 			if w.minIdle != tt.want {
 				t.Errorf("minIdle %d, want %d", w.minIdle, tt.want)
 			}
@@ -114,78 +118,130 @@ func TestWarmAt(t *testing.T) {
 	}
 }
 
-// TestScaleDownInOnePass: the pool removes free slots above the minIdle in force and its
-// waiting bots once they have been free for scaleDownDelay, highest numbers first, and looks
-// again when the next one will have been; it removes nothing while a rollout runs, nothing
-// bound, and leaves a cordoned server's slots to its drain.
+// TestWarmSoon: the scale-down keeps the minIdle of a window that opens within scaleDownDelay,
+// so the slots of one window are not removed just before the next opens.
+func TestWarmSoon(t *testing.T) {
+	now := time.Date(2026, 11, 27, 14, 10, 0, 0, time.UTC) // a Friday
+	spec := v1.BotPoolSpec{MinIdle: 2, WarmSchedule: []v1.WarmWindow{{Schedule: "55 * * * 1-5", Duration: "10m", MinIdle: 40}}}
+	for _, tt := range []struct {
+		delay v1.Duration
+		soon  int
+	}{{"", 2}, {"45m", 40}, {"44m", 2}} {
+		spec.ScaleDownDelay = tt.delay
+		if w := warmAt(spec, now, nil); w.soon != tt.soon || w.minIdle != 2 {
+			t.Errorf("scaleDownDelay %q: soon %d, minIdle %d; want %d, 2", tt.delay, w.soon, w.minIdle, tt.soon)
+		}
+	}
+}
+
+// TestScaleDownInOnePass: the pool removes what it holds above its need (the minIdle in force,
+// that of a window opening soon, its waiting bots) once the surplus has lasted scaleDownDelay
+// (status.surplusSince, recorded when first seen, cleared when gone), standby slots not Ready
+// first, then the highest numbers; nothing while a rollout runs or slots are being created,
+// nothing bound, and a cordoned server's slots are its drain's. Slots a shrink removed earlier
+// in the pass are not counted again.
 func TestScaleDownInOnePass(t *testing.T) {
 	now := time.Date(2026, 11, 27, 14, 30, 0, 0, time.UTC)
-	pool := func() *bt.PoolWrapper {
-		return bt.MakePool("ns", "pool").Image("bot", "2").Servers("a", "b").MinIdle(2).MaxSlots(10)
+	ago := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: now.Add(-d)} }
+	pool := func(surplusFor time.Duration) *bt.PoolWrapper {
+		w := bt.MakePool("ns", "pool").Image("bot", "2").Servers("a", "b").MinIdle(2).MaxSlots(10)
+		if surplusFor > 0 {
+			w.Obj().Status.SurplusSince = ago(surplusFor)
+		}
+		return w
 	}
-	idle := func(n int, server string, freeFor time.Duration) *v1.BotPoolSlot {
+	idle := func(n int, server string) *bt.SlotWrapper {
 		return bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", n), "pool").Server(server).App(fmt.Sprintf("app-%d", n)).
-			Phase(v1.SlotIdle).Since(now.Add(-freeFor)).Obj()
+			Phase(v1.SlotIdle).Since(now.Add(-time.Hour))
 	}
-	long, short := 11*time.Minute, 9*time.Minute
+	four := func() []*v1.BotPoolSlot {
+		return []*v1.BotPoolSlot{idle(1, "a").Obj(), idle(2, "b").Obj(), idle(3, "a").Obj(), idle(4, "b").Obj()}
+	}
+	long := 11 * time.Minute
 	tests := []struct {
-		name    string
-		pool    *v1.BotPool
-		warm    warmState
-		waiting int
-		slots   []*v1.BotPoolSlot
-		left    []int         // slot numbers left after the pass
-		requeue time.Duration // 0: none asked
+		name        string
+		pool        *v1.BotPool
+		warm        *warmState
+		waiting     int
+		slots       []*v1.BotPoolSlot
+		shrinkFirst bool          // supply (its shrink above maxSlots) runs first in the pass
+		left        []int         // slot numbers left after the pass
+		requeue     time.Duration // 0: none asked
+		since       *metav1.Time  // status.surplusSince after the pass
 	}{{
-		name:  "free for scaleDownDelay above minIdle: the highest numbers go",
-		pool:  pool().Obj(),
-		slots: []*v1.BotPoolSlot{idle(1, "a", long), idle(2, "b", long), idle(3, "a", long), idle(4, "b", long)},
+		name:  "a surplus that lasted scaleDownDelay: the highest numbers go",
+		pool:  pool(long).Obj(),
+		slots: four(),
+		left:  []int{1, 2}, since: ago(long),
+	}, {
+		name:  "a surplus first seen: recorded, nothing removed yet",
+		pool:  pool(0).Obj(),
+		slots: four(),
+		left:  []int{1, 2, 3, 4}, requeue: v1.DefaultScaleDownDelay, since: ago(0),
+	}, {
+		name:  "a surplus not yet as old as scaleDownDelay: the pool looks again when it is",
+		pool:  pool(9 * time.Minute).Obj(),
+		slots: four(),
+		left:  []int{1, 2, 3, 4}, requeue: time.Minute, since: ago(9 * time.Minute),
+	}, {
+		name:  "no surplus: the record goes",
+		pool:  pool(long).Obj(),
+		slots: four()[:2],
 		left:  []int{1, 2},
 	}, {
-		name:    "not free long enough: they stay, and the pool looks again when they have been",
-		pool:    pool().Obj(),
-		slots:   []*v1.BotPoolSlot{idle(1, "a", short), idle(2, "b", short), idle(3, "a", short), idle(4, "b", short-time.Minute)},
-		left:    []int{1, 2, 3, 4},
-		requeue: time.Minute,
-	}, {
-		name:    "only the long-free ones go, the highest numbers of them first",
-		pool:    pool().Obj(),
-		slots:   []*v1.BotPoolSlot{idle(1, "a", long), idle(2, "b", long), idle(3, "a", long), idle(4, "b", short)},
-		left:    []int{1, 4},
-		requeue: time.Minute,
-	}, {
 		name:    "waiting bots count as need",
-		pool:    pool().Obj(),
+		pool:    pool(long).Obj(),
 		waiting: 3,
-		slots:   []*v1.BotPoolSlot{idle(1, "a", long), idle(2, "b", long), idle(3, "a", long), idle(4, "b", long)},
-		left:    []int{1, 2, 3},
+		slots:   four(),
+		left:    []int{1, 2, 3}, since: ago(long),
 	}, {
-		name:  "an open warm window's minIdle counts",
-		pool:  pool().Obj(),
-		warm:  warmState{minIdle: 4},
-		slots: []*v1.BotPoolSlot{idle(1, "a", long), idle(2, "b", long), idle(3, "a", long), idle(4, "b", long)},
+		name:  "an open window's minIdle counts",
+		pool:  pool(long).Obj(),
+		warm:  &warmState{minIdle: 4, soon: 4},
+		slots: four(),
 		left:  []int{1, 2, 3, 4},
 	}, {
-		name: "a shorter scaleDownDelay",
-		pool: func() *v1.BotPool { p := pool().Obj(); p.Spec.ScaleDownDelay = "5m"; return p }(),
-		slots: []*v1.BotPoolSlot{idle(1, "a", long), idle(2, "b", long), idle(3, "a", 6*time.Minute),
-			bt.MakeSlot("ns", "pool-zoom-004", "pool").Server("b").App("app-4").Phase(v1.SlotBusy).BoundTo("bot", "uid").Since(now.Add(-time.Hour)).Obj()},
-		left: []int{1, 2, 4},
+		name:  "so does that of a window opening within scaleDownDelay",
+		pool:  pool(long).Obj(),
+		warm:  &warmState{minIdle: 2, soon: 3},
+		slots: four(),
+		left:  []int{1, 2, 3}, since: ago(long),
 	}, {
 		name: "nothing while a rollout runs: its end removes its surge",
 		pool: func() *v1.BotPool {
-			p := pool().Obj()
+			p := pool(long).Obj()
 			p.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now), BaseSlots: 2}
 			return p
 		}(),
-		slots: []*v1.BotPoolSlot{idle(1, "a", long), idle(2, "b", long), idle(3, "a", long)},
-		left:  []int{1, 2, 3},
+		slots: four(),
+		left:  []int{1, 2, 3, 4}, since: ago(long),
 	}, {
-		name: "a cordoned server's slots are its drain's, and count for nothing",
-		pool: func() *v1.BotPool { p := pool().Obj(); p.Spec.Coolify.Servers[1].Cordoned = true; return p }(),
-		slots: []*v1.BotPoolSlot{idle(1, "a", long), idle(2, "b", long), idle(3, "a", long), idle(4, "b", long),
-			idle(5, "a", long)},
-		left: []int{1, 2, 3, 4},
+		name:  "nothing while the pool grows (a slot is being created)",
+		pool:  pool(long).Obj(),
+		slots: append(four(), idle(5, "a").Phase(v1.SlotCreating).Obj()),
+		left:  []int{1, 2, 3, 4, 5}, since: ago(long),
+	}, {
+		name:  "never a bound slot",
+		pool:  pool(long).Obj(),
+		slots: []*v1.BotPoolSlot{idle(1, "a").Obj(), idle(2, "b").Obj(), idle(3, "a").Obj(), idle(4, "b").Phase(v1.SlotBusy).BoundTo("bot", "uid").Obj()},
+		left:  []int{1, 2, 4}, since: ago(long),
+	}, {
+		name:  "a cordoned server's slots are its drain's, and count for nothing",
+		pool:  func() *v1.BotPool { p := pool(long).Obj(); p.Spec.Coolify.Servers[1].Cordoned = true; return p }(),
+		slots: append(four(), idle(5, "a").Obj()),
+		left:  []int{1, 2, 3, 4}, since: ago(long),
+	}, {
+		name: "standby: the slots whose container is not Ready go first, whatever their numbers",
+		pool: func() *v1.BotPool { p := pool(long).Standby(v1.StandbyRunning).Obj(); return p }(),
+		slots: []*v1.BotPoolSlot{idle(1, "a").Standby(v1.StandbyStarting, now).Obj(), idle(2, "b").Standby(v1.StandbyReady, now).Obj(),
+			idle(3, "a").Standby(v1.StandbyReady, now).Obj(), idle(4, "b").Standby(v1.StandbyReady, now).Obj()},
+		left: []int{2, 3}, since: ago(long),
+	}, {
+		name:        "a shrink above a lowered maxSlots in the same pass is not counted again",
+		pool:        func() *v1.BotPool { p := pool(long).Obj(); p.Spec.MaxSlots = 4; return p }(),
+		slots:       append(four(), idle(5, "a").Obj()),
+		shrinkFirst: true,
+		left:        []int{1, 2}, since: ago(long),
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,11 +255,17 @@ func TestScaleDownInOnePass(t *testing.T) {
 			if err := c.List(ctx, &list); err != nil {
 				t.Fatal(err)
 			}
-			if tt.warm.minIdle == 0 {
-				tt.warm.minIdle = int(tt.pool.Spec.MinIdle)
+			warm := warmState{minIdle: int(tt.pool.Spec.MinIdle), soon: int(tt.pool.Spec.MinIdle)}
+			if tt.warm != nil {
+				warm = *tt.warm
 			}
 			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
-			s := &poolScope{pool: tt.pool, slots: list.Items, waiting: tt.waiting, warm: tt.warm}
+			s := &poolScope{pool: tt.pool, slots: list.Items, waiting: tt.waiting, warm: warm}
+			if tt.shrinkFirst {
+				if err := r.supply(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err := r.scaleDown(ctx, s); err != nil {
 				t.Fatal(err)
 			}
@@ -223,6 +285,9 @@ func TestScaleDownInOnePass(t *testing.T) {
 			if s.requeue != tt.requeue {
 				t.Errorf("next look in %v, want %v", s.requeue, tt.requeue)
 			}
+			if got := tt.pool.Status.SurplusSince; (got == nil) != (tt.since == nil) || got != nil && !got.Equal(tt.since) {
+				t.Errorf("surplusSince %v, want %v", got, tt.since)
+			}
 		})
 	}
 }
@@ -238,7 +303,7 @@ func TestPoolStatusShowsTheMinIdleInForce(t *testing.T) {
 		{Schedule: "0 9 * * *", Duration: "1h", TimeZone: "Atlantis/Capital", MinIdle: 90},
 	}
 	tmpl := poolTemplate(p, "", "")
-	s := &poolScope{pool: p, template: &tmpl, images: imagesOf(p), warm: warmAt(p.Spec, now)}
+	s := &poolScope{pool: p, template: &tmpl, images: imagesOf(p), warm: warmAt(p.Spec, now, nil)}
 	setPoolStatus(s, now, true)
 	if p.Status.MinIdle != 40 || !slices.Equal(p.Status.WarmWindows, []string{`0: "55 * * * 1-5" in UTC`}) || p.Status.Selector != "botpool.dev/pool=pool" {
 		t.Errorf("status minIdle %d, warmWindows %q, selector %q", p.Status.MinIdle, p.Status.WarmWindows, p.Status.Selector)

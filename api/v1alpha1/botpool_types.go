@@ -99,10 +99,12 @@ type BotPoolSpec struct {
 	// +listType=atomic
 	WarmSchedule []WarmWindow `json:"warmSchedule,omitempty"`
 
-	// ScaleDownDelay is how long a free slot above what the pool needs (minIdle in force and
-	// the waiting bots) stays before the pool removes it: slots a burst or a closed warm window
-	// left behind go, a slot between two bots of a steady stream stays. The slots with the
-	// highest numbers go first, never one bound to a bot.
+	// ScaleDownDelay is how long the pool holds more free slots than it needs (the minIdle in
+	// force, that of windows opening within this delay, and the waiting bots) before it removes
+	// the surplus: what a burst or a closed warm window left behind goes, a slot between two
+	// bots of a steady stream stays. Slots whose standby container is not ready go first, then
+	// the highest numbers, never one bound to a bot. Longer than the gap between two warm
+	// windows keeps their slots from one to the next.
 	// +optional
 	// +kubebuilder:default="10m"
 	ScaleDownDelay Duration `json:"scaleDownDelay,omitempty"`
@@ -175,9 +177,9 @@ type WarmWindow struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(hourly|daily|midnight|weekly|monthly|yearly|annually)|[^ ]+( +[^ ]+){4})$')",message="schedule must be five cron fields (minute hour day-of-month month day-of-week) such as \"55 * * * 1-5\", or @hourly, @daily, @weekly, @monthly or @yearly"
 	Schedule string `json:"schedule"`
 
-	// Duration is how long the window stays open after each time of its schedule.
+	// Duration is how long the window stays open after each time of its schedule: 1m to 168h.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('168h')",message="duration must be at most 168h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('1m') && duration(self) <= duration('168h'))",message="duration must be from 1m to 168h"
 	Duration Duration `json:"duration"`
 
 	// TimeZone is the IANA time zone the schedule is read in, such as Europe/Berlin; UTC when
@@ -185,6 +187,7 @@ type WarmWindow struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`
+	// +kubebuilder:validation:XValidation:rule="self != 'Local'",message="timeZone must name a zone; Local would be the manager's own"
 	TimeZone string `json:"timeZone,omitempty"`
 
 	// MinIdle is the free, warm slots the pool keeps while the window is open.
@@ -483,6 +486,13 @@ type BotPoolStatus struct {
 	// open. The scale subresource reports it as the pool's replicas.
 	// +optional
 	MinIdle int32 `json:"minIdle"`
+
+	// SurplusSince is when the pool last began to hold more free slots than it needs (the
+	// minIdle in force, windows opening within scaleDownDelay, and the waiting bots); the
+	// surplus is removed once it has lasted scaleDownDelay. Unset while there is none.
+	// Written by the pool controller only.
+	// +optional
+	SurplusSince *metav1.Time `json:"surplusSince,omitempty"`
 
 	// WarmWindows names the warmSchedule windows open now (their index and schedule).
 	// +optional

@@ -325,6 +325,10 @@ func (in *BotPoolStatus) DeepCopyInto(out *BotPoolStatus) {
 		*out = new(SlotCounts)
 		**out = **in
 	}
+	if in.SurplusSince != nil {
+		in, out := &in.SurplusSince, &out.SurplusSince
+		*out = (*in).DeepCopy()
+	}
 	if in.WarmWindows != nil {
 		in, out := &in.WarmWindows, &out.WarmWindows
 		*out = make([]string, len(*in))

@@ -202,9 +202,8 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 		// scaling down a slot free for scaleDownDelay above its need.
 		pool := w.pool(o.Spec.Pool)
 		retired := o.Status.Phase == v1.SlotError && o.Status.RecoveryAttempts >= pool.Spec.Timing.MaxRecoveryAttempts
-		freeLong := o.Status.PhaseSince != nil && now.Sub(o.Status.PhaseSince.Time) >= pool.Spec.ScaleDownDelay.OrDefault(v1.DefaultScaleDownDelay)
 		shrunk := o.Status.Phase == v1.SlotIdle && o.Spec.BotRef == nil &&
-			(w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots) || w.drains(o, pool) || freeLong)
+			(w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots) || w.drains(o, pool) || w.surplus(pool, o.Name))
 		if w.faults.coolifyDown() && !retired && !shrunk && !w.byHand {
 			w.violate("invariant 9: slot %s (%s, %d recoveries) was deleted while every Coolify call fails (%s)",
 				o.Name, o.Status.Phase, o.Status.RecoveryAttempts, w.faults.coolify)
@@ -705,4 +704,25 @@ func (w *world) slotDeployments() []sim.DeploymentInfo {
 		}
 	}
 	return out
+}
+
+// surplus reports whether the pool, without the slot named, still holds free slots for its
+// need: its minIdle (the model's pools have no warm windows) and its waiting bots. A scale-down
+// removes only such a slot. It runs in onWrite, under the API server's lock: it reads the
+// stored objects directly.
+func (w *world) surplus(pool *v1.BotPool, without string) bool {
+	free, waiting := 0, 0
+	for _, o := range w.api.truth.list(kindSlot) {
+		sl := o.(*v1.BotPoolSlot)
+		if sl.Spec.Pool == pool.Name && sl.Name != without && sl.DeletionTimestamp.IsZero() && sl.Spec.BotRef == nil &&
+			(sl.Status.Phase == v1.SlotIdle || sl.Status.Phase == v1.SlotCreating || sl.Status.Phase == "" || sl.Status.Phase == v1.SlotReleasing) {
+			free++
+		}
+	}
+	for _, o := range w.api.truth.list(kindBot) {
+		if b := o.(*v1.Bot); b.Status.Pool == pool.Name && b.Status.Phase == v1.BotQueued {
+			waiting++
+		}
+	}
+	return free >= max(int(pool.Spec.MinIdle), waiting)
 }
