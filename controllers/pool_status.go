@@ -107,7 +107,7 @@ func stalledMessage(s *poolScope) string {
 		return "The token in Secret " + secret + " lacks an ability: botpool needs read, write and deploy"
 	case v1.ReasonCoolifyInstanceChanged:
 		return fmt.Sprintf("Secret %s now names another Coolify instance than the one holding %d of this pool's applications: "+
-			"restore its url; to move the pool, delete it (or scale it to zero) with the old url in place, then switch. "+
+			"restore its url; to move the pool, delete it (or its slots) with the old url in place, then switch. "+
 			"Annotate the pool with %s=true to let the old applications go", secret, s.moved, AnnotationOrphanApplication)
 	case v1.ReasonRequestRefused:
 		return "Coolify refused the operator's request as invalid (400/422); see the manager's log for the error"
