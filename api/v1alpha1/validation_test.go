@@ -233,7 +233,13 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		}), want: "schedule must be five cron fields"},
 		{name: "warm window longer than a week", obj: pool(func(p *v1.BotPool) {
 			p.Spec.WarmSchedule = []v1.WarmWindow{{Schedule: "0 9 * * 1", Duration: "169h", MinIdle: 1}}
-		}), want: "duration must be at most 168h"},
+		}), want: "duration must be from 1m to 168h"},
+		{name: "warm window shorter than a minute", obj: pool(func(p *v1.BotPool) {
+			p.Spec.WarmSchedule = []v1.WarmWindow{{Schedule: "0 9 * * 1", Duration: "30s", MinIdle: 1}}
+		}), want: "duration must be from 1m to 168h"},
+		{name: "warm window in the manager's Local zone", obj: pool(func(p *v1.BotPool) {
+			p.Spec.WarmSchedule = []v1.WarmWindow{{Schedule: "0 9 * * 1", Duration: "1h", TimeZone: "Local", MinIdle: 1}}
+		}), want: "timeZone must name a zone"},
 		{name: "warm window without a duration", obj: pool(), set: map[string]any{"spec.warmSchedule": []any{map[string]any{"schedule": "0 9 * * *", "minIdle": int64(1)}}},
 			want: "spec.warmSchedule[0].duration: Required value"},
 		{name: "warm window above maxSlots", obj: pool(func(p *v1.BotPool) {
