@@ -16,9 +16,7 @@ import (
 	"os"
 	"regexp"
 	"time"
-	// The zone database in the binary: a BotPool's warmSchedule names IANA zones, and an
-	// image without /usr/share/zoneinfo (or an older one) would read them otherwise.
-	_ "time/tzdata"
+	_ "time/tzdata" // the zone database in the binary: warmSchedule names IANA zones, whatever the image holds
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgconn"
