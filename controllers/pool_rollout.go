@@ -200,20 +200,11 @@ func (r *BotPoolReconciler) endRollout(ctx context.Context, s *poolScope, v *rol
 	if excess <= 0 {
 		return nil
 	}
-	var waiting, ready []*v1.BotPoolSlot
+	slots := make([]*v1.BotPoolSlot, len(s.slots))
 	for i := range s.slots {
-		if sl := &s.slots[i]; sl.Status.Standby == v1.StandbyReady {
-			ready = append(ready, sl)
-		} else {
-			waiting = append(waiting, sl)
-		}
+		slots[i] = &s.slots[i]
 	}
-	removed, err := r.removeIdle(ctx, s.pool, waiting, excess)
-	if err == nil && len(removed) < excess {
-		var more []string
-		more, err = r.removeIdle(ctx, s.pool, ready, excess-len(removed))
-		removed = append(removed, more...)
-	}
+	removed, err := r.removeNotReadyFirst(ctx, s.pool, slots, excess)
 	if len(removed) > 0 {
 		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Rollout", "Removed %d surge slot(s) the rollout added: %s", len(removed), abbreviate(removed))
 	}

@@ -57,12 +57,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 	if excess := len(s.slots) - int(spec.MaxSlots); excess > 0 {
 		return r.shrink(ctx, s, excess)
 	}
-	free := 0
-	for i := range s.slots {
-		if sl := &s.slots[i]; available(sl) && takesBots(sl, s.pool) {
-			free++
-		}
-	}
+	free, _ := countFree(s)
 	if slotsToCreate(int(spec.MaxSlots), s.warm.minIdle, len(s.slots), free, s.waiting) == 0 && s.surge == 0 {
 		return nil
 	}
@@ -130,13 +125,8 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 // standby container is not Ready go first, then the highest numbers; removeIdle never takes a
 // slot bound meanwhile.
 func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
-	free, growing := 0, len(s.created) > 0
-	for i := range s.slots {
-		if sl := &s.slots[i]; available(sl) && takesBots(sl, s.pool) {
-			free++
-			growing = growing || sl.Status.Phase == "" || sl.Status.Phase == v1.SlotCreating
-		}
-	}
+	free, creating := countFree(s)
+	growing := creating || len(s.created) > 0
 	need := max(s.waiting, s.warm.soon)
 	surplus := free - need
 	if surplus <= 0 {
@@ -155,22 +145,13 @@ func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
 		s.after(left)
 		return nil
 	}
-	var cold, ready []*v1.BotPoolSlot
+	var candidates []*v1.BotPoolSlot
 	for i := range s.slots {
 		if sl := &s.slots[i]; takesBots(sl, s.pool) {
-			if s.pool.Spec.Standby.Running() && sl.Status.Standby != v1.StandbyReady {
-				cold = append(cold, sl)
-			} else {
-				ready = append(ready, sl)
-			}
+			candidates = append(candidates, sl)
 		}
 	}
-	removed, err := r.removeIdle(ctx, s.pool, cold, surplus)
-	if err == nil && len(removed) < surplus {
-		var more []string
-		more, err = r.removeIdle(ctx, s.pool, ready, surplus-len(removed))
-		removed = append(removed, more...)
-	}
+	removed, err := r.removeNotReadyFirst(ctx, s.pool, candidates, surplus)
 	if len(removed) > 0 {
 		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown",
 			"Removed %d slot(s): the pool held %d free for %s above its need of %d (minIdle in force %d, %d waiting bot(s)): %s",
@@ -178,6 +159,39 @@ func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
 		ctrl.LoggerFrom(ctx).Info("Removed surplus free slots", "count", len(removed), "need", need, "slots", removed)
 	}
 	return err
+}
+
+// countFree counts the pool's free slots as supply does (available, on a server that takes
+// bots), and says whether one of them is still being created.
+func countFree(s *poolScope) (free int, creating bool) {
+	for i := range s.slots {
+		if sl := &s.slots[i]; available(sl) && takesBots(sl, s.pool) {
+			free++
+			creating = creating || sl.Status.Phase == "" || sl.Status.Phase == v1.SlotCreating
+		}
+	}
+	return free, creating
+}
+
+// removeNotReadyFirst removes up to n of slots with removeIdle: in a standby Running pool
+// those whose container is not Ready first (a Ready one serves a bot at once), then the rest;
+// highest numbers first within each.
+func (r *BotPoolReconciler) removeNotReadyFirst(ctx context.Context, pool *v1.BotPool, slots []*v1.BotPoolSlot, n int) ([]string, error) {
+	var cold, ready []*v1.BotPoolSlot
+	for _, sl := range slots {
+		if pool.Spec.Standby.Running() && sl.Status.Standby != v1.StandbyReady {
+			cold = append(cold, sl)
+		} else {
+			ready = append(ready, sl)
+		}
+	}
+	removed, err := r.removeIdle(ctx, pool, cold, n)
+	if err == nil && len(removed) < n {
+		var more []string
+		more, err = r.removeIdle(ctx, pool, ready, n-len(removed))
+		removed = append(removed, more...)
+	}
+	return removed, err
 }
 
 // shrink brings a pool whose maxSlots was lowered back under it (invariant 2): free Idle
