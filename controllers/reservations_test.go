@@ -3,6 +3,12 @@ package controllers
 import (
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
 // TestRoomFor: a reservation or an ad-hoc bot fits when, at every instant of its hold, the
@@ -34,6 +40,62 @@ func TestRoomFor(t *testing.T) {
 			}
 			if got := roomFor(tt.holds, at(tt.from), at(tt.until), tt.maxSlots); got != tt.want {
 				t.Errorf("roomFor %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDecideReservation: a scheduled bot created at least the lead ahead is reserved when its
+// meeting fits beside what the pool's other bots hold or were promised; otherwise it is told
+// why (TooLate, PoolFull), and what ended, was deleted or is the bot itself counts for nothing.
+func TestDecideReservation(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC)
+	start := now.Add(30 * time.Minute) // 14:00
+	pool := bt.MakePool("ns", "pool").MaxSlots(2).Obj()
+	bot := func(name string, mutate ...func(*v1.Bot)) v1.Bot {
+		b := v1.Bot{}
+		b.Name, b.UID, b.CreationTimestamp = name, types.UID("uid-"+name), metav1.NewTime(now)
+		b.Spec.StartTime = &metav1.Time{Time: start}
+		for _, m := range mutate {
+			m(&b)
+		}
+		return b
+	}
+	reserved := func(at time.Time) func(*v1.Bot) {
+		return func(b *v1.Bot) {
+			b.Spec.StartTime = &metav1.Time{Time: at}
+			b.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReserved, Status: metav1.ConditionTrue, Reason: v1.ReasonCapacityReserved}}
+		}
+	}
+	running := func(since time.Time) func(*v1.Bot) {
+		return func(b *v1.Bot) {
+			b.Spec.StartTime = nil
+			b.Status.Phase, b.Status.SlotName, b.Status.StartedAt = v1.BotInCall, "pool-zoom-001", &metav1.Time{Time: since}
+		}
+	}
+	tests := []struct {
+		name   string
+		bot    v1.Bot
+		others []v1.Bot
+		want   string
+	}{
+		{"an empty pool", bot("b"), nil, v1.ReasonCapacityReserved},
+		{"created too close to its start", bot("b", func(b *v1.Bot) { b.CreationTimestamp = metav1.NewTime(start.Add(-9 * time.Minute)) }), nil, v1.ReasonTooLate},
+		{"two reservations at the same start fill maxSlots 2", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start))}, v1.ReasonPoolFull},
+		{"a reservation that starts during the meeting counts", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start.Add(50*time.Minute)))}, v1.ReasonPoolFull},
+		{"one that starts after it (maxDuration 1h and the leave) does not", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start.Add(2*time.Hour)))}, v1.ReasonCapacityReserved},
+		{"a bot in a call that may last past the start counts", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("a", running(now.Add(-10*time.Minute)))}, v1.ReasonPoolFull},
+		{"one whose maxDuration ends before the start does not", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("a", running(now.Add(-2*time.Hour)))}, v1.ReasonCapacityReserved},
+		{"a refused reservation holds nothing", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2")}, v1.ReasonCapacityReserved},
+		{"ended and deleted bots hold nothing", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start), func(b *v1.Bot) { b.Status.Phase = v1.BotDone }),
+			bot("r3", reserved(start), func(b *v1.Bot) { b.DeletionTimestamp = &metav1.Time{Time: now} })}, v1.ReasonCapacityReserved},
+		{"the bot itself is not counted", bot("b", reserved(start)), []v1.Bot{bot("b", reserved(start)), bot("r1", reserved(start))}, v1.ReasonCapacityReserved},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := decideReservation(&tt.bot, pool, tt.others, now, defaultReservationLead)
+			if v.reason != tt.want || v.granted != (tt.want == v1.ReasonCapacityReserved) || v.message == "" {
+				t.Errorf("verdict %+v, want %s", v, tt.want)
 			}
 		})
 	}

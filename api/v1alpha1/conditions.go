@@ -48,6 +48,9 @@ const (
 	// (FloatingTag): any deployment, a bot's start included, may pull a new image cold.
 	// Advice: it leaves Ready as it is. Absent otherwise.
 	ConditionMutableTag = "MutableTag"
+	// ConditionReserved is on a Bot with a startTime: True (CapacityReserved) when a slot of its
+	// pool is held for its start, False (TooLate, PoolFull) with why not. Absent on ad-hoc bots.
+	ConditionReserved = "Reserved"
 )
 
 // BotReason says why a Bot ended in Fatal (status.reason) or why a condition has its status.

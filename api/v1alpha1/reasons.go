@@ -172,3 +172,15 @@ const (
 	// Event).
 	ReasonRolloutComplete = "RolloutComplete"
 )
+
+// Reasons of the Reserved condition of a scheduled Bot.
+const (
+	// ReasonCapacityReserved: a slot of the pool is held for the bot's start (Reserved True).
+	ReasonCapacityReserved = "CapacityReserved"
+	// ReasonTooLate: the bot was created less than the reservation lead before its start; it is
+	// served like an ad-hoc bot (Reserved False).
+	ReasonTooLate = "TooLate"
+	// ReasonPoolFull: the pool's maxSlots are promised or taken at some moment of the bot's
+	// meeting (Reserved False).
+	ReasonPoolFull = "PoolFull"
+)
