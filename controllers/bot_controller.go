@@ -82,6 +82,8 @@ type BotReconciler struct {
 	// callbackRefusals counts, per bot, the passes whose callback the notifier refused for a
 	// full queue (queueRefusals); see notify.
 	callbackRefusals sync.Map
+	// reservations decides scheduled bots' reservations one at a time (reserve).
+	reservations reservationLedger
 }
 
 // CallbackQueue takes a finished bot's callback; it never blocks and ignores repeats, so a
@@ -236,7 +238,16 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
 
 	if start := bot.Spec.StartTime; start != nil && (st.Phase == v1.BotPending || st.Phase == v1.BotScheduled) {
-		if wait := start.Add(-r.ScheduleLead).Sub(now); wait > 0 {
+		if meta.FindStatusCondition(st.Conditions, v1.ConditionReserved) == nil {
+			if err := r.reserve(ctx, bot, pool, now); err != nil {
+				return err
+			}
+		}
+		lead := r.ScheduleLead
+		if meta.IsStatusConditionTrue(st.Conditions, v1.ConditionReserved) {
+			lead = 0 // a reserved bot is bound at its start, from the slot held for it
+		}
+		if wait := start.Add(-lead).Sub(now); wait > 0 {
 			st.Phase = v1.BotScheduled
 			return waitFor(wait, "", "")
 		}

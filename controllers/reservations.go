@@ -1,12 +1,16 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
@@ -85,16 +89,17 @@ func holdsOf(bots []v1.Bot, except types.UID, now time.Time, leave time.Duration
 	return out
 }
 
-// decideReservation grants a scheduled bot a reservation when it was created at least lead
+// decideReservation grants a scheduled bot a reservation when it is decided at least lead
 // before its start and its meeting, as long as it may last, fits beside what the pool's other
 // bots hold or were promised (holdsOf) within maxSlots. A granted reservation stays granted
 // (the ledger is the bots' own Reserved conditions): the caller asks only for bots without
 // one.
 func decideReservation(bot *v1.Bot, pool *v1.BotPool, others []v1.Bot, now time.Time, lead time.Duration) reservationVerdict {
+	// Decided once, at the bot's first pass: now is its creation as the injected clock sees it.
 	start := bot.Spec.StartTime.Time
-	if ahead := start.Sub(bot.CreationTimestamp.Time); ahead < lead {
+	if ahead := start.Sub(now); ahead < lead {
 		return reservationVerdict{reason: v1.ReasonTooLate, message: fmt.Sprintf(
-			"startTime is %s after the bot's creation, less than the %s a reservation needs: the bot joins the queue shortly before its start like an ad-hoc bot",
+			"startTime is %s away, less than the %s a reservation needs: the bot joins the queue shortly before its start like an ad-hoc bot",
 			ahead.Round(time.Second), lead)}
 	}
 	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
@@ -107,4 +112,69 @@ func decideReservation(bot *v1.Bot, pool *v1.BotPool, others []v1.Bot, now time.
 	}
 	return reservationVerdict{granted: true, reason: v1.ReasonCapacityReserved, message: fmt.Sprintf(
 		"A slot of pool %s is held for this bot from %s", pool.Name, start.UTC().Format(time.RFC3339))}
+}
+
+// reservationLedger serializes this process's reservation decisions (so that two bots decided
+// at once cannot both take the last slot) and remembers the grants written that the cache may
+// not show yet. The grants themselves live in the bots' Reserved conditions: a restart rebuilds
+// the ledger from the cache.
+type reservationLedger struct {
+	mu      sync.Mutex
+	pending map[types.UID]pendingGrant
+}
+
+// pendingGrant is a grant this process decided, kept until the cache shows it or until.
+type pendingGrant struct {
+	bot   v1.Bot
+	until time.Time
+}
+
+// pendingGrantTTL bounds how long a grant the cache does not show is counted: a status write
+// that failed left no grant, and the bot is decided again.
+const pendingGrantTTL = time.Minute
+
+// withPending adds to the cached bots of a pool the grants decided but not shown yet.
+func (l *reservationLedger) withPending(cached []v1.Bot, namespace, pool string, now time.Time) []v1.Bot {
+	shown := map[types.UID]bool{}
+	for i := range cached {
+		if meta.FindStatusCondition(cached[i].Status.Conditions, v1.ConditionReserved) != nil {
+			shown[cached[i].UID] = true
+		}
+	}
+	out := cached
+	for uid, g := range l.pending {
+		switch {
+		case shown[uid] || now.After(g.until):
+			delete(l.pending, uid)
+		case g.bot.Namespace == namespace && g.bot.Status.Pool == pool:
+			out = append(out, g.bot)
+		}
+	}
+	return out
+}
+
+// reserve decides a scheduled bot's reservation, once: its Reserved condition, True with the
+// slot held or False with why not.
+func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, now time.Time) error {
+	r.reservations.mu.Lock()
+	defer r.reservations.mu.Unlock()
+	var bots v1.BotList
+	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{indexBotPool: pool.Name}); err != nil {
+		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
+	}
+	if r.reservations.pending == nil {
+		r.reservations.pending = map[types.UID]pendingGrant{}
+	}
+	others := r.reservations.withPending(bots.Items, bot.Namespace, pool.Name, now)
+	v := decideReservation(bot, pool, others, now, defaultReservationLead)
+	status := metav1.ConditionFalse
+	if v.granted {
+		status = metav1.ConditionTrue
+	}
+	v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: status, Reason: v.reason,
+		Message: v.message, ObservedGeneration: bot.Generation}, now)
+	if v.granted {
+		r.reservations.pending[bot.UID] = pendingGrant{bot: *bot.DeepCopy(), until: now.Add(pendingGrantTTL)}
+	}
+	return nil
 }

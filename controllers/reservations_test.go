@@ -80,7 +80,7 @@ func TestDecideReservation(t *testing.T) {
 		want   string
 	}{
 		{"an empty pool", bot("b"), nil, v1.ReasonCapacityReserved},
-		{"created too close to its start", bot("b", func(b *v1.Bot) { b.CreationTimestamp = metav1.NewTime(start.Add(-9 * time.Minute)) }), nil, v1.ReasonTooLate},
+		{"decided too close to its start", bot("b", func(b *v1.Bot) { b.Spec.StartTime = &metav1.Time{Time: now.Add(9 * time.Minute)} }), nil, v1.ReasonTooLate},
 		{"two reservations at the same start fill maxSlots 2", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start))}, v1.ReasonPoolFull},
 		{"a reservation that starts during the meeting counts", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start.Add(50*time.Minute)))}, v1.ReasonPoolFull},
 		{"one that starts after it (maxDuration 1h and the leave) does not", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start.Add(2*time.Hour)))}, v1.ReasonCapacityReserved},

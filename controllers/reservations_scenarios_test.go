@@ -1,0 +1,62 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/kubetest"
+)
+
+// TestReservationsAreGrantedAndRefused: on a pool of one slot, a bot scheduled 30 minutes
+// ahead is reserved, one whose meeting would overlap it is refused (PoolFull), one scheduled 5
+// minutes ahead is not reserved (TooLate), each said at once; the reserved bot waits in
+// Scheduled until its start, not the schedule lead before it.
+func TestReservationsAreGrantedAndRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	if err := env.Client.Create(ctx, newPool(ns, "one", func(p *v1.BotPool) { p.Spec.MaxSlots = 1 })); err != nil {
+		t.Fatal(err)
+	}
+	now := clk.Now()
+	at := func(d time.Duration) func(*v1.Bot) {
+		return func(b *v1.Bot) { b.Spec.StartTime = &metav1.Time{Time: now.Add(d)} }
+	}
+	first := newBot(t, ns, "first", "one", at(30*time.Minute))
+	waitReserved(t, first, metav1.ConditionTrue, v1.ReasonCapacityReserved)
+	second := newBot(t, ns, "second", "one", at(40*time.Minute))
+	waitReserved(t, second, metav1.ConditionFalse, v1.ReasonPoolFull)
+	late := newBot(t, ns, "late", "one", at(5*time.Minute))
+	waitReserved(t, late, metav1.ConditionFalse, v1.ReasonTooLate)
+
+	clk.SetTime(now.Add(29 * time.Minute)) // inside the schedule lead, before the start
+	time.Sleep(200 * time.Millisecond)     // a pass that would queue it has had its chance
+	var b v1.Bot
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(first), &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Status.Phase != v1.BotScheduled {
+		t.Errorf("reserved bot is %s a minute before its start, want Scheduled", b.Status.Phase)
+	}
+}
+
+func waitReserved(t *testing.T, bot *v1.Bot, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		var b v1.Bot
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(bot), &b); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReserved)
+		if c == nil || c.Status != status || c.Reason != reason {
+			return fmt.Errorf("bot %s: Reserved %+v, want %s/%s", bot.Name, c, status, reason)
+		}
+		return nil
+	})
+}
