@@ -4,12 +4,19 @@ import (
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
-// queueLess orders a pool's queue: higher priority first, then first come first served (the
-// time the bot entered the queue), then creation and name so the order is total and stable.
+// queueLess orders a pool's queue: bots with a reservation first (they are served from the
+// slot held for them, not from the queue's turn), then higher priority, then first come first
+// served (the time the bot entered the queue), then creation and name so the order is total
+// and stable.
 func queueLess(a, b *v1.Bot) bool {
+	if ra, rb := reserved(a), reserved(b); ra != rb {
+		return ra
+	}
 	if a.Spec.Priority != b.Spec.Priority {
 		return a.Spec.Priority > b.Spec.Priority
 	}
@@ -21,6 +28,11 @@ func queueLess(a, b *v1.Bot) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Name < b.Name
+}
+
+// reserved reports whether the bot holds a reservation (Reserved True).
+func reserved(b *v1.Bot) bool {
+	return b.Spec.StartTime != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved)
 }
 
 func queuedAt(b *v1.Bot) time.Time {

@@ -144,6 +144,11 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	n := min(len(free), len(queue))
+	if n > 0 {
+		if n, err = d.unreserved(ctx, pool, queue[:n]); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if n == 0 {
 		return d.updatePositions(ctx, key, queue, 0)
 	}

@@ -54,6 +54,12 @@ func roomFor(holds []hold, from, until time.Time, maxSlots int) bool {
 	return peakHolds(holds, from, until)+1 <= maxSlots
 }
 
+// waitsForSlot reports whether a bot in that phase holds no slot (a retried bot back in the
+// queue keeps its last slotName).
+func waitsForSlot(p v1.BotPhase) bool {
+	return p == "" || p == v1.BotPending || p == v1.BotScheduled || p == v1.BotQueued
+}
+
 // defaultReservationLead is how far ahead of its start a scheduled bot must be created to be
 // reserved: hosted services promise a bot scheduled ten minutes ahead joins on time.
 const defaultReservationLead = 10 * time.Minute
@@ -80,8 +86,8 @@ func holdsOf(bots []v1.Bot, except types.UID, now time.Time, leave time.Duration
 		switch {
 		case b.Status.StartedAt != nil:
 			out = append(out, hold{from: b.Status.StartedAt.Time, until: b.Status.StartedAt.Add(last)})
-		case b.Status.SlotName != "":
-			out = append(out, hold{from: now, until: now.Add(last)})
+		case b.Status.SlotName != "" && !waitsForSlot(b.Status.Phase):
+			out = append(out, hold{from: now, until: now.Add(last)}) // bound, not started yet
 		case b.Spec.StartTime != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved):
 			out = append(out, hold{from: b.Spec.StartTime.Time, until: b.Spec.StartTime.Add(last)})
 		}
@@ -177,4 +183,31 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 		r.reservations.pending[bot.UID] = pendingGrant{bot: *bot.DeepCopy(), until: now.Add(pendingGrantTTL)}
 	}
 	return nil
+}
+
+// unreserved counts how many bots at the head of the queue may be bound now. A bot with a
+// reservation takes the slot held for it. Any other takes a slot only if, as long as its
+// meeting may last, every reservation not yet bound keeps its slot (roomFor), counting the
+// bots bound before it in the wave: a meeting is never cut short, so this is how a granted
+// reservation finds its slot at its start. The first bot that does not fit ends the wave, so
+// the queue's order holds.
+func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v1.Bot) (int, error) {
+	var bots v1.BotList
+	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return 0, err
+	}
+	now := d.Clock.Now()
+	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
+	holds := holdsOf(bots.Items, "", now, leave)
+	for i, b := range head {
+		if reserved(b) {
+			continue // its hold is among holds already
+		}
+		until := now.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
+		if !roomFor(holds, now, until, int(pool.Spec.MaxSlots)) {
+			return i, nil
+		}
+		holds = append(holds, hold{from: now, until: until})
+	}
+	return len(head), nil
 }

@@ -1,11 +1,15 @@
 package controllers
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -96,6 +100,66 @@ func TestDecideReservation(t *testing.T) {
 			v := decideReservation(&tt.bot, pool, tt.others, now, defaultReservationLead)
 			if v.reason != tt.want || v.granted != (tt.want == v1.ReasonCapacityReserved) || v.message == "" {
 				t.Errorf("verdict %+v, want %s", v, tt.want)
+			}
+		})
+	}
+}
+
+// TestUnreservedInOnePass: the dispatcher binds an ad-hoc bot only while every reservation not
+// yet bound keeps its slot through the bot's meeting; a reserved bot takes its own; the first
+// that does not fit ends the wave.
+func TestUnreservedInOnePass(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC)
+	pool := bt.MakePool("ns", "pool").MaxSlots(2).Obj()
+	bot := func(name string, mutate ...func(*v1.Bot)) *v1.Bot {
+		b := &v1.Bot{}
+		b.Namespace, b.Name, b.UID = "ns", name, types.UID("uid-"+name)
+		b.Status.Pool, b.Status.Phase = "pool", v1.BotQueued
+		for _, m := range mutate {
+			m(b)
+		}
+		return b
+	}
+	reservedAt := func(d time.Duration) func(*v1.Bot) {
+		return func(b *v1.Bot) {
+			b.Spec.StartTime = &metav1.Time{Time: now.Add(d)}
+			b.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReserved, Status: metav1.ConditionTrue, Reason: v1.ReasonCapacityReserved}}
+		}
+	}
+	scheduled := func(b *v1.Bot) { b.Status.Phase = v1.BotScheduled }
+	tests := []struct {
+		name string
+		all  []*v1.Bot // the pool's bots in the cache
+		head []string  // the head of the queue, in order
+		want int
+	}{
+		{"no reservation: every bot", []*v1.Bot{bot("a"), bot("b")}, []string{"a", "b"}, 2},
+		{"a reservation in half an hour keeps one slot from the second bot",
+			[]*v1.Bot{bot("r", reservedAt(30*time.Minute), scheduled), bot("a"), bot("b")}, []string{"a", "b"}, 1},
+		{"one in two hours, after the meetings' maxDuration, keeps nothing", []*v1.Bot{bot("r", reservedAt(2*time.Hour), scheduled), bot("a"), bot("b")},
+			[]string{"a", "b"}, 2},
+		{"a reserved bot at its start takes the slot held for it",
+			[]*v1.Bot{bot("r", reservedAt(0)), bot("r2", reservedAt(0))}, []string{"r", "r2"}, 2},
+		{"the first that does not fit ends the wave", []*v1.Bot{bot("r", reservedAt(30*time.Minute), scheduled), bot("r2", reservedAt(30*time.Minute), scheduled), bot("a")},
+			[]string{"a"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := []client.Object{pool}
+			byName := map[string]*v1.Bot{}
+			for _, b := range tt.all {
+				objs = append(objs, b)
+				byName[b.Name] = b
+			}
+			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+			d := &Dispatcher{Client: c, Clock: clocktesting.NewFakeClock(now)}
+			var head []*v1.Bot
+			for _, n := range tt.head {
+				head = append(head, byName[n])
+			}
+			got, err := d.unreserved(context.Background(), pool, head)
+			if err != nil || got != tt.want {
+				t.Errorf("unreserved %d (%v), want %d", got, err, tt.want)
 			}
 		})
 	}
