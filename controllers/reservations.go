@@ -196,6 +196,15 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, err
 	}
+	promised := false
+	for i := range bots.Items {
+		if b := &bots.Items[i]; reserved(b) && waitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal() {
+			promised = true
+		}
+	}
+	if !promised {
+		return len(head), nil // nothing promised: the queue takes what is free, as always
+	}
 	now := d.Clock.Now()
 	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
 	holds := holdsOf(bots.Items, "", now, leave)

@@ -484,6 +484,12 @@ func isFreeSlot(s *v1.BotPoolSlot) bool {
 func (w *world) checkQueueServed(pool, when string) {
 	bots, slots := w.liveBots(), w.liveSlots()
 	q, free := queued(bots, slots, pool), w.freeSlots(slots, pool)
+	if len(q) > 0 && len(free) > 0 && heldForReservations(bots, q, pool, w.clk.Now()) {
+		// The free slots are kept for reservations that start within the head's meeting: the
+		// queue waits for them (issue 18). A reserved bot due now is never kept waiting.
+		w.counts["queue kept off slots held for reservations"]++
+		return
+	}
 	if len(q) > 0 && len(free) > 0 {
 		names := make([]string, len(q))
 		for i := range q {
@@ -493,9 +499,35 @@ func (w *world) checkQueueServed(pool, when string) {
 	}
 }
 
-// servedBefore reports whether a must be served before b: higher priority, or the same
-// priority and queued earlier.
+// heldForReservations reports whether none of the queued bots holds a reservation and the pool
+// has a granted reservation, not yet bound, that starts before the head of the queue's meeting
+// (maxDuration and a minute to leave) would end.
+func heldForReservations(bots, q []v1.Bot, pool string, now time.Time) bool {
+	for i := range q {
+		if isReserved(&q[i]) {
+			return false
+		}
+	}
+	end := now.Add(q[0].Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + time.Minute)
+	for i := range bots {
+		b := &bots[i]
+		if b.Status.Pool == pool && isReserved(b) && !b.Status.Phase.Terminal() && b.Status.StartedAt == nil && b.Spec.StartTime.Time.Before(end) {
+			return true
+		}
+	}
+	return false
+}
+
+func isReserved(b *v1.Bot) bool {
+	return b.Spec.StartTime != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved)
+}
+
+// servedBefore reports whether a must be served before b: a bot with a reservation first (it
+// takes the slot held for it), then higher priority, or the same priority and queued earlier.
 func servedBefore(a, b *v1.Bot) bool {
+	if ra, rb := isReserved(a), isReserved(b); ra != rb {
+		return ra
+	}
 	if a.Spec.Priority != b.Spec.Priority {
 		return a.Spec.Priority > b.Spec.Priority
 	}
