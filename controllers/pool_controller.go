@@ -97,6 +97,11 @@ type poolScope struct {
 	// warm is what spec.warmSchedule says now: the minIdle in force, which every decision of
 	// the pass uses in place of spec.minIdle.
 	warm warmState
+	// reservedStarts is the starts of the pool's granted reservations not bound yet, earliest
+	// first; warming is how many of them need a free slot now, by lead (planReservations).
+	reservedStarts []time.Time
+	warming        int
+	lead           leadModel
 
 	// template is the slot template the pool asks for now; nil when it could not be read
 	// (templateErr says why), and the status keeps the template it named.
@@ -150,6 +155,7 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	// A pre-pull is housekeeping: its errors fail the pass (retried with backoff) only once
 	// the pass has done the rest, so a Coolify hiccup on a pull never holds back the supply.
 	pullErr := r.prePull(ctx, s)
+	r.planReservations(s, r.Clock.Now())
 	if err := r.rollout(ctx, s); err != nil {
 		return errors.Join(err, pullErr)
 	}
@@ -175,6 +181,10 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	}
 	return pullErr
 }
+
+// idleNeed is how many free slots the pool keeps besides its queue: the minIdle in force and
+// one for each reservation it warms for now.
+func (s *poolScope) idleNeed() int { return s.warm.minIdle + s.warming }
 
 // after asks for the pool's next pass within d at the latest (the earliest of the pass's
 // timers wins).
@@ -223,6 +233,7 @@ func (r *BotPoolReconciler) observe(ctx context.Context, s *poolScope) error {
 			s.waiting++
 		}
 	}
+	s.reservedStarts = pendingStarts(bots.Items)
 	return nil
 }
 

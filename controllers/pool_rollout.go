@@ -119,7 +119,7 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 	pool := s.pool
 	target := s.template.Hash()
 	r.warnFloatingTag(s)
-	v := observeRollout(pool, s.slots, s.waiting, s.warm.minIdle, target)
+	v := observeRollout(pool, s.slots, s.waiting, s.idleNeed(), target)
 	s.rolloutView = &v
 	now := r.Clock.Now()
 	switch {
@@ -294,7 +294,7 @@ func setRolloutStatus(s *poolScope, now time.Time) (r rolloutConditions) {
 	target := s.template.Hash()
 	v := s.rolloutView
 	if v == nil {
-		o := observeRollout(p, s.slots, s.waiting, s.warm.minIdle, target)
+		o := observeRollout(p, s.slots, s.waiting, s.idleNeed(), target)
 		v = &o
 	}
 	p.Status.UpdatedSlots = int32(v.updated)

@@ -241,17 +241,33 @@ func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]
 		if st.State == v1.ServerActive && !st.Health.Out() && isFree(sl) {
 			st.Free++
 		}
+		if d := sl.Status.LastDeployDuration; d != nil && (st.SlotStart == nil || d.Duration > st.SlotStart.Duration) {
+			st.SlotStart = d.DeepCopy()
+		}
 	}
 	if len(unlisted) > 1 {
 		first := len(out) - len(unlisted)
 		sort.Slice(out[first:], func(i, j int) bool { return out[first+i].UUID < out[first+j].UUID })
 	}
 	for i := range out {
+		if out[i].SlotStart == nil { // no slot there now: what the last ones took
+			out[i].SlotStart = lastSlotStart(pool, out[i].UUID)
+		}
 		if im := images[out[i].UUID]; im != nil {
 			out[i].Cached, out[i].Pull = im.Cached, im.Pull
 		}
 	}
 	return out
+}
+
+// lastSlotStart is the slotStart the pool's status last showed for the server.
+func lastSlotStart(pool *v1.BotPool, uuid string) *metav1.Duration {
+	for i := range pool.Status.Servers {
+		if st := &pool.Status.Servers[i]; st.UUID == uuid {
+			return st.SlotStart
+		}
+	}
+	return nil
 }
 
 // setServerOutCondition says, in ServerOut, which of the pool's Active servers Coolify

@@ -20,6 +20,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	p.Status.Queued = int32(s.waiting)
 	p.Status.MinIdle, p.Status.WarmWindows = int32(s.warm.minIdle), s.warm.open
 	p.Status.Selector = v1.LabelPool + "=" + p.Name
+	p.Status.Reservations = reservationStatus(s)
 	if s.template != nil {
 		p.Status.TemplateHash, p.Status.TemplateImage = s.template.Hash(), s.template.Ref()
 	}

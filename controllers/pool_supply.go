@@ -57,8 +57,11 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 	if excess := len(s.slots) - int(spec.MaxSlots); excess > 0 {
 		return r.shrink(ctx, s, excess)
 	}
+	// A pending reservation within its lead holds a free slot apart from the minIdle and the
+	// queue: neither an ad-hoc bot nor the warm capacity it is for takes it (see unreserved).
+	minIdle, waiting := s.idleNeed(), s.waiting+s.warming
 	free, _ := countFree(s)
-	if slotsToCreate(int(spec.MaxSlots), s.warm.minIdle, len(s.slots), free, s.waiting) == 0 && s.surge == 0 {
+	if slotsToCreate(int(spec.MaxSlots), minIdle, len(s.slots), free, waiting) == 0 && s.surge == 0 {
 		return nil
 	}
 
@@ -86,7 +89,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 			}
 		}
 	}
-	want := slotsToCreate(int(spec.MaxSlots), s.warm.minIdle, total, free, s.waiting)
+	want := slotsToCreate(int(spec.MaxSlots), minIdle, total, free, waiting)
 	if s.surge > 0 { // a rollout's surge (rolloutBudget keeps it within maxSlots)
 		want = min(want+s.surge, max(int(spec.MaxSlots)-total, 0))
 	}
@@ -118,7 +121,8 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 }
 
 // scaleDown removes what the pool holds above its need (the minIdle in force, the minIdle of
-// windows opening within scaleDownDelay, and its waiting bots) once that surplus has lasted
+// windows opening within scaleDownDelay, or its waiting bots, and the reservations it warms
+// for) once that surplus has lasted
 // scaleDownDelay (status.surplusSince): what a burst or a closed warm window left behind goes,
 // a slot between two bots of a steady stream stays. It waits while slots are being created
 // (the pool is growing) and while a rollout runs (its end removes its own surge). Slots whose
@@ -127,7 +131,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
 	free, creating := countFree(s)
 	growing := creating || len(s.created) > 0
-	need := max(s.waiting, s.warm.soon)
+	need := max(s.waiting, s.warm.soon) + s.warming
 	surplus := free - need
 	if surplus <= 0 {
 		s.pool.Status.SurplusSince = nil
@@ -154,8 +158,8 @@ func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
 	removed, err := r.removeNotReadyFirst(ctx, s.pool, candidates, surplus)
 	if len(removed) > 0 {
 		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown",
-			"Removed %d slot(s): the pool held %d free for %s above its need of %d (minIdle in force %d, %d waiting bot(s)): %s",
-			len(removed), surplus, delay, need, s.warm.minIdle, s.waiting, abbreviate(removed))
+			"Removed %d slot(s): the pool held %d free for %s above its need of %d (minIdle in force %d, %d waiting bot(s), %d reservation(s) warming): %s",
+			len(removed), surplus, delay, need, s.warm.minIdle, s.waiting, s.warming, abbreviate(removed))
 		ctrl.LoggerFrom(ctx).Info("Removed surplus free slots", "count", len(removed), "need", need, "slots", removed)
 	}
 	return err

@@ -5,13 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
@@ -160,6 +163,174 @@ func TestUnreservedInOnePass(t *testing.T) {
 			got, err := d.unreserved(context.Background(), pool, head)
 			if err != nil || got != tt.want {
 				t.Errorf("unreserved %d (%v), want %d", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestReservedBotWaitsForItsStart: in single passes of the bot controller, a bot scheduled half
+// an hour ahead is reserved at its first pass and stays Scheduled until its start, not the
+// schedule lead before it (it is bound at its start, from the slot held for it); a bot too
+// late for a reservation joins the queue the schedule lead ahead, like any scheduled bot.
+func TestReservedBotWaitsForItsStart(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC))
+	start := clk.Now().Add(30 * time.Minute)
+	reservedBot := bt.MakeBot("ns", "reserved").UID("uid-reserved").MeetingURL("https://zoom.us/j/1").Obj()
+	reservedBot.Spec.StartTime = &metav1.Time{Time: start}
+	lateBot := bt.MakeBot("ns", "late").UID("uid-late").MeetingURL("https://zoom.us/j/2").Obj()
+	lateBot.Spec.StartTime = &metav1.Time{Time: clk.Now().Add(5 * time.Minute)}
+	c := fakeAPIServer(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(2).Obj(), reservedBot, lateBot)
+	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: nopLiveness{}, ScheduleLead: 2 * time.Minute}
+	pass := func(b *v1.Bot) (*v1.Bot, time.Duration) {
+		t.Helper()
+		res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+		if err != nil {
+			t.Fatalf("Reconcile %s: %v", b.Name, err)
+		}
+		got := &v1.Bot{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(b), got); err != nil {
+			t.Fatal(err)
+		}
+		return got, res.RequeueAfter
+	}
+	expect := func(b *v1.Bot, phase v1.BotPhase, reason string) {
+		t.Helper()
+		c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReserved)
+		if b.Status.Phase != phase || c == nil || c.Reason != reason {
+			t.Fatalf("%s at %s: phase %q, Reserved %+v; want %s, %s", b.Name, clk.Now().Format(time.Kitchen), b.Status.Phase, c, phase, reason)
+		}
+	}
+
+	got, after := pass(reservedBot)
+	expect(got, v1.BotScheduled, v1.ReasonCapacityReserved)
+	if after != 30*time.Minute {
+		t.Errorf("reserved bot looks again in %s, want at its start (30m)", after)
+	}
+	got, after = pass(lateBot)
+	expect(got, v1.BotScheduled, v1.ReasonTooLate)
+	if after != 3*time.Minute {
+		t.Errorf("late bot looks again in %s, want the schedule lead before its start (3m)", after)
+	}
+
+	clk.SetTime(start.Add(-time.Minute)) // inside the schedule lead, before the start
+	got, after = pass(reservedBot)
+	expect(got, v1.BotScheduled, v1.ReasonCapacityReserved)
+	if after != time.Minute {
+		t.Errorf("reserved bot looks again in %s, want at its start (1m)", after)
+	}
+	clk.SetTime(start)
+	got, _ = pass(reservedBot)
+	expect(got, v1.BotQueued, v1.ReasonCapacityReserved)
+	if !got.Status.QueuedAt.Time.Equal(start) {
+		t.Errorf("queuedAt %s, want its start %s", got.Status.QueuedAt, start)
+	}
+}
+
+// TestWarming: the k-th pending reservation (by start) is warmed once its start is within the
+// lead of k slots, and every one before it with it; the pool looks again when the next is.
+func TestWarming(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC)
+	at := func(m ...int) []time.Time {
+		var out []time.Time
+		for _, x := range m {
+			out = append(out, now.Add(time.Duration(x)*time.Minute))
+		}
+		return out
+	}
+	// 2 at once, a minute each, no pull: lead(1..2) = 1m+2m, lead(3..4) = 2m+2m, lead(5..6) = 3m+2m.
+	warm := leadModel{start: time.Minute, parallel: 2}
+	cold := leadModel{pull: 7 * time.Minute, start: time.Minute, parallel: 2}
+	tests := []struct {
+		name   string
+		starts []time.Time
+		m      leadModel
+		want   int
+		next   time.Duration // from now; 0: none
+	}{
+		{"none pending", nil, warm, 0, 0},
+		{"one far ahead", at(30), warm, 0, 27 * time.Minute},
+		{"one within its lead", at(3), warm, 1, 0},
+		{"one already due (its bot not queued yet)", at(-1), warm, 1, 0},
+		{"six at one start need three batches", at(5, 5, 5, 5, 5, 5), warm, 6, 0},
+		{"six at one start, a minute before their lead: all begin together", at(6, 6, 6, 6, 6, 6), warm, 0, time.Minute},
+		{"a later one does not hold back an earlier", at(3, 30), warm, 1, 27 * time.Minute},
+		{"a cold pull makes the lead 10m", at(11, 20), cold, 0, time.Minute},
+		{"the pull inside the lead", at(10, 20), cold, 1, 10 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, next := warming(tt.starts, now, tt.m)
+			if n != tt.want {
+				t.Errorf("warming %d, want %d", n, tt.want)
+			}
+			var gotNext time.Duration
+			if !next.IsZero() {
+				gotNext = next.Sub(now)
+			}
+			if gotNext != tt.next {
+				t.Errorf("next in %s, want %s", gotNext, tt.next)
+			}
+		})
+	}
+}
+
+// TestObservedLead: the lead of a pool's reservations follows what it observed on the servers
+// that take slots: the newest pull where the image is missing (less what a pull in flight has
+// done), the slowest standby start, what the servers and the pool's deploy bound run at once;
+// with nothing observed, the pessimistic defaults.
+func TestObservedLead(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC)
+	const ref = "ghcr.io/acme/bot:v2"
+	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
+	cached := func(image string, took time.Duration) []v1.CachedImage {
+		return []v1.CachedImage{{Image: image, PulledAt: metav1.NewTime(now.Add(-time.Hour)), PullDuration: d(took)}}
+	}
+	srv := func(uuid string, mutate ...func(*v1.ServerStatus)) v1.ServerStatus {
+		st := v1.ServerStatus{UUID: uuid, State: v1.ServerActive, Health: v1.ServerHealthy}
+		for _, m := range mutate {
+			m(&st)
+		}
+		return st
+	}
+	warm := func(st *v1.ServerStatus) { st.Cached, st.SlotStart = cached(ref, 7*time.Minute), d(20*time.Second) }
+	lacks := func(st *v1.ServerStatus) {
+		st.Cached, st.SlotStart = cached("ghcr.io/acme/bot:v1", 6*time.Minute), d(20*time.Second)
+	}
+	settings := map[string]coolify.ServerSettings{"s1": {ConcurrentBuilds: 2}, "s2": {ConcurrentBuilds: 3}}
+	tests := []struct {
+		name    string
+		mode    v1.StandbyMode
+		limit   int32
+		servers []v1.ServerStatus
+		known   map[string]coolify.ServerSettings
+		want    leadModel
+	}{
+		{"nothing observed yet", v1.StandbyRunning, 0, nil, nil, leadModel{pull: unobservedPull, start: unobservedStart, parallel: unobservedRuns}},
+		{"image on both servers: their starts, their builds", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1", warm), srv("s2", warm)}, settings,
+			leadModel{start: 20 * time.Second, parallel: 5}},
+		{"a server without the image: its last pull", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1", warm), srv("s2", lacks)}, settings,
+			leadModel{pull: 6 * time.Minute, start: 20 * time.Second, parallel: 5}},
+		{"a pull two minutes in", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1", lacks, func(st *v1.ServerStatus) {
+			st.Pull = &v1.ImagePull{Image: ref, State: v1.ImagePulling, Since: metav1.NewTime(now.Add(-2 * time.Minute))}
+		})}, settings, leadModel{pull: 4 * time.Minute, start: 20 * time.Second, parallel: 2}},
+		{"never pulled there, no start seen", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1")}, settings,
+			leadModel{pull: unobservedPull, start: unobservedStart, parallel: 2}},
+		{"a cordoned and an out server do not count", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1", warm),
+			srv("s2", lacks, func(st *v1.ServerStatus) { st.State = v1.ServerCordoned }),
+			srv("s3", func(st *v1.ServerStatus) { st.Health = v1.ServerUnreachable })}, settings, leadModel{start: 20 * time.Second, parallel: 2}},
+		{"the pool's deploy bound", v1.StandbyRunning, 1, []v1.ServerStatus{srv("s1", warm), srv("s2", warm)}, settings,
+			leadModel{start: 20 * time.Second, parallel: 1}},
+		{"settings unknown: 2 a server, 4 for the pool", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1", warm), srv("s2", warm), srv("s3", warm)}, nil,
+			leadModel{start: 20 * time.Second, parallel: 4}},
+		{"a Stopped pool's free slot starts nothing", v1.StandbyStopped, 0, []v1.ServerStatus{srv("s1", warm)}, settings, leadModel{parallel: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := bt.MakePool("ns", "pool").Image("ghcr.io/acme/bot", "v2").Standby(tt.mode).MaxConcurrentDeployments(tt.limit).Obj()
+			tmpl := poolTemplate(pool, "", "")
+			s := &poolScope{pool: pool, template: &tmpl, servers: tt.known}
+			if got := observedLead(s, tt.servers, now); got != tt.want {
+				t.Errorf("lead model %+v, want %+v", got, tt.want)
 			}
 		})
 	}

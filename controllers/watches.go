@@ -7,8 +7,9 @@ package controllers
 //	change                                       wakes                          why
 //	BotPool, any change                     ──▶  pool controller (For)          its spec is the supply rule
 //	BotPoolSlot of the pool, any change     ──▶  pool controller (Owns)         counts, supply, shrink
-//	Bot enters/leaves a queue or pool       ──▶  pool controller (botToPool,    demand changed: a waiting
-//	                                             botQueueChanged)               bot may need a new slot
+//	Bot enters/leaves a queue or pool, or   ──▶  pool controller (botToPool,    demand changed: a waiting
+//	is granted a reservation                     botQueueChanged)               bot or a reservation may
+//	                                                                            need a new slot
 //
 //	BotPoolSlot, any change                 ──▶  slot controller (For)          the binding is its input
 //	Bot ended or being deleted              ──▶  the slot bound to it           release the slot at once
@@ -90,7 +91,8 @@ func botToPool(_ context.Context, o client.Object) []reconcile.Request {
 var botQueueChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
-		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.Status.Pool != n.Status.Pool
+		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.Status.Pool != n.Status.Pool ||
+			reserved(o) != reserved(n)
 	},
 }
 

@@ -494,6 +494,11 @@ type BotPoolStatus struct {
 	// +optional
 	SurplusSince *metav1.Time `json:"surplusSince,omitempty"`
 
+	// Reservations is what the pool holds and warms for its bots' granted reservations;
+	// absent while it has none pending. Written by the pool controller only.
+	// +optional
+	Reservations *ReservationStatus `json:"reservations,omitempty"`
+
 	// WarmWindows names the warmSchedule windows open now (their index and schedule).
 	// +optional
 	// +listType=atomic
@@ -546,6 +551,26 @@ type BotPoolStatus struct {
 	// controller only.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+}
+
+// ReservationStatus is what the pool does for its bots' granted reservations (a Bot with a
+// startTime at least ten minutes ahead and the condition Reserved True).
+type ReservationStatus struct {
+	// Pending counts the pool's bots with a granted reservation that are not bound yet.
+	// +kubebuilder:validation:Minimum=0
+	Pending int32 `json:"pending"`
+	// Warming counts those whose start is within lead: the pool keeps a free slot for each
+	// of them (a Ready standby one in a Running pool) besides its minIdle and queue.
+	// +kubebuilder:validation:Minimum=0
+	Warming int32 `json:"warming"`
+	// Lead is how long before its start a reservation's slot is begun, for the pending
+	// reservations all together: the image's pull on a server that lacks it, then the
+	// standby starts the servers run a few at a time, each as long as the pool observed
+	// (servers[].cached[].pullDuration and servers[].slotStart), plus a margin.
+	Lead metav1.Duration `json:"lead"`
+	// NextStart is the earliest start of a pending reservation.
+	// +optional
+	NextStart *metav1.Time `json:"nextStart,omitempty"`
 }
 
 // RolloutStatus is the bookkeeping of a rollout in progress.
@@ -629,6 +654,12 @@ type ServerStatus struct {
 	// +optional
 	MaxSlots *int32 `json:"maxSlots,omitempty"`
 
+	// SlotStart is the longest status.lastDeployDuration among the pool's slots on this
+	// server: how long a container of the pool takes to start there (a standby start in a
+	// Running pool). Reservations are warmed ahead by it. Written by the pool controller only.
+	// +optional
+	SlotStart *metav1.Duration `json:"slotStart,omitempty"`
+
 	// Cached lists the image references the pool knows are pulled on this server, newest
 	// first (at most 3): a slot is given an image only once it is listed here, so no bot waits
 	// for a cold pull. Written by the pool controller only, from its pre-pulls.
@@ -658,6 +689,10 @@ type CachedImage struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	RestartedAt string `json:"restartedAt,omitempty"`
+	// PullDuration is how long the pull took, from its request until it finished: the cold
+	// pull a reservation's slot on a server without the image waits for.
+	// +optional
+	PullDuration *metav1.Duration `json:"pullDuration,omitempty"`
 }
 
 // ImagePullState is where a server's pre-pull is.
