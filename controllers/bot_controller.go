@@ -238,7 +238,7 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
 
 	if start := bot.Spec.StartTime; start != nil && (st.Phase == v1.BotPending || st.Phase == v1.BotScheduled) {
-		if meta.FindStatusCondition(st.Conditions, v1.ConditionReserved) == nil {
+		if pool.Spec.Reservations.Reserves() && meta.FindStatusCondition(st.Conditions, v1.ConditionReserved) == nil {
 			if err := r.reserve(ctx, bot, pool, now); err != nil {
 				return err
 			}

@@ -60,10 +60,6 @@ func waitsForSlot(p v1.BotPhase) bool {
 	return p == "" || p == v1.BotPending || p == v1.BotScheduled || p == v1.BotQueued
 }
 
-// defaultReservationLead is how far ahead of its start a scheduled bot must be created to be
-// reserved: hosted services promise a bot scheduled ten minutes ahead joins on time.
-const defaultReservationLead = 10 * time.Minute
-
 // reservationVerdict is what decideReservation says of a scheduled bot.
 type reservationVerdict struct {
 	granted bool
@@ -172,7 +168,7 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 		r.reservations.pending = map[types.UID]pendingGrant{}
 	}
 	others := r.reservations.withPending(bots.Items, bot.Namespace, pool.Name, now)
-	v := decideReservation(bot, pool, others, now, defaultReservationLead)
+	v := decideReservation(bot, pool, others, now, pool.Spec.Reservations.Lead())
 	status := metav1.ConditionFalse
 	if v.granted {
 		status = metav1.ConditionTrue

@@ -100,7 +100,7 @@ func TestDecideReservation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := decideReservation(&tt.bot, pool, tt.others, now, defaultReservationLead)
+			v := decideReservation(&tt.bot, pool, tt.others, now, v1.DefaultReservationMinLead)
 			if v.reason != tt.want || v.granted != (tt.want == v1.ReasonCapacityReserved) || v.message == "" {
 				t.Errorf("verdict %+v, want %s", v, tt.want)
 			}

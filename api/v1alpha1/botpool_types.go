@@ -109,6 +109,11 @@ type BotPoolSpec struct {
 	// +kubebuilder:default="10m"
 	ScaleDownDelay Duration `json:"scaleDownDelay,omitempty"`
 
+	// Reservations says whether scheduled bots reserve a slot of the pool for their start,
+	// and how far ahead they must be created to. Unset: reserved, at least 10 minutes ahead.
+	// +optional
+	Reservations *ReservationPolicy `json:"reservations,omitempty"`
+
 	// Standby says what a free slot's container does. Stopped (the default): a free slot has
 	// no container, and every bot's start is a Coolify deployment. Running: a free slot keeps
 	// a container running that waits on the bot API for its binding, so a bot starts with no
@@ -551,6 +556,51 @@ type BotPoolStatus struct {
 	// controller only.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+}
+
+// ReservationMode says whether a pool's scheduled bots reserve slots.
+// +kubebuilder:validation:Enum=Reserve;None
+type ReservationMode string
+
+const (
+	// ReservationsReserve: a bot with a startTime at least minLead ahead holds a slot for its
+	// start (the condition Reserved says so, or why not), which ad-hoc bots are kept off and
+	// the pool warms in time.
+	ReservationsReserve ReservationMode = "Reserve"
+	// ReservationsNone: no reservations; a scheduled bot joins the queue the manager's
+	// --schedule-lead before its start, beside ad-hoc bots, and gets no Reserved condition.
+	ReservationsNone ReservationMode = "None"
+)
+
+// DefaultReservationMinLead is how far ahead of its start a bot must be created to be
+// reserved, unless the pool says otherwise: hosted meeting-bot services promise that a bot
+// scheduled ten minutes ahead joins on time.
+const DefaultReservationMinLead = 10 * time.Minute
+
+// ReservationPolicy is a pool's spec.reservations.
+type ReservationPolicy struct {
+	// Mode is Reserve (the default) or None.
+	// +optional
+	// +kubebuilder:default=Reserve
+	Mode ReservationMode `json:"mode,omitempty"`
+	// MinLead is how far ahead of its startTime a bot must be created to be reserved (10m
+	// unset); a bot created later gets Reserved False, TooLate. Shorter than the pool's warm
+	// lead (status.reservations.lead) leaves a late reservation's slot to be built after it
+	// was promised, and so possibly late.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('1m') && duration(self) <= duration('168h'))",message="minLead must be from 1m to 168h"
+	MinLead Duration `json:"minLead,omitempty"`
+}
+
+// Reserves reports whether the pool's scheduled bots reserve slots (a nil policy does).
+func (p *ReservationPolicy) Reserves() bool { return p == nil || p.Mode != ReservationsNone }
+
+// Lead is the policy's minLead, or the default.
+func (p *ReservationPolicy) Lead() time.Duration {
+	if p == nil {
+		return DefaultReservationMinLead
+	}
+	return p.MinLead.OrDefault(DefaultReservationMinLead)
 }
 
 // ReservationStatus is what the pool does for its bots' granted reservations (a Bot with a

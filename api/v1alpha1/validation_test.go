@@ -251,6 +251,12 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		}), want: "spec.warmSchedule[0].timeZone"},
 		{name: "negative scaleDownDelay", obj: pool(func(p *v1.BotPool) { p.Spec.ScaleDownDelay = "-1m" }),
 			want: "spec.scaleDownDelay: Invalid value"},
+		{name: "reservation minLead under a minute", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Reservations = &v1.ReservationPolicy{MinLead: "30s"}
+		}), want: `spec.reservations.minLead: Invalid value: "30s": minLead must be from 1m to 168h`},
+		{name: "unknown reservation mode", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Reservations = &v1.ReservationPolicy{Mode: "Maybe"}
+		}), want: `spec.reservations.mode: Unsupported value: "Maybe"`},
 
 		// BotPoolSlot
 		{name: "slot without pool", obj: slot(func(s *v1.BotPoolSlot) { s.Spec.Pool = "" }),
