@@ -135,6 +135,19 @@ func (e *recordedEvents) has(typReason string) bool {
 	return false
 }
 
+// count counts the Events recorded with the reason, of any type.
+func (e *recordedEvents) count(reason string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, r := range e.reasons {
+		if strings.HasSuffix(r, "/"+reason) {
+			n++
+		}
+	}
+	return n
+}
+
 // countingReceiver answers 200 and counts requests.
 func countingReceiver(t *testing.T) (*httptest.Server, *atomic.Int32) {
 	t.Helper()

@@ -107,6 +107,8 @@ type botScope struct {
 	// queue: its Event and audit row follow the write.
 	attempt *v1.StartAttempt
 	retried bool
+	// late says why a reserved bot found no slot ready at its start (lateReservation), or "".
+	late    string
 	requeue time.Duration
 }
 
@@ -273,8 +275,32 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 			return nil
 		}
 		s.after(deadline.Sub(now))
+		if reserved(bot) && s.slot == nil {
+			s.late = r.lateReservation(s, pool, now)
+		}
 	}
 	return nil
+}
+
+// reservationGrace is how long after its start a reserved bot may wait for its slot before it
+// says why it has none: the dispatcher binds it within a pass of its start when the pool kept
+// its promise.
+const reservationGrace = 30 * time.Second
+
+// lateReservation is why a reserved bot still waits reservationGrace after its start (the
+// pool's conditions that say what went wrong), or "" while the grace lasts.
+func (r *BotReconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.Time) string {
+	late := now.Sub(s.bot.Spec.StartTime.Time)
+	if late < reservationGrace {
+		s.after(reservationGrace - late)
+		return ""
+	}
+	why := "no Coolify problem is known: its slot is still on its way"
+	if c := poolTrouble(pool); c != nil {
+		why = fmt.Sprintf("%s %s, %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return fmt.Sprintf("Reserved, but no slot of pool %s was ready %s after its start (the pool says %s); it is bound before any bot without a reservation as soon as one is",
+		pool.Name, late.Round(time.Second), why)
 }
 
 // finish ends a pass: the conditions follow from what a pass that went well observed (none
@@ -304,6 +330,10 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 			if s.attempt != nil {
 				r.recordAttempt(ctx, s)
 			}
+			if c := meta.FindStatusCondition(bot.Status.Conditions, v1.ConditionReady); c != nil && c.Reason == v1.ReasonReservationLate &&
+				!lateBefore(before) {
+				r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, v1.ReasonReservationLate, "Queue", "%s", c.Message)
+			}
 			r.project(ctx, bot)
 		case !apierrors.IsNotFound(perr):
 			o.err = errors.Join(o.err, perr)
@@ -322,6 +352,26 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 		}
 	}
 	return o.result(s.requeue, 0)
+}
+
+// poolTrouble is the pool condition that says what keeps it from serving: Stalled, ServerOut
+// or Ready False, in that order, or nil.
+func poolTrouble(pool *v1.BotPool) *metav1.Condition {
+	for _, typ := range []string{v1.ConditionStalled, v1.ConditionServerOut} {
+		if c := meta.FindStatusCondition(pool.Status.Conditions, typ); c != nil && c.Status == metav1.ConditionTrue {
+			return c
+		}
+	}
+	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
+		return c
+	}
+	return nil
+}
+
+// lateBefore reports whether the bot already said its reservation is late.
+func lateBefore(b *v1.Bot) bool {
+	c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
+	return c != nil && c.Reason == v1.ReasonReservationLate
 }
 
 // boundBefore reports whether a bot in this phase has been bound to a slot (and has not ended).
@@ -593,6 +643,8 @@ func (r *BotReconciler) setConditions(s *botScope, wait *waiting) {
 	switch {
 	case st.Phase == v1.BotScheduled:
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonScheduled, "Waiting for its start time")
+	case s.slot == nil && s.late != "":
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonReservationLate, s.late)
 	case s.slot == nil:
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonWaiting, "Waiting for a free slot of pool "+st.Pool)
 	default:

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,6 +224,39 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 	expect(got, v1.BotQueued, v1.ReasonCapacityReserved)
 	if !got.Status.QueuedAt.Time.Equal(start) {
 		t.Errorf("queuedAt %s, want its start %s", got.Status.QueuedAt, start)
+	}
+
+	// No slot 10s after its start: it waits, and looks again when the grace ends.
+	clk.SetTime(start.Add(10 * time.Second))
+	got, after = pass(reservedBot)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady); c == nil || c.Reason != v1.ReasonWaiting {
+		t.Errorf("10s after its start: Ready %+v, want Waiting", c)
+	}
+	if after != reservationGrace-10*time.Second {
+		t.Errorf("10s after its start it looks again in %s, want when the grace ends (%s)", after, reservationGrace-10*time.Second)
+	}
+	// Past the grace, with the pool's server out: the bot says so, once in an Event too.
+	pool := &v1.BotPool{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "pool"}, pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Status.Conditions = []metav1.Condition{{Type: v1.ConditionServerOut, Status: metav1.ConditionTrue, Reason: "Unreachable",
+		Message: "server s1 is unreachable", LastTransitionTime: metav1.NewTime(start)}}
+	if err := c.Status().Update(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	events := &recordedEvents{}
+	r.Recorder = events
+	clk.SetTime(start.Add(reservationGrace))
+	got, _ = pass(reservedBot)
+	ready := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady)
+	if ready == nil || ready.Reason != v1.ReasonReservationLate || !strings.Contains(ready.Message, "server s1 is unreachable") {
+		t.Fatalf("past the grace: Ready %+v, want ReservationLate saying the server is out", ready)
+	}
+	clk.SetTime(start.Add(time.Minute))
+	pass(reservedBot)
+	if n := events.count(v1.ReasonReservationLate); n != 1 {
+		t.Errorf("%d ReservationLate Events over two passes, want 1", n)
 	}
 }
 

@@ -183,4 +183,8 @@ const (
 	// ReasonPoolFull: the pool's maxSlots are promised or taken at some moment of the bot's
 	// meeting (Reserved False).
 	ReasonPoolFull = "PoolFull"
+	// ReasonReservationLate: a reserved bot found no slot ready 30 seconds after its start
+	// (the bot's Ready False, and a Warning Event); the message repeats what the pool's
+	// conditions say went wrong. It is bound first as soon as a slot is.
+	ReasonReservationLate = "ReservationLate"
 )
