@@ -41,7 +41,8 @@ func (m leadModel) lead(n int) time.Duration {
 	if n <= 0 {
 		return 0
 	}
-	batches := (n + m.parallel - 1) / m.parallel
+	parallel := max(m.parallel, 1)
+	batches := (n + parallel - 1) / parallel
 	return m.pull + time.Duration(batches)*m.start + reservationMargin
 }
 
@@ -157,10 +158,16 @@ func reservationStatus(s *poolScope) *v1.ReservationStatus {
 	if len(s.reservedStarts) == 0 {
 		return nil
 	}
-	return &v1.ReservationStatus{
+	st := &v1.ReservationStatus{
 		Pending:   int32(len(s.reservedStarts)),
 		Warming:   int32(s.warming),
-		Lead:      metav1.Duration{Duration: s.lead.lead(len(s.reservedStarts))},
 		NextStart: &metav1.Time{Time: s.reservedStarts[0]},
 	}
+	switch last := s.pool.Status.Reservations; {
+	case s.lead.parallel > 0:
+		st.Lead.Duration = s.lead.lead(len(s.reservedStarts))
+	case last != nil: // the pass did not get as far as planning: what the last one said
+		st.Lead, st.Warming = last.Lead, last.Warming
+	}
+	return st
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -70,7 +71,7 @@ type reservationVerdict struct {
 // holdsOf is what the pool's other bots hold or were promised: a bot that runs (or is bound)
 // holds its slot from its start (or now) for its maxDuration and the time to leave; a bot
 // with a granted reservation not yet bound holds one from its startTime. Ended and deleted
-// bots hold nothing.
+// bots, and bots in the queue without a reservation, hold nothing.
 func holdsOf(bots []v1.Bot, except types.UID, now time.Time, leave time.Duration) []hold {
 	var out []hold
 	for i := range bots {
@@ -80,12 +81,16 @@ func holdsOf(bots []v1.Bot, except types.UID, now time.Time, leave time.Duration
 		}
 		last := b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave
 		switch {
+		case waitsForSlot(b.Status.Phase):
+			// A bot back in the queue after a failed start keeps its startedAt: it holds nothing
+			// until it is bound again, unless it holds a reservation.
+			if reserved(b) {
+				out = append(out, hold{from: b.Spec.StartTime.Time, until: b.Spec.StartTime.Add(last)})
+			}
 		case b.Status.StartedAt != nil:
 			out = append(out, hold{from: b.Status.StartedAt.Time, until: b.Status.StartedAt.Add(last)})
-		case b.Status.SlotName != "" && !waitsForSlot(b.Status.Phase):
+		default:
 			out = append(out, hold{from: now, until: now.Add(last)}) // bound, not started yet
-		case b.Spec.StartTime != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved):
-			out = append(out, hold{from: b.Spec.StartTime.Time, until: b.Spec.StartTime.Add(last)})
 		}
 	}
 	return out
@@ -210,6 +215,8 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		}
 		until := now.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
 		if !roomFor(holds, now, until, int(pool.Spec.MaxSlots)) {
+			ctrl.LoggerFrom(ctx).V(1).Info("Queue held for reservations", "bot", b.Name, "until", until,
+				"atOnce", peakHolds(holds, now, until), "maxSlots", pool.Spec.MaxSlots, "holds", len(holds))
 			return i, nil
 		}
 		holds = append(holds, hold{from: now, until: until})

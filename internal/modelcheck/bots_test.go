@@ -286,8 +286,15 @@ func (w *world) createBot() bool {
 	case r < 3:
 		s.QueueTimeout = "10m"
 	}
-	if w.rng.IntN(10) == 0 {
+	switch r := w.rng.IntN(20); {
+	case r < 2: // too close to its start for a reservation
 		s.StartTime = &metav1.Time{Time: w.clk.Now().Add(time.Duration(w.rng.IntN(600)) * time.Second)}
+	case r < 4: // reserved, on a quarter hour (several bots share a start) 10 to 40 minutes ahead
+		at := w.clk.Now().Add(10*time.Minute + time.Duration(w.rng.IntN(30))*time.Minute).Truncate(15 * time.Minute)
+		if at.Sub(w.clk.Now()) < 10*time.Minute {
+			at = at.Add(15 * time.Minute)
+		}
+		s.StartTime = &metav1.Time{Time: at}
 	}
 	s.MaxDuration = "1h"
 	if w.rng.IntN(3) == 0 {

@@ -392,6 +392,7 @@ func (w *world) botReconciled(name string, synced bool, requeue time.Duration) {
 			w.violate("invariant 5: bot %s waits in the queue until %s but its reconcile asked to run again in %s",
 				b.Name, deadline.Format(time.RFC3339), requeue)
 		}
+		w.checkLateSaysWhy(b, now, requeue)
 	}
 	if slot == nil || slot.Status.Phase != v1.SlotBusy || b.Status.StartedAt == nil || w.store.isDown() {
 		return
@@ -404,6 +405,27 @@ func (w *world) botReconciled(name string, synced bool, requeue time.Duration) {
 		if c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionAlive); c == nil || c.Status != metav1.ConditionTrue {
 			w.violate("invariant 7: bot %s beat %s ago but is not Alive after its reconcile (%v)", b.Name, now.Sub(last), c)
 		}
+	}
+}
+
+// checkLateSaysWhy: invariant 17's "and then the bot says why", after a reconcile of a reserved
+// bot that waits in the queue with no slot: past the grace after its start it says
+// ReservationLate, with what the pool said went wrong; within the grace it looks again when the
+// grace ends.
+func (w *world) checkLateSaysWhy(b *v1.Bot, now time.Time, requeue time.Duration) {
+	if !isReserved(b) {
+		return
+	}
+	const grace = 30 * time.Second
+	ready := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
+	late := now.Sub(b.Spec.StartTime.Time)
+	switch {
+	case late >= grace && (ready == nil || ready.Reason != v1.ReasonReservationLate || !strings.Contains(ready.Message, "pool "+b.Status.Pool)):
+		w.violate("invariant 17: reserved bot %s waits for a slot %s after its start and does not say why (Ready %v)", b.Name, late, ready)
+	case late >= grace:
+		w.counts["late reservation says why"]++
+	case requeue <= 0 || requeue > grace-late:
+		w.violate("invariant 17: reserved bot %s waits for a slot %s after its start and looks again in %s, after the grace (%s)", b.Name, late, requeue, grace)
 	}
 }
 
@@ -484,7 +506,7 @@ func isFreeSlot(s *v1.BotPoolSlot) bool {
 func (w *world) checkQueueServed(pool, when string) {
 	bots, slots := w.liveBots(), w.liveSlots()
 	q, free := queued(bots, slots, pool), w.freeSlots(slots, pool)
-	if len(q) > 0 && len(free) > 0 && heldForReservations(bots, q, pool, w.clk.Now()) {
+	if len(q) > 0 && len(free) > 0 && heldForReservations(bots, q, pool, w.clk.Now(), w.leaveOf(pool)) {
 		// The free slots are kept for reservations that start within the head's meeting: the
 		// queue waits for them (issue 18). A reserved bot due now is never kept waiting.
 		w.counts["queue kept off slots held for reservations"]++
@@ -501,14 +523,20 @@ func (w *world) checkQueueServed(pool, when string) {
 
 // heldForReservations reports whether none of the queued bots holds a reservation and the pool
 // has a granted reservation, not yet bound, that starts before the head of the queue's meeting
-// (maxDuration and a minute to leave) would end.
-func heldForReservations(bots, q []v1.Bot, pool string, now time.Time) bool {
+// (maxDuration and the pool's leaveGracePeriod) would end.
+func heldForReservations(bots, q []v1.Bot, pool string, now time.Time, leave time.Duration) bool {
 	for i := range q {
 		if isReserved(&q[i]) {
 			return false
 		}
 	}
-	end := now.Add(q[0].Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + time.Minute)
+	head := &q[0] // the dispatcher's head: the first in service order
+	for i := range q {
+		if servedBefore(&q[i], head) {
+			head = &q[i]
+		}
+	}
+	end := now.Add(head.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
 	for i := range bots {
 		b := &bots[i]
 		if b.Status.Pool == pool && isReserved(b) && !b.Status.Phase.Terminal() && b.Status.StartedAt == nil && b.Spec.StartTime.Time.Before(end) {
@@ -516,6 +544,17 @@ func heldForReservations(bots, q []v1.Bot, pool string, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// leaveOf is the pool's leaveGracePeriod: how long a bot asked to leave at its maxDuration may
+// take.
+func (w *world) leaveOf(pool string) time.Duration {
+	for _, p := range w.pools {
+		if p.Name == pool {
+			return p.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
+		}
+	}
+	return v1.DefaultLeaveGracePeriod
 }
 
 func isReserved(b *v1.Bot) bool {
@@ -629,11 +668,32 @@ func (w *world) checkSettled(when string) {
 			w.violate("invariant 2 (%s): pool %s holds %d slots, maxSlots is %d, and keeps the free ones %v", when, p.Name, n, p.Spec.MaxSlots, free)
 		}
 	}
+	w.checkReservationsServed(bots, slots, when)
 	w.checkServersSettled(when)
 	for _, a := range w.sim.Apps() {
 		if !a.Deleting && appSlot[a.UUID] == "" && !w.pullerOfAPool(a.Name) {
 			w.violate("leak (%s): Coolify application %s (%s) belongs to no slot", when, a.Name, a.UUID)
 		}
+	}
+}
+
+// checkReservationsServed checks invariant 17 once the operator is quiet: a bot with a
+// granted reservation whose start has come (and the grace the dispatcher has to bind it) is
+// bound.
+func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, when string) {
+	now := w.clk.Now()
+	for i := range bots {
+		b := &bots[i]
+		if !isReserved(b) || b.Status.Phase.Terminal() || !b.DeletionTimestamp.IsZero() || now.Sub(b.Spec.StartTime.Time) < 30*time.Second {
+			continue
+		}
+		if slotOf(slots, b.UID) != nil {
+			w.counts["reservation served"]++
+			continue
+		}
+		ready := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
+		w.violate("invariant 17 (%s): bot %s's reservation of pool %s for %s is not served %s after its start (%s; Ready %v)", when, b.Name, b.Status.Pool,
+			b.Spec.StartTime.Format("15:04:05"), now.Sub(b.Spec.StartTime.Time).Round(time.Second), describeBot(b), ready)
 	}
 }
 

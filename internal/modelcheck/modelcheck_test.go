@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
@@ -252,8 +254,8 @@ func (w *world) report(steps int) string {
 	fmt.Fprintf(&b, "last steps:\n%s\n", strings.Join(w.history, "\n"))
 	fmt.Fprintf(&b, "bots:\n")
 	for _, bot := range w.liveBots() {
-		fmt.Fprintf(&b, "  %s uid=%s phase=%s pool=%s slot=%s queuedAt=%v reason=%s deleting=%v\n", bot.Name, bot.UID, bot.Status.Phase,
-			bot.Status.Pool, bot.Status.SlotName, bot.Status.QueuedAt, bot.Status.Reason, !bot.DeletionTimestamp.IsZero())
+		fmt.Fprintf(&b, "  %s uid=%s phase=%s pool=%s slot=%s queuedAt=%v reason=%s deleting=%v%s\n", bot.Name, bot.UID, bot.Status.Phase,
+			bot.Status.Pool, bot.Status.SlotName, bot.Status.QueuedAt, bot.Status.Reason, !bot.DeletionTimestamp.IsZero(), reservationOf(&bot))
 	}
 	fmt.Fprintf(&b, "slots:\n")
 	for _, s := range w.liveSlots() {
@@ -276,4 +278,16 @@ func (w *world) summary() string {
 		parts[i] = fmt.Sprintf("%s=%d", k, w.counts[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// reservationOf describes a scheduled bot's start, reservation and maxDuration for a report.
+func reservationOf(b *v1.Bot) string {
+	if b.Spec.StartTime == nil {
+		return ""
+	}
+	r := "undecided"
+	if c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReserved); c != nil {
+		r = c.Reason
+	}
+	return fmt.Sprintf(" start=%s reserved=%s maxDuration=%s", b.Spec.StartTime.Format("15:04:05"), r, b.Spec.MaxDuration)
 }
