@@ -169,19 +169,20 @@ func TestBotWithoutAPoolOfItsPlatform(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), meet) })
 }
 
-// TestScheduledBotEntersTheQueueAtItsTime: a bot with a startTime waits in Scheduled and joins
-// the queue a lead time before it.
+// TestScheduledBotEntersTheQueueAtItsTime: on a pool without reservations, a bot with a
+// startTime waits in Scheduled and joins the queue the schedule lead before it.
+// (TestReservedBotWaitsForItsStart holds a bot in Scheduled until then, in single passes.)
 func TestScheduledBotEntersTheQueueAtItsTime(t *testing.T) {
-	sc := newScenario(t, "scheduled", sim.Config{})
+	sc := newScenario(t, "scheduled", sim.Config{}, func(p *v1.BotPool) {
+		p.Spec.Reservations = &v1.ReservationPolicy{Mode: v1.ReservationsNone}
+	})
 	sc.phase(v1.SlotIdle)
 	start := metav1.NewTime(clk.Now().Add(10 * time.Minute))
 	bot := newBot(t, sc.ns, "later", sc.pool.Name, func(b *v1.Bot) { b.Spec.StartTime = &start })
-	waitBot(t, bot, "Scheduled", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotScheduled })
-	step(8 * time.Minute)
-	touch(t, bot)
-	time.Sleep(200 * time.Millisecond)
-	waitBot(t, bot, "still Scheduled", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotScheduled })
-	step(90 * time.Second) // within the one-minute lead of its start
+	waitBot(t, bot, "Scheduled, with no reservation", func(b *v1.Bot) bool {
+		return b.Status.Phase == v1.BotScheduled && meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReserved) == nil
+	})
+	step(9*time.Minute + 30*time.Second) // within the one-minute lead of its start
 	touch(t, bot)
 	waitBot(t, bot, "bound", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotDeploying && b.Status.SlotName != "" })
 }
