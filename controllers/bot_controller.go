@@ -330,6 +330,14 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 			if s.attempt != nil {
 				r.recordAttempt(ctx, s)
 			}
+			if c := meta.FindStatusCondition(bot.Status.Conditions, v1.ConditionReserved); c != nil &&
+				meta.FindStatusCondition(before.Status.Conditions, v1.ConditionReserved) == nil {
+				typ := corev1.EventTypeNormal
+				if c.Reason == v1.ReasonPoolFull {
+					typ = corev1.EventTypeWarning // asked for and refused: the caller must act
+				}
+				r.Recorder.Eventf(bot, nil, typ, c.Reason, "Reserve", "%s", c.Message)
+			}
 			if c := meta.FindStatusCondition(bot.Status.Conditions, v1.ConditionReady); c != nil && c.Reason == v1.ReasonReservationLate &&
 				!lateBefore(before) {
 				r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, v1.ReasonReservationLate, "Queue", "%s", c.Message)

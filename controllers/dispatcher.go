@@ -210,6 +210,9 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
 			d.Metrics.acquired(at[i].Sub(queue[i].CreationTimestamp.Time))
 			d.Metrics.queueWait(at[i].Sub(queuedAt(queue[i])))
+			if reserved(queue[i]) {
+				d.Metrics.reservationBound(at[i].Sub(queue[i].Spec.StartTime.Time))
+			}
 		case lostSlot(err):
 			// The slot changed under us (taken, or going away): the next wave retries.
 		default:

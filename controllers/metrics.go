@@ -20,6 +20,8 @@ type Metrics struct {
 	waited          prometheus.Histogram
 	poolStandby     *prometheus.GaugeVec
 	poolMinIdle     *prometheus.GaugeVec
+	poolReserved    *prometheus.GaugeVec
+	reservedLate    prometheus.Histogram
 	standbyLost     prometheus.Counter
 }
 
@@ -67,6 +69,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "botpool_pool_min_idle",
 		Help: "The minIdle in force of a pool: spec.minIdle, or more while a warmSchedule window is open.",
 	}, []string{"namespace", "pool"}))
+	m.poolReserved = promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "botpool_pool_reservations",
+		Help: "Granted reservations of a pool not bound yet (pending), and those whose slot it keeps free now (warming).",
+	}, []string{"namespace", "pool", "state"}))
+	m.reservedLate = promreg.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "botpool_bot_reservation_bind_delay_seconds",
+		Help:    "Time from a reserved Bot's startTime to its binding: a promise kept is within a second.",
+		Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600},
+	}))
 	m.standbyLost = promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "botpool_standby_lost_total",
 		Help: "Standby containers that stopped asking for work (crashed, restarting, unreachable) and were replaced.",
@@ -91,6 +102,12 @@ func (m *Metrics) observePool(p *v1.BotPool) {
 	m.poolStandby.WithLabelValues(p.Namespace, p.Name, "ready").Set(float64(c.Ready))
 	m.poolStandby.WithLabelValues(p.Namespace, p.Name, "starting").Set(float64(c.Starting))
 	m.poolMinIdle.WithLabelValues(p.Namespace, p.Name).Set(float64(p.Status.MinIdle))
+	var r v1.ReservationStatus
+	if p.Status.Reservations != nil {
+		r = *p.Status.Reservations
+	}
+	m.poolReserved.WithLabelValues(p.Namespace, p.Name, "pending").Set(float64(r.Pending))
+	m.poolReserved.WithLabelValues(p.Namespace, p.Name, "warming").Set(float64(r.Warming))
 }
 
 func (m *Metrics) forgetPool(namespace, name string) {
@@ -99,6 +116,7 @@ func (m *Metrics) forgetPool(namespace, name string) {
 	m.poolQueued.DeletePartialMatch(labels)
 	m.poolStandby.DeletePartialMatch(labels)
 	m.poolMinIdle.DeletePartialMatch(labels)
+	m.poolReserved.DeletePartialMatch(labels)
 }
 
 func (m *Metrics) slotTransition(from, to, reason string) {
@@ -114,3 +132,5 @@ func (m *Metrics) timeToBusy(d time.Duration) { m.toBusy.Observe(d.Seconds()) }
 func (m *Metrics) acquired(d time.Duration) { m.acquire.Observe(d.Seconds()) }
 
 func (m *Metrics) queueWait(d time.Duration) { m.waited.Observe(d.Seconds()) }
+
+func (m *Metrics) reservationBound(d time.Duration) { m.reservedLate.Observe(max(d, 0).Seconds()) }

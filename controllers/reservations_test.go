@@ -202,8 +202,14 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 		}
 	}
 
+	decided := &recordedEvents{}
+	r.Recorder = decided
 	got, after := pass(reservedBot)
 	expect(got, v1.BotScheduled, v1.ReasonCapacityReserved)
+	pass(reservedBot)
+	if n := decided.count(v1.ReasonCapacityReserved); n != 1 || !decided.has("Normal/"+v1.ReasonCapacityReserved) {
+		t.Errorf("%d CapacityReserved Events over two passes (%v), want one Normal", n, decided.reasons)
+	}
 	if after != 30*time.Minute {
 		t.Errorf("reserved bot looks again in %s, want at its start (30m)", after)
 	}
