@@ -305,6 +305,32 @@ func TestCheckerCatches(t *testing.T) {
 			})
 			s.w.checkRolloutSettled("test")
 		}},
+		{"a reservation not served once the operator is quiet", "invariant 17 (test)", func(s *script) {
+			s.ready()
+			s.reserved("r", 15*time.Minute)
+			s.w.op.disp = noop
+			s.advance(15*time.Minute + 31*time.Second)
+			s.bot("r")
+			s.w.checkSettled("test")
+		}},
+		{"a reserved bot late without saying why", "does not say why", func(s *script) {
+			s.ready()
+			s.reserved("r", 15*time.Minute)
+			s.w.op.disp = noop
+			real := s.w.op.bots
+			s.w.op.bots = reconcilerFunc(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+				res, err := real.Reconcile(ctx, req)
+				if b := s.w.liveBot(req.Name); b != nil && err == nil {
+					patch := client.MergeFrom(b.DeepCopy())
+					meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse,
+						Reason: v1.ReasonWaiting, Message: "Waiting for a free slot"})
+					must(s.w.api.Status().Patch(ctx, b, patch))
+				}
+				return res, err
+			})
+			s.advance(15*time.Minute + 31*time.Second)
+			s.bot("r")
+		}},
 		{"a projection the store refuses", "store:", func(s *script) {
 			for _, name := range []string{"x", "y"} {
 				_ = s.w.store.UpsertSlot(s.w.ctx, store.SlotRecord{Namespace: namespace, Name: name, Pool: "solo", ApplicationUUID: "same"})
@@ -318,6 +344,20 @@ func TestCheckerCatches(t *testing.T) {
 			c.run(s)
 			s.expect(c.want)
 		})
+	}
+}
+
+// reserved creates a bot scheduled ahead and lets the bot controller reserve its slot.
+func (s *script) reserved(name string, ahead time.Duration) {
+	s.t.Helper()
+	b := bt.MakeBot(namespace, name).MaxDuration("1h").Obj()
+	b.Spec.StartTime = &metav1.Time{Time: s.w.clk.Now().Add(ahead)}
+	must(s.w.api.Create(s.w.ctx, b))
+	s.sync()
+	s.bot(name)
+	s.bot(name)
+	if got := s.w.liveBot(name); !isReserved(got) || got.Status.Phase != v1.BotScheduled {
+		s.t.Fatalf("bot %s is %s, reserved %v; want Scheduled with a reservation", name, got.Status.Phase, isReserved(got))
 	}
 }
 
