@@ -116,7 +116,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("BOTPOOL_DATABASE_URL"), "Postgres URL or DSN for liveness, projection and audit (env BOTPOOL_DATABASE_URL); empty uses the embedded in-memory store.")
 	fs.StringVar(&o.botAPIAddr, "bot-api-bind-address", ":8082", "Address of the HTTP API that bot containers call.")
 	fs.StringVar(&o.botAPIURL, "bot-api-url", "http://botpool-bot-api.botpool-system.svc:8082", "URL bot containers reach the bot API at; set as BOTPOOL_API_URL on every slot's application.")
-	fs.DurationVar(&o.scheduleLead, "schedule-lead", 2*time.Minute, "How long before its startTime a scheduled Bot joins the queue, so its slot is warm when the meeting starts.")
+	fs.DurationVar(&o.scheduleLead, "schedule-lead", 2*time.Minute, "How long before its startTime a scheduled Bot without a reservation joins the queue, so its slot is warm when the meeting starts (a reserved Bot joins at its startTime, from the slot its pool warmed for it).")
 	fs.IntVar(&o.coolifyRateLimit, "coolify-rate-limit", coolify.DefaultRateLimit, "Requests per minute to one Coolify instance per URL and token, shared by all pools using them (Coolify's own limit is 200 per user).")
 	fs.StringVar(&o.clusterName, "cluster-name", "", "This cluster's identity in the Coolify tags of its pools' applications, so clusters sharing a Coolify team never adopt or delete each other's applications; empty uses the kube-system namespace's uid. Set it to keep a pool's applications when the cluster is rebuilt.")
 	fs.DurationVar(&o.retention.Events, "retention-events", 720*time.Hour, "How long the store keeps bot events; 0 keeps them forever, else at least 1h.")
