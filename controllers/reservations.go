@@ -23,27 +23,41 @@ type hold struct {
 	from, until time.Time
 }
 
-// peakHolds is the most holds that overlap at one instant of [from, until). Overlaps only
-// grow where a hold begins, so the instants to look at are from and every start inside.
+// peakHolds is the most holds that overlap at one instant of [from, until): a sweep over the
+// moments holds begin and end inside it, O(n log n) in the pool's bots (a decision runs under
+// the pool's lock, and a tenant may schedule thousands).
 func peakHolds(holds []hold, from, until time.Time) int {
-	instants := []time.Time{from}
-	for _, h := range holds {
-		if h.from.After(from) && h.from.Before(until) {
-			instants = append(instants, h.from)
-		}
+	type edge struct {
+		at   time.Time
+		step int
 	}
-	sort.Slice(instants, func(i, j int) bool { return instants[i].Before(instants[j]) })
-	most := 0
-	for _, t := range instants {
-		n := 0
-		for _, h := range holds {
-			if !t.Before(h.from) && t.Before(h.until) {
-				n++
-			}
+	edges := make([]edge, 0, 2*len(holds))
+	for _, h := range holds {
+		if !h.until.After(from) || !h.from.Before(until) || !h.from.Before(h.until) {
+			continue // outside [from, until), or empty
 		}
+		edges = append(edges, edge{at: later(h.from, from), step: 1}, edge{at: h.until, step: -1})
+	}
+	// A hold ending at the instant another begins does not overlap it: ends first.
+	sort.Slice(edges, func(i, j int) bool {
+		if !edges[i].at.Equal(edges[j].at) {
+			return edges[i].at.Before(edges[j].at)
+		}
+		return edges[i].step < edges[j].step
+	})
+	n, most := 0, 0
+	for _, e := range edges {
+		n += e.step
 		most = max(most, n)
 	}
 	return most
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // roomFor reports whether one more hold over [from, until) keeps every instant of it within
@@ -121,13 +135,31 @@ func decideReservation(bot *v1.Bot, pool *v1.BotPool, others []v1.Bot, now time.
 		"A slot of pool %s is held for this bot from %s", pool.Name, start.UTC().Format(time.RFC3339))}
 }
 
-// reservationLedger serializes this process's reservation decisions (so that two bots decided
-// at once cannot both take the last slot) and remembers the grants written that the cache may
-// not show yet. The grants themselves live in the bots' Reserved conditions: a restart rebuilds
-// the ledger from the cache.
+// reservationLedger serializes this process's reservation decisions per pool (so that two
+// bots decided at once cannot both take the last slot, and one tenant's thousands of decisions
+// never wait on another's) and remembers the grants written that the cache may not show yet.
+// The grants themselves live in the bots' Reserved conditions: a restart rebuilds the ledger
+// from the cache.
 type reservationLedger struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards pools and pending
+	pools   map[types.NamespacedName]*sync.Mutex
 	pending map[types.UID]pendingGrant
+}
+
+// lock takes the pool's decision lock and returns its release.
+func (l *reservationLedger) lock(pool types.NamespacedName) func() {
+	l.mu.Lock()
+	if l.pools == nil {
+		l.pools = map[types.NamespacedName]*sync.Mutex{}
+	}
+	m := l.pools[pool]
+	if m == nil {
+		m = &sync.Mutex{}
+		l.pools[pool] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 // pendingGrant is a grant this process decided, kept until the cache shows it or until.
@@ -142,6 +174,8 @@ const pendingGrantTTL = time.Minute
 
 // withPending adds to the cached bots of a pool the grants decided but not shown yet.
 func (l *reservationLedger) withPending(cached []v1.Bot, namespace, pool string, now time.Time) []v1.Bot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	shown := map[types.UID]bool{}
 	for i := range cached {
 		if meta.FindStatusCondition(cached[i].Status.Conditions, v1.ConditionReserved) != nil {
@@ -160,17 +194,23 @@ func (l *reservationLedger) withPending(cached []v1.Bot, namespace, pool string,
 	return out
 }
 
+// remember keeps a grant until the cache shows it (or pendingGrantTTL).
+func (l *reservationLedger) remember(bot *v1.Bot, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == nil {
+		l.pending = map[types.UID]pendingGrant{}
+	}
+	l.pending[bot.UID] = pendingGrant{bot: *bot.DeepCopy(), until: now.Add(pendingGrantTTL)}
+}
+
 // reserve decides a scheduled bot's reservation, once: its Reserved condition, True with the
 // slot held or False with why not.
 func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, now time.Time) error {
-	r.reservations.mu.Lock()
-	defer r.reservations.mu.Unlock()
+	defer r.reservations.lock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name})()
 	var bots v1.BotList
 	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{indexBotPool: pool.Name}); err != nil {
 		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
-	}
-	if r.reservations.pending == nil {
-		r.reservations.pending = map[types.UID]pendingGrant{}
 	}
 	others := r.reservations.withPending(bots.Items, bot.Namespace, pool.Name, now)
 	v := decideReservation(bot, pool, others, now, pool.Spec.Reservations.Lead())
@@ -181,7 +221,7 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: status, Reason: v.reason,
 		Message: v.message, ObservedGeneration: bot.Generation}, now)
 	if v.granted {
-		r.reservations.pending[bot.UID] = pendingGrant{bot: *bot.DeepCopy(), until: now.Add(pendingGrantTTL)}
+		r.reservations.remember(bot, now)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -373,5 +374,46 @@ func TestObservedLead(t *testing.T) {
 				t.Errorf("lead model %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPeakHoldsAgreesWithCountingEveryInstant: the sweep finds the same peak as counting the
+// overlaps at every instant a hold begins (the rule it replaced), on random holds.
+func TestPeakHoldsAgreesWithCountingEveryInstant(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 14, 0, 0, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(18, 1))
+	at := func() time.Time { return t0.Add(time.Duration(rng.IntN(24)) * 5 * time.Minute) }
+	counted := func(holds []hold, from, until time.Time) int {
+		most := 0
+		for _, i := range append([]hold{{from: from}}, holds...) {
+			if i.from.Before(from) || !i.from.Before(until) {
+				continue
+			}
+			n := 0
+			for _, h := range holds {
+				if !i.from.Before(h.from) && i.from.Before(h.until) {
+					n++
+				}
+			}
+			most = max(most, n)
+		}
+		return most
+	}
+	for round := range 2000 {
+		holds := make([]hold, rng.IntN(12))
+		for i := range holds {
+			a, b := at(), at()
+			if b.Before(a) {
+				a, b = b, a
+			}
+			holds[i] = hold{from: a, until: b}
+		}
+		from, until := at(), at()
+		if !from.Before(until) {
+			continue
+		}
+		if got, want := peakHolds(holds, from, until), counted(holds, from, until); got != want {
+			t.Fatalf("round %d: peak %d, counting every instant %d; holds %v over [%s, %s)", round, got, want, holds, from, until)
+		}
 	}
 }
