@@ -370,6 +370,8 @@ type CallbackStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Slot",type=string,JSONPath=`.status.slotName`
 // +kubebuilder:printcolumn:name="Queue position",type=integer,JSONPath=`.status.queuePosition`
+// +kubebuilder:printcolumn:name="Start",type=string,JSONPath=`.spec.startTime`,priority=1
+// +kubebuilder:printcolumn:name="Reserved",type=string,JSONPath=`.status.conditions[?(@.type=="Reserved")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="Meeting",type=string,JSONPath=`.spec.meetingUrl`,priority=1

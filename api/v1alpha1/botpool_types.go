@@ -842,6 +842,7 @@ type SlotCounts struct {
 // +kubebuilder:printcolumn:name="Tag",type=string,JSONPath=`.spec.imageTag`,priority=1
 // +kubebuilder:printcolumn:name="Deploying",type=integer,JSONPath=`.status.slots.deploying`,priority=1
 // +kubebuilder:printcolumn:name="Error",type=integer,JSONPath=`.status.slots.error`,priority=1
+// +kubebuilder:printcolumn:name="Reserved",type=integer,JSONPath=`.status.reservations.pending`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BotPool struct {
 	metav1.TypeMeta   `json:",inline"`
