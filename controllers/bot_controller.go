@@ -82,8 +82,9 @@ type BotReconciler struct {
 	// callbackRefusals counts, per bot, the passes whose callback the notifier refused for a
 	// full queue (queueRefusals); see notify.
 	callbackRefusals sync.Map
-	// reservations decides scheduled bots' reservations one at a time (reserve).
-	reservations reservationLedger
+	// reservations is what the bot controller and the dispatcher share of each pool's
+	// reservations (reserve, unreserved).
+	reservations *reservationLedger
 }
 
 // CallbackQueue takes a finished bot's callback; it never blocks and ignores repeats, so a
@@ -240,16 +241,22 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
 
 	if start := bot.Spec.StartTime; start != nil && (st.Phase == v1.BotPending || st.Phase == v1.BotScheduled) {
-		if pool.Spec.Reservations.Reserves() && meta.FindStatusCondition(st.Conditions, v1.ConditionReserved) == nil {
-			if err := r.reserve(ctx, bot, pool, now); err != nil {
-				return err
+		if pool.Spec.Reservations.Reserves() {
+			if r.reservationMoved(bot, pool) {
+				meta.RemoveStatusCondition(&st.Conditions, v1.ConditionReserved) // decided again
+				st.Reservation = nil
+			}
+			if meta.FindStatusCondition(st.Conditions, v1.ConditionReserved) == nil {
+				if err := r.reserve(ctx, bot, pool, now); err != nil {
+					return err
+				}
 			}
 		}
-		lead := r.ScheduleLead
-		if meta.IsStatusConditionTrue(st.Conditions, v1.ConditionReserved) {
-			lead = 0 // a reserved bot is bound at its start, from the slot held for it
+		joins := start.Add(-r.ScheduleLead)
+		if reserved(bot) {
+			joins = st.Reservation.From.Time // bound then, from the slot held for it
 		}
-		if wait := start.Add(-lead).Sub(now); wait > 0 {
+		if wait := joins.Sub(now); wait > 0 {
 			st.Phase = v1.BotScheduled
 			return waitFor(wait, "", "")
 		}
@@ -290,7 +297,7 @@ const reservationGrace = 30 * time.Second
 // lateReservation is why a reserved bot still waits reservationGrace after its start (the
 // pool's conditions that say what went wrong), or "" while the grace lasts.
 func (r *BotReconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.Time) string {
-	late := now.Sub(s.bot.Spec.StartTime.Time)
+	late := now.Sub(s.bot.Status.Reservation.From.Time)
 	if late < reservationGrace {
 		s.after(reservationGrace - late)
 		return ""

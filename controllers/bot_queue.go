@@ -30,9 +30,9 @@ func queueLess(a, b *v1.Bot) bool {
 	return a.Name < b.Name
 }
 
-// reserved reports whether the bot holds a reservation (Reserved True).
+// reserved reports whether the bot holds a reservation (Reserved True, its window recorded).
 func reserved(b *v1.Bot) bool {
-	return b.Spec.StartTime != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved)
+	return b.Spec.StartTime != nil && b.Status.Reservation != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved)
 }
 
 func queuedAt(b *v1.Bot) time.Time {

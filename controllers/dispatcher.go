@@ -55,6 +55,8 @@ type Dispatcher struct {
 	// head of the queue would be paired with it, lose the conflict, and wait while a bot
 	// behind it got a slot that was free (invariant 4).
 	taken map[types.UID]takenSlot
+	// reservations is shared with the bot controller: a wave runs under its pool's lock.
+	reservations *reservationLedger
 	// drain tracks, per pool, how fast its queue moves: the basis of estimatedWait.
 	drain map[types.NamespacedName]*drainRate
 	// positioned is when each pool's queue positions were last written.
@@ -144,16 +146,15 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	n := min(len(free), len(queue))
+	bound := 0
 	if n > 0 {
-		if n, err = d.unreserved(ctx, pool, queue[:n]); err != nil {
+		if bound, n, err = d.reservedWave(ctx, key, pool, queue[:n], free); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	if n == 0 {
 		return d.updatePositions(ctx, key, queue, 0)
 	}
-
-	bound := d.wave(ctx, queue[:n], pickSlots(queue[:n], free, pool))
 	if bound > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
 	}
@@ -173,6 +174,21 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return d.updatePositions(ctx, key, queue[bound:], positionEvery)
 	}
 	return ctrl.Result{RequeueAfter: positionEvery}, nil
+}
+
+// reservedWave binds the head of the queue that may be bound beside the pool's reservations
+// (unreserved), under the pool's reservation lock: a wave and a reservation decision exclude
+// each other, so neither gives away the slot the other just did. It returns how many it bound
+// and how many it tried.
+func (d *Dispatcher) reservedWave(ctx context.Context, key types.NamespacedName, pool *v1.BotPool, head []*v1.Bot, free []*v1.BotPoolSlot) (bound, n int, err error) {
+	if m := d.reservations.poolLock(key); m != nil {
+		m.Lock()
+		defer m.Unlock()
+	}
+	if n, err = d.unreserved(ctx, pool, head, len(free)); err != nil || n == 0 {
+		return 0, n, err
+	}
+	return d.wave(ctx, head[:n], pickSlots(head[:n], free, pool)), n, nil
 }
 
 // wave binds queue[i] to slots[i], all at once (bindWorkers in flight), and remembers the
@@ -207,6 +223,7 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 		case err == nil:
 			bound++
 			d.bound[queue[i].UID] = now
+			d.reservations.bound([]types.UID{queue[i].UID}, now)
 			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
 			d.Metrics.acquired(at[i].Sub(queue[i].CreationTimestamp.Time))
 			d.Metrics.queueWait(at[i].Sub(queuedAt(queue[i])))

@@ -40,6 +40,7 @@
 //	pool_controller.go   BotPoolReconciler: entry, observe, connect, deletion
 //	pool_supply.go       supply, scaleDown, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)
 //	warm_schedule.go     spec.warmSchedule read at a moment: the minIdle in force, the open windows, the next change (warmAt)
+//	pool_reservations.go how many free slots the pool warms for its reservations now, from the lead its servers were observed to need (observedLead, warming)
 //	pool_servers.go      a pool over several servers: slotServer, placement of new slots, drain, status.servers
 //	pool_orphans.go      deleting Coolify applications of the pool's tag that no slot owns
 //	pool_template.go     the template the pool asks for now (readTemplate), the images each server may give a slot (cachedOn, templateReady)
@@ -58,6 +59,7 @@
 //
 //	bot_controller.go    BotReconciler: entry, routing to a pool, the queue, liveness, deletion
 //	bot_queue.go         the order of a queue and of free slots; queue timeouts
+//	reservations.go      reservations: their arithmetic (holds, roomFor), the decision (reserve), the ledger the bot controller and the dispatcher share, and the rule keeping ad-hoc bots off held slots (unreserved)
 //	bot_release.go       the release rules the bot and slot controllers both read
 //	bot_retry.go         retried starts: which failed start goes back to the queue (judgeStart), recording the attempt
 //	bot_callback.go      handing a finished bot's callback to the notifier, recording its outcome

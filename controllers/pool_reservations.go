@@ -124,14 +124,15 @@ func warming(starts []time.Time, now time.Time, m leadModel) (n int, next time.T
 	return n, next
 }
 
-// pendingStarts is the starts of the granted reservations of bots not bound yet, earliest
-// first: bots Reserved and still waiting for their start (once queued, they count as waiting).
+// pendingStarts is when the granted reservations of bots not bound yet are bound (the start of
+// their windows), earliest first: bots Reserved and still waiting for it (once queued, they
+// count as waiting).
 func pendingStarts(bots []v1.Bot) []time.Time {
 	var out []time.Time
 	for i := range bots {
 		b := &bots[i]
 		if reserved(b) && b.DeletionTimestamp.IsZero() && (b.Status.Phase == v1.BotPending || b.Status.Phase == v1.BotScheduled) {
-			out = append(out, b.Spec.StartTime.Time)
+			out = append(out, b.Status.Reservation.From.Time)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })

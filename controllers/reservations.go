@@ -80,13 +80,33 @@ type reservationVerdict struct {
 	granted bool
 	reason  string // CapacityReserved, TooLate or PoolFull
 	message string
+	window  v1.BotReservation
 }
 
-// holdsOf is what the pool's other bots hold or were promised: a bot that runs (or is bound)
-// holds its slot from its start (or now) for its maxDuration and the time to leave; a bot
-// with a granted reservation not yet bound holds one from its startTime. Ended and deleted
-// bots, and bots in the queue without a reservation, hold nothing.
-func holdsOf(bots []v1.Bot, except types.UID, now time.Time, leave time.Duration) []hold {
+// reservationWindow is the window a reservation of the bot in the pool holds: from its
+// binding (its startTime on a standby Running pool, whose ready container takes it at once;
+// scheduleLead before on a Stopped pool, whose start is a deployment) for its maxDuration.
+func reservationWindow(bot *v1.Bot, pool *v1.BotPool, scheduleLead time.Duration) v1.BotReservation {
+	from := bot.Spec.StartTime.Time
+	if !pool.Spec.Standby.Running() {
+		from = from.Add(-scheduleLead)
+	}
+	return v1.BotReservation{Pool: pool.Name, From: metav1.Time{Time: from},
+		Until: metav1.Time{Time: from.Add(bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration))}}
+}
+
+// within reports whether window w lies inside the granted one g: a spec change that only
+// shrinks what was promised keeps the grant.
+func within(w, g v1.BotReservation) bool {
+	return w.Pool == g.Pool && !w.From.Before(&g.From) && !g.Until.Time.Before(w.Until.Time)
+}
+
+// holdsOf is what the pool's bots other than except hold or were promised, each until its
+// maxDuration and the time to leave are over: a bot running since startedAt; a bot bound and
+// not started yet (by its phase, or by a slot's botRef the bot controller has not mirrored
+// yet: bound) from now; a bot with a granted reservation not bound yet, its window. Ended and
+// deleted bots, and bots waiting without a reservation, hold nothing.
+func holdsOf(bots []v1.Bot, bound map[types.UID]bool, except types.UID, now time.Time, leave time.Duration) []hold {
 	var out []hold
 	for i := range bots {
 		b := &bots[i]
@@ -95,13 +115,14 @@ func holdsOf(bots []v1.Bot, except types.UID, now time.Time, leave time.Duration
 		}
 		last := b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave
 		switch {
-		case waitsForSlot(b.Status.Phase):
+		case waitsForSlot(b.Status.Phase) && !bound[b.UID]:
 			// A bot back in the queue after a failed start keeps its startedAt: it holds nothing
 			// until it is bound again, unless it holds a reservation.
 			if reserved(b) {
-				out = append(out, hold{from: b.Spec.StartTime.Time, until: b.Spec.StartTime.Add(last)})
+				w := b.Status.Reservation
+				out = append(out, hold{from: w.From.Time, until: w.Until.Add(leave)})
 			}
-		case b.Status.StartedAt != nil:
+		case b.Status.StartedAt != nil && !waitsForSlot(b.Status.Phase):
 			out = append(out, hold{from: b.Status.StartedAt.Time, until: b.Status.StartedAt.Add(last)})
 		default:
 			out = append(out, hold{from: now, until: now.Add(last)}) // bound, not started yet
@@ -111,12 +132,10 @@ func holdsOf(bots []v1.Bot, except types.UID, now time.Time, leave time.Duration
 }
 
 // decideReservation grants a scheduled bot a reservation when it is decided at least lead
-// before its start and its meeting, as long as it may last, fits beside what the pool's other
-// bots hold or were promised (holdsOf) within maxSlots. A granted reservation stays granted
-// (the ledger is the bots' own Reserved conditions): the caller asks only for bots without
-// one.
-func decideReservation(bot *v1.Bot, pool *v1.BotPool, others []v1.Bot, now time.Time, lead time.Duration) reservationVerdict {
-	// Decided once, at the bot's first pass: now is its creation as the injected clock sees it.
+// before its start and its window (reservationWindow), with the pool's leaveGracePeriod,
+// fits beside what the pool's other bots hold or were promised (holdsOf) within maxSlots.
+func decideReservation(bot *v1.Bot, pool *v1.BotPool, others []v1.Bot, bound map[types.UID]bool, now time.Time, lead, scheduleLead time.Duration) reservationVerdict {
+	// Decided at the bot's first pass (or when its spec moved its window): now is then.
 	start := bot.Spec.StartTime.Time
 	if ahead := start.Sub(now); ahead < lead {
 		return reservationVerdict{reason: v1.ReasonTooLate, message: fmt.Sprintf(
@@ -124,42 +143,30 @@ func decideReservation(bot *v1.Bot, pool *v1.BotPool, others []v1.Bot, now time.
 			ahead.Round(time.Second), lead)}
 	}
 	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
-	until := start.Add(bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
-	holds := holdsOf(others, bot.UID, now, leave)
-	if !roomFor(holds, start, until, int(pool.Spec.MaxSlots)) {
+	w := reservationWindow(bot, pool, scheduleLead)
+	holds := holdsOf(others, bound, bot.UID, now, leave)
+	if !roomFor(holds, w.From.Time, w.Until.Add(leave), int(pool.Spec.MaxSlots)) {
 		return reservationVerdict{reason: v1.ReasonPoolFull, message: fmt.Sprintf(
 			"Pool %s's %d slots are all promised or taken at some moment between %s and %s: no slot is reserved; the bot joins the queue shortly before its start",
-			pool.Name, pool.Spec.MaxSlots, start.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))}
+			pool.Name, pool.Spec.MaxSlots, w.From.UTC().Format(time.RFC3339), w.Until.Add(leave).UTC().Format(time.RFC3339))}
 	}
-	return reservationVerdict{granted: true, reason: v1.ReasonCapacityReserved, message: fmt.Sprintf(
-		"A slot of pool %s is held for this bot from %s", pool.Name, start.UTC().Format(time.RFC3339))}
+	return reservationVerdict{granted: true, reason: v1.ReasonCapacityReserved, window: w, message: fmt.Sprintf(
+		"A slot of pool %s is held for this bot from %s", pool.Name, w.From.UTC().Format(time.RFC3339))}
 }
 
-// reservationLedger serializes this process's reservation decisions per pool (so that two
-// bots decided at once cannot both take the last slot, and one tenant's thousands of decisions
-// never wait on another's) and remembers the grants written that the cache may not show yet.
-// The grants themselves live in the bots' Reserved conditions: a restart rebuilds the ledger
-// from the cache.
+// reservationLedger is what the bot controller (deciding reservations) and the dispatcher
+// (binding ad-hoc bots beside them) share about each pool: a lock per pool, under which a
+// decision and a binding wave exclude each other (so neither takes the slot the other just
+// gave away, and one tenant's thousands of decisions never wait on another's), the grants
+// written that the cache may not show yet, and the bindings likewise. The grants themselves
+// live in the bots' Reserved conditions and status.reservation, and bindings in the slots'
+// botRefs: a restart rebuilds it all from the cache. A nil ledger shares nothing (tests that
+// build one controller alone).
 type reservationLedger struct {
-	mu      sync.Mutex // guards pools and pending
+	mu      sync.Mutex // guards the maps
 	pools   map[types.NamespacedName]*sync.Mutex
 	pending map[types.UID]pendingGrant
-}
-
-// lock takes the pool's decision lock and returns its release.
-func (l *reservationLedger) lock(pool types.NamespacedName) func() {
-	l.mu.Lock()
-	if l.pools == nil {
-		l.pools = map[types.NamespacedName]*sync.Mutex{}
-	}
-	m := l.pools[pool]
-	if m == nil {
-		m = &sync.Mutex{}
-		l.pools[pool] = m
-	}
-	l.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+	binds   map[types.UID]time.Time
 }
 
 // pendingGrant is a grant this process decided, kept until the cache shows it or until.
@@ -172,8 +179,33 @@ type pendingGrant struct {
 // that failed left no grant, and the bot is decided again.
 const pendingGrantTTL = time.Minute
 
+// reservationRetry is how soon a decision that found its pool's lock taken tries again: the
+// bot controller's workers are shared by every namespace, and none waits on one pool.
+const reservationRetry = 50 * time.Millisecond
+
+// poolLock is the pool's lock (nil for a nil ledger).
+func (l *reservationLedger) poolLock(pool types.NamespacedName) *sync.Mutex {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pools == nil {
+		l.pools = map[types.NamespacedName]*sync.Mutex{}
+	}
+	m := l.pools[pool]
+	if m == nil {
+		m = &sync.Mutex{}
+		l.pools[pool] = m
+	}
+	return m
+}
+
 // withPending adds to the cached bots of a pool the grants decided but not shown yet.
 func (l *reservationLedger) withPending(cached []v1.Bot, namespace, pool string, now time.Time) []v1.Bot {
+	if l == nil {
+		return cached
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	shown := map[types.UID]bool{}
@@ -196,6 +228,9 @@ func (l *reservationLedger) withPending(cached []v1.Bot, namespace, pool string,
 
 // remember keeps a grant until the cache shows it (or pendingGrantTTL).
 func (l *reservationLedger) remember(bot *v1.Bot, now time.Time) {
+	if l == nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pending == nil {
@@ -204,19 +239,74 @@ func (l *reservationLedger) remember(bot *v1.Bot, now time.Time) {
 	l.pending[bot.UID] = pendingGrant{bot: *bot.DeepCopy(), until: now.Add(pendingGrantTTL)}
 }
 
-// reserve decides a scheduled bot's reservation, once: its Reserved condition, True with the
-// slot held or False with why not.
+// bound records bindings a wave wrote (kept bindingTTL: the cache shows them by then).
+func (l *reservationLedger) bound(uids []types.UID, now time.Time) {
+	if l == nil || len(uids) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.binds == nil {
+		l.binds = map[types.UID]time.Time{}
+	}
+	for _, uid := range uids {
+		l.binds[uid] = now
+	}
+}
+
+// boundIn is the bots of the pool bound to a slot by its botRef (the cache) or by a wave the
+// cache may not show yet: what holdsOf counts as bound whatever the bot's own phase says.
+func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *v1.BotPool, now time.Time) (map[types.UID]bool, error) {
+	var slots v1.BotPoolSlotList
+	if err := c.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the pool's slots: %w", err)
+	}
+	out := map[types.UID]bool{}
+	for i := range slots.Items {
+		if ref := slots.Items[i].Spec.BotRef; ref != nil {
+			out[ref.UID] = true
+		}
+	}
+	if l == nil {
+		return out, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for uid, at := range l.binds {
+		if now.Sub(at) > bindingTTL {
+			delete(l.binds, uid)
+		} else {
+			out[uid] = true
+		}
+	}
+	return out, nil
+}
+
+// reserve decides a scheduled bot's reservation: its Reserved condition, True with the window
+// held (status.reservation) or False with why not. It is decided at the bot's first pass, and
+// again when a spec change moved the window outside the one granted.
 func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, now time.Time) error {
-	defer r.reservations.lock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name})()
+	if m := r.reservations.poolLock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}); m != nil {
+		if !m.TryLock() {
+			return waitFor(reservationRetry, "", "")
+		}
+		defer m.Unlock()
+	}
 	var bots v1.BotList
-	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{indexBotPool: pool.Name}); err != nil {
+	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
 	}
+	bound, err := r.reservations.boundIn(ctx, r.Client, pool, now)
+	if err != nil {
+		return err
+	}
 	others := r.reservations.withPending(bots.Items, bot.Namespace, pool.Name, now)
-	v := decideReservation(bot, pool, others, now, pool.Spec.Reservations.Lead())
+	v := decideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
 	status := metav1.ConditionFalse
+	bot.Status.Reservation = nil
 	if v.granted {
 		status = metav1.ConditionTrue
+		bot.Status.Reservation = &v.window
 	}
 	v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: status, Reason: v.reason,
 		Message: v.message, ObservedGeneration: bot.Generation}, now)
@@ -226,39 +316,78 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	return nil
 }
 
-// unreserved counts how many bots at the head of the queue may be bound now. A bot with a
-// reservation takes the slot held for it. Any other takes a slot only if, as long as its
-// meeting may last, every reservation not yet bound keeps its slot (roomFor), counting the
-// bots bound before it in the wave: a meeting is never cut short, so this is how a granted
-// reservation finds its slot at its start. The first bot that does not fit ends the wave, so
-// the queue's order holds.
-func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v1.Bot) (int, error) {
-	var bots v1.BotList
-	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+// reservationMoved reports whether a granted reservation must be decided again: the bot's
+// spec now asks for a window outside the one granted (a shrunk one is kept, and recorded).
+func (r *BotReconciler) reservationMoved(bot *v1.Bot, pool *v1.BotPool) bool {
+	if !meta.IsStatusConditionTrue(bot.Status.Conditions, v1.ConditionReserved) || bot.Spec.StartTime == nil {
+		return false
+	}
+	w := reservationWindow(bot, pool, r.ScheduleLead)
+	if g := bot.Status.Reservation; g != nil && within(w, *g) {
+		bot.Status.Reservation = &w
+		return false
+	}
+	return true
+}
+
+// unreserved counts how many bots at the head of the queue may be bound now, and is called
+// under the pool's reservation lock. A bot with a reservation takes the slot held for it. Any
+// other takes a slot only if the free slots the pool warms for reservations due soon stay
+// free (status.reservations.warming) unless its meeting ends well before the next of them is
+// bound, and if, as long as its meeting may last, every
+// reservation not yet bound keeps its slot (roomFor), counting the bots bound before it in
+// the wave: a meeting is never cut short, so this is how a granted reservation finds its slot
+// at its start. The first bot that does not fit ends the wave, so the queue's order holds.
+func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v1.Bot, free int) (int, error) {
+	var list v1.BotList
+	if err := d.Client.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, err
 	}
-	promised := false
-	for i := range bots.Items {
-		if b := &bots.Items[i]; reserved(b) && waitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal() {
+	now := d.Clock.Now()
+	bots := d.reservations.withPending(list.Items, pool.Namespace, pool.Name, now)
+	promised, ahead := false, 0 // ahead: reservations not yet at their binding time
+	var next time.Time          // the earliest of those
+	for i := range bots {
+		if b := &bots[i]; reserved(b) && waitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal() {
 			promised = true
+			if b.Status.Phase != v1.BotQueued {
+				ahead++
+				if from := b.Status.Reservation.From.Time; next.IsZero() || from.Before(next) {
+					next = from
+				}
+			}
 		}
 	}
 	if !promised {
 		return len(head), nil // nothing promised: the queue takes what is free, as always
 	}
-	now := d.Clock.Now()
+	bound, err := d.reservations.boundIn(ctx, d.Client, pool, now)
+	if err != nil {
+		return 0, err
+	}
+	spare := free
+	if st := pool.Status.Reservations; st != nil {
+		// The pool's count may predate a reservation's bot joining the queue (it then takes
+		// its slot as a reserved bot): never more than are still ahead.
+		spare -= min(int(st.Warming), ahead)
+	}
 	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
-	holds := holdsOf(bots.Items, "", now, leave)
+	holds := holdsOf(bots, bound, "", now, leave)
 	for i, b := range head {
 		if reserved(b) {
-			continue // its hold is among holds already
+			spare-- // it takes a free slot; its hold is among holds already
+			continue
 		}
 		until := now.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
-		if !roomFor(holds, now, until, int(pool.Spec.MaxSlots)) {
-			ctrl.LoggerFrom(ctx).V(1).Info("Queue held for reservations", "bot", b.Name, "until", until,
+		// A warmed slot may serve a meeting that ends, with the margin to make the slot ready
+		// again, before the next reservation is bound.
+		warmedFor := !next.IsZero() && until.Add(reservationMargin).After(next)
+		if warmedFor && spare <= 0 || !roomFor(holds, now, until, int(pool.Spec.MaxSlots)) {
+			ctrl.LoggerFrom(ctx).V(1).Info("Queue held for reservations", "bot", b.Name, "until", until, "spare", spare,
 				"atOnce", peakHolds(holds, now, until), "maxSlots", pool.Spec.MaxSlots, "holds", len(holds))
 			return i, nil
 		}
+		spare--
 		holds = append(holds, hold{from: now, until: until})
 	}
 	return len(head), nil

@@ -71,10 +71,7 @@ func TestDecideReservation(t *testing.T) {
 		return b
 	}
 	reserved := func(at time.Time) func(*v1.Bot) {
-		return func(b *v1.Bot) {
-			b.Spec.StartTime = &metav1.Time{Time: at}
-			b.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReserved, Status: metav1.ConditionTrue, Reason: v1.ReasonCapacityReserved}}
-		}
+		return func(b *v1.Bot) { grant(b, at) }
 	}
 	running := func(since time.Time) func(*v1.Bot) {
 		return func(b *v1.Bot) {
@@ -87,22 +84,25 @@ func TestDecideReservation(t *testing.T) {
 		bot    v1.Bot
 		others []v1.Bot
 		want   string
+		bound  map[types.UID]bool // bound by a slot's botRef
 	}{
-		{"an empty pool", bot("b"), nil, v1.ReasonCapacityReserved},
-		{"decided too close to its start", bot("b", func(b *v1.Bot) { b.Spec.StartTime = &metav1.Time{Time: now.Add(9 * time.Minute)} }), nil, v1.ReasonTooLate},
-		{"two reservations at the same start fill maxSlots 2", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start))}, v1.ReasonPoolFull},
-		{"a reservation that starts during the meeting counts", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start.Add(50*time.Minute)))}, v1.ReasonPoolFull},
-		{"one that starts after it (maxDuration 1h and the leave) does not", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start.Add(2*time.Hour)))}, v1.ReasonCapacityReserved},
-		{"a bot in a call that may last past the start counts", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("a", running(now.Add(-10*time.Minute)))}, v1.ReasonPoolFull},
-		{"one whose maxDuration ends before the start does not", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("a", running(now.Add(-2*time.Hour)))}, v1.ReasonCapacityReserved},
-		{"a refused reservation holds nothing", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2")}, v1.ReasonCapacityReserved},
+		{"an empty pool", bot("b"), nil, v1.ReasonCapacityReserved, nil},
+		{"decided too close to its start", bot("b", func(b *v1.Bot) { b.Spec.StartTime = &metav1.Time{Time: now.Add(9 * time.Minute)} }), nil, v1.ReasonTooLate, nil},
+		{"two reservations at the same start fill maxSlots 2", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start))}, v1.ReasonPoolFull, nil},
+		{"a reservation that starts during the meeting counts", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start.Add(50*time.Minute)))}, v1.ReasonPoolFull, nil},
+		{"one that starts after it (maxDuration 1h and the leave) does not", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start.Add(2*time.Hour)))}, v1.ReasonCapacityReserved, nil},
+		{"a bot in a call that may last past the start counts", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("a", running(now.Add(-10*time.Minute)))}, v1.ReasonPoolFull, nil},
+		{"one whose maxDuration ends before the start does not", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("a", running(now.Add(-2*time.Hour)))}, v1.ReasonCapacityReserved, nil},
+		{"a refused reservation holds nothing", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2")}, v1.ReasonCapacityReserved, nil},
 		{"ended and deleted bots hold nothing", bot("b"), []v1.Bot{bot("r1", reserved(start)), bot("r2", reserved(start), func(b *v1.Bot) { b.Status.Phase = v1.BotDone }),
-			bot("r3", reserved(start), func(b *v1.Bot) { b.DeletionTimestamp = &metav1.Time{Time: now} })}, v1.ReasonCapacityReserved},
-		{"the bot itself is not counted", bot("b", reserved(start)), []v1.Bot{bot("b", reserved(start)), bot("r1", reserved(start))}, v1.ReasonCapacityReserved},
+			bot("r3", reserved(start), func(b *v1.Bot) { b.DeletionTimestamp = &metav1.Time{Time: now} })}, v1.ReasonCapacityReserved, nil},
+		{"the bot itself is not counted", bot("b", reserved(start)), []v1.Bot{bot("b", reserved(start)), bot("r1", reserved(start))}, v1.ReasonCapacityReserved, nil},
+		{name: "a bot a slot's botRef binds, not mirrored on the bot yet, counts", bot: bot("b"), others: []v1.Bot{bot("r1", reserved(start)),
+			bot("a", func(b *v1.Bot) { b.Spec.StartTime, b.Status.Phase = nil, v1.BotQueued })}, want: v1.ReasonPoolFull, bound: map[types.UID]bool{"uid-a": true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := decideReservation(&tt.bot, pool, tt.others, now, v1.DefaultReservationMinLead)
+			v := decideReservation(&tt.bot, pool, tt.others, tt.bound, now, v1.DefaultReservationMinLead, 0)
 			if v.reason != tt.want || v.granted != (tt.want == v1.ReasonCapacityReserved) || v.message == "" {
 				t.Errorf("verdict %+v, want %s", v, tt.want)
 			}
@@ -126,35 +126,54 @@ func TestUnreservedInOnePass(t *testing.T) {
 		return b
 	}
 	reservedAt := func(d time.Duration) func(*v1.Bot) {
-		return func(b *v1.Bot) {
-			b.Spec.StartTime = &metav1.Time{Time: now.Add(d)}
-			b.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReserved, Status: metav1.ConditionTrue, Reason: v1.ReasonCapacityReserved}}
-		}
+		return func(b *v1.Bot) { grant(b, now.Add(d)) }
 	}
 	scheduled := func(b *v1.Bot) { b.Status.Phase = v1.BotScheduled }
 	tests := []struct {
-		name string
-		all  []*v1.Bot // the pool's bots in the cache
-		head []string  // the head of the queue, in order
-		want int
+		name    string
+		all     []*v1.Bot // the pool's bots in the cache
+		head    []string  // the head of the queue, in order
+		want    int
+		free    int                // free slots (default: as many as the head)
+		warming int32              // the pool's status.reservations.warming
+		slots   []*v1.BotPoolSlot // slots in the cache
 	}{
-		{"no reservation: every bot", []*v1.Bot{bot("a"), bot("b")}, []string{"a", "b"}, 2},
+		{"no reservation: every bot", []*v1.Bot{bot("a"), bot("b")}, []string{"a", "b"}, 2, 0, 0, nil},
 		{"a reservation in half an hour keeps one slot from the second bot",
-			[]*v1.Bot{bot("r", reservedAt(30*time.Minute), scheduled), bot("a"), bot("b")}, []string{"a", "b"}, 1},
+			[]*v1.Bot{bot("r", reservedAt(30*time.Minute), scheduled), bot("a"), bot("b")}, []string{"a", "b"}, 1, 0, 0, nil},
 		{"one in two hours, after the meetings' maxDuration, keeps nothing", []*v1.Bot{bot("r", reservedAt(2*time.Hour), scheduled), bot("a"), bot("b")},
-			[]string{"a", "b"}, 2},
+			[]string{"a", "b"}, 2, 0, 0, nil},
 		{"a reserved bot at its start takes the slot held for it",
-			[]*v1.Bot{bot("r", reservedAt(0)), bot("r2", reservedAt(0))}, []string{"r", "r2"}, 2},
+			[]*v1.Bot{bot("r", reservedAt(0)), bot("r2", reservedAt(0))}, []string{"r", "r2"}, 2, 0, 0, nil},
 		{"the first that does not fit ends the wave", []*v1.Bot{bot("r", reservedAt(30*time.Minute), scheduled), bot("r2", reservedAt(30*time.Minute), scheduled), bot("a")},
-			[]string{"a"}, 0},
+			[]string{"a"}, 0, 0, 0, nil},
+		{name: "the free slot warmed for a reservation due in a minute is not an ad-hoc bot's",
+			all: []*v1.Bot{bot("r", reservedAt(time.Minute), scheduled), bot("a", func(b *v1.Bot) { b.Spec.MaxDuration = "10m" })}, head: []string{"a"},
+			want: 0, free: 1, warming: 1},
+		{name: "a meeting that ends well before the reservation may use the warmed slot",
+			all: []*v1.Bot{bot("r", reservedAt(30*time.Minute), scheduled), bot("a", func(b *v1.Bot) { b.Spec.MaxDuration = "10m" })}, head: []string{"a"},
+			want: 1, free: 1, warming: 1},
+		{name: "a free slot beside the warmed one is",
+			all: []*v1.Bot{bot("r", reservedAt(time.Minute), scheduled), bot("a", func(b *v1.Bot) { b.Spec.MaxDuration = "10m" })}, head: []string{"a"},
+			want: 1, free: 2, warming: 1},
+		{name: "a bot bound by a slot's botRef the bot does not mirror yet holds its slot",
+			all: []*v1.Bot{bot("r", reservedAt(30*time.Minute), scheduled), bot("a"), bot("b")}, head: []string{"b"}, want: 0, free: 1,
+			slots: []*v1.BotPoolSlot{bt.MakeSlot("ns", "pool-zoom-001", "pool").BoundTo("a", "uid-a").Obj()}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			pool := pool.DeepCopy()
+			if tt.warming > 0 {
+				pool.Status.Reservations = &v1.ReservationStatus{Pending: 1, Warming: tt.warming}
+			}
 			objs := []client.Object{pool}
 			byName := map[string]*v1.Bot{}
 			for _, b := range tt.all {
 				objs = append(objs, b)
 				byName[b.Name] = b
+			}
+			for _, sl := range tt.slots {
+				objs = append(objs, sl)
 			}
 			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
 			d := &Dispatcher{Client: c, Clock: clocktesting.NewFakeClock(now)}
@@ -162,7 +181,11 @@ func TestUnreservedInOnePass(t *testing.T) {
 			for _, n := range tt.head {
 				head = append(head, byName[n])
 			}
-			got, err := d.unreserved(context.Background(), pool, head)
+			free := tt.free
+			if free == 0 {
+				free = len(head)
+			}
+			got, err := d.unreserved(context.Background(), pool, head, free)
 			if err != nil || got != tt.want {
 				t.Errorf("unreserved %d (%v), want %d", got, err, tt.want)
 			}
@@ -171,9 +194,10 @@ func TestUnreservedInOnePass(t *testing.T) {
 }
 
 // TestReservedBotWaitsForItsStart: in single passes of the bot controller, a bot scheduled half
-// an hour ahead is reserved at its first pass and stays Scheduled until its start, not the
-// schedule lead before it (it is bound at its start, from the slot held for it); a bot too
-// late for a reservation joins the queue the schedule lead ahead, like any scheduled bot.
+// an hour ahead on a standby Running pool is reserved at its first pass and stays Scheduled
+// until its start, not the schedule lead before it (it is bound at its start, from the ready
+// slot held for it); a bot too late for a reservation joins the queue the schedule lead ahead,
+// like any scheduled bot. Past the grace with no slot, the reserved bot says why.
 func TestReservedBotWaitsForItsStart(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC))
 	start := clk.Now().Add(30 * time.Minute)
@@ -181,7 +205,7 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 	reservedBot.Spec.StartTime = &metav1.Time{Time: start}
 	lateBot := bt.MakeBot("ns", "late").UID("uid-late").MeetingURL("https://zoom.us/j/2").Obj()
 	lateBot.Spec.StartTime = &metav1.Time{Time: clk.Now().Add(5 * time.Minute)}
-	c := fakeAPIServer(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(2).Obj(), reservedBot, lateBot)
+	c := fakeAPIServer(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(2).Standby(v1.StandbyRunning).Obj(), reservedBot, lateBot)
 	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: nopLiveness{}, ScheduleLead: 2 * time.Minute}
 	pass := func(b *v1.Bot) (*v1.Bot, time.Duration) {
 		t.Helper()
@@ -415,5 +439,105 @@ func TestPeakHoldsAgreesWithCountingEveryInstant(t *testing.T) {
 		if got, want := peakHolds(holds, from, until), counted(holds, from, until); got != want {
 			t.Fatalf("round %d: peak %d, counting every instant %d; holds %v over [%s, %s)", round, got, want, holds, from, until)
 		}
+	}
+}
+
+// grant marks a bot reserved for start as the bot controller does (a Running pool's window:
+// from its start for its maxDuration).
+func grant(b *v1.Bot, start time.Time) {
+	b.Spec.StartTime = &metav1.Time{Time: start}
+	b.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReserved, Status: metav1.ConditionTrue, Reason: v1.ReasonCapacityReserved}}
+	b.Status.Reservation = &v1.BotReservation{Pool: "pool", From: metav1.Time{Time: start},
+		Until: metav1.Time{Time: start.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration))}}
+}
+
+// TestReservationWindow: a reservation holds its slot from the bot's binding — its start on a
+// standby Running pool, the schedule lead before it on a Stopped pool, whose start is a
+// deployment — for its maxDuration; a spec change keeps the grant only inside that window.
+func TestReservationWindow(t *testing.T) {
+	start := time.Date(2026, 11, 27, 14, 0, 0, 0, time.UTC)
+	bot := bt.MakeBot("ns", "b").MaxDuration("30m").Obj()
+	bot.Spec.StartTime = &metav1.Time{Time: start}
+	running := reservationWindow(bot, bt.MakePool("ns", "warm").Standby(v1.StandbyRunning).Obj(), 2*time.Minute)
+	stopped := reservationWindow(bot, bt.MakePool("ns", "cold").Obj(), 2*time.Minute)
+	if !running.From.Time.Equal(start) || !running.Until.Time.Equal(start.Add(30*time.Minute)) || running.Pool != "warm" {
+		t.Errorf("Running pool: %+v, want from its start for 30m", running)
+	}
+	if !stopped.From.Time.Equal(start.Add(-2*time.Minute)) || !stopped.Until.Time.Equal(start.Add(28*time.Minute)) {
+		t.Errorf("Stopped pool: %+v, want from the schedule lead before its start for 30m", stopped)
+	}
+	shift := func(w v1.BotReservation, from, until time.Duration) v1.BotReservation {
+		w.From.Time, w.Until.Time = w.From.Add(from), w.Until.Add(until)
+		return w
+	}
+	for _, tt := range []struct {
+		name string
+		w    v1.BotReservation
+		keep bool
+	}{
+		{"the same window", running, true},
+		{"a shorter meeting", shift(running, 0, -10*time.Minute), true},
+		{"a later start, as long", shift(running, 5*time.Minute, 5*time.Minute), false},
+		{"an earlier start", shift(running, -time.Minute, 0), false},
+		{"another pool", v1.BotReservation{Pool: "cold", From: running.From, Until: running.Until}, false},
+	} {
+		if got := within(tt.w, running); got != tt.keep {
+			t.Errorf("%s: kept %v, want %v", tt.name, got, tt.keep)
+		}
+	}
+}
+
+// TestReservationDecidedAgainWhenItsWindowMoves: on a one-slot pool, bots x (in half an hour)
+// and y (in five hours) are both reserved; y moved onto x's meeting is decided again and
+// refused (PoolFull), and its window is forgotten; x's meeting shortened keeps its grant, with
+// the shorter window recorded.
+func TestReservationDecidedAgainWhenItsWindowMoves(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC))
+	at := func(name string, d time.Duration) *v1.Bot {
+		b := bt.MakeBot("ns", name).UID(types.UID("uid-"+name)).MeetingURL("https://zoom.us/j/"+name).MaxDuration("1h").Obj()
+		b.Spec.StartTime = &metav1.Time{Time: clk.Now().Add(d)}
+		return b
+	}
+	x, y := at("x", 30*time.Minute), at("y", 5*time.Hour)
+	c := fakeAPIServer(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(1).Standby(v1.StandbyRunning).Obj(), x, y)
+	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: nopLiveness{}, ScheduleLead: 2 * time.Minute}
+	pass := func(name string) *v1.Bot {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: name}}); err != nil {
+			t.Fatalf("Reconcile %s: %v", name, err)
+		}
+		got := &v1.Bot{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	change := func(name string, mutate func(*v1.Bot)) {
+		t.Helper()
+		b := &v1.Bot{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, b); err != nil {
+			t.Fatal(err)
+		}
+		mutate(b)
+		if err := c.Update(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"x", "y"} {
+		if got := pass(name); !reserved(got) {
+			t.Fatalf("bot %s not reserved: %+v", name, got.Status.Conditions)
+		}
+	}
+
+	change("y", func(b *v1.Bot) { b.Spec.StartTime = x.Spec.StartTime })
+	got := pass("y")
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReserved); c == nil || c.Reason != v1.ReasonPoolFull || got.Status.Reservation != nil {
+		t.Errorf("y moved onto x's meeting: Reserved %+v, window %+v; want PoolFull and none", c, got.Status.Reservation)
+	}
+
+	change("x", func(b *v1.Bot) { b.Spec.MaxDuration = "20m" })
+	got = pass("x")
+	if !reserved(got) || !got.Status.Reservation.Until.Time.Equal(x.Spec.StartTime.Add(20*time.Minute)) {
+		t.Errorf("x shortened: reserved %v, window %+v; want kept, until 20m after its start", reserved(got), got.Status.Reservation)
 	}
 }

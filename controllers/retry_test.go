@@ -213,8 +213,8 @@ func TestStartRetriedOnAStandbyPool(t *testing.T) {
 	slotOf(t, bot)
 	kubetest.Eventually(t, 30*time.Second, func() error {
 		b := sc.bot(bot.Name)
-		if b.Status.Phase.Terminal() {
-			return nil
+		if b.Status.Phase.Terminal() && (b.Status.Phase != v1.BotDone || len(cs.served(bot.Name)) > 0) {
+			return nil // a container that served the bot records it as its run returns, a moment after Done
 		}
 		// Fast while the frozen container's hang-up grace runs out; then at the pace of a
 		// deployment poll while the fresh container deploys, and not at all once it is Ready:

@@ -107,6 +107,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 	bulk := &BulkReader{Clock: clk}
 	writes := &cachelag.Tracker{}
 	wc := cachelag.NewClient(deps.Client, writes) // no write can forget to record itself
+	reservations := &reservationLedger{}
 	c := &Controllers{Writes: writes, Client: wc,
 		Pools: &BotPoolReconciler{
 			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk,
@@ -121,9 +122,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		},
 		Bots: &BotReconciler{
 			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store,
-			ScheduleLead: o.ScheduleLead, Writes: writes,
+			ScheduleLead: o.ScheduleLead, Writes: writes, reservations: reservations,
 		},
-		Dispatcher: &Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes},
+		Dispatcher: &Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes, reservations: reservations},
 	}
 	// The gate wakes the slots it refused when a deployment ends; the slot controller watches
 	// the channel. A full channel skips wake-ups (the gate retry covers them).

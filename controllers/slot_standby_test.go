@@ -250,8 +250,9 @@ func TestStandbySlotLifecycle(t *testing.T) {
 	// The bot ends: the slot's credential is replaced and a fresh container deployed.
 	kubetest.Eventually(t, 15*time.Second, func() error {
 		cs.check()
-		if b := sc.bot(bot.Name); b.Status.Phase != v1.BotDone {
-			return fmt.Errorf("bot %s is %s", b.Name, b.Status.Phase)
+		// A container records whom it served as its run returns, a moment after the bot's Done.
+		if b := sc.bot(bot.Name); b.Status.Phase != v1.BotDone || len(cs.served(bot.Name)) == 0 {
+			return fmt.Errorf("bot %s is %s, served by %d containers", b.Name, b.Status.Phase, len(cs.served(bot.Name)))
 		}
 		return nil
 	})
@@ -293,7 +294,7 @@ func TestStandbySlotLifecycle(t *testing.T) {
 	next := newBot(t, sc.ns, "retro", sc.pool.Name)
 	kubetest.Eventually(t, 15*time.Second, func() error {
 		cs.check()
-		if b := sc.bot(next.Name); b.Status.Phase != v1.BotDone {
+		if b := sc.bot(next.Name); b.Status.Phase != v1.BotDone || len(cs.served(next.Name)) == 0 {
 			sl := listSlots(t, sc.ns)[0]
 			return fmt.Errorf("bot %s is %s (%s); slot %s/%s rv %s bound %v: %s; %s", b.Name, b.Status.Phase, b.Status.Message, sl.Status.Phase, sl.Status.Standby, sl.ResourceVersion, sl.Spec.BotRef != nil, sl.Status.Message, trail(t, sc.ns, sl.Name))
 		}

@@ -166,6 +166,17 @@ type PoolReference struct {
 	Name string `json:"name"`
 }
 
+// BotReservation is the window a reservation holds a slot of a pool for.
+type BotReservation struct {
+	// Pool is the pool the slot is held in.
+	// +kubebuilder:validation:MaxLength=253
+	Pool string `json:"pool"`
+	// From is when the bot is bound.
+	From metav1.Time `json:"from"`
+	// Until is From and the bot's maxDuration (the pool's leaveGracePeriod comes on top).
+	Until metav1.Time `json:"until"`
+}
+
 // BotStatus is what the bot controller and the bot itself reported.
 type BotStatus struct {
 	// ObservedGeneration is the generation the status describes.
@@ -191,6 +202,14 @@ type BotStatus struct {
 	// ApplicationUUID is the Coolify application the bot ran in; kept after release.
 	// +optional
 	ApplicationUUID string `json:"applicationUUID,omitempty"`
+
+	// Reservation is the window a granted reservation holds in the bot's pool (condition
+	// Reserved True): from when the bot is bound (its startTime; on a standby Stopped pool the
+	// manager's --schedule-lead before it, as its start is a deployment) for its maxDuration.
+	// A spec change that moves the window outside it (a later startTime, a longer maxDuration,
+	// another pool) decides the reservation again. Written by the bot controller only.
+	// +optional
+	Reservation *BotReservation `json:"reservation,omitempty"`
 
 	// QueuedAt is when the bot entered the queue; with priority it fixes the queue order.
 	// +optional

@@ -418,7 +418,7 @@ func (w *world) checkLateSaysWhy(b *v1.Bot, now time.Time, requeue time.Duration
 	}
 	const grace = 30 * time.Second
 	ready := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
-	late := now.Sub(b.Spec.StartTime.Time)
+	late := now.Sub(b.Status.Reservation.From.Time)
 	switch {
 	case late >= grace && (ready == nil || ready.Reason != v1.ReasonReservationLate || !strings.Contains(ready.Message, "pool "+b.Status.Pool)):
 		w.violate("invariant 17: reserved bot %s waits for a slot %s after its start and does not say why (Ready %v)", b.Name, late, ready)
@@ -506,7 +506,7 @@ func isFreeSlot(s *v1.BotPoolSlot) bool {
 func (w *world) checkQueueServed(pool, when string) {
 	bots, slots := w.liveBots(), w.liveSlots()
 	q, free := queued(bots, slots, pool), w.freeSlots(slots, pool)
-	if len(q) > 0 && len(free) > 0 && heldForReservations(bots, q, pool, w.clk.Now(), w.leaveOf(pool)) {
+	if len(q) > 0 && len(free) > 0 && heldForReservations(bots, q, slots, free, w.livePool(pool), w.clk.Now()) {
 		// The free slots are kept for reservations that start within the head's meeting: the
 		// queue waits for them (issue 18). A reserved bot due now is never kept waiting.
 		w.counts["queue kept off slots held for reservations"]++
@@ -521,10 +521,13 @@ func (w *world) checkQueueServed(pool, when string) {
 	}
 }
 
-// heldForReservations reports whether none of the queued bots holds a reservation and the pool
-// has a granted reservation, not yet bound, that starts before the head of the queue's meeting
-// (maxDuration and the pool's leaveGracePeriod) would end.
-func heldForReservations(bots, q []v1.Bot, pool string, now time.Time, leave time.Duration) bool {
+// heldForReservations reports whether the queue may wait beside free slots for the pool's
+// reservations: none of the queued bots holds one, a granted reservation not yet bound is due
+// before the head of the queue's meeting (maxDuration and the pool's leaveGracePeriod) would
+// end, and either the bots bound in the pool's slots with those reservations leave the head no
+// room within maxSlots, or the free slots are no more than those the pool warms for
+// reservations (status.reservations.warming).
+func heldForReservations(bots, q []v1.Bot, slots []v1.BotPoolSlot, free []string, p *v1.BotPool, now time.Time) bool {
 	for i := range q {
 		if isReserved(&q[i]) {
 			return false
@@ -536,29 +539,43 @@ func heldForReservations(bots, q []v1.Bot, pool string, now time.Time, leave tim
 			head = &q[i]
 		}
 	}
+	leave := p.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
 	end := now.Add(head.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
+	promised, warmedFor := 0, false
 	for i := range bots {
 		b := &bots[i]
-		if b.Status.Pool == pool && isReserved(b) && !b.Status.Phase.Terminal() && b.Status.StartedAt == nil && b.Spec.StartTime.Time.Before(end) {
-			return true
+		if b.Status.Pool == p.Name && isReserved(b) && !b.Status.Phase.Terminal() && slotOf(slots, b.UID) == nil {
+			from := b.Status.Reservation.From.Time
+			if from.Before(end) {
+				promised++
+			}
+			// A warmed slot must be ready again, two minutes after the meeting, for it.
+			warmedFor = warmedFor || from.Before(end.Add(2*time.Minute))
 		}
 	}
-	return false
+	if !warmedFor {
+		return false
+	}
+	occupied := 0
+	for i := range slots {
+		if slots[i].Spec.Pool == p.Name && slots[i].Spec.BotRef != nil {
+			occupied++
+		}
+	}
+	warming := 0
+	if p.Status.Reservations != nil {
+		warming = int(p.Status.Reservations.Warming)
+	}
+	return promised > 0 && occupied+promised+1 > int(p.Spec.MaxSlots) || len(free) <= warming
 }
 
-// leaveOf is the pool's leaveGracePeriod: how long a bot asked to leave at its maxDuration may
-// take.
-func (w *world) leaveOf(pool string) time.Duration {
-	for _, p := range w.pools {
-		if p.Name == pool {
-			return p.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
-		}
-	}
-	return v1.DefaultLeaveGracePeriod
+// livePool is the pool as the API server holds it now (its status too).
+func (w *world) livePool(name string) *v1.BotPool {
+	return w.api.live(objKey{kind: kindPool, NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}).(*v1.BotPool)
 }
 
 func isReserved(b *v1.Bot) bool {
-	return b.Spec.StartTime != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved)
+	return b.Spec.StartTime != nil && b.Status.Reservation != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved)
 }
 
 // servedBefore reports whether a must be served before b: a bot with a reservation first (it
@@ -678,13 +695,14 @@ func (w *world) checkSettled(when string) {
 }
 
 // checkReservationsServed checks invariant 17 once the operator is quiet: a bot with a
-// granted reservation whose start has come (and the grace the dispatcher has to bind it) is
+// granted reservation whose binding time (status.reservation.from: its start, or the schedule
+// lead before it on a Stopped pool) has come, and the grace the dispatcher has to bind it, is
 // bound.
 func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, when string) {
 	now := w.clk.Now()
 	for i := range bots {
 		b := &bots[i]
-		if !isReserved(b) || b.Status.Phase.Terminal() || !b.DeletionTimestamp.IsZero() || now.Sub(b.Spec.StartTime.Time) < 30*time.Second {
+		if !isReserved(b) || b.Status.Phase.Terminal() || !b.DeletionTimestamp.IsZero() || now.Sub(b.Status.Reservation.From.Time) < 30*time.Second {
 			continue
 		}
 		if slotOf(slots, b.UID) != nil {
@@ -693,7 +711,7 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 		}
 		ready := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
 		w.violate("invariant 17 (%s): bot %s's reservation of pool %s for %s is not served %s after its start (%s; Ready %v)", when, b.Name, b.Status.Pool,
-			b.Spec.StartTime.Format("15:04:05"), now.Sub(b.Spec.StartTime.Time).Round(time.Second), describeBot(b), ready)
+			b.Status.Reservation.From.Format("15:04:05"), now.Sub(b.Status.Reservation.From.Time).Round(time.Second), describeBot(b), ready)
 	}
 }
 
