@@ -134,8 +134,8 @@ func TestUnreservedInOnePass(t *testing.T) {
 		all     []*v1.Bot // the pool's bots in the cache
 		head    []string  // the head of the queue, in order
 		want    int
-		free    int                // free slots (default: as many as the head)
-		warming int32              // the pool's status.reservations.warming
+		free    int               // free slots (default: as many as the head)
+		warming int32             // the pool's status.reservations.warming
 		slots   []*v1.BotPoolSlot // slots in the cache
 	}{
 		{"no reservation: every bot", []*v1.Bot{bot("a"), bot("b")}, []string{"a", "b"}, 2, 0, 0, nil},
@@ -494,7 +494,7 @@ func TestReservationWindow(t *testing.T) {
 func TestReservationDecidedAgainWhenItsWindowMoves(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC))
 	at := func(name string, d time.Duration) *v1.Bot {
-		b := bt.MakeBot("ns", name).UID(types.UID("uid-"+name)).MeetingURL("https://zoom.us/j/"+name).MaxDuration("1h").Obj()
+		b := bt.MakeBot("ns", name).UID(types.UID("uid-" + name)).MeetingURL("https://zoom.us/j/" + name).MaxDuration("1h").Obj()
 		b.Spec.StartTime = &metav1.Time{Time: clk.Now().Add(d)}
 		return b
 	}
