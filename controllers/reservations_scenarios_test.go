@@ -58,7 +58,8 @@ func waitReserved(t *testing.T, bot *v1.Bot, status metav1.ConditionStatus, reas
 // reservations is what is left of it and the margin; once the image is back, the margin alone
 // (a Stopped pool starts no container ahead). Nothing is created before the lead (the passes
 // that changed the lead created nothing; TestWarming holds the edge to the second); at the
-// lead both slots are; at the start both bots are bound, neither before.
+// lead both slots are; at their window's start (the schedule lead before their start: the pool
+// is Stopped) both bots are bound, neither before.
 func TestReservationWarmedByTheObservedLead(t *testing.T) {
 	sc := newScenario(t, "leads", sim.Config{}, func(p *v1.BotPool) { p.Spec.MaxSlots, p.Spec.MinIdle = 3, 0 })
 	key := client.ObjectKeyFromObject(sc.pool)
@@ -72,6 +73,7 @@ func TestReservationWarmedByTheObservedLead(t *testing.T) {
 	pull := st.Cached[0].PullDuration.Duration
 
 	start := clk.Now().Add(30 * time.Minute).Truncate(time.Minute)
+	bind := start.Add(-suiteScheduleLead) // a Stopped pool binds the schedule lead ahead: its start is a deployment
 	at := func(b *v1.Bot) { b.Spec.StartTime = &metav1.Time{Time: start} }
 	bots := []*v1.Bot{newBot(t, sc.ns, "one", sc.pool.Name, at), newBot(t, sc.ns, "two", sc.pool.Name, at)}
 	for _, b := range bots {
@@ -82,7 +84,7 @@ func TestReservationWarmedByTheObservedLead(t *testing.T) {
 		waitPool(t, key, what, func(p *v1.BotPool) bool {
 			r := p.Status.Reservations
 			return r != nil && r.Pending == want.Pending && r.Warming == want.Warming && r.Lead == want.Lead &&
-				r.NextStart != nil && r.NextStart.Time.Equal(start)
+				r.NextStart != nil && r.NextStart.Time.Equal(bind)
 		})
 	}
 	reservations("two pending, the margin ahead", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: reservationMargin}})
@@ -97,7 +99,7 @@ func TestReservationWarmedByTheObservedLead(t *testing.T) {
 		t.Fatalf("%d slots before the lead, want none", n)
 	}
 
-	clk.SetTime(start.Add(-reservationMargin))
+	clk.SetTime(bind.Add(-reservationMargin))
 	reservations("warming both at the lead", v1.ReservationStatus{Pending: 2, Warming: 2, Lead: metav1.Duration{Duration: reservationMargin}})
 	waitPool(t, key, "two free slots for them", func(p *v1.BotPool) bool { return p.Status.Slots != nil && p.Status.Slots.Idle == 2 })
 	for _, b := range bots {
@@ -106,14 +108,14 @@ func TestReservationWarmedByTheObservedLead(t *testing.T) {
 		}
 	}
 
-	clk.SetTime(start) // a bot's own timer runs in real time: wake it as the timer would
+	clk.SetTime(bind) // a bot's own timer runs in real time: wake it as the timer would
 	for _, b := range bots {
 		touch(t, b)
 	}
 	for _, b := range bots {
-		got := sc.waitBot(b.Name, "bound at its start", func(b *v1.Bot) bool { return b.Status.SlotName != "" })
-		if !got.Status.QueuedAt.Time.Equal(start) {
-			t.Errorf("bot %s joined the queue at %s, want its start %s", b.Name, got.Status.QueuedAt, start)
+		got := sc.waitBot(b.Name, "bound at its window's start", func(b *v1.Bot) bool { return b.Status.SlotName != "" })
+		if !got.Status.QueuedAt.Time.Equal(bind) {
+			t.Errorf("bot %s joined the queue at %s, want the schedule lead before its start, %s", b.Name, got.Status.QueuedAt, bind)
 		}
 	}
 }
@@ -134,11 +136,11 @@ func TestReservationsAcrossAManagerRestart(t *testing.T) {
 	waitPool(t, client.ObjectKeyFromObject(sc.pool), "one reservation pending after the restart", func(p *v1.BotPool) bool {
 		return p.Status.Reservations != nil && p.Status.Reservations.Pending == 1
 	})
-	clk.SetTime(start.Add(-reservationMargin))
+	clk.SetTime(start.Add(-suiteScheduleLead - reservationMargin))
 	waitPool(t, client.ObjectKeyFromObject(sc.pool), "its slot warmed at the lead", func(p *v1.BotPool) bool {
 		return p.Status.Slots != nil && p.Status.Slots.Idle == 1 && p.Status.Reservations.Warming == 1
 	})
-	clk.SetTime(start)
+	clk.SetTime(start.Add(-suiteScheduleLead))
 	touch(t, first)
 	sc.waitBot(first.Name, "bound at its start", func(b *v1.Bot) bool { return b.Status.SlotName != "" })
 }

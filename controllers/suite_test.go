@@ -108,6 +108,9 @@ func restartManager(t *testing.T) {
 	}
 }
 
+// suiteScheduleLead is the suite manager's --schedule-lead.
+const suiteScheduleLead = time.Minute
+
 func runManager(e *kubetest.Env) error {
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:     e.Scheme,
@@ -120,7 +123,7 @@ func runManager(e *kubetest.Env) error {
 	c, err := Setup(context.Background(), mgr, Deps{
 		Connector: connector, Store: managerStore, Clock: clk, Recorder: discardEvents{},
 	}, Options{
-		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster, ScheduleLead: time.Minute,
+		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster, ScheduleLead: suiteScheduleLead,
 		// Receivers are httptest servers, on loopback.
 		Callbacks:   &callback.Options{BackoffBase: time.Second, BackoffCap: 5 * time.Second, Egress: allowLoopback},
 		OrphanCheck: 100 * time.Millisecond, GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
