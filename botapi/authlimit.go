@@ -18,8 +18,8 @@ const maxFailureKeys = 16384
 // failureLimiter limits failed authentications per client address. It counts only failures:
 // many bots may call from one address (every container of a Coolify server, or a load
 // balancer's), and their valid requests must not use up each other's budget. Once an address's
-// failures exceed the budget, every request from it is refused with 429 before the token is
-// looked at, until the budget refills.
+// failures exceed the budget, a request from it whose token does not authenticate is answered
+// 429 instead of 401, until the budget refills; a valid token is still served (see authFailed).
 type failureLimiter struct {
 	rate  rate.Limit
 	burst int

@@ -97,8 +97,9 @@ type Config struct {
 	SlotRate  rate.Limit
 	SlotBurst int
 	// AuthFailureRate and AuthFailureBurst limit the failed authentications of one client
-	// address (an IPv6 /64); past them every request from it gets 429 until the budget
-	// refills (default 1/s, 30).
+	// address (an IPv6 /64); past them a request from it whose token does not authenticate
+	// gets 429 instead of 401 until the budget refills (default 1/s, 30). A valid token is
+	// never refused for its address.
 	AuthFailureRate  rate.Limit
 	AuthFailureBurst int
 }
@@ -153,7 +154,17 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Waiting requests are measured apart: their latency is the wait for a binding.
 	config, configWait := s.instrument("config", s.handleConfig), s.instrument("configWait", s.handleConfig)
+	notFound := func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: see the bot API in the README")
+	}
 	mux.HandleFunc("GET /v1/slots/{appUUID}/config", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			// A GET pattern serves HEAD too, and the answer to a HEAD has no body: it would
+			// claim the binding and drop its credential. It is answered as any method the API
+			// lacks (docs/botapi.openapi.yaml lists the routes).
+			notFound(w, r)
+			return
+		}
 		if r.URL.Query().Get("wait") != "" {
 			configWait.ServeHTTP(w, r)
 			return
@@ -163,9 +174,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/bots/{name}/heartbeat", s.instrument("heartbeat", s.handleHeartbeat))
 	mux.Handle("POST /v1/bots/{name}/status", s.instrument("status", s.handleStatus))
 	mux.Handle("POST /v1/bots/{name}/events", s.instrument("events", s.handleEvents))
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: see the bot API in the README")
-	})
+	mux.HandleFunc("/", notFound)
 	return mux
 }
 
