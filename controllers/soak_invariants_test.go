@@ -203,12 +203,8 @@ func (o *soakObserver) check(snap *soakSnapshot) {
 				continue
 			}
 			// A bot back in the queue after a failed start waits afresh from that attempt
-			// (docs/api.md, "Retried starts"), as the model check reads it too.
-			from := b.Status.QueuedAt.Time
-			if n := len(b.Status.StartAttempts); n > 0 && b.Status.StartAttempts[n-1].At.After(from) {
-				from = b.Status.StartAttempts[n-1].At.Time
-			}
-			if late := now.Sub(from.Add(queueTimeout(b, o.pool))); late > o.lateness {
+			// (docs/api.md, "Retried starts"): queueDeadline.
+			if late := now.Sub(queueDeadline(b, o.pool)); late > o.lateness {
 				flag("5/late/"+key, "invariant 5: bot %s is still Queued %s past its deadline", b.Name, late)
 			}
 			if len(free) > 0 {
