@@ -16,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/internal/botfailures"
 	"botpool.dev/botpool/store"
 )
 
@@ -341,7 +342,13 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolS
 			bot.MarkAlive(now)
 		}
 		bot.Status.TruncateTexts()
-		return s.cfg.Client.Status().Patch(ctx, bot, patch)
+		if err := s.cfg.Client.Status().Patch(ctx, bot, patch); err != nil {
+			return err
+		}
+		if reported == v1.BotFatal {
+			s.metrics.failed.WithLabelValues(botfailures.Reported).Inc() // once: the write that made it Fatal
+		}
+		return nil
 	})
 	if apierrors.IsNotFound(err) {
 		return "", errorf(http.StatusGone, "bot "+bot.Name+" no longer exists: exit")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"botpool.dev/botpool/internal/botfailures"
 	"botpool.dev/botpool/internal/promreg"
 )
 
@@ -13,6 +14,9 @@ type metrics struct {
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
 	claimsRefused prometheus.Counter
+	// failed is the controllers' botpool_bots_failed_total: the bot API counts the Fatal
+	// phases bots report (reason BotReported).
+	failed *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -31,6 +35,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "botpool_botapi_binding_claims_refused_total",
 		Help: "Config calls refused because the binding was already handed out (a binding is handed out once).",
 	}))
+	m.failed = botfailures.Register(reg)
 	m.requests = promreg.Register(reg, m.requests)
 	m.latency = promreg.Register(reg, m.latency)
 	return m

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/internal/botfailures"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/slottoken"
@@ -563,6 +565,10 @@ func TestStatus(t *testing.T) {
 		t.Errorf("the bot that ran in %s (%s) records slot %q (%q)", s2.slot.Name, s2.app, got.Status.SlotName, got.Status.ApplicationUUID)
 	}
 	wantFinished(t, &got, metav1.ConditionFalse)
+	// botpool_bots_failed_total counts the reported Fatal once (not the refused one after Done).
+	if n := testutil.ToFloat64(h.srv.metrics.failed.WithLabelValues(botfailures.Reported)); n != 1 {
+		t.Errorf("botpool_bots_failed_total{reason=%q} = %v, want 1", botfailures.Reported, n)
+	}
 	if _, err := c2.ReportStatus(ctx, "standup", botclient.StatusReport{Phase: "InCall"}); !errors.Is(err, botclient.ErrForbidden) {
 		t.Errorf("status of another slot's bot: %v, want 403", err)
 	}

@@ -56,6 +56,8 @@ type BotReconciler struct {
 	Client   client.Client
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
+	// Metrics counts the bots this controller fails; nil counts nothing.
+	Metrics *Metrics
 	// Callbacks delivers a finished bot's callbackURL; nil delivers none.
 	Callbacks CallbackQueue
 	// CallbackDone wakes the bot whose callback the notifier finished (WakeOnCallback), so its
@@ -328,6 +330,9 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 		patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
 		switch perr := r.Client.Status().Patch(ctx, bot, patch); {
 		case perr == nil:
+			if bot.Status.Phase == v1.BotFatal && before.Status.Phase != v1.BotFatal && r.Metrics != nil {
+				r.Metrics.botFailed(bot.Status.Reason) // once: the write that made it Fatal
+			}
 			if s.newSlot != nil {
 				r.Recorder.Eventf(bot, s.newSlot, corev1.EventTypeNormal, v1.ReasonBound, "Bind", "Bound to slot %s", s.newSlot.Name)
 			}

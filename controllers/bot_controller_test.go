@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -323,11 +324,17 @@ func TestHeartbeatLossAndReturn(t *testing.T) {
 	}
 	sc.beat(bot)
 	alive(metav1.ConditionTrue)
+	timeouts := suiteMetrics.botsFailed.WithLabelValues(string(v1.ReasonHeartbeatTimeout))
+	before := testutil.ToFloat64(timeouts)
 	step(6 * time.Minute)
 	touch(t, bot)
 	waitBot(t, bot, "Fatal/HeartbeatTimeout", func(b *v1.Bot) bool {
 		return b.Status.Phase == v1.BotFatal && b.Status.Reason == v1.ReasonHeartbeatTimeout
 	})
+	// botpool_bots_failed_total, which the chart's alerts watch, counted it.
+	if got := testutil.ToFloat64(timeouts); got < before+1 {
+		t.Errorf("botpool_bots_failed_total{reason=HeartbeatTimeout} went from %v to %v, want one more", before, got)
+	}
 	sc.slot("released", func(s *v1.BotPoolSlot) bool { return s.Status.Phase == v1.SlotIdle && s.Spec.BotRef == nil })
 }
 

@@ -4,8 +4,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/botfailures"
 	"botpool.dev/botpool/internal/promreg"
 )
 
@@ -23,6 +25,9 @@ type Metrics struct {
 	poolReserved    *prometheus.GaugeVec
 	reservedLate    prometheus.Histogram
 	standbyLost     prometheus.Counter
+	// poolStalled and botsFailed feed the chart's alerts (docs/runbooks.md).
+	poolStalled *prometheus.GaugeVec
+	botsFailed  *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none), reusing series
@@ -82,6 +87,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "botpool_standby_lost_total",
 		Help: "Standby containers that stopped asking for work (crashed, restarting, unreachable) and were replaced.",
 	}))
+	m.poolStalled = promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "botpool_pool_stalled",
+		Help: "1 while a pool's Stalled condition is True (progress needs a human: its reason is on the condition), else 0.",
+	}, []string{"namespace", "pool"}))
+	m.botsFailed = botfailures.Register(reg)
 	m.poolSlots = promreg.Register(reg, m.poolSlots)
 	m.poolQueued = promreg.Register(reg, m.poolQueued)
 	return m
@@ -108,6 +118,11 @@ func (m *Metrics) observePool(p *v1.BotPool) {
 	}
 	m.poolReserved.WithLabelValues(p.Namespace, p.Name, "pending").Set(float64(r.Pending))
 	m.poolReserved.WithLabelValues(p.Namespace, p.Name, "warming").Set(float64(r.Warming))
+	stalled := 0.0
+	if meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionStalled) {
+		stalled = 1
+	}
+	m.poolStalled.WithLabelValues(p.Namespace, p.Name).Set(stalled)
 }
 
 func (m *Metrics) forgetPool(namespace, name string) {
@@ -117,6 +132,7 @@ func (m *Metrics) forgetPool(namespace, name string) {
 	m.poolStandby.DeletePartialMatch(labels)
 	m.poolMinIdle.DeletePartialMatch(labels)
 	m.poolReserved.DeletePartialMatch(labels)
+	m.poolStalled.DeletePartialMatch(labels)
 }
 
 func (m *Metrics) slotTransition(from, to, reason string) {
@@ -134,3 +150,4 @@ func (m *Metrics) acquired(d time.Duration) { m.acquire.Observe(d.Seconds()) }
 func (m *Metrics) queueWait(d time.Duration) { m.waited.Observe(d.Seconds()) }
 
 func (m *Metrics) reservationBound(d time.Duration) { m.reservedLate.Observe(max(d, 0).Seconds()) }
+func (m *Metrics) botFailed(reason v1.BotReason) { m.botsFailed.WithLabelValues(string(reason)).Inc() }

@@ -121,7 +121,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 			GateRetry: o.GateRetry, AppCheck: o.AppCheck,
 		},
 		Bots: &BotReconciler{
-			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store,
+			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store, Metrics: deps.Metrics,
 			ScheduleLead: o.ScheduleLead, Writes: writes, reservations: reservations,
 		},
 		Dispatcher: &Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes, reservations: reservations},

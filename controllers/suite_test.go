@@ -44,6 +44,8 @@ var (
 	// managerStore is the store runManager wires in: liveStore, unless a test (the soak, on
 	// Postgres) swaps in another for its run and puts liveStore back when it ends.
 	managerStore store.Store = liveStore
+	// suiteMetrics are the series of every manager the suite runs (registered nowhere).
+	suiteMetrics = NewMetrics(nil)
 )
 
 // botAPIAddr is where the suite's bot API listens, the same across manager restarts.
@@ -121,7 +123,7 @@ func runManager(e *kubetest.Env) error {
 		return err
 	}
 	c, err := Setup(context.Background(), mgr, Deps{
-		Connector: connector, Store: managerStore, Clock: clk, Recorder: discardEvents{},
+		Connector: connector, Store: managerStore, Clock: clk, Recorder: discardEvents{}, Metrics: suiteMetrics,
 	}, Options{
 		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster, ScheduleLead: suiteScheduleLead,
 		// Receivers are httptest servers, on loopback.
