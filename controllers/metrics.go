@@ -150,4 +150,4 @@ func (m *Metrics) acquired(d time.Duration) { m.acquire.Observe(d.Seconds()) }
 func (m *Metrics) queueWait(d time.Duration) { m.waited.Observe(d.Seconds()) }
 
 func (m *Metrics) reservationBound(d time.Duration) { m.reservedLate.Observe(max(d, 0).Seconds()) }
-func (m *Metrics) botFailed(reason v1.BotReason) { m.botsFailed.WithLabelValues(string(reason)).Inc() }
+func (m *Metrics) botFailed(reason v1.BotReason)    { m.botsFailed.WithLabelValues(string(reason)).Inc() }
