@@ -292,11 +292,23 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 func (r *recordingRegistry) record(c prometheus.Collector) {
 	typ := dto.MetricType_UNTYPED
-	switch c.(type) {
-	case prometheus.Histogram, *prometheus.HistogramVec:
+	// prometheus.Histogram and prometheus.Summary have the same methods, so a type switch
+	// cannot tell them apart: a single metric says what it is by what it writes.
+	switch v := c.(type) {
+	case *prometheus.HistogramVec:
 		typ = dto.MetricType_HISTOGRAM
-	case prometheus.Summary, *prometheus.SummaryVec:
+	case *prometheus.SummaryVec:
 		typ = dto.MetricType_SUMMARY
+	case prometheus.Metric:
+		var m dto.Metric
+		if v.Write(&m) == nil {
+			switch {
+			case m.Histogram != nil:
+				typ = dto.MetricType_HISTOGRAM
+			case m.Summary != nil:
+				typ = dto.MetricType_SUMMARY
+			}
+		}
 	}
 	descs := make(chan *prometheus.Desc)
 	go func() { c.Describe(descs); close(descs) }()

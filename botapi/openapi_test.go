@@ -586,7 +586,7 @@ func testSpecHeartbeat(t *testing.T, c *specCheck) {
 	must(t, env.Client.Delete(ctx, s.slot))
 	h.eventually(func() error {
 		if resp, err := cl.Heartbeat(ctx, "standup"); err != nil || resp.Action != botclient.ActionLeave {
-			return fmt.Errorf("the slot being deleted: %+v, %v; want leave", resp, err)
+			return fmt.Errorf("the slot being deleted: %+v, %w; want leave", resp, err)
 		}
 		return nil
 	})
@@ -600,7 +600,7 @@ func testSpecHeartbeat(t *testing.T, c *specCheck) {
 	must(t, env.Client.Update(ctx, s.slot))
 	h.eventually(func() error {
 		if _, err := cl.Heartbeat(ctx, "standup"); !errors.Is(err, botclient.ErrUnauthorized) {
-			return fmt.Errorf("the binding ended: %v, want 401", err)
+			return fmt.Errorf("the binding ended: %w, want 401", err)
 		}
 		return nil
 	})

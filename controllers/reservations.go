@@ -303,7 +303,7 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	others := r.reservations.withPending(bots.Items, bot.Namespace, pool.Name, now)
 	v := decideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
 	if st := pool.Status.Reservations; v.granted && st != nil && st.Lead.Duration > v.window.From.Sub(now) {
-		v.message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Duration.Round(time.Second),
+		v.message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Round(time.Second),
 			v.window.From.Sub(now).Round(time.Second))
 	}
 	status := metav1.ConditionFalse
