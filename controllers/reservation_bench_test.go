@@ -7,7 +7,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -184,31 +183,16 @@ func (rs *resvScenario) createBots(t time.Time) {
 	tb.Helper()
 	rs.t = t
 	start := metav1.NewTime(t)
-	var wg sync.WaitGroup
-	errs := make(chan error, resvBots)
-	sem := make(chan struct{}, 16)
 	for i := range resvBots {
-		name := fmt.Sprintf("sched-%03d", i)
-		rs.names = append(rs.names, name)
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			b := &v1.Bot{}
-			b.Namespace, b.Name = rs.bs.sc.ns, name
-			b.Spec.MeetingURL, b.Spec.PoolRef = "https://zoom.us/j/"+name, &v1.PoolReference{Name: rs.bs.sc.pool.Name}
-			b.Spec.StartTime = &start
-			if err := env.Client.Create(context.Background(), b); err != nil {
-				errs <- err
-			}
-		}()
+		rs.names = append(rs.names, fmt.Sprintf("sched-%03d", i))
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		tb.Fatal(err)
-	}
+	eachAtOnce(tb, rs.names, func(name string) error {
+		b := &v1.Bot{}
+		b.Namespace, b.Name = rs.bs.sc.ns, name
+		b.Spec.MeetingURL, b.Spec.PoolRef = "https://zoom.us/j/"+name, &v1.PoolReference{Name: rs.bs.sc.pool.Name}
+		b.Spec.StartTime = &start
+		return env.Client.Create(context.Background(), b)
+	})
 }
 
 // due is the instant the bot controller waits for with a Scheduled bot: its start when it
@@ -240,30 +224,17 @@ func (rs *resvScenario) wake() {
 		return
 	}
 	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"bench/woken":"%d"}}}`, now.UnixNano())))
-	var wg sync.WaitGroup
-	errs := make(chan error, len(due))
-	sem := make(chan struct{}, 16)
-	for _, name := range due {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			b := &v1.Bot{}
-			b.Namespace, b.Name = rs.bs.sc.ns, name
-			err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-				return env.Client.Patch(ctx, b, patch) == nil, nil
-			})
-			if err != nil {
-				errs <- fmt.Errorf("waking bot %s: %w", name, err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		rs.bs.tb.Fatal(err)
-	}
+	eachAtOnce(rs.bs.tb, due, func(name string) error {
+		b := &v1.Bot{}
+		b.Namespace, b.Name = rs.bs.sc.ns, name
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			return env.Client.Patch(ctx, b, patch) == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("waking bot %s: %w", name, err)
+		}
+		return nil
+	})
 }
 
 // settle is the burst's (see settle there), and also waits for every bot woken at this instant
@@ -374,7 +345,7 @@ func (rs *resvScenario) record() {
 			image = fmt.Sprintf("image %s since %s", st.Pull.State, rs.rel(st.Pull.Since.Time))
 		}
 		line := fmt.Sprintf("%s; %d slots (%s), %d Ready free; reservations %s; bots %s; %d containers know their bot",
-			image, len(slots), countsLine(byState), ready, resv, countsLine(phases), known)
+			image, len(slots), countsString(byState), ready, resv, countsString(phases), known)
 		res.timeline = append(res.timeline, resvSample{at: at, line: line})
 		if resvTrace {
 			fmt.Fprintf(os.Stderr, "%s %s: %s; %s\n", rs.mode.name, fmtRel(at), line, workerLoad())
@@ -404,24 +375,6 @@ func fmtRel(d time.Duration) string {
 		return "T"
 	}
 	return "T+" + d.String()
-}
-
-// countsLine prints counts by key, sorted by key.
-func countsLine(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		name := k
-		if name == "" {
-			name = "(none)"
-		}
-		parts = append(parts, fmt.Sprintf("%s %d", name, m[k]))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // knownAll reports whether every bot's container knows its bot.
@@ -590,7 +543,7 @@ func (r resvResult) String() string {
 	fmt.Fprintf(&w, "  %s (spec.reservations.mode %s): %d bots with startTime T created at T−%s on an empty pool; clock resolution %s from T−%s to T+%s, %s elsewhere (%d steps, %d settles cut short); %s simulated, %s real\n",
 		r.mode.name, r.mode.mode, r.bots, resvAhead, resvFine, resvFineFrom, resvFineUntil, resvCoarse, r.steps, r.overruns,
 		r.simulated.Round(time.Second), r.wall.Round(time.Second))
-	refused := countsLine(r.refused)
+	refused := countsString(r.refused)
 	if refused == "" {
 		refused = "none"
 	}

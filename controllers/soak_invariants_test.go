@@ -597,7 +597,11 @@ func countsString[V any](m map[string]V) string {
 	sort.Strings(keys)
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %v", k, m[k]))
+		name := k
+		if name == "" {
+			name = "(none)"
+		}
+		parts = append(parts, fmt.Sprintf("%s %v", name, m[k]))
 	}
 	if len(parts) == 0 {
 		return "none"

@@ -282,18 +282,27 @@ func (f *benchFleet) endMeeting(ctx context.Context, bot string) error {
 // endMeetings ends the meetings of bots, 16 at a time.
 func (f *benchFleet) endMeetings(tb testing.TB, bots []string) {
 	tb.Helper()
+	eachAtOnce(tb, bots, func(bot string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return f.endMeeting(ctx, bot)
+	})
+}
+
+// eachAtOnce runs do for every name, 16 at a time (a burst of API writes as many clients make
+// them), and fails the test on the errors.
+func eachAtOnce(tb testing.TB, names []string, do func(string) error) {
+	tb.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(bots))
+	errs := make(chan error, len(names))
 	sem := make(chan struct{}, 16)
-	for _, bot := range bots {
+	for _, name := range names {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := f.endMeeting(ctx, bot); err != nil {
+			if err := do(name); err != nil {
 				errs <- err
 			}
 		}()
