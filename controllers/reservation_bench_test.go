@@ -278,8 +278,11 @@ func (rs *resvScenario) record() {
 		res.firstSlot, res.sawSlot = at, true
 	}
 	res.maxSlots = max(res.maxSlots, len(slots))
+	// The pool's first server (its only one, or the first it lists): what a run on one server
+	// reports, and one of two on the other.
+	first := p.Spec.Coolify.ServerList()[0].UUID
 	ref := p.Spec.Image + ":" + p.Spec.ImageTag
-	if !res.sawCached && cachedOn(p, p.Spec.Coolify.ServerUUID, ref, "") {
+	if !res.sawCached && cachedOn(p, first, ref, "") {
 		res.cached, res.sawCached = at, true
 	}
 	ready, warm := 0, 0
@@ -301,7 +304,7 @@ func (rs *resvScenario) record() {
 	}
 	if at < 0 {
 		res.readyBeforeT = ready
-		if st := serverStatusOf(p, p.Spec.Coolify.ServerUUID); st != nil && st.SlotStart != nil {
+		if st := serverStatusOf(p, first); st != nil && st.SlotStart != nil {
 			res.slotStart = st.SlotStart.Duration
 		}
 	}
@@ -341,7 +344,7 @@ func (rs *resvScenario) record() {
 		image := "image not cached"
 		if res.sawCached {
 			image = "image cached"
-		} else if st := serverStatusOf(p, p.Spec.Coolify.ServerUUID); st != nil && st.Pull != nil {
+		} else if st := serverStatusOf(p, first); st != nil && st.Pull != nil {
 			image = fmt.Sprintf("image %s since %s", st.Pull.State, rs.rel(st.Pull.Since.Time))
 		}
 		line := fmt.Sprintf("%s; %d slots (%s), %d Ready free; reservations %s; bots %s; %d containers know their bot",
