@@ -784,7 +784,8 @@ func (sc *scenario) nudge() {
 	sc.t.Helper()
 	for _, slot := range listSlots(sc.t, sc.ns) {
 		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"test.botpool.dev/nudge":%q}}}`, clk.Now().String()+time.Now().String())))
-		if err := env.Client.Patch(context.Background(), &slot, patch); err != nil {
+		// A slot listed a moment ago may be gone now (its deletion finished): nothing to nudge.
+		if err := env.Client.Patch(context.Background(), &slot, patch); client.IgnoreNotFound(err) != nil {
 			sc.t.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -82,19 +83,28 @@ func TestScaleSubresource(t *testing.T) {
 		t.Errorf("scale %+v, want replicas 1/1 and selector botpool.dev/pool=scaled", scale)
 	}
 
-	scale.Spec.Replicas = 3
-	if err := env.Client.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale)); err != nil {
+	// The pool controller writes the pool's status meanwhile: a scale read before a write
+	// conflicts, and is read again, as kubectl scale does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.SubResource("scale").Get(ctx, pool, scale); err != nil {
+			return err
+		}
+		scale.Spec.Replicas = 3
+		return env.Client.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale))
+	}); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, key, "three free slots after scaling to 3", func(p *v1.BotPool) bool {
 		return p.Spec.MinIdle == 3 && p.Status.MinIdle == 3 && p.Status.Slots != nil && p.Status.Slots.Idle == 3
 	})
 
-	if err := env.Client.SubResource("scale").Get(ctx, pool, scale); err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 6
-	err := env.Client.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale))
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.SubResource("scale").Get(ctx, pool, scale); err != nil {
+			return err
+		}
+		scale.Spec.Replicas = 6
+		return env.Client.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale))
+	})
 	if err == nil || !strings.Contains(err.Error(), "minIdle must not exceed maxSlots") {
 		t.Errorf("scaling above maxSlots: %v, want the CRD's refusal", err)
 	}
