@@ -754,23 +754,9 @@ func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
 	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{Burst: 1 << 20, BurstCode: 403})
 	bot := newBot(t, sc.ns, "refused", sc.pool.Name)
 	sc.slot("Stalled "+v1.ReasonPermissionDenied, stalledFor(v1.ReasonPermissionDenied))
-	deploys := func() (n int) {
-		for _, r := range sc.sim.Requests() {
-			if r.Op == "deploy-by-tag-or-uuid" {
-				n++
-			}
-		}
-		return n
-	}
-	// The Stalled status write itself wakes the slot once more (one more refused deploy, maybe
-	// one in flight); after that it must wait for stalledRetry, where the error backoff (50 ms,
-	// doubling) would have tried five more times within these two seconds. A busy machine only
-	// makes fewer: the bound holds however slow the passes are.
-	stalled := deploys()
-	time.Sleep(2 * time.Second)
-	if n := deploys() - stalled; n > 2 {
-		t.Errorf("%d more deploys within two seconds once stalled, want at most the one its Stalled write wakes (and one in flight) before stalledRetry", n)
-	}
+	// That a stalled pass looks again only after stalledRetry, not on the error backoff, is
+	// TestSettle's ("a person must fix it, classified"), in one pass: here the slot recovers
+	// once a person fixes the token.
 	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{})
 	sc.nudge()
 	sc.phase(v1.SlotDeploying)
