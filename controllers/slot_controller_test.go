@@ -117,20 +117,23 @@ func (sc *scenario) phase(p v1.SlotPhase) *v1.BotPoolSlot {
 }
 
 // deployed waits until the slot is Busy after the test stepped the clock past its deployment.
-// The slot reads the pool's active deployments through a list cached for a poll of the fake
-// clock: a read taken after the step but before the simulator's workers moved the deployment
-// on stays current while the fake clock stands still, and on a busy machine that read came
-// first (the slot stayed Deploying for a minute). So the wait moves the fake clock on by one
-// poll at a time, as real time would.
 func (sc *scenario) deployed() *v1.BotPoolSlot {
 	sc.t.Helper()
 	return sc.slot(string(v1.SlotBusy), func(s *v1.BotPoolSlot) bool {
-		if s.Status.Phase != v1.SlotBusy {
-			clk.Step(20 * time.Millisecond) // the suite's DeploymentPollInterval
-			return false
-		}
-		return true
+		return s.Status.Phase == v1.SlotBusy || nextPoll()
 	})
+}
+
+// nextPoll moves the fake clock on by one deployment poll and reports false, for a wait on
+// what a deployment the test stepped past leads to. The slot reads the pool's active
+// deployments through a list cached for a poll of the fake clock: a read taken after the step
+// but before the simulator's workers moved the deployment on stays current while the fake clock
+// stands still, and on a busy machine that read came first (the slot stayed Deploying for a
+// minute; once on the way to Busy, once on the way to DeploymentFailed). So such a wait moves
+// the clock on a poll at a time, as real time would.
+func nextPoll() bool {
+	clk.Step(20 * time.Millisecond) // the suite's DeploymentPollInterval
+	return false
 }
 
 // bind creates a bot for the pool once its slot is Idle, and waits until it is bound.
@@ -164,12 +167,14 @@ func (sc *scenario) bot(name string) *v1.Bot {
 	return b
 }
 
-// botFails waits until the bot is Fatal with reason.
+// botFails waits until the bot is Fatal with reason, after the test stepped the clock to
+// where it fails; the clock moves on a poll per look (nextPoll).
 func (sc *scenario) botFails(name string, reason string) {
 	sc.t.Helper()
 	kubetest.Eventually(sc.t, 10*time.Second, func() error {
 		b := sc.bot(name)
 		if b.Status.Phase != v1.BotFatal || string(b.Status.Reason) != reason {
+			nextPoll()
 			return fmt.Errorf("bot %s is %s/%s, want Fatal/%s", name, b.Status.Phase, b.Status.Reason, reason)
 		}
 		return nil
