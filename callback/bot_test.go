@@ -1,6 +1,7 @@
 package callback
 
 import (
+	"reflect"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +26,7 @@ func TestForBot(t *testing.T) {
 		Bot: "standup", Namespace: "team-a", UID: "u1", Phase: "Fatal",
 		Reason: "QueueTimeout", Message: "no slot", FinishedAt: epoch,
 	}}
-	if !ok || c != want {
+	if !ok || !reflect.DeepEqual(c, want) {
 		t.Errorf("ForBot = %+v, %v; want %+v, true", c, ok, want)
 	}
 	if _, ok := ForBot(bot("", botpoolv1alpha1.BotDone)); ok {

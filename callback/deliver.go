@@ -31,6 +31,9 @@ type attemptResult struct {
 // hold secrets: they end up in logs and, through OnResult, in Events.
 func (n *Notifier) attempt(ctx context.Context, it *item) attemptResult {
 	body, err := json.Marshal(it.cb.Body)
+	if it.cb.Raw != nil {
+		body, err = it.cb.Raw, nil
+	}
 	if err != nil {
 		return attemptResult{err: fmt.Errorf("encode callback body: %w", err)}
 	}
@@ -48,6 +51,9 @@ func (n *Notifier) attempt(ctx context.Context, it *item) attemptResult {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "botpool")
 	req.Header.Set("Idempotency-Key", it.cb.Key)
+	for k, v := range it.cb.Headers {
+		req.Header.Set(k, v)
+	}
 
 	n.metrics.attempts.Inc()
 	start := n.clock.Now()

@@ -76,6 +76,18 @@ type Callback struct {
 	Key string
 	// Body is marshalled as JSON.
 	Body Payload
+	// Raw, when set, is sent as the body instead of Body (which still names the bot for
+	// OnResult): a signed message must be sent byte for byte as it was signed.
+	Raw []byte
+	// Headers are set on the request after the defaults, so they may replace the
+	// Idempotency-Key (the outbox sends its message id there).
+	Headers map[string]string
+	// MaxAttempts, when positive, replaces Options.MaxAttempts for this callback: the outbox
+	// dispatcher makes one attempt per claim and keeps the retry schedule itself.
+	MaxAttempts int
+	// Done, when set, is called with the final outcome, before Options.OnResult, on a worker:
+	// it must return quickly.
+	Done func(Result)
 }
 
 // Options configure a Notifier; zero fields take the defaults.
@@ -166,6 +178,14 @@ type item struct {
 	rcv      *receiverQueue
 	attempts int
 	due      time.Time
+}
+
+// maxAttempts is the callback's own bound when it has one, else def.
+func (it *item) maxAttempts(def int) int {
+	if it.cb.MaxAttempts > 0 {
+		return it.cb.MaxAttempts
+	}
+	return def
 }
 
 // receiverQueue is the per-destination state; guarded by Notifier.mu.
@@ -419,7 +439,7 @@ func (n *Notifier) process(ctx context.Context, it *item) {
 	case !res.retryable:
 		log.Error(res.err, "Callback rejected, not retrying")
 		n.finish(it, fmt.Errorf("%w: %w", ErrRejected, res.err), resultRejected)
-	case it.attempts >= n.opts.MaxAttempts:
+	case it.attempts >= it.maxAttempts(n.opts.MaxAttempts):
 		log.Error(res.err, "Callback failed, giving up")
 		n.finish(it, fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, it.attempts, res.err), resultFailed)
 	default:
@@ -438,6 +458,9 @@ func (n *Notifier) finish(it *item, err error, result string) {
 	n.recent.add(it.cb.Key, res, res.At)
 	n.mu.Unlock()
 	n.metrics.deliveries.WithLabelValues(result).Inc()
+	if it.cb.Done != nil {
+		it.cb.Done(res)
+	}
 	if n.opts.OnResult != nil {
 		n.opts.OnResult(res)
 	}

@@ -107,6 +107,12 @@ type BotSpec struct {
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https']",message="callbackURL must be an http:// or https:// URL"
 	CallbackURL string `json:"callbackURL,omitempty"`
 
+	// Webhook asks for signed POSTs of the bot's phase changes (every phase, or the end only),
+	// delivered through the store's outbox with retries for up to a day. It replaces the pool's
+	// webhookDefaults. See docs/callbacks.md.
+	// +optional
+	Webhook *Webhook `json:"webhook,omitempty"`
+
 	// PoolRef picks a pool by name; without it the bot goes to a pool of its platform in its
 	// namespace.
 	// +optional
@@ -262,6 +268,11 @@ type BotStatus struct {
 	// is never sent that callback again, across restarts and leader changes.
 	// +optional
 	Callback *CallbackStatus `json:"callback,omitempty"`
+
+	// Webhook records what became of the messages to the bot's webhook (spec.webhook or the
+	// pool's webhookDefaults). Written by the bot controller only.
+	// +optional
+	Webhook *WebhookStatus `json:"webhook,omitempty"`
 
 	// Binding records the claim of the bot's binding: the bot API writes it, with an
 	// optimistic lock, when it hands the bot's configuration (and a credential for this bot

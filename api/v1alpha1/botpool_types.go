@@ -162,6 +162,10 @@ type BotPoolSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="maxStartAttempts must be between 1 and 10"
 	MaxStartAttempts int32 `json:"maxStartAttempts,omitempty"`
 
+	// WebhookDefaults is the webhook of the pool's bots that set no spec.webhook of their own.
+	// +optional
+	WebhookDefaults *Webhook `json:"webhookDefaults,omitempty"`
+
 	// UpdateStrategy bounds how a rollout (a change of image, imageTag, resources, the
 	// slotEnvFrom Secret's content or the botpool.dev/restartedAt annotation) takes ready slots
 	// away and how many it may add. Set by the user; the defaults keep minIdle slots ready.

@@ -73,6 +73,14 @@ const (
 	ReasonCallbackDelivered = "CallbackDelivered"
 	// ReasonCallbackFailed: a bot's callback was given up (Warning Event).
 	ReasonCallbackFailed = "CallbackFailed"
+	// ReasonWebhookFailed: a message to a bot's webhook was given up (Warning Event).
+	ReasonWebhookFailed = "WebhookFailed"
+	// ReasonWebhookSecretNotFound: the webhook's signing Secret or its key is missing (Warning
+	// Event; no message is made until it exists).
+	ReasonWebhookSecretNotFound = "WebhookSecretNotFound"
+	// ReasonWebhookSecretNotAllowed: the webhook's signing Secret lacks the label
+	// botpool.dev/allow-pool-use=true (Warning Event; no message is made until it has it).
+	ReasonWebhookSecretNotAllowed = "WebhookSecretNotAllowed"
 	// ReasonDeleting: a deleted pool deletes its slots and their applications (Ready False,
 	// Reconciling True), once no bot is left to drain.
 	ReasonDeleting = "Deleting"

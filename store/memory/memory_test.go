@@ -97,3 +97,7 @@ func TestPruneForgetsBeatOnlyBots(t *testing.T) {
 		t.Error("a bot that beat recently was pruned")
 	}
 }
+
+func TestOutboxConformance(t *testing.T) {
+	storetest.RunOutbox(t, func(*testing.T) store.Outbox { return memory.NewOutbox(100) })
+}
