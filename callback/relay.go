@@ -1,0 +1,248 @@
+package callback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"botpool.dev/botpool/internal/promreg"
+	"botpool.dev/botpool/store"
+)
+
+// Defaults of RelayOptions.
+const (
+	DefaultRelayPoll    = 5 * time.Second
+	DefaultRelayLease   = 2 * time.Minute
+	DefaultRelayBatch   = 100
+	DefaultRelayBackoff = 30 * time.Second
+	DefaultRelayCap     = time.Hour
+	DefaultRelayWindow  = 24 * time.Hour
+)
+
+// Sender takes one request of a message: the Notifier, whose fairness between receivers,
+// egress policy and timeouts thus apply to webhooks too.
+type Sender interface {
+	Enqueue(c Callback) bool
+}
+
+// SecretSource reads the signing key of a message: the raw value of key in the Secret
+// namespace/name, refused when the Secret is not opted in for the operator's use.
+type SecretSource interface {
+	WebhookSecret(ctx context.Context, namespace, name, key string) ([]byte, error)
+}
+
+// RelayOptions configure a Relay; zero fields take the defaults.
+type RelayOptions struct {
+	Outbox  store.Outbox
+	Sender  Sender
+	Secrets SecretSource
+	Clock   clock.WithTicker
+	Logger  logr.Logger
+	// Registerer receives the botpool_webhook_* metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Poll is how often the outbox is asked for due messages.
+	Poll time.Duration
+	// Lease is how long a claim lasts: longer than a request (RequestTimeout) plus its time in
+	// the notifier's queue, so a live relay never loses a claim, short enough that a message
+	// claimed by a leader that died is sent again soon.
+	Lease time.Duration
+	// Batch bounds the messages claimed per poll.
+	Batch int
+	// BackoffBase and BackoffCap: the n-th failed attempt waits min(BackoffCap,
+	// BackoffBase·2^(n-1)) before the next.
+	BackoffBase, BackoffCap time.Duration
+	// Window is how long after its creation a failing message is still tried; after it the
+	// message is given up (ErrGaveUp).
+	Window time.Duration
+	// OnOutcome, when set, is told of each finished attempt's bot, so the bot controller
+	// records it in status.webhook; it must not block.
+	OnOutcome func(namespace, name string)
+}
+
+// Relay sends the outbox's due messages, signed, one attempt per claim, and records each
+// outcome back in the outbox, which keeps the retry schedule: with Postgres a message survives
+// restarts and leader changes. It is a Runnable that needs leader election.
+type Relay struct {
+	opts    RelayOptions
+	metrics *relayMetrics
+}
+
+// NewRelay builds a Relay; it sends nothing until Start.
+func NewRelay(o RelayOptions) *Relay {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+	setDefault(&o.Poll, DefaultRelayPoll)
+	setDefault(&o.Lease, DefaultRelayLease)
+	setDefault(&o.Batch, DefaultRelayBatch)
+	setDefault(&o.BackoffBase, DefaultRelayBackoff)
+	setDefault(&o.BackoffCap, DefaultRelayCap)
+	setDefault(&o.Window, DefaultRelayWindow)
+	return &Relay{opts: o, metrics: newRelayMetrics(o.Registerer)}
+}
+
+// NeedLeaderElection: only the leader sends; a new leader claims what the old one left
+// once its leases end.
+func (r *Relay) NeedLeaderElection() bool { return true }
+
+// Start polls the outbox until ctx ends.
+func (r *Relay) Start(ctx context.Context) error {
+	t := r.opts.Clock.NewTicker(r.opts.Poll)
+	defer t.Stop()
+	for {
+		r.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+	}
+}
+
+// Pass claims the due messages and hands them to the sender; it returns how many it handed
+// over. Outcomes arrive later, on the sender's workers.
+func (r *Relay) Pass(ctx context.Context) int {
+	now := r.opts.Clock.Now()
+	r.observeBacklog(ctx, now)
+	ms, err := r.opts.Outbox.ClaimMessages(ctx, now, r.opts.Lease, r.opts.Batch)
+	if err != nil {
+		r.opts.Logger.Error(err, "Claiming webhook messages")
+		return 0
+	}
+	sent := 0
+	for _, m := range ms {
+		if r.send(ctx, m, now) {
+			sent++
+		}
+	}
+	return sent
+}
+
+func (r *Relay) observeBacklog(ctx context.Context, now time.Time) {
+	st, err := r.opts.Outbox.OutboxStats(ctx, now)
+	if err != nil {
+		return
+	}
+	r.metrics.pending.Set(float64(st.Pending))
+	age := 0.0
+	if !st.OldestDue.IsZero() {
+		age = now.Sub(st.OldestDue).Seconds()
+	}
+	r.metrics.oldestDue.Set(age)
+}
+
+// send hands one claimed attempt to the sender, signed at now (each attempt carries its own
+// timestamp, so a receiver's replay tolerance of a few minutes accepts a retry made hours
+// later; the id stays the same).
+func (r *Relay) send(ctx context.Context, m store.OutboxMessage, now time.Time) bool {
+	headers := map[string]string{"Idempotency-Key": m.ID, HeaderWebhookID: m.ID}
+	if m.SecretName != "" {
+		raw, err := r.opts.Secrets.WebhookSecret(ctx, m.Namespace, m.SecretName, m.SecretKey)
+		var key []byte
+		if err == nil {
+			key, err = DecodeSecret(raw)
+		}
+		if err != nil {
+			// The Secret may be created or labelled later: a failed attempt, retried.
+			r.record(ctx, m, fmt.Errorf("signing secret: %w", err), now)
+			return false
+		}
+		headers = SignedHeaders(key, m.ID, now, m.Payload)
+		headers["Idempotency-Key"] = m.ID
+	}
+	r.metrics.attempts.Inc()
+	cb := Callback{
+		URL: m.URL, Key: fmt.Sprintf("%s#%d", m.ID, m.Attempts), Raw: m.Payload, Headers: headers, MaxAttempts: 1,
+		Body: Payload{Bot: m.Name, Namespace: m.Namespace, UID: string(m.BotUID), Phase: m.Phase},
+		Done: func(res Result) { r.record(context.WithoutCancel(ctx), m, res.Err, r.opts.Clock.Now()) },
+	}
+	if !r.opts.Sender.Enqueue(cb) {
+		r.record(ctx, m, errors.New("the callback queue is full"), now)
+		return false
+	}
+	return true
+}
+
+// record turns an attempt's outcome into the message's next state: delivered, given up
+// (rejected, or failing past the window) or due again after the backoff.
+func (r *Relay) record(ctx context.Context, m store.OutboxMessage, err error, now time.Time) {
+	out := store.OutboxOutcome{State: store.OutboxDelivered}
+	result := resultSuccess
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrRejected):
+		out, result = store.OutboxOutcome{State: store.OutboxFailed, Error: err.Error()}, resultRejected
+	case now.Sub(m.CreatedAt) >= r.opts.Window:
+		out = store.OutboxOutcome{State: store.OutboxFailed, Error: fmt.Sprintf("%v after %d attempts: %v", ErrGaveUp, m.Attempts, err)}
+		result = resultFailed
+	default:
+		out = store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: now.Add(r.Backoff(m.Attempts)), Error: err.Error()}
+		result = "retry"
+	}
+	r.metrics.deliveries.WithLabelValues(result).Inc()
+	if ferr := r.opts.Outbox.FinishAttempt(ctx, m.ID, out); ferr != nil {
+		// The lease ends and the message is claimed again: at least once.
+		r.opts.Logger.Error(ferr, "Recording a webhook attempt", "id", m.ID)
+		return
+	}
+	if out.State == store.OutboxFailed {
+		r.opts.Logger.Error(err, "Webhook message given up", "id", m.ID, "bot", types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
+	}
+	if r.opts.OnOutcome != nil {
+		r.opts.OnOutcome(m.Namespace, m.Name)
+	}
+}
+
+// Backoff is the wait after the n-th failed attempt (n >= 1): BackoffBase doubled per attempt,
+// capped. No jitter: the retries of many messages already spread with their creation times,
+// and the cap keeps a dead receiver to one attempt per message an hour.
+func (r *Relay) Backoff(n int) time.Duration {
+	d := r.opts.BackoffCap
+	if shift := n - 1; shift >= 0 && shift < 32 {
+		if b := r.opts.BackoffBase << shift; b > 0 && b < d {
+			d = b
+		}
+	}
+	return d
+}
+
+type relayMetrics struct {
+	deliveries *prometheus.CounterVec
+	attempts   prometheus.Counter
+	pending    prometheus.Gauge
+	oldestDue  prometheus.Gauge
+}
+
+func newRelayMetrics(reg prometheus.Registerer) *relayMetrics {
+	m := &relayMetrics{
+		deliveries: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_webhook_attempts_by_result_total",
+			Help: "Webhook attempts by outcome: success, retry (failed, tried again), rejected and failed (given up).",
+		}, []string{"result"})),
+		attempts: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "botpool_webhook_attempts_total",
+			Help: "Webhook messages handed to the notifier for one attempt.",
+		})),
+		pending: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "botpool_webhook_outbox_pending",
+			Help: "Webhook messages in the outbox neither delivered nor given up.",
+		})),
+		oldestDue: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "botpool_webhook_outbox_oldest_due_seconds",
+			Help: "How long the longest-waiting due webhook message has been due; 0 when none is.",
+		})),
+	}
+	for _, r := range []string{resultSuccess, "retry", resultRejected, resultFailed} {
+		m.deliveries.WithLabelValues(r)
+	}
+	return m
+}

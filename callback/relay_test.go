@@ -1,0 +1,241 @@
+package callback
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/store"
+	"botpool.dev/botpool/store/memory"
+)
+
+const relaySecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// secrets is a SecretSource holding one key; err, when set, refuses every read.
+type secrets struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (s *secrets) WebhookSecret(_ context.Context, ns, name, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	if ns != "team-a" || name != "hook" || key != "secret" {
+		return nil, fmt.Errorf("no key %s/%s[%s]", ns, name, key)
+	}
+	return []byte(relaySecret), nil
+}
+
+// relayEnv is a relay over a memory outbox, a started notifier and one receiver, on one fake
+// clock.
+type relayEnv struct {
+	clk     *clocktesting.FakeClock
+	outbox  *memory.Outbox
+	secrets *secrets
+	rcv     *receiver
+	relay   *Relay
+	stop    func()
+}
+
+func newRelayEnv(t *testing.T, outbox *memory.Outbox, clk *clocktesting.FakeClock, respond func(int, http.ResponseWriter, *http.Request)) *relayEnv {
+	t.Helper()
+	e := &relayEnv{clk: clk, outbox: outbox, secrets: &secrets{}, rcv: newReceiver(t, respond)}
+	e.start(t)
+	return e
+}
+
+// start runs a fresh notifier and relay, as a new leader would.
+func (e *relayEnv) start(t *testing.T) {
+	n := New(Options{Clock: e.clk, Egress: allowLoopback, Registerer: prometheus.NewRegistry()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = n.Start(ctx); close(done) }()
+	e.stop = func() { cancel(); <-done }
+	t.Cleanup(e.stop)
+	e.relay = NewRelay(RelayOptions{
+		Outbox: e.outbox, Sender: n, Secrets: e.secrets, Clock: e.clk, Registerer: prometheus.NewRegistry(),
+		BackoffBase: 30 * time.Second, BackoffCap: time.Minute, Window: 150 * time.Second,
+	})
+}
+
+func phaseBot(phase v1.BotPhase) *v1.Bot {
+	return &v1.Bot{
+		ObjectMeta: metav1.ObjectMeta{Name: "standup", Namespace: "team-a", UID: "u1"},
+		Status:     v1.BotStatus{Phase: phase},
+	}
+}
+
+var signedHook = &v1.Webhook{Events: v1.WebhookEveryPhase, SecretRef: &v1.WebhookSecretRef{Name: "hook", Key: "secret"}}
+
+func (e *relayEnv) add(t *testing.T, seq int64, phase v1.BotPhase) store.OutboxMessage {
+	t.Helper()
+	w := *signedHook
+	w.URL = e.rcv.url()
+	m := PhaseMessage(phaseBot(phase), &w, seq, e.clk.Now())
+	if err := e.outbox.AddMessage(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (e *relayEnv) summary(t *testing.T) store.OutboxSummary {
+	t.Helper()
+	s, err := e.outbox.OutboxSummary(context.Background(), "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func verifyAll(t *testing.T, rc *receiver, now time.Time) []PhaseEvent {
+	t.Helper()
+	key, _ := DecodeSecret([]byte(relaySecret))
+	var out []PhaseEvent
+	for i := range rc.count() {
+		r := rc.request(i)
+		if err := Verify(key, r.header, r.body, now, 5*time.Minute); err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+		if r.header.Get("Idempotency-Key") != r.header.Get(HeaderWebhookID) {
+			t.Errorf("request %d: Idempotency-Key %q differs from webhook-id %q", i, r.header.Get("Idempotency-Key"), r.header.Get(HeaderWebhookID))
+		}
+		var ev PhaseEvent
+		if err := json.Unmarshal(r.body, &ev); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+func TestRelayEveryPhaseSignedInOrder(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	e := newRelayEnv(t, memory.NewOutbox(100), clk, statuses(204))
+	phases := []v1.BotPhase{v1.BotQueued, v1.BotInCall, v1.BotDone}
+	for i, p := range phases {
+		e.add(t, int64(i+1), p)
+	}
+	for i := range phases {
+		e.relay.Pass(context.Background())
+		waitFor(t, "delivery", func() bool { return e.summary(t).Delivered == i+1 })
+	}
+	evs := verifyAll(t, e.rcv, clk.Now())
+	if len(evs) != 3 {
+		t.Fatalf("received %d messages, want 3", len(evs))
+	}
+	for i, ev := range evs {
+		if ev.Phase != string(phases[i]) || ev.Sequence != int64(i+1) || ev.Type != "bot.phase" {
+			t.Errorf("message %d = %+v, want phase %s sequence %d", i, ev, phases[i], i+1)
+		}
+	}
+	if s := e.summary(t); s.DeliveredPhase != "Done" || s.Pending != 0 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+// waitSettled waits until the outbox holds no claim: the attempt's outcome is recorded.
+func waitSettled(t *testing.T, e *relayEnv, want func(store.OutboxSummary) bool) {
+	t.Helper()
+	waitFor(t, "the attempt's outcome", func() bool { return want(e.summary(t)) })
+}
+
+func TestRelayBackoffAndGiveUp(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	e := newRelayEnv(t, memory.NewOutbox(100), clk, statuses(503))
+	e.add(t, 1, v1.BotQueued)
+	// Attempts at 0, 30 s (base), 90 s (2×base), 150 s (capped at 1 min); the window (150 s) is
+	// over after the fourth, which gives the message up.
+	for i, at := range []time.Duration{0, 30 * time.Second, 90 * time.Second, 150 * time.Second} {
+		clk.SetTime(epoch.Add(at - time.Second))
+		if at > 0 && e.relay.Pass(context.Background()) != 0 {
+			t.Fatalf("attempt %d sent a second early", i+1)
+		}
+		clk.SetTime(epoch.Add(at))
+		if n := e.relay.Pass(context.Background()); n != 1 {
+			t.Fatalf("attempt %d at %s: handed over %d", i+1, at, n)
+		}
+		waitFor(t, "the receiver", func() bool { return e.rcv.count() == i+1 })
+		if i < 3 {
+			waitSettled(t, e, func(s store.OutboxSummary) bool { return strings.Contains(s.LastError, "503") })
+			waitFor(t, "the retry recorded", func() bool { return e.relay.Pass(context.Background()) == 0 && e.summary(t).Pending == 1 })
+		}
+	}
+	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Failed == 1 })
+	if s := e.summary(t); !strings.Contains(s.LastError, ErrGaveUp.Error()) {
+		t.Fatalf("summary %+v, want given up", s)
+	}
+	clk.Step(24 * time.Hour)
+	if n := e.relay.Pass(context.Background()); n != 0 {
+		t.Fatalf("a given-up message was sent again")
+	}
+	verifyAll(t, e.rcv, clk.Now().Add(-24*time.Hour))
+}
+
+func TestRelayRejectedIsGivenUpAtOnce(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	e := newRelayEnv(t, memory.NewOutbox(100), clk, statuses(400))
+	e.add(t, 1, v1.BotDone)
+	e.relay.Pass(context.Background())
+	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Failed == 1 })
+}
+
+func TestRelaySecretRefusedIsRetried(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	e := newRelayEnv(t, memory.NewOutbox(100), clk, statuses(204))
+	e.secrets.err = errors.New("Secret hook lacks the label")
+	e.add(t, 1, v1.BotQueued)
+	if n := e.relay.Pass(context.Background()); n != 0 {
+		t.Fatalf("sent %d without the secret", n)
+	}
+	if s := e.summary(t); s.Pending != 1 || !strings.Contains(s.LastError, "lacks the label") {
+		t.Fatalf("summary %+v", s)
+	}
+	e.secrets.mu.Lock()
+	e.secrets.err = nil
+	e.secrets.mu.Unlock()
+	clk.Step(30 * time.Second)
+	e.relay.Pass(context.Background())
+	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Delivered == 1 })
+	verifyAll(t, e.rcv, clk.Now())
+}
+
+// A new leader (a new relay and notifier over the same outbox) delivers what the old one was
+// retrying, and claims at once a message whose claimer died, after its lease.
+func TestRelayRestartMidRetry(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	e := newRelayEnv(t, memory.NewOutbox(100), clk, statuses(503, 204))
+	e.add(t, 1, v1.BotDone)
+	e.relay.Pass(context.Background())
+	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.LastError != "" })
+	e.stop()
+	// The dying leader had claimed it again and never reported: the lease holds it.
+	clk.Step(30 * time.Second)
+	if ms, err := e.outbox.ClaimMessages(context.Background(), clk.Now(), DefaultRelayLease, 10); err != nil || len(ms) != 1 {
+		t.Fatalf("claim by the dying leader: %v %v", ms, err)
+	}
+	e.start(t)
+	if n := e.relay.Pass(context.Background()); n != 0 {
+		t.Fatal("claimed under the old leader's lease")
+	}
+	clk.Step(DefaultRelayLease)
+	e.relay.Pass(context.Background())
+	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Delivered == 1 })
+	if e.rcv.count() != 2 {
+		t.Fatalf("receiver got %d requests, want 2", e.rcv.count())
+	}
+	verifyAll(t, e.rcv, clk.Now())
+}
