@@ -65,6 +65,11 @@ type BotReconciler struct {
 	CallbackDone <-chan event.GenericEvent
 	// Store holds heartbeats and the bots' projection.
 	Store BotLiveness
+	// Webhooks is the outbox of webhook messages (spec.webhook, the pool's webhookDefaults);
+	// nil makes none. Secrets reads their signing Secrets past the cache; nil skips the check
+	// (the relay still refuses to send unsigned what should be signed).
+	Webhooks WebhookOutbox
+	Secrets  client.Reader
 	// ScheduleLead is how long before its startTime a scheduled bot enters the queue, so that
 	// its slot is warm when the meeting starts.
 	ScheduleLead time.Duration
@@ -106,6 +111,8 @@ type botScope struct {
 	newSlot *v1.BotPoolSlot
 	// callbackEvent is the recorded callback outcome's Event, after the write too.
 	callbackEvent func()
+	// events are emitted after the write (the webhook's).
+	events []func()
 	// attempt is the failed start this pass recorded, retried when the bot went back to the
 	// queue: its Event and audit row follow the write.
 	attempt *v1.StartAttempt
@@ -138,7 +145,12 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if !bot.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
-	return ctrl.Result{}, r.run(ctx, s)
+	if err := r.run(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	// After the phase of this pass is decided; a pass that failed catches up on the next.
+	r.webhook(ctx, s)
+	return ctrl.Result{}, nil
 }
 
 // run is the body of a pass over a live bot: a finished bot waits for its callback and its
@@ -338,6 +350,9 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 			}
 			if s.callbackEvent != nil {
 				s.callbackEvent()
+			}
+			for _, ev := range s.events {
+				ev()
 			}
 			if s.attempt != nil {
 				r.recordAttempt(ctx, s)

@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/internal/cachelag"
+	"botpool.dev/botpool/store"
+	"botpool.dev/botpool/store/memory"
 )
 
 // Store is what the controllers keep outside Kubernetes: heartbeats, the projection and the
@@ -142,6 +146,28 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 			return nil, fmt.Errorf("adding the callback notifier: %w", err)
 		}
 		c.Bots.Callbacks, c.Bots.CallbackDone = notifier, done
+
+		// Webhook messages go through the store's outbox when it keeps one (durable with
+		// Postgres), else through an in-memory outbox lost on restart; the relay sends them
+		// through the same notifier and wakes the bot, the one writer of status.webhook.
+		outbox, ok := deps.Store.(store.Outbox)
+		if !ok {
+			outbox = memory.NewOutbox(memory.DefaultHistoryLimit)
+		}
+		relay := callback.NewRelay(callback.RelayOptions{
+			Outbox: outbox, Sender: notifier, Secrets: WebhookSecrets{Reader: deps.APIReader}, Clock: clk,
+			Logger: mgr.GetLogger().WithName("webhooks"), Registerer: opts.Registerer,
+			OnOutcome: func(namespace, name string) {
+				select {
+				case done <- event.GenericEvent{Object: &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}:
+				default: // the bot's webhookRecheck records it
+				}
+			},
+		})
+		if err := mgr.Add(relay); err != nil {
+			return nil, fmt.Errorf("adding the webhook relay: %w", err)
+		}
+		c.Bots.Webhooks, c.Bots.Secrets = outbox, deps.APIReader
 	}
 
 	if err := c.Pools.SetupWithManager(mgr); err != nil {

@@ -1,0 +1,215 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/store/memory"
+)
+
+// signedReceiver verifies every request's signature with key as it arrives and keeps the
+// bodies in order.
+type signedReceiver struct {
+	mu     sync.Mutex
+	bodies []callback.PhaseEvent
+	bad    []string
+}
+
+func newSignedReceiver(t *testing.T, clk *clocktesting.FakeClock, key []byte) (*httptest.Server, *signedReceiver) {
+	sr := &signedReceiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		sr.mu.Lock()
+		defer sr.mu.Unlock()
+		if err := callback.Verify(key, r.Header, body, clk.Now(), 5*time.Minute); err != nil {
+			sr.bad = append(sr.bad, err.Error())
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var ev callback.PhaseEvent
+		_ = json.Unmarshal(body, &ev)
+		sr.bodies = append(sr.bodies, ev)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, sr
+}
+
+func (sr *signedReceiver) phases() []string {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	var out []string
+	for _, b := range sr.bodies {
+		out = append(out, b.Phase)
+	}
+	return out
+}
+
+// webhookRig runs the bot controller's webhook step over a fake client, a memory outbox and a
+// real relay and notifier posting to a receiver that verifies signatures.
+type webhookRig struct {
+	t      *testing.T
+	clk    *clocktesting.FakeClock
+	r      *BotReconciler
+	relay  *callback.Relay
+	outbox *memory.Outbox
+	events *recordedEvents
+	bot    *v1.Bot
+}
+
+func newWebhookRig(t *testing.T, secret *corev1.Secret) (*webhookRig, *signedReceiver) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	_ = v1.AddToScheme(scheme)
+	_ = corev1.AddToScheme(scheme)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	key, _ := callback.DecodeSecret([]byte("whsec_c2VjcmV0LWtleQ=="))
+	srv, sr := newSignedReceiver(t, clk, key)
+	b := fake.NewClientBuilder().WithScheme(scheme)
+	if secret != nil {
+		b = b.WithObjects(secret)
+	}
+	c := b.Build()
+	outbox := memory.NewOutbox(100)
+	n := callback.New(callback.Options{Clock: clk, Egress: allowLoopback, Registerer: prometheus.NewRegistry()})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = n.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	rg := &webhookRig{t: t, clk: clk, outbox: outbox, events: &recordedEvents{}}
+	rg.r = &BotReconciler{Client: c, Clock: clk, Recorder: rg.events, Webhooks: outbox, Secrets: c}
+	rg.relay = callback.NewRelay(callback.RelayOptions{Outbox: outbox, Sender: n, Secrets: WebhookSecrets{Reader: c}, Clock: clk})
+	rg.bot = &v1.Bot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "standup", UID: "uid-standup"},
+		Spec: v1.BotSpec{Webhook: &v1.Webhook{URL: srv.URL + "/hook", Events: v1.WebhookEveryPhase,
+			SecretRef: &v1.WebhookSecretRef{Name: "hook", Key: "secret"}}},
+	}
+	return rg, sr
+}
+
+func webhookSecret(labelled bool) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "hook"},
+		Data: map[string][]byte{"secret": []byte("whsec_c2VjcmV0LWtleQ==")}}
+	if labelled {
+		s.Labels = map[string]string{v1.LabelAllowPoolUse: "true"}
+	}
+	return s
+}
+
+// step runs the webhook step of a pass in phase p and emits its Events, as finish would after
+// the write.
+func (rg *webhookRig) step(p v1.BotPhase) *botScope {
+	rg.bot.Status.Phase = p
+	s := &botScope{bot: rg.bot}
+	rg.r.webhook(context.Background(), s)
+	for _, ev := range s.events {
+		ev()
+	}
+	return s
+}
+
+// TestWebhookEveryPhaseSignedInOrder: each phase the controller sees becomes one message,
+// delivered signed and in order; a pass in the same phase makes none; status.webhook follows.
+func TestWebhookEveryPhaseSignedInOrder(t *testing.T) {
+	rg, sr := newWebhookRig(t, webhookSecret(true))
+	phases := []v1.BotPhase{v1.BotPending, v1.BotQueued, v1.BotQueued, v1.BotDone}
+	for _, p := range phases {
+		rg.step(p)
+		rg.relay.Pass(context.Background())
+		waitUntil(t, "the message's outcome", func() bool {
+			s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+			return s.Pending == 0
+		})
+	}
+	if got := strings.Join(sr.phases(), ","); got != "Pending,Queued,Done" {
+		t.Fatalf("receiver got %q, want Pending,Queued,Done (bad signatures: %v)", got, sr.bad)
+	}
+	rg.step(v1.BotDone) // the wake-up's pass records the outcome
+	st := rg.bot.Status.Webhook
+	if st == nil || st.Sequence != 3 || st.Delivered != 3 || st.DeliveredPhase != v1.BotDone || st.Pending != 0 || st.Failures != 0 {
+		t.Fatalf("status.webhook = %+v", st)
+	}
+}
+
+// TestWebhookSecretNotAllowed: a Secret without the opt-in label makes no message, says why in
+// status.webhook.lastError and one Warning Event, and the message goes once it is labelled.
+func TestWebhookSecretNotAllowed(t *testing.T) {
+	rg, sr := newWebhookRig(t, webhookSecret(false))
+	s := rg.step(v1.BotQueued)
+	rg.step(v1.BotQueued)
+	if st := rg.bot.Status.Webhook; st == nil || st.Sequence != 0 || !strings.Contains(st.LastError, v1.LabelAllowPoolUse) {
+		t.Fatalf("status.webhook = %+v, want no message and the label in lastError", st)
+	}
+	if n := rg.events.count(v1.ReasonWebhookSecretNotAllowed); n != 1 {
+		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookSecretNotAllowed)
+	}
+	if s.requeue != webhookRecheck {
+		t.Errorf("requeue %s, want %s", s.requeue, webhookRecheck)
+	}
+	sec := webhookSecret(true)
+	if err := rg.r.Client.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	rg.step(v1.BotQueued)
+	rg.relay.Pass(context.Background())
+	waitUntil(t, "delivery", func() bool { return len(sr.phases()) == 1 })
+}
+
+// TestWebhookSecretMissing: no Secret (none is ever read from another namespace) is a
+// WebhookSecretNotFound Warning.
+func TestWebhookSecretMissing(t *testing.T) {
+	rg, _ := newWebhookRig(t, nil)
+	rg.step(v1.BotQueued)
+	if n := rg.events.count(v1.ReasonWebhookSecretNotFound); n != 1 {
+		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookSecretNotFound)
+	}
+}
+
+// TestWebhookGivenUpIsAWarning: a message the receiver rejects shows in status.webhook and as
+// one WebhookFailed Warning.
+func TestWebhookGivenUpIsAWarning(t *testing.T) {
+	rg, _ := newWebhookRig(t, webhookSecret(true))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
+	t.Cleanup(srv.Close)
+	rg.bot.Spec.Webhook.URL = srv.URL
+	rg.step(v1.BotDone)
+	rg.relay.Pass(context.Background())
+	waitUntil(t, "the rejection", func() bool {
+		s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+		return s.Failed == 1
+	})
+	rg.step(v1.BotDone)
+	rg.step(v1.BotDone)
+	if st := rg.bot.Status.Webhook; st.Failures != 1 || !strings.Contains(st.LastError, "410") {
+		t.Fatalf("status.webhook = %+v", st)
+	}
+	if n := rg.events.count(v1.ReasonWebhookFailed); n != 1 {
+		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookFailed)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
