@@ -16,8 +16,10 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/internal/pgtest"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
+	"botpool.dev/botpool/store/postgres"
 )
 
 const relaySecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -44,14 +46,14 @@ func (s *secrets) WebhookSecret(_ context.Context, ns, name, key string) ([]byte
 // clock.
 type relayEnv struct {
 	clk     *clocktesting.FakeClock
-	outbox  *memory.Outbox
+	outbox  store.Outbox
 	secrets *secrets
 	rcv     *receiver
 	relay   *Relay
 	stop    func()
 }
 
-func newRelayEnv(t *testing.T, outbox *memory.Outbox, clk *clocktesting.FakeClock, respond func(int, http.ResponseWriter, *http.Request)) *relayEnv {
+func newRelayEnv(t *testing.T, outbox store.Outbox, clk *clocktesting.FakeClock, respond func(int, http.ResponseWriter, *http.Request)) *relayEnv {
 	t.Helper()
 	e := &relayEnv{clk: clk, outbox: outbox, secrets: &secrets{}, rcv: newReceiver(t, respond)}
 	e.start(t)
@@ -214,28 +216,80 @@ func TestRelaySecretRefusedIsRetried(t *testing.T) {
 }
 
 // A new leader (a new relay and notifier over the same outbox) delivers what the old one was
-// retrying, and claims at once a message whose claimer died, after its lease.
+// retrying, and claims again a message whose claimer died, after its lease. With Postgres the
+// new leader is also a new process: the old store is closed and a new one opened on the
+// database, and the message is still there with its attempts, error and bytes.
 func TestRelayRestartMidRetry(t *testing.T) {
-	clk := clocktesting.NewFakeClock(epoch)
-	e := newRelayEnv(t, memory.NewOutbox(100), clk, statuses(503, 204))
-	e.add(t, 1, v1.BotDone)
-	e.relay.Pass(context.Background())
-	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.LastError != "" })
-	e.stop()
-	// The dying leader had claimed it again and never reported: the lease holds it.
-	clk.Step(30 * time.Second)
-	if ms, err := e.outbox.ClaimMessages(context.Background(), clk.Now(), DefaultRelayLease, 10); err != nil || len(ms) != 1 {
-		t.Fatalf("claim by the dying leader: %v %v", ms, err)
+	for _, c := range []struct {
+		name string
+		open func(t *testing.T, clk *clocktesting.FakeClock) (outbox store.Outbox, restart func() store.Outbox)
+	}{
+		{"memory", func(*testing.T, *clocktesting.FakeClock) (store.Outbox, func() store.Outbox) {
+			o := memory.NewOutbox(100)
+			return o, func() store.Outbox { return o }
+		}},
+		{"postgres", openPostgresOutbox},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(epoch)
+			outbox, restart := c.open(t, clk)
+			e := newRelayEnv(t, outbox, clk, statuses(503, 204))
+			sent := e.add(t, 1, v1.BotDone)
+			e.relay.Pass(context.Background())
+			waitSettled(t, e, func(s store.OutboxSummary) bool { return s.LastError != "" })
+			e.stop()
+			// The dying leader had claimed it again and never reported: the lease holds it.
+			clk.Step(30 * time.Second)
+			if ms, err := e.outbox.ClaimMessages(context.Background(), clk.Now(), DefaultRelayLease, 10); err != nil || len(ms) != 1 {
+				t.Fatalf("claim by the dying leader: %v %v", ms, err)
+			}
+			e.outbox = restart()
+			e.start(t)
+			if n := e.relay.Pass(context.Background()); n != 0 {
+				t.Fatal("claimed under the old leader's lease")
+			}
+			clk.Step(DefaultRelayLease)
+			e.relay.Pass(context.Background())
+			waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Delivered == 1 })
+			if e.rcv.count() != 2 {
+				t.Fatalf("receiver got %d requests, want 2", e.rcv.count())
+			}
+			verifyAll(t, e.rcv, clk.Now())
+			for i := range 2 {
+				r := e.rcv.request(i)
+				if id := r.header.Get(HeaderWebhookID); id != sent.ID || string(r.body) != string(sent.Payload) {
+					t.Errorf("request %d: id %s body %s, want the message's id %s and bytes", i, id, r.body, sent.ID)
+				}
+			}
+		})
 	}
-	e.start(t)
-	if n := e.relay.Pass(context.Background()); n != 0 {
-		t.Fatal("claimed under the old leader's lease")
+}
+
+// openPostgresOutbox opens a Postgres store on a throwaway server; restart closes it and opens
+// another on the same database, as a new manager process would. Both keep the fake clock's
+// times as they are (WithSharedClock).
+func openPostgresOutbox(t *testing.T, clk *clocktesting.FakeClock) (store.Outbox, func() store.Outbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := pgtest.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	clk.Step(DefaultRelayLease)
-	e.relay.Pass(context.Background())
-	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Delivered == 1 })
-	if e.rcv.count() != 2 {
-		t.Fatalf("receiver got %d requests, want 2", e.rcv.count())
+	t.Cleanup(func() { _ = srv.Close() })
+	dsn := srv.NewDatabase(t)
+	open := func() *postgres.Store {
+		s, err := postgres.New(context.Background(), dsn, postgres.WithClock(clk), postgres.WithSharedClock())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
 	}
-	verifyAll(t, e.rcv, clk.Now())
+	first := open()
+	return first, func() store.Outbox {
+		if err := first.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return open()
+	}
 }

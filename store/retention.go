@@ -58,6 +58,9 @@ func (r Retention) CutoffsAt(now time.Time) Cutoffs {
 // Pruned counts the rows one pruning deleted.
 type Pruned struct {
 	Events, Transitions, Bots int
+	// Webhooks: webhook messages delivered or given up before the events' cutoff (Postgres;
+	// the in-memory outbox keeps a bounded history instead).
+	Webhooks int
 }
 
 // Pruner deletes history older than its cutoffs, in small batches so it never holds long
@@ -108,7 +111,7 @@ func (j *RetentionJob) RunOnce(ctx context.Context) (Pruned, error) {
 	case err != nil && ctx.Err() == nil:
 		j.Log.Error(err, "Pruning the store failed", "pruned", p)
 	case p != (Pruned{}):
-		j.Log.Info("Pruned the store", "events", p.Events, "transitions", p.Transitions, "bots", p.Bots)
+		j.Log.Info("Pruned the store", "events", p.Events, "transitions", p.Transitions, "bots", p.Bots, "webhooks", p.Webhooks)
 	}
 	return p, err
 }

@@ -1,9 +1,11 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,10 +76,7 @@ func (o *Outbox) ClaimMessages(_ context.Context, now time.Time, lease time.Dura
 		}
 	}
 	slices.SortFunc(due, func(a, b *outboxEntry) int {
-		if c := a.m.NextAttemptAt.Compare(b.m.NextAttemptAt); c != 0 {
-			return c
-		}
-		return compareStrings(a.m.ID, b.m.ID)
+		return cmp.Or(a.m.NextAttemptAt.Compare(b.m.NextAttemptAt), strings.Compare(a.m.ID, b.m.ID))
 	})
 	var out []store.OutboxMessage
 	for _, e := range due[:min(len(due), max(limit, 0))] {
@@ -160,14 +159,4 @@ func (o *Outbox) OutboxStats(_ context.Context, now time.Time) (store.OutboxStat
 		}
 	}
 	return st, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

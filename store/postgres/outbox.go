@@ -1,0 +1,165 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"k8s.io/apimachinery/pkg/types"
+
+	"botpool.dev/botpool/store"
+)
+
+// The outbox (table webhook_outbox, migration 00005) keeps webhook messages across restarts
+// and leader changes. Its statements are never buffered: a message must be in the table
+// before the bot's status counts it, and a claim must be exclusive, so during an outage every
+// call is refused with store.ErrUnavailable (through read) and the caller tries again: the bot
+// controller on its next pass, the relay on its next tick.
+var _ store.Outbox = (*Store)(nil)
+
+const addMessageSQL = `
+INSERT INTO webhook_outbox (id, bot_uid, seq, namespace, name, phase, url, payload,
+	secret_name, secret_key, created_at, next_attempt_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+ON CONFLICT (id) DO NOTHING`
+
+// AddMessage implements store.Outbox.
+func (s *Store) AddMessage(ctx context.Context, m store.OutboxMessage) error {
+	if m.ID == "" || m.BotUID == "" || m.URL == "" {
+		return errors.New("outbox message needs an id, a bot uid and a url")
+	}
+	created := s.toDB(store.Timestamp(m.CreatedAt, s.cfg.clock.Now()))
+	return s.read(ctx, "add_webhook_message", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, addMessageSQL, m.ID, string(m.BotUID), m.Seq, m.Namespace, m.Name, m.Phase,
+			m.URL, []byte(m.Payload), m.SecretName, m.SecretKey, created)
+		return err
+	})
+}
+
+// claimMessagesSQL: heads are each bot's lowest pending seq (as of the statement's snapshot);
+// of those due and not under a live lease, the oldest due are locked, skipping rows another
+// claimer holds, and leased. The conditions are on the locked row, so a claimer that waited
+// for none but read a head another claimer just leased or finished checks it again on the
+// row's newest version (READ COMMITTED re-evaluates them) and leaves it.
+const claimMessagesSQL = `
+WITH heads AS (
+	SELECT DISTINCT ON (bot_uid) id FROM webhook_outbox
+	WHERE state = 'pending'
+	ORDER BY bot_uid, seq
+), picked AS (
+	SELECT o.id FROM webhook_outbox o JOIN heads USING (id)
+	WHERE o.state = 'pending' AND o.next_attempt_at <= $1
+		AND (o.claimed_until IS NULL OR o.claimed_until <= $1)
+	ORDER BY o.next_attempt_at, o.id
+	LIMIT $3
+	FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE webhook_outbox o SET attempts = o.attempts + 1, claimed_until = $2
+FROM picked WHERE o.id = picked.id
+RETURNING ` + outboxColumns
+
+const outboxColumns = `o.id, o.bot_uid, o.seq, o.namespace, o.name, o.phase, o.url, o.payload,
+	o.secret_name, o.secret_key, o.created_at, o.state, o.attempts, o.next_attempt_at, o.last_error`
+
+// ClaimMessages implements store.Outbox in one statement.
+func (s *Store) ClaimMessages(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]store.OutboxMessage, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	at := s.toDB(now.Truncate(time.Microsecond))
+	var out []store.OutboxMessage
+	err := s.read(ctx, "claim_webhook_messages", func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, claimMessagesSQL, at, at.Add(lease), limit)
+		if err != nil {
+			return err
+		}
+		ms, err := pgx.CollectRows(rows, s.scanMessage)
+		out = ms
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING keeps no order: hand them out oldest due first, as they were picked.
+	slices.SortFunc(out, func(a, b store.OutboxMessage) int {
+		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), strings.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+func (s *Store) scanMessage(row pgx.CollectableRow) (store.OutboxMessage, error) {
+	var m store.OutboxMessage
+	var uid, state string
+	var payload []byte
+	err := row.Scan(&m.ID, &uid, &m.Seq, &m.Namespace, &m.Name, &m.Phase, &m.URL, &payload,
+		&m.SecretName, &m.SecretKey, &m.CreatedAt, &state, &m.Attempts, &m.NextAttemptAt, &m.LastError)
+	m.BotUID, m.State, m.Payload = types.UID(uid), store.OutboxState(state), payload
+	m.CreatedAt, m.NextAttemptAt = s.fromDB(m.CreatedAt), s.fromDB(m.NextAttemptAt)
+	return m, err
+}
+
+// finishAttemptSQL records an outcome on a pending message only: the late outcome of a claim
+// whose lease ran out, after another claimer finished the message, changes nothing.
+const finishAttemptSQL = `
+UPDATE webhook_outbox SET
+	state = $2::text,
+	next_attempt_at = CASE WHEN $2::text = 'pending' THEN $3::timestamptz ELSE next_attempt_at END,
+	last_error = CASE WHEN $4::text <> '' THEN $4::text ELSE last_error END,
+	finished_at = CASE WHEN $2::text = 'pending' THEN NULL ELSE $5::timestamptz END,
+	claimed_until = NULL
+WHERE id = $1 AND state = 'pending'`
+
+// FinishAttempt implements store.Outbox.
+func (s *Store) FinishAttempt(ctx context.Context, id string, o store.OutboxOutcome) error {
+	state := o.State
+	if state != store.OutboxDelivered && state != store.OutboxFailed {
+		state = store.OutboxPending
+	}
+	next := s.toDB(o.NextAttemptAt.Truncate(time.Microsecond))
+	finished := s.toDB(s.cfg.clock.Now().Truncate(time.Microsecond))
+	return s.read(ctx, "finish_webhook_attempt", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, finishAttemptSQL, id, string(state), next, o.Error, finished)
+		return err
+	})
+}
+
+const outboxSummarySQL = `
+SELECT
+	count(*) FILTER (WHERE state = 'pending'),
+	count(*) FILTER (WHERE state = 'delivered'),
+	count(*) FILTER (WHERE state = 'failed'),
+	coalesce((SELECT phase FROM webhook_outbox WHERE bot_uid = $1 AND state = 'delivered' ORDER BY seq DESC LIMIT 1), ''),
+	coalesce((SELECT last_error FROM webhook_outbox WHERE bot_uid = $1 AND state <> 'delivered' AND last_error <> ''
+		ORDER BY next_attempt_at DESC LIMIT 1), '')
+FROM webhook_outbox WHERE bot_uid = $1`
+
+// OutboxSummary implements store.Outbox in one query.
+func (s *Store) OutboxSummary(ctx context.Context, bot types.UID) (store.OutboxSummary, error) {
+	var sum store.OutboxSummary
+	err := s.read(ctx, "webhook_summary", func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, outboxSummarySQL, string(bot)).Scan(
+			&sum.Pending, &sum.Delivered, &sum.Failed, &sum.DeliveredPhase, &sum.LastError)
+	})
+	return sum, err
+}
+
+const outboxStatsSQL = `
+SELECT count(*), min(next_attempt_at) FILTER (WHERE next_attempt_at <= $1)
+FROM webhook_outbox WHERE state = 'pending'`
+
+// OutboxStats implements store.Outbox.
+func (s *Store) OutboxStats(ctx context.Context, now time.Time) (store.OutboxStats, error) {
+	var st store.OutboxStats
+	var oldest *time.Time
+	err := s.read(ctx, "webhook_stats", func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, outboxStatsSQL, s.toDB(now.Truncate(time.Microsecond))).Scan(&st.Pending, &oldest)
+	})
+	if err == nil && oldest != nil {
+		st.OldestDue = s.fromDB(*oldest)
+	}
+	return st, err
+}
