@@ -231,6 +231,11 @@ func TestOpenStore(t *testing.T) {
 	if !st.Status().Available {
 		t.Error("the Postgres store reports unavailable")
 	}
+	// The controllers' setup takes the store as the webhook outbox when it is one: with
+	// Postgres, webhook messages are durable.
+	if _, ok := st.(store.Outbox); !ok {
+		t.Errorf("the Postgres store (%T) is no store.Outbox: webhooks would fall back to memory", st)
+	}
 
 	if _, err := openStore(ctx, log, options{databaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}); err == nil {
 		t.Error("an unreachable database at start must fail the manager with a clear error")
