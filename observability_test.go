@@ -82,7 +82,7 @@ func TestDashboardAndAlertsNameRealMetrics(t *testing.T) {
 			}
 		}
 	}
-	if len(dash) < 20 || alerts != 6 {
+	if len(dash) < 20 || alerts != 8 {
 		t.Fatalf("%d dashboard expressions and %d alerts: the chart did not render what this test expects", len(dash), alerts)
 	}
 

@@ -101,7 +101,7 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// TestPrometheusRule: off by default; on, the six alerts with severity, summary, description
+// TestPrometheusRule: off by default; on, the eight alerts with severity, summary, description
 // and runbook_url; the values reach them (thresholds, for, labels, namespace, runbook base).
 func TestPrometheusRule(t *testing.T) {
 	t.Parallel()
@@ -110,7 +110,7 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	rules := alertRules(t, template(t, "botpool", "--set", "prometheusRule.enabled=true"), "PrometheusRule/botpool")
 	want := []string{"BotpoolPoolStalled", "BotpoolQueueWaitHigh", "BotpoolBotsFailing", "BotpoolCoolifyThrottled",
-		"BotpoolStoreDown", "BotpoolHeartbeatTimeoutsRising"}
+		"BotpoolStoreDown", "BotpoolHeartbeatTimeoutsRising", "BotpoolWebhooksGivenUp", "BotpoolWebhooksLagging"}
 	if len(rules) != len(want) {
 		t.Errorf("%d alerts, want %v", len(rules), want)
 	}
