@@ -29,7 +29,7 @@ type attemptResult struct {
 
 // attempt POSTs the callback once. Errors never carry the URL's query or user info, which may
 // hold secrets: they end up in logs and, through OnResult, in Events.
-func (n *Notifier) attempt(ctx context.Context, it *item) attemptResult {
+func (n *Notifier) attempt(ctx context.Context, it *item, extra map[string]string) attemptResult {
 	body, err := json.Marshal(it.cb.Body)
 	if it.cb.Raw != nil {
 		body, err = it.cb.Raw, nil
@@ -52,6 +52,9 @@ func (n *Notifier) attempt(ctx context.Context, it *item) attemptResult {
 	req.Header.Set("User-Agent", "botpool")
 	req.Header.Set("Idempotency-Key", it.cb.Key)
 	for k, v := range it.cb.Headers {
+		req.Header.Set(k, v)
+	}
+	for k, v := range extra {
 		req.Header.Set(k, v)
 	}
 

@@ -85,9 +85,14 @@ type Callback struct {
 	// MaxAttempts, when positive, replaces Options.MaxAttempts for this callback: the outbox
 	// dispatcher makes one attempt per claim and keeps the retry schedule itself.
 	MaxAttempts int
-	// Done, when set, is called with the final outcome, before Options.OnResult, on a worker:
-	// it must return quickly.
+	// Done, when set, is called with the final outcome on a worker, and makes the callback its
+	// caller's: the outcome is neither remembered (Result) nor passed to Options.OnResult. It
+	// must return quickly.
 	Done func(Result)
+	// Prepare, when set, is called on the worker just before each request, with the time: it
+	// returns headers to add (a signature of the moment the request leaves), or false to drop
+	// the callback unsent and without an outcome (its sender gave up on it meanwhile).
+	Prepare func(now time.Time) (map[string]string, bool)
 }
 
 // Options configure a Notifier; zero fields take the defaults.
@@ -424,9 +429,24 @@ func (n *Notifier) worker(ctx context.Context) {
 // process makes one attempt and decides what follows: done, or back to the delay heap. A
 // failing receiver therefore never holds a worker between attempts.
 func (n *Notifier) process(ctx context.Context, it *item) {
+	var extra map[string]string
+	if it.cb.Prepare != nil {
+		var send bool
+		if extra, send = it.cb.Prepare(n.clock.Now()); !send {
+			n.mu.Lock()
+			n.release(it, true)
+			n.mu.Unlock()
+			return
+		}
+	}
 	it.attempts++
-	res := n.attempt(ctx, it)
+	res := n.attempt(ctx, it, extra)
 	log := n.log.WithValues("key", it.cb.Key, "url", redactURL(it.cb.URL), "attempt", it.attempts)
+	errorLog := log.Error
+	if it.cb.Done != nil {
+		// Its owner decides what a failure means (the relay retries for a day) and logs it.
+		errorLog = func(err error, msg string, kv ...any) { log.V(1).Info(msg, append(kv, "error", err.Error())...) }
+	}
 	switch {
 	case res.err == nil:
 		log.V(1).Info("Callback delivered")
@@ -437,10 +457,10 @@ func (n *Notifier) process(ctx context.Context, it *item) {
 		n.release(it, true)
 		n.mu.Unlock()
 	case !res.retryable:
-		log.Error(res.err, "Callback rejected, not retrying")
+		errorLog(res.err, "Callback rejected, not retrying")
 		n.finish(it, fmt.Errorf("%w: %w", ErrRejected, res.err), resultRejected)
 	case it.attempts >= it.maxAttempts(n.opts.MaxAttempts):
-		log.Error(res.err, "Callback failed, giving up")
+		errorLog(res.err, "Callback failed, giving up")
 		n.finish(it, fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, it.attempts, res.err), resultFailed)
 	default:
 		delay := n.backoff(it.attempts, res.retryAfter)
@@ -455,13 +475,15 @@ func (n *Notifier) finish(it *item, err error, result string) {
 	res := Result{Callback: it.cb, Err: err, Attempts: it.attempts, At: n.clock.Now()}
 	n.mu.Lock()
 	n.release(it, true)
-	n.recent.add(it.cb.Key, res, res.At)
+	if it.cb.Done == nil {
+		n.recent.add(it.cb.Key, res, res.At)
+	}
 	n.mu.Unlock()
 	n.metrics.deliveries.WithLabelValues(result).Inc()
-	if it.cb.Done != nil {
+	switch {
+	case it.cb.Done != nil:
 		it.cb.Done(res)
-	}
-	if n.opts.OnResult != nil {
+	case n.opts.OnResult != nil:
 		n.opts.OnResult(res)
 	}
 }

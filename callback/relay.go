@@ -15,6 +15,12 @@ import (
 	"botpool.dev/botpool/store"
 )
 
+// Outcomes of webhook attempts, besides the notifier's.
+const (
+	resultRetry   = "retry"
+	resultExpired = "expired"
+)
+
 // Defaults of RelayOptions.
 const (
 	DefaultRelayPoll    = 5 * time.Second
@@ -48,9 +54,11 @@ type RelayOptions struct {
 	Registerer prometheus.Registerer
 	// Poll is how often the outbox is asked for due messages.
 	Poll time.Duration
-	// Lease is how long a claim lasts: longer than a request (RequestTimeout) plus its time in
-	// the notifier's queue, so a live relay never loses a claim, short enough that a message
-	// claimed by a leader that died is sent again soon.
+	// Lease is how long a claim lasts; a claim is sent only while a quarter of it remains, so
+	// that quarter must exceed the notifier's RequestTimeout (30 s of the default 2 minutes,
+	// against 10 s). A claim that waited longer in the notifier's queue is dropped unsent and
+	// claimed again once the lease ends; a message claimed by a leader that died is sent again
+	// as soon.
 	Lease time.Duration
 	// Batch bounds the messages claimed per poll.
 	Batch int
@@ -118,9 +126,10 @@ func (r *Relay) Pass(ctx context.Context) int {
 		r.opts.Logger.Error(err, "Claiming webhook messages")
 		return 0
 	}
+	keys := passKeys{}
 	sent := 0
 	for _, m := range ms {
-		if r.send(ctx, m, now) {
+		if r.send(ctx, m, now, keys) {
 			sent++
 		}
 	}
@@ -140,33 +149,71 @@ func (r *Relay) observeBacklog(ctx context.Context, now time.Time) {
 	r.metrics.oldestDue.Set(age)
 }
 
-// send hands one claimed attempt to the sender, signed at now (each attempt carries its own
-// timestamp, so a receiver's replay tolerance of a few minutes accepts a retry made hours
-// later; the id stays the same).
-func (r *Relay) send(ctx context.Context, m store.OutboxMessage, now time.Time) bool {
-	headers := map[string]string{"Idempotency-Key": m.ID, HeaderWebhookID: m.ID}
+// secretReadTimeout bounds one read of a signing Secret: a slow API server delays a pass, it
+// does not hold it.
+const secretReadTimeout = 10 * time.Second
+
+// passKeys are the signing keys one pass read, by Secret and key: a pass over many messages
+// of one team reads its Secret once.
+type passKeys map[[3]string]passKey
+
+type passKey struct {
+	key []byte
+	err error
+}
+
+func (r *Relay) signingKey(ctx context.Context, m store.OutboxMessage, keys passKeys) ([]byte, error) {
+	ref := [3]string{m.Namespace, m.SecretName, m.SecretKey}
+	if k, ok := keys[ref]; ok {
+		return k.key, k.err
+	}
+	ctx, cancel := context.WithTimeout(ctx, secretReadTimeout)
+	defer cancel()
+	raw, err := r.opts.Secrets.WebhookSecret(ctx, m.Namespace, m.SecretName, m.SecretKey)
+	var key []byte
+	if err == nil {
+		key, err = DecodeSecret(raw)
+	}
+	keys[ref] = passKey{key, err}
+	return key, err
+}
+
+// send hands one claimed attempt to the sender. It is signed when the request leaves, not
+// when it was claimed (a receiver's replay tolerance of a few minutes must not count the time
+// it queued behind others), and not sent at all when it could outlast its claim: the lease
+// ends, the message is claimed again and sent with the next attempt, whose outcome alone counts.
+func (r *Relay) send(ctx context.Context, m store.OutboxMessage, now time.Time, keys passKeys) bool {
+	var key []byte
 	if m.SecretName != "" {
-		raw, err := r.opts.Secrets.WebhookSecret(ctx, m.Namespace, m.SecretName, m.SecretKey)
-		var key []byte
-		if err == nil {
-			key, err = DecodeSecret(raw)
-		}
-		if err != nil {
+		var err error
+		if key, err = r.signingKey(ctx, m, keys); err != nil {
 			// The Secret may be created or labelled later: a failed attempt, retried.
 			r.record(ctx, m, fmt.Errorf("signing secret: %w", err), now)
 			return false
 		}
-		headers = SignedHeaders(key, m.ID, now, m.Payload)
-		headers["Idempotency-Key"] = m.ID
 	}
-	r.metrics.attempts.Inc()
+	claimEnds := now.Add(r.opts.Lease)
 	cb := Callback{
-		URL: m.URL, Key: fmt.Sprintf("%s#%d", m.ID, m.Attempts), Raw: m.Payload, Headers: headers, MaxAttempts: 1,
-		Body: Payload{Bot: m.Name, Namespace: m.Namespace, UID: string(m.BotUID), Phase: m.Phase},
+		URL: m.URL, Key: fmt.Sprintf("%s#%d", m.ID, m.Attempts), Raw: m.Payload, MaxAttempts: 1,
+		Headers: map[string]string{"Idempotency-Key": m.ID, HeaderWebhookID: m.ID},
+		Body:    Payload{Bot: m.Name, Namespace: m.Namespace, UID: string(m.BotUID), Phase: m.Phase},
+		Prepare: func(at time.Time) (map[string]string, bool) {
+			if at.Add(r.opts.Lease / 4).After(claimEnds) {
+				r.metrics.deliveries.WithLabelValues(resultExpired).Inc()
+				return nil, false
+			}
+			r.metrics.attempts.Inc()
+			if key == nil {
+				return nil, true
+			}
+			return SignedHeaders(key, m.ID, at, m.Payload), true
+		},
 		Done: func(res Result) { r.record(context.WithoutCancel(ctx), m, res.Err, r.opts.Clock.Now()) },
 	}
 	if !r.opts.Sender.Enqueue(cb) {
-		r.record(ctx, m, errors.New("the callback queue is full"), now)
+		// Not an attempt of the receiver: tried again at the next poll, without backoff.
+		r.finish(ctx, m, store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: now.Add(r.opts.Poll),
+			Error: "the callback queue is full"}, resultRetry)
 		return false
 	}
 	return true
@@ -186,16 +233,23 @@ func (r *Relay) record(ctx context.Context, m store.OutboxMessage, err error, no
 		result = resultFailed
 	default:
 		out = store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: now.Add(r.Backoff(m.Attempts)), Error: err.Error()}
-		result = "retry"
+		result = resultRetry
 	}
+	r.finish(ctx, m, out, result)
+	if out.State == store.OutboxFailed {
+		r.opts.Logger.Error(err, "Webhook message given up", "id", m.ID, "bot", types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
+	}
+}
+
+// finish records the outcome of m's claimed attempt, fenced by its attempt number, and wakes
+// its bot.
+func (r *Relay) finish(ctx context.Context, m store.OutboxMessage, out store.OutboxOutcome, result string) {
+	out.Attempt = m.Attempts
 	r.metrics.deliveries.WithLabelValues(result).Inc()
 	if ferr := r.opts.Outbox.FinishAttempt(ctx, m.ID, out); ferr != nil {
 		// The lease ends and the message is claimed again: at least once.
 		r.opts.Logger.Error(ferr, "Recording a webhook attempt", "id", m.ID)
 		return
-	}
-	if out.State == store.OutboxFailed {
-		r.opts.Logger.Error(err, "Webhook message given up", "id", m.ID, "bot", types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
 	}
 	if r.opts.OnOutcome != nil {
 		r.opts.OnOutcome(m.Namespace, m.Name)
@@ -226,7 +280,7 @@ func newRelayMetrics(reg prometheus.Registerer) *relayMetrics {
 	m := &relayMetrics{
 		deliveries: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "botpool_webhook_attempts_by_result_total",
-			Help: "Webhook attempts by outcome: success, retry (failed, tried again), rejected and failed (given up).",
+			Help: "Webhook attempts by outcome: success, retry (failed, tried again), rejected, failed (given up) and expired (not sent: the claim would have ended first; claimed and sent again).",
 		}, []string{"result"})),
 		attempts: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "botpool_webhook_attempts_total",
@@ -241,7 +295,7 @@ func newRelayMetrics(reg prometheus.Registerer) *relayMetrics {
 			Help: "How long the longest-waiting due webhook message has been due; 0 when none is.",
 		})),
 	}
-	for _, r := range []string{resultSuccess, "retry", resultRejected, resultFailed} {
+	for _, r := range []string{resultSuccess, resultRetry, resultRejected, resultFailed, resultExpired} {
 		m.deliveries.WithLabelValues(r)
 	}
 	return m

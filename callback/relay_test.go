@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +53,8 @@ type relayEnv struct {
 	rcv     *receiver
 	relay   *Relay
 	stop    func()
+	// outcomes counts the attempts whose outcome the relay recorded (OnOutcome).
+	outcomes atomic.Int32
 }
 
 func newRelayEnv(t *testing.T, outbox store.Outbox, clk *clocktesting.FakeClock, respond func(int, http.ResponseWriter, *http.Request)) *relayEnv {
@@ -71,6 +75,7 @@ func (e *relayEnv) start(t *testing.T) {
 	e.relay = NewRelay(RelayOptions{
 		Outbox: e.outbox, Sender: n, Secrets: e.secrets, Clock: e.clk, Registerer: prometheus.NewRegistry(),
 		BackoffBase: 30 * time.Second, BackoffCap: time.Minute, Window: 150 * time.Second,
+		OnOutcome: func(string, string) { e.outcomes.Add(1) },
 	})
 }
 
@@ -170,13 +175,17 @@ func TestRelayBackoffAndGiveUp(t *testing.T) {
 		if n := e.relay.Pass(context.Background()); n != 1 {
 			t.Fatalf("attempt %d at %s: handed over %d", i+1, at, n)
 		}
-		waitFor(t, "the receiver", func() bool { return e.rcv.count() == i+1 })
-		if i < 3 {
-			waitSettled(t, e, func(s store.OutboxSummary) bool { return strings.Contains(s.LastError, "503") })
-			waitFor(t, "the retry recorded", func() bool { return e.relay.Pass(context.Background()) == 0 && e.summary(t).Pending == 1 })
+		waitFor(t, "the attempt's outcome", func() bool { return e.outcomes.Load() == int32(i+1) })
+		if e.rcv.count() != i+1 {
+			t.Fatalf("attempt %d: the receiver got %d requests", i+1, e.rcv.count())
+		}
+		if s := e.summary(t); i < 3 && (s.Pending != 1 || !strings.Contains(s.LastError, "503")) {
+			t.Fatalf("after attempt %d: summary %+v, want pending with the 503", i+1, s)
 		}
 	}
-	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Failed == 1 })
+	if s := e.summary(t); s.Failed != 1 {
+		t.Fatalf("summary %+v, want given up", s)
+	}
 	if s := e.summary(t); !strings.Contains(s.LastError, ErrGaveUp.Error()) {
 		t.Fatalf("summary %+v, want given up", s)
 	}
@@ -193,6 +202,13 @@ func TestRelayRejectedIsGivenUpAtOnce(t *testing.T) {
 	e.add(t, 1, v1.BotDone)
 	e.relay.Pass(context.Background())
 	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Failed == 1 })
+	if s := e.summary(t); e.rcv.count() != 1 || !strings.Contains(s.LastError, ErrRejected.Error()) || !strings.Contains(s.LastError, "400") {
+		t.Fatalf("%d requests, summary %+v: want one request, rejected with its 400", e.rcv.count(), s)
+	}
+	clk.Step(time.Hour)
+	if n := e.relay.Pass(context.Background()); n != 0 {
+		t.Fatal("a rejected message was sent again")
+	}
 }
 
 func TestRelaySecretRefusedIsRetried(t *testing.T) {
@@ -291,5 +307,69 @@ func openPostgresOutbox(t *testing.T, clk *clocktesting.FakeClock) (store.Outbox
 			t.Fatal(err)
 		}
 		return open()
+	}
+}
+
+// heldSender keeps what it is given, for a test to play the notifier's worker by hand.
+type heldSender struct{ held []Callback }
+
+func (h *heldSender) Enqueue(c Callback) bool { h.held = append(h.held, c); return true }
+
+// A message is signed when its request leaves, not when it was claimed; one that waited in the
+// notifier's queue until its claim nearly ran out is dropped unsent, and the next claim's
+// attempt is the one that counts: the late outcome of the first changes nothing.
+func TestRelaySignsWhenSentAndDropsAClaimThatRanOut(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	outbox := memory.NewOutbox(100)
+	held := &heldSender{}
+	relay := NewRelay(RelayOptions{Outbox: outbox, Sender: held, Secrets: &secrets{}, Clock: clk})
+	w := *signedHook
+	w.URL = "https://hooks.example/standup"
+	m := PhaseMessage(phaseBot(v1.BotDone), &w, 1, clk.Now())
+	if err := outbox.AddMessage(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	relay.Pass(context.Background())
+	if n := len(held.held); n != 1 {
+		t.Fatalf("%d callbacks handed over, want 1", n)
+	}
+	first := held.held[0]
+
+	// Queued for most of the lease: dropped, and the message is claimed again after it.
+	clk.Step(DefaultRelayLease*3/4 + time.Second)
+	if _, send := first.Prepare(clk.Now()); send {
+		t.Fatal("a claim with less than a quarter of its lease left was sent")
+	}
+	clk.Step(DefaultRelayLease / 4)
+	relay.Pass(context.Background())
+	if len(held.held) != 2 {
+		t.Fatalf("%d callbacks handed over, want the message claimed again", len(held.held))
+	}
+	second := held.held[1]
+	sentAt := clk.Now().Add(20 * time.Second) // it waits 20 s in the queue, then leaves
+	headers, send := second.Prepare(sentAt)
+	if !send {
+		t.Fatal("a fresh claim was dropped")
+	}
+	key, _ := DecodeSecret([]byte(relaySecret))
+	h := http.Header{}
+	for k, v := range headers {
+		h.Set(k, v)
+	}
+	h.Set(HeaderWebhookID, m.ID)
+	if h.Get(HeaderWebhookTimestamp) != strconv.FormatInt(sentAt.Unix(), 10) {
+		t.Errorf("signed at %s, want the send time %d", h.Get(HeaderWebhookTimestamp), sentAt.Unix())
+	}
+	if err := Verify(key, h, m.Payload, sentAt, time.Second); err != nil {
+		t.Errorf("signature: %v", err)
+	}
+	// The first claim's outcome arrives late: ignored; the second's counts.
+	first.Done(Result{Err: ErrRejected})
+	if s, _ := outbox.OutboxSummary(context.Background(), m.BotUID); s.Failed != 0 || s.Pending != 1 {
+		t.Fatalf("summary %+v after the first claim's late outcome, want still pending", s)
+	}
+	second.Done(Result{})
+	if s, _ := outbox.OutboxSummary(context.Background(), m.BotUID); s.Delivered != 1 {
+		t.Fatalf("summary %+v after the second claim's outcome, want delivered", s)
 	}
 }

@@ -63,6 +63,7 @@
 //	bot_release.go       the release rules the bot and slot controllers both read
 //	bot_retry.go         retried starts: which failed start goes back to the queue (judgeStart), recording the attempt
 //	bot_callback.go      handing a finished bot's callback to the notifier, recording its outcome
+//	bot_webhook.go       a webhook message per phase into the outbox, status.webhook, the signing Secret
 //	dispatcher.go        Dispatcher: binding waves (in queue order: keepOrder) and queue positions
 //
 //	coolify_api.go       CoolifyAPI, the Coolify calls the controllers make; which instance a client talks to

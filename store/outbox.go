@@ -3,10 +3,14 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
+
+// ErrSeqTaken: a message of the same bot with the same Seq but another ID exists.
+var ErrSeqTaken = errors.New("the bot already has a webhook message with this sequence number")
 
 // OutboxState is where a webhook message stands.
 type OutboxState string
@@ -51,6 +55,11 @@ type OutboxMessage struct {
 
 // OutboxOutcome is the result of one claimed attempt.
 type OutboxOutcome struct {
+	// Attempt is the Attempts of the claim the outcome is of: it fences late outcomes. A claim
+	// whose lease ran out may be claimed again (Attempts+1); the first claimer's outcome,
+	// arriving after that, changes nothing, so it can neither clear the live claim's lease nor
+	// finish the message under it.
+	Attempt int
 	// State is OutboxDelivered, OutboxFailed, or OutboxPending to try again at NextAttemptAt.
 	State         OutboxState
 	NextAttemptAt time.Time
@@ -59,6 +68,11 @@ type OutboxOutcome struct {
 
 // OutboxSummary is what became of one bot's messages, for its status.webhook.
 type OutboxSummary struct {
+	// LastSeq and LastPhase are the Seq and Phase of the bot's latest message (0 and "" when
+	// it has none): the bot controller numbers the next message after it, and makes none when
+	// the phase already has one, even if the status write that counted it was lost.
+	LastSeq                    int64
+	LastPhase                  string
 	Pending, Delivered, Failed int
 	// DeliveredPhase is the phase of the delivered message with the highest Seq.
 	DeliveredPhase string
@@ -70,7 +84,9 @@ type OutboxSummary struct {
 type OutboxStats struct {
 	// Pending counts the messages not delivered nor given up.
 	Pending int
-	// OldestDue is the NextAttemptAt of the longest-waiting due message; zero when none is due.
+	// OldestDue is the NextAttemptAt of the longest-waiting message that could be claimed now
+	// (the first pending one of its bot, due, not under a live lease); zero when none could.
+	// Messages behind their bot's first one, or being sent, are not waiting on the relay.
 	OldestDue time.Time
 }
 
@@ -79,15 +95,20 @@ type OutboxStats struct {
 // attempt. Postgres keeps them across restarts and leader changes; the memory store loses them
 // on restart. Times are passed in (the caller's injected clock), kept to the microsecond.
 type Outbox interface {
-	// AddMessage stores m as pending, due at once; nothing changes when its ID exists.
+	// AddMessage stores m as pending, due at once; nothing changes when its ID exists. Another
+	// message of the same bot with the same Seq is refused (ErrSeqTaken): a bot's messages are
+	// numbered once.
 	AddMessage(ctx context.Context, m OutboxMessage) error
 	// ClaimMessages hands out up to limit due messages (pending, NextAttemptAt <= now, not
 	// claimed by a live lease, the first pending one of their bot), counting the attempt and
 	// leasing each until now+lease: a claimer that dies before FinishAttempt loses its claim
 	// when the lease ends, and another claims the message again. Concurrent claimers never
-	// get the same message while its lease runs.
+	// get the same message while its lease runs. Namespaces take turns: the oldest due message
+	// of each namespace comes before the second of any, so one tenant's backlog cannot fill
+	// every batch.
 	ClaimMessages(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]OutboxMessage, error)
-	// FinishAttempt records the outcome of a claimed attempt and releases the claim.
+	// FinishAttempt records the outcome of the claimed attempt o.Attempt and releases the
+	// claim; an outcome of any other attempt, or of a finished message, changes nothing.
 	FinishAttempt(ctx context.Context, id string, o OutboxOutcome) error
 	// OutboxSummary sums up one bot's messages.
 	OutboxSummary(ctx context.Context, bot types.UID) (OutboxSummary, error)

@@ -15,15 +15,16 @@ import (
 )
 
 // Outbox is the in-memory store.Outbox. It keeps the semantics of the Postgres outbox (order
-// per bot, leases, idempotent adds) but nothing survives a restart of the manager: messages
-// pending then are never sent. Delivered and failed messages are forgotten after the history
-// limit of finished messages, oldest first.
+// per bot, leases, fenced outcomes, idempotent adds, namespaces taking turns) but nothing
+// survives a restart of the manager: messages pending then are never sent. Delivered and
+// failed messages are forgotten beyond the history limit of finished messages, oldest first.
 type Outbox struct {
 	limit int
 
 	mu       sync.Mutex
 	messages map[string]*outboxEntry
-	finished []string // ids of delivered or failed messages, oldest first
+	bots     map[types.UID][]*outboxEntry // each bot's messages by seq
+	finished []string                     // ids of delivered or failed messages, oldest first
 }
 
 type outboxEntry struct {
@@ -33,7 +34,7 @@ type outboxEntry struct {
 
 // NewOutbox returns an empty outbox keeping up to historyLimit finished messages.
 func NewOutbox(historyLimit int) *Outbox {
-	return &Outbox{limit: max(historyLimit, 1), messages: map[string]*outboxEntry{}}
+	return &Outbox{limit: max(historyLimit, 1), messages: map[string]*outboxEntry{}, bots: map[types.UID][]*outboxEntry{}}
 }
 
 var _ store.Outbox = (*Outbox)(nil)
@@ -48,45 +49,71 @@ func (o *Outbox) AddMessage(_ context.Context, m store.OutboxMessage) error {
 	if _, ok := o.messages[m.ID]; ok {
 		return nil
 	}
+	list := o.bots[m.BotUID]
+	i, taken := slices.BinarySearchFunc(list, m.Seq, func(e *outboxEntry, seq int64) int { return cmp.Compare(e.m.Seq, seq) })
+	if taken {
+		return store.ErrSeqTaken
+	}
 	m.State, m.Attempts, m.LastError = store.OutboxPending, 0, ""
 	m.NextAttemptAt = m.CreatedAt
 	m.Payload = slices.Clone(m.Payload)
-	o.messages[m.ID] = &outboxEntry{m: m}
+	e := &outboxEntry{m: m}
+	o.messages[m.ID] = e
+	o.bots[m.BotUID] = slices.Insert(list, i, e)
 	return nil
+}
+
+// head is the bot's first pending message, nil when none is pending.
+func head(list []*outboxEntry) *outboxEntry {
+	for _, e := range list {
+		if e.m.State == store.OutboxPending {
+			return e
+		}
+	}
+	return nil
+}
+
+// claimable: due and not under a live lease.
+func (e *outboxEntry) claimable(now time.Time) bool {
+	return !e.m.NextAttemptAt.After(now) && !e.claimedUntil.After(now)
 }
 
 // ClaimMessages implements store.Outbox.
 func (o *Outbox) ClaimMessages(_ context.Context, now time.Time, lease time.Duration, limit int) ([]store.OutboxMessage, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	// The head of each bot's pending messages: later ones wait for it.
-	heads := map[types.UID]*outboxEntry{}
-	for _, e := range o.messages {
-		if e.m.State != store.OutboxPending {
-			continue
-		}
-		if h, ok := heads[e.m.BotUID]; !ok || e.m.Seq < h.m.Seq {
-			heads[e.m.BotUID] = e
+	byNamespace := map[string][]*outboxEntry{}
+	for _, list := range o.bots {
+		if h := head(list); h != nil && h.claimable(now) {
+			byNamespace[h.m.Namespace] = append(byNamespace[h.m.Namespace], h)
 		}
 	}
-	var due []*outboxEntry
-	for _, e := range heads {
-		if !e.m.NextAttemptAt.After(now) && !e.claimedUntil.After(now) {
-			due = append(due, e)
+	// Each namespace's due heads, oldest first, ranked; then rank by rank across namespaces.
+	type ranked struct {
+		e    *outboxEntry
+		rank int
+	}
+	var due []ranked
+	for _, heads := range byNamespace {
+		slices.SortFunc(heads, compareDue)
+		for i, e := range heads {
+			due = append(due, ranked{e, i})
 		}
 	}
-	slices.SortFunc(due, func(a, b *outboxEntry) int {
-		return cmp.Or(a.m.NextAttemptAt.Compare(b.m.NextAttemptAt), strings.Compare(a.m.ID, b.m.ID))
-	})
+	slices.SortFunc(due, func(a, b ranked) int { return cmp.Or(cmp.Compare(a.rank, b.rank), compareDue(a.e, b.e)) })
 	var out []store.OutboxMessage
-	for _, e := range due[:min(len(due), max(limit, 0))] {
-		e.m.Attempts++
-		e.claimedUntil = now.Add(lease)
-		m := e.m
+	for _, r := range due[:min(len(due), max(limit, 0))] {
+		r.e.m.Attempts++
+		r.e.claimedUntil = now.Add(lease)
+		m := r.e.m
 		m.Payload = slices.Clone(m.Payload)
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+func compareDue(a, b *outboxEntry) int {
+	return cmp.Or(a.m.NextAttemptAt.Compare(b.m.NextAttemptAt), strings.Compare(a.m.ID, b.m.ID))
 }
 
 // FinishAttempt implements store.Outbox.
@@ -94,8 +121,8 @@ func (o *Outbox) FinishAttempt(_ context.Context, id string, out store.OutboxOut
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	e, ok := o.messages[id]
-	if !ok || e.m.State != store.OutboxPending {
-		return nil // forgotten or already finished: a late outcome of an expired lease
+	if !ok || e.m.State != store.OutboxPending || e.m.Attempts != out.Attempt {
+		return nil // forgotten, finished, or the outcome of an older claim
 	}
 	e.claimedUntil = time.Time{}
 	if out.Error != "" {
@@ -106,7 +133,7 @@ func (o *Outbox) FinishAttempt(_ context.Context, id string, out store.OutboxOut
 		e.m.State = out.State
 		o.finished = append(o.finished, id)
 		for len(o.finished) > o.limit {
-			delete(o.messages, o.finished[0])
+			o.forget(o.finished[0])
 			o.finished = o.finished[1:]
 		}
 	default:
@@ -115,25 +142,34 @@ func (o *Outbox) FinishAttempt(_ context.Context, id string, out store.OutboxOut
 	return nil
 }
 
+func (o *Outbox) forget(id string) {
+	e, ok := o.messages[id]
+	if !ok {
+		return
+	}
+	delete(o.messages, id)
+	list := slices.DeleteFunc(o.bots[e.m.BotUID], func(x *outboxEntry) bool { return x == e })
+	if len(list) == 0 {
+		delete(o.bots, e.m.BotUID)
+	} else {
+		o.bots[e.m.BotUID] = list
+	}
+}
+
 // OutboxSummary implements store.Outbox.
 func (o *Outbox) OutboxSummary(_ context.Context, bot types.UID) (store.OutboxSummary, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var s store.OutboxSummary
-	var deliveredSeq int64 = -1
 	var lastErrAt time.Time
-	for _, e := range o.messages {
-		if e.m.BotUID != bot {
-			continue
-		}
+	for _, e := range o.bots[bot] { // by seq: the last delivered and the last one win
+		s.LastSeq, s.LastPhase = e.m.Seq, e.m.Phase
 		switch e.m.State {
 		case store.OutboxPending:
 			s.Pending++
 		case store.OutboxDelivered:
 			s.Delivered++
-			if e.m.Seq > deliveredSeq {
-				deliveredSeq, s.DeliveredPhase = e.m.Seq, e.m.Phase
-			}
+			s.DeliveredPhase = e.m.Phase
 		case store.OutboxFailed:
 			s.Failed++
 		}
@@ -149,13 +185,14 @@ func (o *Outbox) OutboxStats(_ context.Context, now time.Time) (store.OutboxStat
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var st store.OutboxStats
-	for _, e := range o.messages {
-		if e.m.State != store.OutboxPending {
-			continue
+	for _, list := range o.bots {
+		for _, e := range list {
+			if e.m.State == store.OutboxPending {
+				st.Pending++
+			}
 		}
-		st.Pending++
-		if !e.m.NextAttemptAt.After(now) && (st.OldestDue.IsZero() || e.m.NextAttemptAt.Before(st.OldestDue)) {
-			st.OldestDue = e.m.NextAttemptAt
+		if h := head(list); h != nil && h.claimable(now) && (st.OldestDue.IsZero() || h.m.NextAttemptAt.Before(st.OldestDue)) {
+			st.OldestDue = h.m.NextAttemptAt
 		}
 	}
 	return st, nil

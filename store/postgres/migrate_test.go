@@ -11,7 +11,7 @@ import (
 	"botpool.dev/botpool/store/storetest"
 )
 
-var tables = []string{"bots", "bot_pool_slots", "slot_transitions", "bot_events", "slot_asks"}
+var tables = []string{"bots", "bot_pool_slots", "slot_transitions", "bot_events", "slot_asks", "webhook_outbox"}
 
 func TestMigrateFromEmptyThenAgain(t *testing.T) {
 	dsn := server.NewDatabase(t)
@@ -45,7 +45,7 @@ func TestMigrateFromEmptyThenAgain(t *testing.T) {
 }
 
 // migrations is the number of files in migrations/.
-const migrations = 4
+const migrations = 5
 
 // TestMigrateConcurrently starts several stores on one empty database at once, as replicas of
 // a rollout do: the advisory lock makes them take turns, and exactly one applies the schema.

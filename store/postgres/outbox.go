@@ -32,29 +32,39 @@ func (s *Store) AddMessage(ctx context.Context, m store.OutboxMessage) error {
 	if m.ID == "" || m.BotUID == "" || m.URL == "" {
 		return errors.New("outbox message needs an id, a bot uid and a url")
 	}
-	created := s.toDB(store.Timestamp(m.CreatedAt, s.cfg.clock.Now()))
-	return s.read(ctx, "add_webhook_message", func(ctx context.Context) error {
+	created := s.toDB(store.Timestamp(m.CreatedAt, s.cfg.clock.Now()).Truncate(time.Microsecond))
+	err := s.read(ctx, "add_webhook_message", func(ctx context.Context) error {
 		_, err := s.pool.Exec(ctx, addMessageSQL, m.ID, string(m.BotUID), m.Seq, m.Namespace, m.Name, m.Phase,
 			m.URL, []byte(m.Payload), m.SecretName, m.SecretKey, created)
 		return err
 	})
+	if err != nil && classify(err) == kindConflict {
+		return store.ErrSeqTaken // ON CONFLICT took the same id: this is the (bot_uid, seq) index
+	}
+	return err
 }
 
 // claimMessagesSQL: heads are each bot's lowest pending seq (as of the statement's snapshot);
-// of those due and not under a live lease, the oldest due are locked, skipping rows another
-// claimer holds, and leased. The conditions are on the locked row, so a claimer that waited
-// for none but read a head another claimer just leased or finished checks it again on the
-// row's newest version (READ COMMITTED re-evaluates them) and leaves it.
+// those due and not under a live lease are ranked within their namespace, oldest due first, and
+// taken rank by rank, so namespaces take turns. They are locked, skipping rows another claimer
+// holds, and leased. The conditions are on the locked row, so a claimer that read a head
+// another claimer just leased or finished checks it again on the row's newest version (READ
+// COMMITTED re-evaluates them) and leaves it.
 const claimMessagesSQL = `
 WITH heads AS (
-	SELECT DISTINCT ON (bot_uid) id FROM webhook_outbox
+	SELECT DISTINCT ON (bot_uid) id, namespace, next_attempt_at, claimed_until FROM webhook_outbox
 	WHERE state = 'pending'
-	ORDER BY bot_uid, seq
+	ORDER BY bot_uid, seq, id
+), ranked AS (
+	SELECT id, next_attempt_at,
+		row_number() OVER (PARTITION BY namespace ORDER BY next_attempt_at, id) AS turn
+	FROM heads
+	WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
 ), picked AS (
-	SELECT o.id FROM webhook_outbox o JOIN heads USING (id)
+	SELECT o.id FROM webhook_outbox o JOIN ranked r USING (id)
 	WHERE o.state = 'pending' AND o.next_attempt_at <= $1
 		AND (o.claimed_until IS NULL OR o.claimed_until <= $1)
-	ORDER BY o.next_attempt_at, o.id
+	ORDER BY r.turn, r.next_attempt_at, o.id
 	LIMIT $3
 	FOR UPDATE OF o SKIP LOCKED
 )
@@ -84,7 +94,7 @@ func (s *Store) ClaimMessages(ctx context.Context, now time.Time, lease time.Dur
 	if err != nil {
 		return nil, err
 	}
-	// RETURNING keeps no order: hand them out oldest due first, as they were picked.
+	// RETURNING keeps no order: hand them out oldest due first.
 	slices.SortFunc(out, func(a, b store.OutboxMessage) int {
 		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), strings.Compare(a.ID, b.ID))
 	})
@@ -102,8 +112,9 @@ func (s *Store) scanMessage(row pgx.CollectableRow) (store.OutboxMessage, error)
 	return m, err
 }
 
-// finishAttemptSQL records an outcome on a pending message only: the late outcome of a claim
-// whose lease ran out, after another claimer finished the message, changes nothing.
+// finishAttemptSQL records an outcome on a pending message, of its latest claim only: the late
+// outcome of a claim whose lease ran out, after another claimer claimed or finished the
+// message, changes nothing.
 const finishAttemptSQL = `
 UPDATE webhook_outbox SET
 	state = $2::text,
@@ -111,7 +122,7 @@ UPDATE webhook_outbox SET
 	last_error = CASE WHEN $4::text <> '' THEN $4::text ELSE last_error END,
 	finished_at = CASE WHEN $2::text = 'pending' THEN NULL ELSE $5::timestamptz END,
 	claimed_until = NULL
-WHERE id = $1 AND state = 'pending'`
+WHERE id = $1 AND state = 'pending' AND attempts = $6`
 
 // FinishAttempt implements store.Outbox.
 func (s *Store) FinishAttempt(ctx context.Context, id string, o store.OutboxOutcome) error {
@@ -122,13 +133,15 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, o store.OutboxOutc
 	next := s.toDB(o.NextAttemptAt.Truncate(time.Microsecond))
 	finished := s.toDB(s.cfg.clock.Now().Truncate(time.Microsecond))
 	return s.read(ctx, "finish_webhook_attempt", func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, finishAttemptSQL, id, string(state), next, o.Error, finished)
+		_, err := s.pool.Exec(ctx, finishAttemptSQL, id, string(state), next, o.Error, finished, o.Attempt)
 		return err
 	})
 }
 
 const outboxSummarySQL = `
 SELECT
+	coalesce(max(seq), 0),
+	coalesce((SELECT phase FROM webhook_outbox WHERE bot_uid = $1 ORDER BY seq DESC LIMIT 1), ''),
 	count(*) FILTER (WHERE state = 'pending'),
 	count(*) FILTER (WHERE state = 'delivered'),
 	count(*) FILTER (WHERE state = 'failed'),
@@ -141,15 +154,22 @@ FROM webhook_outbox WHERE bot_uid = $1`
 func (s *Store) OutboxSummary(ctx context.Context, bot types.UID) (store.OutboxSummary, error) {
 	var sum store.OutboxSummary
 	err := s.read(ctx, "webhook_summary", func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, outboxSummarySQL, string(bot)).Scan(
+		return s.pool.QueryRow(ctx, outboxSummarySQL, string(bot)).Scan(&sum.LastSeq, &sum.LastPhase,
 			&sum.Pending, &sum.Delivered, &sum.Failed, &sum.DeliveredPhase, &sum.LastError)
 	})
 	return sum, err
 }
 
+// outboxStatsSQL: the oldest due is of heads that could be claimed now, as in the claim.
 const outboxStatsSQL = `
-SELECT count(*), min(next_attempt_at) FILTER (WHERE next_attempt_at <= $1)
-FROM webhook_outbox WHERE state = 'pending'`
+WITH heads AS (
+	SELECT DISTINCT ON (bot_uid) next_attempt_at, claimed_until FROM webhook_outbox
+	WHERE state = 'pending'
+	ORDER BY bot_uid, seq, id
+)
+SELECT (SELECT count(*) FROM webhook_outbox WHERE state = 'pending'),
+	(SELECT min(next_attempt_at) FROM heads
+		WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1))`
 
 // OutboxStats implements store.Outbox.
 func (s *Store) OutboxStats(ctx context.Context, now time.Time) (store.OutboxStats, error) {

@@ -59,7 +59,7 @@ func TestOutboxSurvivesARestartMidRetry(t *testing.T) {
 		t.Fatalf("claimed %+v, want %s", got, queued.ID)
 	}
 	if err := old.FinishAttempt(ctx, queued.ID, store.OutboxOutcome{
-		State: store.OutboxPending, NextAttemptAt: outboxT0.Add(30 * time.Second), Error: "HTTP 503",
+		Attempt: 1, State: store.OutboxPending, NextAttemptAt: outboxT0.Add(30 * time.Second), Error: "HTTP 503",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestOutboxSurvivesARestartMidRetry(t *testing.T) {
 		string(got[0].Payload) != string(queued.Payload) || !got[0].CreatedAt.Equal(outboxT0) {
 		t.Fatalf("after the lease the new leader claimed %+v, want %s at attempt 3 with its error and bytes", got, queued.ID)
 	}
-	if err := leader.FinishAttempt(ctx, queued.ID, store.OutboxOutcome{State: store.OutboxDelivered}); err != nil {
+	if err := leader.FinishAttempt(ctx, queued.ID, store.OutboxOutcome{Attempt: 3, State: store.OutboxDelivered}); err != nil {
 		t.Fatal(err)
 	}
 	if got := claimOne(t, leader, outboxT0.Add(3*time.Minute)); len(got) != 1 || got[0].ID != running.ID || got[0].Attempts != 1 {
@@ -139,7 +139,7 @@ func TestOutboxRetention(t *testing.T) {
 			t.Fatalf("claimed %+v, want %s among them", got, m.ID)
 		}
 		if state != store.OutboxPending {
-			if err := s.FinishAttempt(ctx, m.ID, store.OutboxOutcome{State: state, Error: "x"}); err != nil {
+			if err := s.FinishAttempt(ctx, m.ID, store.OutboxOutcome{Attempt: 1, State: state, Error: "x"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -161,7 +161,8 @@ func TestOutboxRetention(t *testing.T) {
 		t.Errorf("botpool_store_pruned_rows_total{table=webhook_outbox} = %v, want 2", n)
 	}
 	for bot, want := range map[string]store.OutboxSummary{
-		"old-1": {}, "old-2": {}, "old-3": {Pending: 1}, "new-1": {Delivered: 1, DeliveredPhase: "Done"},
+		"old-1": {}, "old-2": {}, "old-3": {LastSeq: 1, LastPhase: "Done", Pending: 1},
+		"new-1": {LastSeq: 1, LastPhase: "Done", Delivered: 1, DeliveredPhase: "Done"},
 	} {
 		sum, err := s.OutboxSummary(ctx, outboxMessage(bot, 1, "Done").BotUID)
 		if err != nil || sum != want {

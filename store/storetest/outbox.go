@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -24,6 +25,10 @@ func RunOutbox(t *testing.T, newOutbox func(t *testing.T) store.Outbox) {
 		{"RetryWhenDue", testOutboxRetryWhenDue},
 		{"ConcurrentClaimersNeverShare", testOutboxConcurrentClaimers},
 		{"SummaryAndStats", testOutboxSummaryAndStats},
+		{"SeqTakenOnce", testOutboxSeqTaken},
+		{"LateOutcomeIsFenced", testOutboxLateOutcome},
+		{"NamespacesTakeTurns", testOutboxNamespacesTakeTurns},
+		{"OldestDueIsWhatWaitsOnTheRelay", testOutboxOldestDue},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newOutbox(t)) })
@@ -66,8 +71,10 @@ func ids(ms []store.OutboxMessage) []string {
 	return out
 }
 
-func finish(t *testing.T, o store.Outbox, id string, out store.OutboxOutcome) {
+// finish records out as the outcome of attempt of message id.
+func finish(t *testing.T, o store.Outbox, id string, attempt int, out store.OutboxOutcome) {
 	t.Helper()
+	out.Attempt = attempt
 	if err := o.FinishAttempt(context.Background(), id, out); err != nil {
 		t.Fatalf("FinishAttempt(%s): %v", id, err)
 	}
@@ -89,7 +96,7 @@ func testOutboxOneBotInOrder(t *testing.T, o store.Outbox) {
 	if fmt.Sprint(ids(got)) != "[a.1.Queued b.1.Queued]" {
 		t.Fatalf("claimed %v, want the head of each bot", ids(got))
 	}
-	finish(t, o, "a.1.Queued", store.OutboxOutcome{State: store.OutboxDelivered})
+	finish(t, o, "a.1.Queued", 1, store.OutboxOutcome{State: store.OutboxDelivered})
 	if got := claim(t, o, outboxT0, 10); fmt.Sprint(ids(got)) != "[a.2.Running]" {
 		t.Fatalf("after delivering a.1, claimed %v, want a.2", ids(got))
 	}
@@ -113,19 +120,19 @@ func testOutboxLease(t *testing.T, o store.Outbox) {
 func testOutboxRetryWhenDue(t *testing.T, o store.Outbox) {
 	mustAdd(t, o, msg("a", 1, "Queued"))
 	claim(t, o, outboxT0, 10)
-	finish(t, o, "a.1.Queued", store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: outboxT0.Add(30 * time.Second), Error: "503"})
+	finish(t, o, "a.1.Queued", 1, store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: outboxT0.Add(30 * time.Second), Error: "503"})
 	if got := claim(t, o, outboxT0.Add(29*time.Second), 10); len(got) != 0 {
 		t.Fatalf("claimed %v before it is due", ids(got))
 	}
 	if got := claim(t, o, outboxT0.Add(30*time.Second), 10); len(got) != 1 || got[0].Attempts != 2 || got[0].LastError != "503" {
 		t.Fatalf("claimed %+v when due, want attempt 2 with the last error", got)
 	}
-	finish(t, o, "a.1.Queued", store.OutboxOutcome{State: store.OutboxFailed, Error: "gave up"})
+	finish(t, o, "a.1.Queued", 2, store.OutboxOutcome{State: store.OutboxFailed, Error: "gave up"})
 	if got := claim(t, o, outboxT0.Add(time.Hour), 10); len(got) != 0 {
 		t.Fatalf("claimed %v after it was given up", ids(got))
 	}
 	// A late outcome of an expired claim changes nothing.
-	finish(t, o, "a.1.Queued", store.OutboxOutcome{State: store.OutboxDelivered})
+	finish(t, o, "a.1.Queued", 1, store.OutboxOutcome{State: store.OutboxDelivered})
 	s, err := o.OutboxSummary(context.Background(), "a")
 	if err != nil || s.Failed != 1 || s.Delivered != 0 {
 		t.Fatalf("summary %+v %v, want one failed", s, err)
@@ -171,13 +178,14 @@ func testOutboxSummaryAndStats(t *testing.T, o store.Outbox) {
 	ctx := context.Background()
 	mustAdd(t, o, msg("a", 1, "Queued"), msg("a", 2, "Running"), msg("a", 3, "Done"))
 	claim(t, o, outboxT0, 10)
-	finish(t, o, "a.1.Queued", store.OutboxOutcome{State: store.OutboxDelivered})
+	finish(t, o, "a.1.Queued", 1, store.OutboxOutcome{State: store.OutboxDelivered})
 	claim(t, o, outboxT0, 10)
-	finish(t, o, "a.2.Running", store.OutboxOutcome{State: store.OutboxDelivered})
+	finish(t, o, "a.2.Running", 1, store.OutboxOutcome{State: store.OutboxDelivered})
 	claim(t, o, outboxT0, 10)
-	finish(t, o, "a.3.Done", store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: outboxT0.Add(time.Minute), Error: "timeout"})
+	finish(t, o, "a.3.Done", 1, store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: outboxT0.Add(time.Minute), Error: "timeout"})
 	s, err := o.OutboxSummary(ctx, "a")
-	if err != nil || s.Delivered != 2 || s.Pending != 1 || s.DeliveredPhase != "Running" || s.LastError != "timeout" {
+	if err != nil || s.Delivered != 2 || s.Pending != 1 || s.DeliveredPhase != "Running" || s.LastError != "timeout" ||
+		s.LastSeq != 3 || s.LastPhase != "Done" {
 		t.Fatalf("summary %+v %v", s, err)
 	}
 	st, err := o.OutboxStats(ctx, outboxT0.Add(30*time.Second))
@@ -187,5 +195,70 @@ func testOutboxSummaryAndStats(t *testing.T, o store.Outbox) {
 	st, err = o.OutboxStats(ctx, outboxT0.Add(2*time.Minute))
 	if err != nil || st.Pending != 1 || !st.OldestDue.Equal(outboxT0.Add(time.Minute)) {
 		t.Fatalf("stats when due %+v %v", st, err)
+	}
+}
+
+func testOutboxSeqTaken(t *testing.T, o store.Outbox) {
+	mustAdd(t, o, msg("a", 1, "Queued"))
+	if err := o.AddMessage(context.Background(), msg("a", 1, "Fatal")); !errors.Is(err, store.ErrSeqTaken) {
+		t.Fatalf("a second message with seq 1: %v, want ErrSeqTaken", err)
+	}
+	mustAdd(t, o, msg("b", 1, "Queued")) // another bot's seq 1
+	if got := claim(t, o, outboxT0, 10); fmt.Sprint(ids(got)) != "[a.1.Queued b.1.Queued]" {
+		t.Fatalf("claimed %v", ids(got))
+	}
+}
+
+// A claimer whose lease ran out reports after the message was claimed again: its outcome
+// neither clears the live lease nor finishes the message.
+func testOutboxLateOutcome(t *testing.T, o store.Outbox) {
+	mustAdd(t, o, msg("a", 1, "Queued"), msg("a", 2, "Done"))
+	claim(t, o, outboxT0, 10)
+	if got := claim(t, o, outboxT0.Add(time.Minute), 10); len(got) != 1 || got[0].Attempts != 2 {
+		t.Fatalf("claimed %+v after the lease, want attempt 2", got)
+	}
+	finish(t, o, "a.1.Queued", 1, store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: outboxT0, Error: "late"})
+	finish(t, o, "a.1.Queued", 1, store.OutboxOutcome{State: store.OutboxFailed, Error: "late"})
+	if got := claim(t, o, outboxT0.Add(time.Minute+time.Second), 10); len(got) != 0 {
+		t.Fatalf("claimed %v: a late outcome ended the live claim", ids(got))
+	}
+	if s, err := o.OutboxSummary(context.Background(), "a"); err != nil || s.Pending != 2 || s.Failed != 0 || s.LastError != "" {
+		t.Fatalf("summary %+v %v: a late outcome changed the message", s, err)
+	}
+	finish(t, o, "a.1.Queued", 2, store.OutboxOutcome{State: store.OutboxDelivered})
+	if got := claim(t, o, outboxT0.Add(time.Minute+time.Second), 10); fmt.Sprint(ids(got)) != "[a.2.Done]" {
+		t.Fatalf("claimed %v after the live claim's outcome, want a.2", ids(got))
+	}
+}
+
+// One namespace's backlog, older than another's message, does not fill the batch.
+func testOutboxNamespacesTakeTurns(t *testing.T, o store.Outbox) {
+	for i := range 3 {
+		m := msg(fmt.Sprintf("busy%d", i), 1, "Queued")
+		m.Namespace = "busy"
+		mustAdd(t, o, m)
+	}
+	late := msg("quiet", 1, "Queued")
+	late.Namespace, late.CreatedAt = "quiet", outboxT0.Add(time.Second)
+	mustAdd(t, o, late)
+	got := claim(t, o, outboxT0.Add(time.Second), 2)
+	if fmt.Sprint(ids(got)) != "[busy0.1.Queued quiet.1.Queued]" {
+		t.Fatalf("claimed %v, want the oldest of each namespace", ids(got))
+	}
+}
+
+// The oldest due counts only what the relay could claim: not a message behind its bot's first
+// one, nor one being sent.
+func testOutboxOldestDue(t *testing.T, o store.Outbox) {
+	ctx := context.Background()
+	mustAdd(t, o, msg("a", 1, "Queued"), msg("a", 2, "Done"))
+	claim(t, o, outboxT0, 10) // a.1 is being sent; a.2 waits behind it
+	st, err := o.OutboxStats(ctx, outboxT0.Add(30*time.Second))
+	if err != nil || st.Pending != 2 || !st.OldestDue.IsZero() {
+		t.Fatalf("stats %+v %v, want 2 pending and nothing waiting on the relay", st, err)
+	}
+	st, err = o.OutboxStats(ctx, outboxT0.Add(time.Minute))
+	if err != nil || !st.OldestDue.Equal(outboxT0) {
+		t.Fatalf("stats after the lease %+v %v, want a.1 due since %v", st, err, outboxT0)
 	}
 }

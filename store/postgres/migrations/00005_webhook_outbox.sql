@@ -26,10 +26,10 @@ CREATE TABLE webhook_outbox (
     last_error      text NOT NULL DEFAULT '',
     finished_at     timestamptz
 );
+-- A bot's messages are numbered once; the index also serves a bot's summary.
+CREATE UNIQUE INDEX webhook_outbox_bot_seq_idx ON webhook_outbox (bot_uid, seq);
 -- The relay's claim: the head of each bot's pending messages.
 CREATE INDEX webhook_outbox_pending_idx ON webhook_outbox (bot_uid, seq) WHERE state = 'pending';
--- A bot's summary for its status.webhook.
-CREATE INDEX webhook_outbox_bot_idx ON webhook_outbox (bot_uid);
 -- Retention deletes finished messages by finished_at in small batches.
 CREATE INDEX webhook_outbox_finished_at_idx ON webhook_outbox (finished_at) WHERE finished_at IS NOT NULL;
 
