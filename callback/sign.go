@@ -31,17 +31,19 @@ var (
 
 // DecodeSecret reads a signing secret as kept in a Secret's key: "whsec_" followed by
 // base64 is decoded, as Standard Webhooks libraries do; anything else is used as raw bytes.
+// Surrounding whitespace is ignored (a Secret made with --from-file keeps the newline).
 func DecodeSecret(v []byte) ([]byte, error) {
 	s := strings.TrimSpace(string(v))
 	if !strings.HasPrefix(s, secretPrefix) {
-		if len(v) == 0 {
+		if s == "" {
 			return nil, errors.New("empty webhook secret")
 		}
-		return v, nil
+		return []byte(s), nil
 	}
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, secretPrefix))
 	if err != nil {
-		return nil, fmt.Errorf("webhook secret starts with %s but is not base64: %w", secretPrefix, err)
+		// Not the decoder's error: where the base64 breaks says something about the key.
+		return nil, fmt.Errorf("webhook secret starts with %s but the rest is not base64", secretPrefix)
 	}
 	if len(key) == 0 {
 		return nil, errors.New("empty webhook secret")

@@ -145,12 +145,13 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if !bot.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
-	if err := r.run(ctx, s); err != nil {
-		return ctrl.Result{}, err
+	err = r.run(ctx, s)
+	if _, waiting := asWait(err); err == nil || waiting {
+		// The phase stored before this pass (a scheduled bot's waits included); a pass that
+		// failed catches up on the next.
+		r.webhook(ctx, s, before.Status.Phase)
 	}
-	// After the phase of this pass is decided; a pass that failed catches up on the next.
-	r.webhook(ctx, s)
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, err
 }
 
 // run is the body of a pass over a live bot: a finished bot waits for its callback and its

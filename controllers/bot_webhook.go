@@ -18,12 +18,13 @@ import (
 )
 
 // webhookRecheck: a bot with messages still being tried, or whose webhook cannot be made yet
-// (its Secret), is looked at again this often, in case a wake-up from the relay was lost.
-const webhookRecheck = time.Minute
+// (its Secret), is looked at again this often, in case a wake-up from the relay was lost (the
+// relay wakes the bot after every attempt, so this is only the safety net).
+const webhookRecheck = 5 * time.Minute
 
 var (
 	errWebhookSecretNotFound = errors.New("webhook Secret not found")
-	// errWebhookSecretNotAllowed: the Secret lacks the opt-in label (see allowedForPools).
+	// errWebhookSecretNotAllowed: the Secret lacks the opt-in label LabelAllowWebhookSigning.
 	errWebhookSecretNotAllowed = errors.New("webhook Secret not allowed")
 )
 
@@ -34,74 +35,83 @@ type WebhookOutbox interface {
 	OutboxSummary(ctx context.Context, bot types.UID) (store.OutboxSummary, error)
 }
 
-// webhook hands the bot's current phase to the outbox when its webhook wants it and has not
-// had it, and copies the outbox's summary into status.webhook. The bot controller is the one
-// writer of that field: the relay records outcomes in the outbox and wakes the bot. The
-// message is added before the status write that counts it; were that write lost, the next
-// pass makes the same message (same id) again, which the outbox ignores.
-func (r *BotReconciler) webhook(ctx context.Context, s *botScope) {
+// webhook hands the bot's stored phase to the outbox when its webhook wants it and the outbox
+// has no message for it yet, and copies the outbox's summary into status.webhook; the bot
+// controller is the one writer of that field (the relay records outcomes in the outbox and
+// wakes the bot).
+//
+// Only a phase already stored is sent: the phase this pass decides may be lost with a status
+// write that conflicts (the bot API moved the bot meanwhile), and the pass after the write
+// sends it. The outbox numbers a bot's messages: the next follows the highest number the outbox
+// or status.webhook knows, and the outbox's latest phase says whether this one was made, so a
+// lost status write neither repeats a message nor reuses its number.
+func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored v1.BotPhase) {
 	bot := s.bot
-	if r.Webhooks == nil || !bot.DeletionTimestamp.IsZero() {
+	if r.Webhooks == nil || !bot.DeletionTimestamp.IsZero() || stored == "" {
 		return
 	}
 	log := logf.FromContext(ctx)
-	st := bot.Status.Webhook
-	if st != nil && st.Sequence > 0 {
-		sum, err := r.Webhooks.OutboxSummary(ctx, bot.UID)
-		if err != nil {
-			log.Error(err, "Reading the webhook outbox")
-			s.after(webhookRecheck)
-		} else {
-			r.recordWebhook(s, sum)
-		}
-	}
 	w, err := r.effectiveWebhook(ctx, bot)
 	if err != nil {
 		log.Error(err, "Reading the bot's pool for its webhook defaults")
 		s.after(webhookRecheck)
 		return
 	}
-	phase := bot.Status.Phase
-	if w == nil || !w.Wants(phase) || (st != nil && st.Phase == phase) {
+	st := bot.Status.Webhook
+	want := w != nil && w.Wants(stored) && (st == nil || st.Phase != stored)
+	if !want && (st == nil || st.Pending == 0) {
+		return // nothing to make, nothing in flight: no read of the outbox
+	}
+	sum, err := r.Webhooks.OutboxSummary(ctx, bot.UID)
+	if err != nil {
+		log.Error(err, "Reading the webhook outbox")
+		s.after(webhookRecheck)
 		return
 	}
 	if st == nil {
 		st = &v1.WebhookStatus{}
 	}
-	if w.SecretRef != nil {
+	if want && sum.LastPhase != string(stored) {
 		if err := r.checkWebhookSecret(ctx, bot.Namespace, w.SecretRef); err != nil {
-			msg := v1.Truncate(err.Error(), maxCallbackError)
-			if st.LastError != msg {
-				reason := v1.ReasonWebhookSecretNotFound
-				if errors.Is(err, errWebhookSecretNotAllowed) {
-					reason = v1.ReasonWebhookSecretNotAllowed
-				}
-				s.events = append(s.events, func() {
-					r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, reason, "Webhook", "%s", msg)
-				})
-			}
-			st.LastError = msg
-			bot.Status.Webhook = st
+			r.webhookSecretRefused(s, st, sum, err)
+			return
+		}
+		seq := max(st.Sequence, sum.LastSeq) + 1
+		if err := r.Webhooks.AddMessage(ctx, callback.PhaseMessage(bot, w, seq, r.Clock.Now())); err != nil {
+			log.Error(err, "Adding a webhook message to the outbox", "phase", stored, "sequence", seq)
 			s.after(webhookRecheck)
 			return
 		}
+		sum.LastSeq, sum.LastPhase = seq, string(stored)
+		sum.Pending++
 	}
-	seq := st.Sequence + 1
-	if err := r.Webhooks.AddMessage(ctx, callback.PhaseMessage(bot, w, seq, r.Clock.Now())); err != nil {
-		log.Error(err, "Adding a webhook message to the outbox", "phase", phase)
-		s.after(webhookRecheck)
-		return
+	r.recordWebhook(s, st, sum)
+}
+
+// webhookSecretRefused records why no message could be made (the Secret is missing, or not
+// opted in), with one Warning Event per new reason; the summary of earlier messages still goes
+// to the status.
+func (r *BotReconciler) webhookSecretRefused(s *botScope, st *v1.WebhookStatus, sum store.OutboxSummary, err error) {
+	msg := v1.Truncate(err.Error(), maxCallbackError)
+	if st.LastError != msg {
+		reason := v1.ReasonWebhookSecretNotFound
+		if errors.Is(err, errWebhookSecretNotAllowed) {
+			reason = v1.ReasonWebhookSecretNotAllowed
+		}
+		bot := s.bot
+		s.events = append(s.events, func() {
+			r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, reason, "Webhook", "%s", msg)
+		})
 	}
-	st.Sequence, st.Phase = seq, phase
-	st.Pending++
-	bot.Status.Webhook = st
+	r.recordWebhook(s, st, sum)
+	st.LastError = msg
 	s.after(webhookRecheck)
 }
 
 // recordWebhook copies the outbox's summary into status.webhook, with a Warning Event per
-// message given up since the last write.
-func (r *BotReconciler) recordWebhook(s *botScope, sum store.OutboxSummary) {
-	st := s.bot.Status.Webhook
+// message given up since the last write. Counters never go down: finished messages leave the
+// outbox (retention, the memory outbox's history, a restart of it) while the bot lives on.
+func (r *BotReconciler) recordWebhook(s *botScope, st *v1.WebhookStatus, sum store.OutboxSummary) {
 	if given := int32(sum.Failed) - st.Failures; given > 0 {
 		bot, msg := s.bot, v1.Truncate(sum.LastError, maxCallbackError)
 		s.events = append(s.events, func() {
@@ -109,9 +119,17 @@ func (r *BotReconciler) recordWebhook(s *botScope, sum store.OutboxSummary) {
 				"%d webhook message(s) given up: %s", given, msg)
 		})
 	}
-	st.Delivered, st.Pending, st.Failures = int32(sum.Delivered), int32(sum.Pending), int32(sum.Failed)
-	st.DeliveredPhase = v1.BotPhase(sum.DeliveredPhase)
+	st.Sequence = max(st.Sequence, sum.LastSeq)
+	if sum.LastPhase != "" {
+		st.Phase = v1.BotPhase(sum.LastPhase)
+	}
+	st.Delivered, st.Failures = max(st.Delivered, int32(sum.Delivered)), max(st.Failures, int32(sum.Failed))
+	if sum.DeliveredPhase != "" {
+		st.DeliveredPhase = v1.BotPhase(sum.DeliveredPhase)
+	}
+	st.Pending = int32(sum.Pending)
 	st.LastError = v1.Truncate(sum.LastError, maxCallbackError)
+	s.bot.Status.Webhook = st
 	if sum.Pending > 0 {
 		s.after(webhookRecheck)
 	}
@@ -138,9 +156,10 @@ func (r *BotReconciler) effectiveWebhook(ctx context.Context, bot *v1.Bot) (*v1.
 }
 
 // checkWebhookSecret makes sure the signing Secret exists in the bot's namespace, is opted in
-// and has the key, so a message is made only when it can be signed.
+// and has a usable key, so a message is made only when it can be signed; nil when the webhook
+// is unsigned.
 func (r *BotReconciler) checkWebhookSecret(ctx context.Context, namespace string, ref *v1.WebhookSecretRef) error {
-	if r.Secrets == nil {
+	if r.Secrets == nil || ref == nil {
 		return nil
 	}
 	_, err := WebhookSecrets{Reader: r.Secrets}.WebhookSecret(ctx, namespace, ref.Name, ref.Key)
@@ -163,12 +182,16 @@ func (w WebhookSecrets) WebhookSecret(ctx context.Context, namespace, name, key 
 	case err != nil:
 		return nil, fmt.Errorf("reading webhook Secret %s: %w", name, err)
 	}
-	if err := allowedForPools(&secret); err != nil {
-		return nil, fmt.Errorf("%w: %w", errWebhookSecretNotAllowed, err)
+	if secret.Labels[v1.LabelAllowWebhookSigning] != "true" {
+		return nil, fmt.Errorf("%w: Secret %s lacks the label %s=true, which lets Bots sign webhooks with its keys; if that is what it is for, run: kubectl label secret %s -n %s %s=true",
+			errWebhookSecretNotAllowed, name, v1.LabelAllowWebhookSigning, name, namespace, v1.LabelAllowWebhookSigning)
 	}
 	v, ok := secret.Data[key]
 	if !ok || len(v) == 0 {
 		return nil, fmt.Errorf("%w: Secret %s has no key %q", errWebhookSecretNotFound, name, key)
+	}
+	if _, err := callback.DecodeSecret(v); err != nil {
+		return nil, fmt.Errorf("%w: Secret %s key %q: %w", errWebhookSecretNotFound, name, key, err)
 	}
 	return v, nil
 }

@@ -70,6 +70,7 @@ type webhookRig struct {
 	clk    *clocktesting.FakeClock
 	r      *BotReconciler
 	relay  *callback.Relay
+	sender *callback.Notifier
 	outbox *memory.Outbox
 	events *recordedEvents
 	bot    *v1.Bot
@@ -96,6 +97,7 @@ func newWebhookRig(t *testing.T, secret *corev1.Secret) (*webhookRig, *signedRec
 	t.Cleanup(func() { cancel(); <-stopped })
 	rg := &webhookRig{t: t, clk: clk, outbox: outbox, events: &recordedEvents{}}
 	rg.r = &BotReconciler{Client: c, Clock: clk, Recorder: rg.events, Webhooks: outbox, Secrets: c}
+	rg.sender = n
 	rg.relay = callback.NewRelay(callback.RelayOptions{Outbox: outbox, Sender: n, Secrets: WebhookSecrets{Reader: c}, Clock: clk})
 	rg.bot = &v1.Bot{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "standup", UID: "uid-standup"},
@@ -109,17 +111,17 @@ func webhookSecret(labelled bool) *corev1.Secret {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "hook"},
 		Data: map[string][]byte{"secret": []byte("whsec_c2VjcmV0LWtleQ==")}}
 	if labelled {
-		s.Labels = map[string]string{v1.LabelAllowPoolUse: "true"}
+		s.Labels = map[string]string{v1.LabelAllowWebhookSigning: "true"}
 	}
 	return s
 }
 
-// step runs the webhook step of a pass in phase p and emits its Events, as finish would after
-// the write.
+// step runs the webhook step of a pass over the bot stored in phase p and emits its Events,
+// as finish would after the write.
 func (rg *webhookRig) step(p v1.BotPhase) *botScope {
 	rg.bot.Status.Phase = p
 	s := &botScope{bot: rg.bot}
-	rg.r.webhook(context.Background(), s)
+	rg.r.webhook(context.Background(), s, p)
 	for _, ev := range s.events {
 		ev()
 	}
@@ -155,7 +157,7 @@ func TestWebhookSecretNotAllowed(t *testing.T) {
 	rg, sr := newWebhookRig(t, webhookSecret(false))
 	s := rg.step(v1.BotQueued)
 	rg.step(v1.BotQueued)
-	if st := rg.bot.Status.Webhook; st == nil || st.Sequence != 0 || !strings.Contains(st.LastError, v1.LabelAllowPoolUse) {
+	if st := rg.bot.Status.Webhook; st == nil || st.Sequence != 0 || !strings.Contains(st.LastError, v1.LabelAllowWebhookSigning) {
 		t.Fatalf("status.webhook = %+v, want no message and the label in lastError", st)
 	}
 	if n := rg.events.count(v1.ReasonWebhookSecretNotAllowed); n != 1 {
@@ -203,6 +205,62 @@ func TestWebhookGivenUpIsAWarning(t *testing.T) {
 	}
 	if n := rg.events.count(v1.ReasonWebhookFailed); n != 1 {
 		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookFailed)
+	}
+}
+
+// TestWebhookLostStatusWrite: the status write that counted a message is lost (a conflict
+// with the bot API): the next pass finds the phase's message in the outbox and makes no second
+// one; the next phase gets the next number, never one already used.
+func TestWebhookLostStatusWrite(t *testing.T) {
+	rg, _ := newWebhookRig(t, webhookSecret(true))
+	rg.step(v1.BotQueued)
+	rg.bot.Status.Webhook = nil // the write is lost
+	rg.step(v1.BotQueued)
+	sum, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+	if sum.LastSeq != 1 || sum.Pending != 1 {
+		t.Fatalf("outbox %+v after a pass that lost its write, want the one message", sum)
+	}
+	if st := rg.bot.Status.Webhook; st == nil || st.Sequence != 1 || st.Phase != v1.BotQueued || st.Pending != 1 {
+		t.Fatalf("status.webhook %+v, want the message counted again", st)
+	}
+	lost := *rg.bot.Status.Webhook
+	rg.step(v1.BotFatal) // made, and its write lost again
+	rg.bot.Status.Webhook = &lost
+	rg.step(v1.BotDone) // the bot API had stored Done meanwhile
+	sum, _ = rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+	if sum.LastSeq != 3 || sum.LastPhase != string(v1.BotDone) || sum.Pending != 3 {
+		t.Fatalf("outbox %+v, want Fatal as 2 and Done as 3", sum)
+	}
+}
+
+// TestWebhookCountersNeverGoDown: the outbox forgot the bot's finished messages (the memory
+// outbox restarted; retention on Postgres): status.webhook keeps its counts, and the next
+// message is numbered after the last one the status knows, so its id is new.
+func TestWebhookCountersNeverGoDown(t *testing.T) {
+	rg, sr := newWebhookRig(t, webhookSecret(true))
+	for _, p := range []v1.BotPhase{v1.BotQueued, v1.BotInCall} {
+		rg.step(p)
+		rg.relay.Pass(context.Background())
+		waitUntil(t, "delivery", func() bool {
+			s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+			return s.Pending == 0
+		})
+		rg.step(p)
+	}
+	rg.outbox = memory.NewOutbox(100)
+	rg.r.Webhooks = rg.outbox
+	rg.relay = callback.NewRelay(callback.RelayOptions{Outbox: rg.outbox, Sender: rg.sender, Secrets: WebhookSecrets{Reader: rg.r.Client}, Clock: rg.clk})
+	rg.step(v1.BotDone)
+	st := rg.bot.Status.Webhook
+	if st.Sequence != 3 || st.Delivered != 2 || st.DeliveredPhase != v1.BotInCall || st.Pending != 1 {
+		t.Fatalf("status.webhook %+v, want 2 delivered kept and Done as 3 pending", st)
+	}
+	rg.relay.Pass(context.Background())
+	waitUntil(t, "delivery", func() bool { return len(sr.phases()) == 3 })
+	rg.step(v1.BotDone)
+	// The forgotten messages cannot be told apart from the new one's count: at least 2 stays.
+	if st := rg.bot.Status.Webhook; st.Delivered < 2 || st.DeliveredPhase != v1.BotDone || st.Pending != 0 {
+		t.Fatalf("status.webhook %+v: the counter went down to the new outbox's 1, or Done is not recorded", st)
 	}
 }
 
@@ -292,5 +350,41 @@ func TestWebhookEveryPhaseThroughTheManager(t *testing.T) {
 	}
 	if done.Status.Webhook.Failures != 0 || done.Status.Webhook.LastError != "" {
 		t.Errorf("status.webhook %+v: want no failures, and the 503 forgotten once delivered", done.Status.Webhook)
+	}
+}
+
+// TestWebhookScheduledBotSaysSo: a bot scheduled hours ahead waits, and its webhook hears of it
+// at once (Scheduled), not only when the bot enters the queue. Unsigned: no secretRef.
+func TestWebhookScheduledBotSaysSo(t *testing.T) {
+	var mu sync.Mutex
+	var phases []string
+	var signed bool
+	receiver := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		var ev callback.PhaseEvent
+		_ = json.NewDecoder(r.Body).Decode(&ev)
+		mu.Lock()
+		defer mu.Unlock()
+		phases = append(phases, ev.Phase)
+		signed = signed || r.Header.Get(callback.HeaderWebhookSignature) != ""
+	}))
+	defer receiver.Close()
+	sc := newScenario(t, "scheduled-hook", sim.Config{})
+	start := metav1.NewTime(clk.Now().Add(3 * time.Hour))
+	bot := newBot(t, sc.ns, "later", sc.pool.Name, func(b *v1.Bot) {
+		b.Spec.StartTime = &start
+		b.Spec.Webhook = &v1.Webhook{URL: receiver.URL, Events: v1.WebhookEveryPhase}
+	})
+	waitBot(t, bot, "Scheduled, its message delivered", func(b *v1.Bot) bool {
+		step(5 * time.Second) // the relay polls on the fake clock
+		w := b.Status.Webhook
+		return b.Status.Phase == v1.BotScheduled && w != nil && w.DeliveredPhase == v1.BotScheduled
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(phases) == 0 || phases[len(phases)-1] != string(v1.BotScheduled) || slices.Contains(phases, string(v1.BotQueued)) {
+		t.Fatalf("received %v, want Scheduled last and nothing of the queue yet", phases)
+	}
+	if signed {
+		t.Error("a webhook without a secretRef was signed")
 	}
 }

@@ -17,6 +17,11 @@ const (
 	// into requests to a URL its author picks, so without the opt-in, the right to edit a
 	// BotPool would be the right to read every Secret of the namespace.
 	LabelAllowPoolUse = "botpool.dev/allow-pool-use"
+	// LabelAllowWebhookSigning, set to "true" on a Secret, lets Bots of its namespace (and
+	// their pools' webhookDefaults) sign webhooks with one of its keys. A label of its own:
+	// a Secret opted in for pools (Coolify credentials, slot env) must not become a key
+	// anyone who may create a Bot can have the operator compute HMACs with.
+	LabelAllowWebhookSigning = "botpool.dev/allow-webhook-signing"
 
 	// AnnotationLogLevel on a Bot sets the log level its container is told to use in every
 	// heartbeat answer: debug, info, warn or error.

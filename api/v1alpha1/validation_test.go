@@ -133,6 +133,19 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 			want: "spec.displayName: Too long"},
 		{name: "ftp callback", obj: bot(func(b *v1.Bot) { b.Spec.CallbackURL = "ftp://hooks.example.com/x" }),
 			want: "callbackURL must be an http:// or https:// URL"},
+		{name: "ftp webhook", obj: bot(func(b *v1.Bot) { b.Spec.Webhook = &v1.Webhook{URL: "ftp://hooks.example.com/x"} }),
+			want: "url must be an http:// or https:// URL"},
+		{name: "webhook events unknown", obj: bot(func(b *v1.Bot) {
+			b.Spec.Webhook = &v1.Webhook{URL: "https://hooks.example.com/x", Events: "Sometimes"}
+		}), want: "spec.webhook.events: Unsupported value"},
+		{name: "webhook secret name not a Secret name", obj: bot(func(b *v1.Bot) {
+			b.Spec.Webhook = &v1.Webhook{URL: "https://hooks.example.com/x", SecretRef: &v1.WebhookSecretRef{Name: "../other", Key: "secret"}}
+		}), want: "spec.webhook.secretRef.name: Invalid value"},
+		{name: "webhook secret key not a Secret key", obj: bot(func(b *v1.Bot) {
+			b.Spec.Webhook = &v1.Webhook{URL: "https://hooks.example.com/x", SecretRef: &v1.WebhookSecretRef{Name: "hook", Key: "a/b"}}
+		}), want: "spec.webhook.secretRef.key: Invalid value"},
+		{name: "pool webhookDefaults without url", obj: pool(func(p *v1.BotPool) { p.Spec.WebhookDefaults = &v1.Webhook{Events: v1.WebhookEveryPhase} }),
+			want: "spec.webhookDefaults.url"},
 		{name: "negative ttlAfterFinished", obj: bot(func(b *v1.Bot) { b.Spec.TTLAfterFinished = "-1h" }),
 			want: "spec.ttlAfterFinished: Invalid value"},
 		{name: "changed meeting URL", obj: bot(), update: func(o client.Object) {

@@ -33,15 +33,17 @@ type Webhook struct {
 
 // WebhookSecretRef names one key of a Secret in the bot's namespace.
 type WebhookSecretRef struct {
-	// Name of the Secret.
+	// Name of the Secret: a DNS subdomain, as Secret names are.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
-	// Key in the Secret's data.
+	// Key in the Secret's data: letters, digits, '-', '_' and '.', as Secret keys are.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
 	Key string `json:"key"`
 }
 
