@@ -45,7 +45,8 @@ type PhaseEvent struct {
 	Timestamp time.Time `json:"timestamp"`
 }
 
-// PhaseMessage builds the outbox message of a bot's current phase, numbered seq, made at now.
+// PhaseMessage builds the outbox message of the phase in bot's status (as stored: the bot
+// controller passes the bot as its pass read it), numbered seq, made at now.
 // Its id (uid, seq and phase) is the webhook-id: the same on every pass that makes it again
 // after a lost status write, so adding it twice is a no-op.
 func PhaseMessage(bot *botpoolv1alpha1.Bot, w *botpoolv1alpha1.Webhook, seq int64, now time.Time) store.OutboxMessage {

@@ -149,7 +149,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if _, waiting := asWait(err); err == nil || waiting {
 		// The phase stored before this pass (a scheduled bot's waits included); a pass that
 		// failed catches up on the next.
-		r.webhook(ctx, s, before.Status.Phase)
+		r.webhook(ctx, s, before)
 	}
 	return ctrl.Result{}, err
 }

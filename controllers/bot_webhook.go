@@ -45,9 +45,11 @@ type WebhookOutbox interface {
 // sends it. The outbox numbers a bot's messages: the next follows the highest number the outbox
 // or status.webhook knows, and the outbox's latest phase says whether this one was made, so a
 // lost status write neither repeats a message nor reuses its number.
-func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored v1.BotPhase) {
-	bot := s.bot
-	if r.Webhooks == nil || !bot.DeletionTimestamp.IsZero() || stored == "" {
+//
+// stored is the bot as this pass read it: its phase, reason and message make the message.
+func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored *v1.Bot) {
+	bot, phase := s.bot, stored.Status.Phase
+	if r.Webhooks == nil || !bot.DeletionTimestamp.IsZero() || phase == "" {
 		return
 	}
 	log := logf.FromContext(ctx)
@@ -58,7 +60,7 @@ func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored v1.BotP
 		return
 	}
 	st := bot.Status.Webhook
-	want := w != nil && w.Wants(stored) && (st == nil || st.Phase != stored)
+	want := w != nil && w.Wants(phase) && (st == nil || st.Phase != phase)
 	if !want && (st == nil || st.Pending == 0) {
 		return // nothing to make, nothing in flight: no read of the outbox
 	}
@@ -71,18 +73,18 @@ func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored v1.BotP
 	if st == nil {
 		st = &v1.WebhookStatus{}
 	}
-	if want && sum.LastPhase != string(stored) {
+	if want && sum.LastPhase != string(phase) {
 		if err := r.checkWebhookSecret(ctx, bot.Namespace, w.SecretRef); err != nil {
 			r.webhookSecretRefused(s, st, sum, err)
 			return
 		}
 		seq := max(st.Sequence, sum.LastSeq) + 1
-		if err := r.Webhooks.AddMessage(ctx, callback.PhaseMessage(bot, w, seq, r.Clock.Now())); err != nil {
-			log.Error(err, "Adding a webhook message to the outbox", "phase", stored, "sequence", seq)
+		if err := r.Webhooks.AddMessage(ctx, callback.PhaseMessage(stored, w, seq, r.Clock.Now())); err != nil {
+			log.Error(err, "Adding a webhook message to the outbox", "phase", phase, "sequence", seq)
 			s.after(webhookRecheck)
 			return
 		}
-		sum.LastSeq, sum.LastPhase = seq, string(stored)
+		sum.LastSeq, sum.LastPhase = seq, string(phase)
 		sum.Pending++
 	}
 	r.recordWebhook(s, st, sum)

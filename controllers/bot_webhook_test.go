@@ -121,7 +121,7 @@ func webhookSecret(labelled bool) *corev1.Secret {
 func (rg *webhookRig) step(p v1.BotPhase) *botScope {
 	rg.bot.Status.Phase = p
 	s := &botScope{bot: rg.bot}
-	rg.r.webhook(context.Background(), s, p)
+	rg.r.webhook(context.Background(), s, rg.bot.DeepCopy())
 	for _, ev := range s.events {
 		ev()
 	}
@@ -230,6 +230,31 @@ func TestWebhookLostStatusWrite(t *testing.T) {
 	sum, _ = rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
 	if sum.LastSeq != 3 || sum.LastPhase != string(v1.BotDone) || sum.Pending != 3 {
 		t.Fatalf("outbox %+v, want Fatal as 2 and Done as 3", sum)
+	}
+}
+
+// TestWebhookSendsTheStoredPhase: a pass that moves the bot on (here to Fatal) sends the phase
+// it read (Deploying), with that phase's reason and message; the new one is the next pass's,
+// once written.
+func TestWebhookSendsTheStoredPhase(t *testing.T) {
+	rg, _ := newWebhookRig(t, webhookSecret(true))
+	rg.bot.Status.Phase, rg.bot.Status.Message = v1.BotDeploying, "deploying on srv-1"
+	stored := rg.bot.DeepCopy()
+	rg.bot.Status.Phase, rg.bot.Status.Reason = v1.BotFatal, v1.ReasonDeploymentFailed
+	rg.r.webhook(context.Background(), &botScope{bot: rg.bot}, stored)
+	ms, err := rg.outbox.ClaimMessages(context.Background(), rg.clk.Now(), time.Minute, 10)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("claimed %v, %v", ms, err)
+	}
+	var ev callback.PhaseEvent
+	if err := json.Unmarshal(ms[0].Payload, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Phase != string(v1.BotDeploying) || ev.Reason != "" || ev.Message != "deploying on srv-1" || ms[0].Phase != string(v1.BotDeploying) {
+		t.Fatalf("message %+v (phase %s), want the stored Deploying", ev, ms[0].Phase)
+	}
+	if st := rg.bot.Status.Webhook; st == nil || st.Phase != v1.BotDeploying || st.Sequence != 1 {
+		t.Fatalf("status.webhook %+v", st)
 	}
 }
 
