@@ -101,8 +101,9 @@ func (o *Outbox) ClaimMessages(_ context.Context, now time.Time, lease time.Dura
 		}
 	}
 	slices.SortFunc(due, func(a, b ranked) int { return cmp.Or(cmp.Compare(a.rank, b.rank), compareDue(a.e, b.e)) })
-	var out []store.OutboxMessage
-	for _, r := range due[:min(len(due), max(limit, 0))] {
+	due = due[:min(len(due), max(limit, 0))]
+	out := make([]store.OutboxMessage, 0, len(due))
+	for _, r := range due {
 		r.e.m.Attempts++
 		r.e.claimedUntil = now.Add(lease)
 		m := r.e.m
