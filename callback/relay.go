@@ -23,12 +23,13 @@ const (
 
 // Defaults of RelayOptions.
 const (
-	DefaultRelayPoll    = 5 * time.Second
-	DefaultRelayLease   = 2 * time.Minute
-	DefaultRelayBatch   = 100
-	DefaultRelayBackoff = 30 * time.Second
-	DefaultRelayCap     = time.Hour
-	DefaultRelayWindow  = 24 * time.Hour
+	DefaultRelayPoll           = 5 * time.Second
+	DefaultRelayLease          = 2 * time.Minute
+	DefaultRelayBatch          = 100
+	DefaultRelayBatchesPerPass = 10
+	DefaultRelayBackoff        = 30 * time.Second
+	DefaultRelayCap            = time.Hour
+	DefaultRelayWindow         = 24 * time.Hour
 )
 
 // Sender takes one request of a message: the Notifier, whose fairness between receivers,
@@ -60,8 +61,10 @@ type RelayOptions struct {
 	// claimed again once the lease ends; a message claimed by a leader that died is sent again
 	// as soon.
 	Lease time.Duration
-	// Batch bounds the messages claimed per poll.
-	Batch int
+	// Batch bounds the messages one claim takes; MaxBatchesPerPass the claims of one poll, so
+	// a relay sends at most Batch·MaxBatchesPerPass messages a Poll (1,000 every 5 s by
+	// default) and a burst of phase changes does not wait for many polls.
+	Batch, MaxBatchesPerPass int
 	// BackoffBase and BackoffCap: the n-th failed attempt waits min(BackoffCap,
 	// BackoffBase·2^(n-1)) before the next.
 	BackoffBase, BackoffCap time.Duration
@@ -92,6 +95,7 @@ func NewRelay(o RelayOptions) *Relay {
 	setDefault(&o.Poll, DefaultRelayPoll)
 	setDefault(&o.Lease, DefaultRelayLease)
 	setDefault(&o.Batch, DefaultRelayBatch)
+	setDefault(&o.MaxBatchesPerPass, DefaultRelayBatchesPerPass)
 	setDefault(&o.BackoffBase, DefaultRelayBackoff)
 	setDefault(&o.BackoffCap, DefaultRelayCap)
 	setDefault(&o.Window, DefaultRelayWindow)
@@ -116,21 +120,29 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 }
 
-// Pass claims the due messages and hands them to the sender; it returns how many it handed
-// over. Outcomes arrive later, on the sender's workers.
+// Pass claims the due messages and hands them to the sender, batch after batch while batches
+// come back full and the sender takes them all, up to MaxBatchesPerPass; it returns how many
+// it handed over. Outcomes arrive later, on the sender's workers.
 func (r *Relay) Pass(ctx context.Context) int {
 	now := r.opts.Clock.Now()
 	r.observeBacklog(ctx, now)
-	ms, err := r.opts.Outbox.ClaimMessages(ctx, now, r.opts.Lease, r.opts.Batch)
-	if err != nil {
-		r.opts.Logger.Error(err, "Claiming webhook messages")
-		return 0
-	}
 	keys := passKeys{}
 	sent := 0
-	for _, m := range ms {
-		if r.send(ctx, m, now, keys) {
-			sent++
+	for range r.opts.MaxBatchesPerPass {
+		ms, err := r.opts.Outbox.ClaimMessages(ctx, now, r.opts.Lease, r.opts.Batch)
+		if err != nil {
+			r.opts.Logger.Error(err, "Claiming webhook messages")
+			return sent
+		}
+		taken := 0
+		for _, m := range ms {
+			if r.send(ctx, m, now, keys) {
+				taken++
+			}
+		}
+		sent += taken
+		if len(ms) < r.opts.Batch || taken < len(ms) {
+			break // nothing more is due, or the sender is full: the next poll goes on
 		}
 	}
 	return sent

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -371,5 +372,28 @@ func TestRelaySignsWhenSentAndDropsAClaimThatRanOut(t *testing.T) {
 	second.Done(Result{})
 	if s, _ := outbox.OutboxSummary(context.Background(), m.BotUID); s.Delivered != 1 {
 		t.Fatalf("summary %+v after the second claim's outcome, want delivered", s)
+	}
+}
+
+// A pass claims batch after batch while they come back full, up to MaxBatchesPerPass; a
+// sender that refuses one ends the pass.
+func TestRelayPassTakesSeveralBatches(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	outbox := memory.NewOutbox(100)
+	for i := range 7 {
+		b := phaseBot(v1.BotDone)
+		b.UID = types.UID(fmt.Sprint("u", i))
+		w := v1.Webhook{URL: "https://hooks.example/x", Events: v1.WebhookFinal}
+		if err := outbox.AddMessage(context.Background(), PhaseMessage(b, &w, 1, clk.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := &heldSender{}
+	relay := NewRelay(RelayOptions{Outbox: outbox, Sender: held, Secrets: &secrets{}, Clock: clk, Batch: 2, MaxBatchesPerPass: 3})
+	if n := relay.Pass(context.Background()); n != 6 || len(held.held) != 6 {
+		t.Fatalf("one pass handed over %d (%d held), want 3 full batches of 2", n, len(held.held))
+	}
+	if n := relay.Pass(context.Background()); n != 1 {
+		t.Fatalf("the next pass handed over %d, want the last message", n)
 	}
 }
