@@ -123,8 +123,8 @@ func (e *env) start(t *testing.T) {
 			if err != nil {
 				t.Errorf("Start returned %v", err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Error("Start did not return after cancel")
+		case <-time.After(time.Minute):
+			t.Error("Start did not return within a minute of cancel")
 		}
 	})
 }
@@ -134,8 +134,8 @@ func (e *env) result(t *testing.T) result {
 	select {
 	case r := <-e.results:
 		return r
-	case <-time.After(5 * time.Second):
-		t.Fatal("no OnResult within 5s")
+	case <-time.After(time.Minute): // a liveness bound: a busy machine only waits longer
+		t.Fatal("no OnResult within a minute")
 		return result{}
 	}
 }

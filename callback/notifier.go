@@ -310,6 +310,9 @@ func (n *Notifier) Enqueue(c Callback) bool {
 	return true
 }
 
+// RequestTimeout is how long one request may take (Options.RequestTimeout with its default).
+func (n *Notifier) RequestTimeout() time.Duration { return n.opts.RequestTimeout }
+
 // Result returns the final outcome of the callback with key, while it is remembered (DedupTTL).
 // The bot controller records it on the Bot, which is what keeps the callback from being sent
 // again after the memory expires or the process restarts.

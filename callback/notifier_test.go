@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +294,54 @@ func TestEmptyKeyDefaultsToUIDAndPhase(t *testing.T) {
 	if got := rc.request(0).header.Get("Idempotency-Key"); got != "u1/Done" {
 		t.Errorf("Idempotency-Key %q, want u1/Done", got)
 	}
+}
+
+// TestPrepareAndOwnedCallbacks: Prepare's headers go on the request it is called for (a
+// signature of the moment it leaves); a callback Prepare drops leaves the notifier unsent and
+// without an outcome; an owned callback (Done) reports to Done only: not to OnResult, and it is
+// not remembered.
+func TestPrepareAndOwnedCallbacks(t *testing.T) {
+	rc := newReceiver(t, statuses(http.StatusNoContent))
+	e := startNotifier(t, Options{})
+	done := make(chan Result, 2)
+	owned := func(key string, send bool) Callback {
+		cb := callbackTo(rc.url(), key)
+		cb.Prepare = func(now time.Time) (map[string]string, bool) {
+			return map[string]string{"X-Sent-At": strconv.FormatInt(now.Unix(), 10)}, send
+		}
+		cb.Done = func(r Result) { done <- r }
+		return cb
+	}
+	if !e.n.Enqueue(owned("dropped", false)) {
+		t.Fatal("Enqueue refused")
+	}
+	if !e.n.Enqueue(owned("sent", true)) {
+		t.Fatal("Enqueue refused")
+	}
+	var r Result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("no Done within a minute")
+	}
+	if r.Err != nil || r.Callback.Key != "sent" {
+		t.Fatalf("Done(%q, %v), want the sent one delivered", r.Callback.Key, r.Err)
+	}
+	if n := rc.count(); n != 1 {
+		t.Fatalf("receiver got %d requests, want only the one Prepare let go", n)
+	}
+	if got := rc.request(0).header.Get("X-Sent-At"); got != strconv.FormatInt(epoch.Unix(), 10) {
+		t.Errorf("X-Sent-At = %q, want Prepare's header", got)
+	}
+	e.noResult(t)
+	select {
+	case r := <-done:
+		t.Fatalf("Done called for %q, which Prepare dropped", r.Callback.Key)
+	default:
+	}
+	if _, ok := e.n.Result("sent"); ok {
+		t.Error("an owned callback's outcome is remembered")
+	}
+	// Both left the queue: the same keys are taken again.
+	waitFor(t, "the queue to empty", func() bool { return value(e.n.metrics.queueDepth) == 0 })
 }

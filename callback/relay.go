@@ -17,8 +17,9 @@ import (
 
 // Outcomes of webhook attempts, besides the notifier's.
 const (
-	resultRetry   = "retry"
-	resultExpired = "expired"
+	resultRetry    = "retry"
+	resultExpired  = "expired"
+	resultDeferred = "deferred"
 )
 
 // Defaults of RelayOptions.
@@ -33,7 +34,9 @@ const (
 )
 
 // Sender takes one request of a message: the Notifier, whose fairness between receivers,
-// egress policy and timeouts thus apply to webhooks too.
+// egress policy and timeouts thus apply to webhooks too. It must call the callback's Prepare
+// just before the request and add the headers it returns (the signature), or drop the
+// callback when Prepare says so; and call Done with the outcome.
 type Sender interface {
 	Enqueue(c Callback) bool
 }
@@ -65,8 +68,8 @@ type RelayOptions struct {
 	// a relay sends at most Batch·MaxBatchesPerPass messages a Poll (1,000 every 5 s by
 	// default) and a burst of phase changes does not wait for many polls.
 	Batch, MaxBatchesPerPass int
-	// BackoffBase and BackoffCap: the n-th failed attempt waits min(BackoffCap,
-	// BackoffBase·2^(n-1)) before the next.
+	// BackoffBase and BackoffCap: a failed attempt waits as long as the message has existed,
+	// at least BackoffBase, at most BackoffCap (Backoff).
 	BackoffBase, BackoffCap time.Duration
 	// Window is how long after its creation a failing message is still tried; after it the
 	// message is given up (ErrGaveUp).
@@ -225,7 +228,7 @@ func (r *Relay) send(ctx context.Context, m store.OutboxMessage, now time.Time, 
 	if !r.opts.Sender.Enqueue(cb) {
 		// Not an attempt of the receiver: tried again at the next poll, without backoff.
 		r.finish(ctx, m, store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: now.Add(r.opts.Poll),
-			Error: "the callback queue is full"}, resultRetry)
+			Error: "the callback queue is full"}, resultDeferred)
 		return false
 	}
 	return true
@@ -241,10 +244,10 @@ func (r *Relay) record(ctx context.Context, m store.OutboxMessage, err error, no
 	case errors.Is(err, ErrRejected):
 		out, result = store.OutboxOutcome{State: store.OutboxFailed, Error: err.Error()}, resultRejected
 	case now.Sub(m.CreatedAt) >= r.opts.Window:
-		out = store.OutboxOutcome{State: store.OutboxFailed, Error: fmt.Sprintf("%v after %d attempts: %v", ErrGaveUp, m.Attempts, err)}
+		out = store.OutboxOutcome{State: store.OutboxFailed, Error: fmt.Sprintf("%v after %s of retries: %v", ErrGaveUp, r.opts.Window, err)}
 		result = resultFailed
 	default:
-		out = store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: now.Add(r.Backoff(m.Attempts)), Error: err.Error()}
+		out = store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: now.Add(r.Backoff(now.Sub(m.CreatedAt))), Error: err.Error()}
 		result = resultRetry
 	}
 	r.finish(ctx, m, out, result)
@@ -268,17 +271,14 @@ func (r *Relay) finish(ctx context.Context, m store.OutboxMessage, out store.Out
 	}
 }
 
-// Backoff is the wait after the n-th failed attempt (n >= 1): BackoffBase doubled per attempt,
-// capped. No jitter: the retries of many messages already spread with their creation times,
-// and the cap keeps a dead receiver to one attempt per message an hour.
-func (r *Relay) Backoff(n int) time.Duration {
-	d := r.opts.BackoffCap
-	if shift := n - 1; shift >= 0 && shift < 32 {
-		if b := r.opts.BackoffBase << shift; b > 0 && b < d {
-			d = b
-		}
-	}
-	return d
+// Backoff is the wait after a failed attempt of a message that has existed for age: as long
+// again, at least BackoffBase and at most BackoffCap, so attempts come at 0, 30 s, 1 min,
+// 2 min, 4 min… then hourly. By age, not by a count of attempts: claims that sent nothing (the
+// notifier's queue full, a claim dropped as it ran out) do not stretch the wait. No jitter:
+// the retries of many messages already spread with their creation times, and the cap keeps a
+// dead receiver to one attempt per message an hour.
+func (r *Relay) Backoff(age time.Duration) time.Duration {
+	return min(max(age, r.opts.BackoffBase), r.opts.BackoffCap)
 }
 
 type relayMetrics struct {
@@ -292,11 +292,11 @@ func newRelayMetrics(reg prometheus.Registerer) *relayMetrics {
 	m := &relayMetrics{
 		deliveries: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "botpool_webhook_attempts_by_result_total",
-			Help: "Webhook attempts by outcome: success, retry (failed, tried again), rejected, failed (given up) and expired (not sent: the claim would have ended first; claimed and sent again).",
+			Help: "Webhook attempts by outcome: success, retry (failed, tried again), rejected, failed (given up), expired (not sent: the claim would have ended first; claimed and sent again) and deferred (the notifier's queue was full; tried at the next poll).",
 		}, []string{"result"})),
 		attempts: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "botpool_webhook_attempts_total",
-			Help: "Webhook messages handed to the notifier for one attempt.",
+			Help: "Webhook requests made (counted as each request leaves the notifier).",
 		})),
 		pending: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "botpool_webhook_outbox_pending",
@@ -304,10 +304,10 @@ func newRelayMetrics(reg prometheus.Registerer) *relayMetrics {
 		})),
 		oldestDue: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "botpool_webhook_outbox_oldest_due_seconds",
-			Help: "How long the longest-waiting due webhook message has been due; 0 when none is.",
+			Help: "How long the longest-waiting webhook message the relay could send now (its bot's first pending one, due, not being sent) has been due; 0 when none is.",
 		})),
 	}
-	for _, r := range []string{resultSuccess, resultRetry, resultRejected, resultFailed, resultExpired} {
+	for _, r := range []string{resultSuccess, resultRetry, resultRejected, resultFailed, resultExpired, resultDeferred} {
 		m.deliveries.WithLabelValues(r)
 	}
 	return m

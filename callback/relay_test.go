@@ -102,7 +102,7 @@ func (e *relayEnv) add(t *testing.T, seq int64, phase v1.BotPhase) store.OutboxM
 
 func (e *relayEnv) summary(t *testing.T) store.OutboxSummary {
 	t.Helper()
-	s, err := e.outbox.OutboxSummary(context.Background(), "u1")
+	s, err := e.outbox.OutboxSummary(context.Background(), "u1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,9 +165,10 @@ func TestRelayBackoffAndGiveUp(t *testing.T) {
 	clk := clocktesting.NewFakeClock(epoch)
 	e := newRelayEnv(t, memory.NewOutbox(100), clk, statuses(503))
 	e.add(t, 1, v1.BotQueued)
-	// Attempts at 0, 30 s (base), 90 s (2×base), 150 s (capped at 1 min); the window (150 s) is
-	// over after the fourth, which gives the message up.
-	for i, at := range []time.Duration{0, 30 * time.Second, 90 * time.Second, 150 * time.Second} {
+	// Each failure waits the message's age, at least 30 s (base), at most 1 min (cap): attempts
+	// at 0, 30 s, 1 min, 2 min, 3 min; the window (150 s) is over at the fifth, which gives the
+	// message up.
+	for i, at := range []time.Duration{0, 30 * time.Second, time.Minute, 2 * time.Minute, 3 * time.Minute} {
 		clk.SetTime(epoch.Add(at - time.Second))
 		if at > 0 && e.relay.Pass(context.Background()) != 0 {
 			t.Fatalf("attempt %d sent a second early", i+1)
@@ -180,7 +181,7 @@ func TestRelayBackoffAndGiveUp(t *testing.T) {
 		if e.rcv.count() != i+1 {
 			t.Fatalf("attempt %d: the receiver got %d requests", i+1, e.rcv.count())
 		}
-		if s := e.summary(t); i < 3 && (s.Pending != 1 || !strings.Contains(s.LastError, "503")) {
+		if s := e.summary(t); i < 4 && (s.Pending != 1 || !strings.Contains(s.LastError, "503")) {
 			t.Fatalf("after attempt %d: summary %+v, want pending with the 503", i+1, s)
 		}
 	}
@@ -366,11 +367,11 @@ func TestRelaySignsWhenSentAndDropsAClaimThatRanOut(t *testing.T) {
 	}
 	// The first claim's outcome arrives late: ignored; the second's counts.
 	first.Done(Result{Err: ErrRejected})
-	if s, _ := outbox.OutboxSummary(context.Background(), m.BotUID); s.Failed != 0 || s.Pending != 1 {
+	if s, _ := outbox.OutboxSummary(context.Background(), m.BotUID, 0); s.Failed != 0 || s.Pending != 1 {
 		t.Fatalf("summary %+v after the first claim's late outcome, want still pending", s)
 	}
 	second.Done(Result{})
-	if s, _ := outbox.OutboxSummary(context.Background(), m.BotUID); s.Delivered != 1 {
+	if s, _ := outbox.OutboxSummary(context.Background(), m.BotUID, 0); s.Delivered != 1 {
 		t.Fatalf("summary %+v after the second claim's outcome, want delivered", s)
 	}
 }

@@ -142,16 +142,14 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	s := &botScope{bot: bot}
 	before := bot.DeepCopy()
 	defer func() { res, err = r.finish(ctx, s, before, settle(err, false)) }()
+	// The webhook's message of the phase stored before this pass, whatever the pass does: a
+	// pass that fails still writes the phase it decided (and the next pass reads that one), and
+	// a deleted bot's last phase goes out before its finalizer does.
+	r.webhook(ctx, s, before)
 	if !bot.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
-	err = r.run(ctx, s)
-	if _, waiting := asWait(err); err == nil || waiting {
-		// The phase stored before this pass (a scheduled bot's waits included); a pass that
-		// failed catches up on the next.
-		r.webhook(ctx, s, before)
-	}
-	return ctrl.Result{}, err
+	return ctrl.Result{}, r.run(ctx, s)
 }
 
 // run is the body of a pass over a live bot: a finished bot waits for its callback and its

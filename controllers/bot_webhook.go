@@ -32,7 +32,7 @@ var (
 // phase change and reads back what became of them.
 type WebhookOutbox interface {
 	AddMessage(ctx context.Context, m store.OutboxMessage) error
-	OutboxSummary(ctx context.Context, bot types.UID) (store.OutboxSummary, error)
+	OutboxSummary(ctx context.Context, bot types.UID, after int64) (store.OutboxSummary, error)
 }
 
 // webhook hands the bot's stored phase to the outbox when its webhook wants it and the outbox
@@ -49,7 +49,7 @@ type WebhookOutbox interface {
 // stored is the bot as this pass read it: its phase, reason and message make the message.
 func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored *v1.Bot) {
 	bot, phase := s.bot, stored.Status.Phase
-	if r.Webhooks == nil || !bot.DeletionTimestamp.IsZero() || phase == "" {
+	if r.Webhooks == nil || phase == "" {
 		return
 	}
 	log := logf.FromContext(ctx)
@@ -64,7 +64,11 @@ func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored *v1.Bot
 	if !want && (st == nil || st.Pending == 0) {
 		return // nothing to make, nothing in flight: no read of the outbox
 	}
-	sum, err := r.Webhooks.OutboxSummary(ctx, bot.UID)
+	var counted int64
+	if st != nil {
+		counted = st.CountedSequence
+	}
+	sum, err := r.Webhooks.OutboxSummary(ctx, bot.UID, counted)
 	if err != nil {
 		log.Error(err, "Reading the webhook outbox")
 		s.after(webhookRecheck)
@@ -111,11 +115,14 @@ func (r *BotReconciler) webhookSecretRefused(s *botScope, st *v1.WebhookStatus, 
 }
 
 // recordWebhook copies the outbox's summary into status.webhook, with a Warning Event per
-// message given up since the last write. Counters never go down: finished messages leave the
-// outbox (retention, the memory outbox's history, a restart of it) while the bot lives on.
+// message given up since the last write. The outcomes are added to the counters from the
+// summary of the messages above countedSequence, so a message is counted once and the counters
+// never go down when the outbox forgets finished messages (retention, the memory outbox's
+// history or restart). A lost status write loses the counts with the watermark: the next pass
+// counts the same messages again from the same old values.
 func (r *BotReconciler) recordWebhook(s *botScope, st *v1.WebhookStatus, sum store.OutboxSummary) {
-	if given := int32(sum.Failed) - st.Failures; given > 0 {
-		bot, msg := s.bot, v1.Truncate(sum.LastError, maxCallbackError)
+	if sum.Failed > 0 {
+		bot, msg, given := s.bot, v1.Truncate(sum.LastError, maxCallbackError), sum.Failed
 		s.events = append(s.events, func() {
 			r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, v1.ReasonWebhookFailed, "Webhook",
 				"%d webhook message(s) given up: %s", given, msg)
@@ -125,7 +132,11 @@ func (r *BotReconciler) recordWebhook(s *botScope, st *v1.WebhookStatus, sum sto
 	if sum.LastPhase != "" {
 		st.Phase = v1.BotPhase(sum.LastPhase)
 	}
-	st.Delivered, st.Failures = max(st.Delivered, int32(sum.Delivered)), max(st.Failures, int32(sum.Failed))
+	if sum.FinishedThrough > st.CountedSequence {
+		st.Delivered += int32(sum.Delivered)
+		st.Failures += int32(sum.Failed)
+		st.CountedSequence = sum.FinishedThrough
+	}
 	if sum.DeliveredPhase != "" {
 		st.DeliveredPhase = v1.BotPhase(sum.DeliveredPhase)
 	}

@@ -14,14 +14,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/coolify/sim"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/store/memory"
 )
@@ -137,7 +141,7 @@ func TestWebhookEveryPhaseSignedInOrder(t *testing.T) {
 		rg.step(p)
 		rg.relay.Pass(context.Background())
 		waitUntil(t, "the message's outcome", func() bool {
-			s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+			s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
 			return s.Pending == 0
 		})
 	}
@@ -195,7 +199,7 @@ func TestWebhookGivenUpIsAWarning(t *testing.T) {
 	rg.step(v1.BotDone)
 	rg.relay.Pass(context.Background())
 	waitUntil(t, "the rejection", func() bool {
-		s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+		s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
 		return s.Failed == 1
 	})
 	rg.step(v1.BotDone)
@@ -216,7 +220,7 @@ func TestWebhookLostStatusWrite(t *testing.T) {
 	rg.step(v1.BotQueued)
 	rg.bot.Status.Webhook = nil // the write is lost
 	rg.step(v1.BotQueued)
-	sum, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+	sum, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
 	if sum.LastSeq != 1 || sum.Pending != 1 {
 		t.Fatalf("outbox %+v after a pass that lost its write, want the one message", sum)
 	}
@@ -227,7 +231,7 @@ func TestWebhookLostStatusWrite(t *testing.T) {
 	rg.step(v1.BotFatal) // made, and its write lost again
 	rg.bot.Status.Webhook = &lost
 	rg.step(v1.BotDone) // the bot API had stored Done meanwhile
-	sum, _ = rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+	sum, _ = rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
 	if sum.LastSeq != 3 || sum.LastPhase != string(v1.BotDone) || sum.Pending != 3 {
 		t.Fatalf("outbox %+v, want Fatal as 2 and Done as 3", sum)
 	}
@@ -267,7 +271,7 @@ func TestWebhookCountersNeverGoDown(t *testing.T) {
 		rg.step(p)
 		rg.relay.Pass(context.Background())
 		waitUntil(t, "delivery", func() bool {
-			s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID)
+			s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
 			return s.Pending == 0
 		})
 		rg.step(p)
@@ -277,15 +281,14 @@ func TestWebhookCountersNeverGoDown(t *testing.T) {
 	rg.relay = callback.NewRelay(callback.RelayOptions{Outbox: rg.outbox, Sender: rg.sender, Secrets: WebhookSecrets{Reader: rg.r.Client}, Clock: rg.clk})
 	rg.step(v1.BotDone)
 	st := rg.bot.Status.Webhook
-	if st.Sequence != 3 || st.Delivered != 2 || st.DeliveredPhase != v1.BotInCall || st.Pending != 1 {
+	if st.Sequence != 3 || st.Delivered != 2 || st.CountedSequence != 2 || st.DeliveredPhase != v1.BotInCall || st.Pending != 1 {
 		t.Fatalf("status.webhook %+v, want 2 delivered kept and Done as 3 pending", st)
 	}
 	rg.relay.Pass(context.Background())
 	waitUntil(t, "delivery", func() bool { return len(sr.phases()) == 3 })
 	rg.step(v1.BotDone)
-	// The forgotten messages cannot be told apart from the new one's count: at least 2 stays.
-	if st := rg.bot.Status.Webhook; st.Delivered < 2 || st.DeliveredPhase != v1.BotDone || st.Pending != 0 {
-		t.Fatalf("status.webhook %+v: the counter went down to the new outbox's 1, or Done is not recorded", st)
+	if st := rg.bot.Status.Webhook; st.Delivered != 3 || st.CountedSequence != 3 || st.DeliveredPhase != v1.BotDone || st.Pending != 0 {
+		t.Fatalf("status.webhook %+v: want the 2 forgotten and the new one counted, through 3", st)
 	}
 }
 
@@ -411,5 +414,63 @@ func TestWebhookScheduledBotSaysSo(t *testing.T) {
 	}
 	if signed {
 		t.Error("a webhook without a secretRef was signed")
+	}
+}
+
+// TestWebhookDeletedBotSendsItsLastPhase: a bot deleted right after it was stored Fatal (say
+// by automation cleaning up failed bots) gets its final message before its finalizer goes.
+func TestWebhookDeletedBotSendsItsLastPhase(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = v1.AddToScheme(scheme)
+	bot := bt.MakeBot("team-a", "standup").UID("uid-standup").Finalizers(botFinalizer).Phase(v1.BotFatal).Obj()
+	bot.Status.Reason = v1.ReasonHeartbeatTimeout
+	bot.Spec.Webhook = &v1.Webhook{URL: "https://hooks.example.com/x", Events: v1.WebhookFinal}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.Bot{}).WithObjects(bot).
+		WithIndex(&v1.BotPoolSlot{}, indexSlotBotUID, func(o client.Object) []string {
+			if ref := o.(*v1.BotPoolSlot).Spec.BotRef; ref != nil {
+				return []string{string(ref.UID)}
+			}
+			return nil
+		}).Build()
+	if err := c.Delete(ctx, bot); err != nil {
+		t.Fatal(err)
+	}
+	outbox := memory.NewOutbox(100)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	r := &BotReconciler{Client: c, Clock: clk, Recorder: &recordedEvents{}, Store: nopLiveness{}, Webhooks: outbox}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(bot)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(bot), &v1.Bot{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the bot is still there (%v): its finalizer should be gone", err)
+	}
+	sum, err := outbox.OutboxSummary(ctx, bot.UID, 0)
+	if err != nil || sum.LastPhase != string(v1.BotFatal) || sum.Pending != 1 {
+		t.Fatalf("outbox %+v, %v: want the Fatal message", sum, err)
+	}
+}
+
+// TestWebhookFailureAfterTheOutboxForgot: the outbox lost the bot's older messages (a restart
+// of the in-memory one); a new message given up still counts and still says so in an Event.
+func TestWebhookFailureAfterTheOutboxForgot(t *testing.T) {
+	rg, _ := newWebhookRig(t, webhookSecret(true))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
+	t.Cleanup(srv.Close)
+	rg.bot.Spec.Webhook.URL = srv.URL
+	rg.bot.Status.Webhook = &v1.WebhookStatus{Sequence: 2, Phase: v1.BotInCall, CountedSequence: 2, Delivered: 1, Failures: 1}
+	rg.step(v1.BotDone)
+	rg.relay.Pass(context.Background())
+	waitUntil(t, "the rejection", func() bool {
+		s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
+		return s.Failed == 1
+	})
+	rg.step(v1.BotDone)
+	rg.step(v1.BotDone)
+	if st := rg.bot.Status.Webhook; st.Sequence != 3 || st.Failures != 2 || st.Delivered != 1 || st.CountedSequence != 3 {
+		t.Fatalf("status.webhook %+v, want message 3 counted as the second failure", st)
+	}
+	if n := rg.events.count(v1.ReasonWebhookFailed); n != 1 {
+		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookFailed)
 	}
 }

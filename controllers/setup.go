@@ -156,6 +156,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		}
 		relay := callback.NewRelay(callback.RelayOptions{
 			Outbox: outbox, Sender: notifier, Secrets: WebhookSecrets{Reader: deps.APIReader}, Clock: clk,
+			// A claim is sent while a quarter of its lease is left: that quarter must outlast a
+			// request, or a slow answer would be sent again under the next claim.
+			Lease:  max(callback.DefaultRelayLease, 5*notifier.RequestTimeout()),
 			Logger: mgr.GetLogger().WithName("webhooks"), Registerer: opts.Registerer,
 			OnOutcome: func(namespace, name string) {
 				select {

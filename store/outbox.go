@@ -71,9 +71,15 @@ type OutboxSummary struct {
 	// LastSeq and LastPhase are the Seq and Phase of the bot's latest message (0 and "" when
 	// it has none): the bot controller numbers the next message after it, and makes none when
 	// the phase already has one, even if the status write that counted it was lost.
-	LastSeq                    int64
-	LastPhase                  string
+	LastSeq   int64
+	LastPhase string
+	// Pending counts the bot's messages not finished. Delivered and Failed count its finished
+	// messages numbered above the summary's after: a bot's messages finish in Seq order, so
+	// the caller counts each once by passing the FinishedThrough it counted up to, even after
+	// the outbox forgot the older ones.
 	Pending, Delivered, Failed int
+	// FinishedThrough is the highest Seq of the bot's finished messages (0 when none).
+	FinishedThrough int64
 	// DeliveredPhase is the phase of the delivered message with the highest Seq.
 	DeliveredPhase string
 	// LastError is the error of the latest failed attempt of any message, "" when none failed.
@@ -110,8 +116,8 @@ type Outbox interface {
 	// FinishAttempt records the outcome of the claimed attempt o.Attempt and releases the
 	// claim; an outcome of any other attempt, or of a finished message, changes nothing.
 	FinishAttempt(ctx context.Context, id string, o OutboxOutcome) error
-	// OutboxSummary sums up one bot's messages.
-	OutboxSummary(ctx context.Context, bot types.UID) (OutboxSummary, error)
+	// OutboxSummary sums up one bot's messages; finished ones count only above Seq after.
+	OutboxSummary(ctx context.Context, bot types.UID, after int64) (OutboxSummary, error)
 	// OutboxStats describes the backlog at now.
 	OutboxStats(ctx context.Context, now time.Time) (OutboxStats, error)
 }

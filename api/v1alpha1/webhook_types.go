@@ -63,6 +63,13 @@ type WebhookStatus struct {
 	// +optional
 	DeliveredPhase BotPhase `json:"deliveredPhase,omitempty"`
 
+	// CountedSequence is the highest sequence number whose outcome Delivered and Failures
+	// count: a bot's messages finish in order, so each is counted once, even after the outbox
+	// forgot it (retention, a restart of the in-memory outbox).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CountedSequence int64 `json:"countedSequence,omitempty"`
+
 	// Delivered counts the messages the receiver accepted.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

@@ -158,21 +158,29 @@ func (o *Outbox) forget(id string) {
 }
 
 // OutboxSummary implements store.Outbox.
-func (o *Outbox) OutboxSummary(_ context.Context, bot types.UID) (store.OutboxSummary, error) {
+func (o *Outbox) OutboxSummary(_ context.Context, bot types.UID, after int64) (store.OutboxSummary, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var s store.OutboxSummary
 	var lastErrAt time.Time
 	for _, e := range o.bots[bot] { // by seq: the last delivered and the last one win
 		s.LastSeq, s.LastPhase = e.m.Seq, e.m.Phase
+		if e.m.State != store.OutboxPending {
+			s.FinishedThrough = e.m.Seq
+		}
+		above := e.m.Seq > after
 		switch e.m.State {
 		case store.OutboxPending:
 			s.Pending++
 		case store.OutboxDelivered:
-			s.Delivered++
+			if above {
+				s.Delivered++
+			}
 			s.DeliveredPhase = e.m.Phase
 		case store.OutboxFailed:
-			s.Failed++
+			if above {
+				s.Failed++
+			}
 		}
 		if e.m.LastError != "" && e.m.State != store.OutboxDelivered && !e.m.NextAttemptAt.Before(lastErrAt) {
 			lastErrAt, s.LastError = e.m.NextAttemptAt, e.m.LastError

@@ -25,7 +25,12 @@ const addMessageSQL = `
 INSERT INTO webhook_outbox (id, bot_uid, seq, namespace, name, phase, url, payload,
 	secret_name, secret_key, created_at, next_attempt_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
-ON CONFLICT (id) DO NOTHING`
+ON CONFLICT DO NOTHING
+RETURNING id`
+
+// messageExistsSQL tells an add that changed nothing because its id exists (a repeat: fine)
+// from one whose (bot, seq) is another message's.
+const messageExistsSQL = `SELECT EXISTS (SELECT 1 FROM webhook_outbox WHERE id = $1)`
 
 // AddMessage implements store.Outbox.
 func (s *Store) AddMessage(ctx context.Context, m store.OutboxMessage) error {
@@ -33,13 +38,19 @@ func (s *Store) AddMessage(ctx context.Context, m store.OutboxMessage) error {
 		return errors.New("outbox message needs an id, a bot uid and a url")
 	}
 	created := s.toDB(store.Timestamp(m.CreatedAt, s.cfg.clock.Now()).Truncate(time.Microsecond))
+	added, repeat := false, false
 	err := s.read(ctx, "add_webhook_message", func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, addMessageSQL, m.ID, string(m.BotUID), m.Seq, m.Namespace, m.Name, m.Phase,
-			m.URL, []byte(m.Payload), m.SecretName, m.SecretKey, created)
+		var id string
+		err := s.pool.QueryRow(ctx, addMessageSQL, m.ID, string(m.BotUID), m.Seq, m.Namespace, m.Name, m.Phase,
+			m.URL, []byte(m.Payload), m.SecretName, m.SecretKey, created).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.pool.QueryRow(ctx, messageExistsSQL, m.ID).Scan(&repeat)
+		}
+		added = err == nil
 		return err
 	})
-	if err != nil && classify(err) == kindConflict {
-		return store.ErrSeqTaken // ON CONFLICT took the same id: this is the (bot_uid, seq) index
+	if err == nil && !added && !repeat {
+		return store.ErrSeqTaken
 	}
 	return err
 }
@@ -61,7 +72,7 @@ WITH heads AS (
 	FROM heads
 	WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
 ), picked AS (
-	SELECT o.id FROM webhook_outbox o JOIN ranked r USING (id)
+	SELECT o.id, r.turn FROM webhook_outbox o JOIN ranked r USING (id)
 	WHERE o.state = 'pending' AND o.next_attempt_at <= $1
 		AND (o.claimed_until IS NULL OR o.claimed_until <= $1)
 	ORDER BY r.turn, r.next_attempt_at, o.id
@@ -70,7 +81,7 @@ WITH heads AS (
 )
 UPDATE webhook_outbox o SET attempts = o.attempts + 1, claimed_until = $2
 FROM picked WHERE o.id = picked.id
-RETURNING ` + outboxColumns
+RETURNING picked.turn, ` + outboxColumns
 
 const outboxColumns = `o.id, o.bot_uid, o.seq, o.namespace, o.name, o.phase, o.url, o.payload,
 	o.secret_name, o.secret_key, o.created_at, o.state, o.attempts, o.next_attempt_at, o.last_error`
@@ -81,35 +92,45 @@ func (s *Store) ClaimMessages(ctx context.Context, now time.Time, lease time.Dur
 		return nil, nil
 	}
 	at := s.toDB(now.Truncate(time.Microsecond))
-	var out []store.OutboxMessage
+	var claimed []claimedMessage
 	err := s.read(ctx, "claim_webhook_messages", func(ctx context.Context) error {
 		rows, err := s.pool.Query(ctx, claimMessagesSQL, at, at.Add(lease), limit)
 		if err != nil {
 			return err
 		}
-		ms, err := pgx.CollectRows(rows, s.scanMessage)
-		out = ms
+		claimed, err = pgx.CollectRows(rows, s.scanClaimed)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	// RETURNING keeps no order: hand them out oldest due first.
-	slices.SortFunc(out, func(a, b store.OutboxMessage) int {
-		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), strings.Compare(a.ID, b.ID))
+	// RETURNING keeps no order: hand them out in the claim's, namespaces taking turns.
+	slices.SortFunc(claimed, func(a, b claimedMessage) int {
+		return cmp.Or(cmp.Compare(a.turn, b.turn), a.m.NextAttemptAt.Compare(b.m.NextAttemptAt), strings.Compare(a.m.ID, b.m.ID))
 	})
+	out := make([]store.OutboxMessage, len(claimed))
+	for i, c := range claimed {
+		out[i] = c.m
+	}
 	return out, nil
 }
 
-func (s *Store) scanMessage(row pgx.CollectableRow) (store.OutboxMessage, error) {
-	var m store.OutboxMessage
+// claimedMessage is a claimed message with its turn among its namespace's.
+type claimedMessage struct {
+	turn int64
+	m    store.OutboxMessage
+}
+
+func (s *Store) scanClaimed(row pgx.CollectableRow) (claimedMessage, error) {
+	var c claimedMessage
 	var uid, state string
 	var payload []byte
-	err := row.Scan(&m.ID, &uid, &m.Seq, &m.Namespace, &m.Name, &m.Phase, &m.URL, &payload,
+	m := &c.m
+	err := row.Scan(&c.turn, &m.ID, &uid, &m.Seq, &m.Namespace, &m.Name, &m.Phase, &m.URL, &payload,
 		&m.SecretName, &m.SecretKey, &m.CreatedAt, &state, &m.Attempts, &m.NextAttemptAt, &m.LastError)
 	m.BotUID, m.State, m.Payload = types.UID(uid), store.OutboxState(state), payload
 	m.CreatedAt, m.NextAttemptAt = s.fromDB(m.CreatedAt), s.fromDB(m.NextAttemptAt)
-	return m, err
+	return c, err
 }
 
 // finishAttemptSQL records an outcome on a pending message, of its latest claim only: the late
@@ -143,19 +164,20 @@ SELECT
 	coalesce(max(seq), 0),
 	coalesce((SELECT phase FROM webhook_outbox WHERE bot_uid = $1 ORDER BY seq DESC LIMIT 1), ''),
 	count(*) FILTER (WHERE state = 'pending'),
-	count(*) FILTER (WHERE state = 'delivered'),
-	count(*) FILTER (WHERE state = 'failed'),
+	count(*) FILTER (WHERE state = 'delivered' AND seq > $2),
+	count(*) FILTER (WHERE state = 'failed' AND seq > $2),
+	coalesce(max(seq) FILTER (WHERE state <> 'pending'), 0),
 	coalesce((SELECT phase FROM webhook_outbox WHERE bot_uid = $1 AND state = 'delivered' ORDER BY seq DESC LIMIT 1), ''),
 	coalesce((SELECT last_error FROM webhook_outbox WHERE bot_uid = $1 AND state <> 'delivered' AND last_error <> ''
 		ORDER BY next_attempt_at DESC LIMIT 1), '')
 FROM webhook_outbox WHERE bot_uid = $1`
 
 // OutboxSummary implements store.Outbox in one query.
-func (s *Store) OutboxSummary(ctx context.Context, bot types.UID) (store.OutboxSummary, error) {
+func (s *Store) OutboxSummary(ctx context.Context, bot types.UID, after int64) (store.OutboxSummary, error) {
 	var sum store.OutboxSummary
 	err := s.read(ctx, "webhook_summary", func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, outboxSummarySQL, string(bot)).Scan(&sum.LastSeq, &sum.LastPhase,
-			&sum.Pending, &sum.Delivered, &sum.Failed, &sum.DeliveredPhase, &sum.LastError)
+		return s.pool.QueryRow(ctx, outboxSummarySQL, string(bot), after).Scan(&sum.LastSeq, &sum.LastPhase,
+			&sum.Pending, &sum.Delivered, &sum.Failed, &sum.FinishedThrough, &sum.DeliveredPhase, &sum.LastError)
 	})
 	return sum, err
 }

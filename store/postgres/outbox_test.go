@@ -85,7 +85,7 @@ func TestOutboxSurvivesARestartMidRetry(t *testing.T) {
 	if got := claimOne(t, leader, outboxT0.Add(3*time.Minute)); len(got) != 1 || got[0].ID != running.ID || got[0].Attempts != 1 {
 		t.Fatalf("claimed %+v, want %s, first attempt", got, running.ID)
 	}
-	sum, err := leader.OutboxSummary(ctx, queued.BotUID)
+	sum, err := leader.OutboxSummary(ctx, queued.BotUID, 0)
 	if err != nil || sum.Delivered != 1 || sum.Pending != 1 || sum.DeliveredPhase != "Queued" {
 		t.Fatalf("summary %+v, %v", sum, err)
 	}
@@ -106,7 +106,7 @@ func TestOutboxDuringAnOutage(t *testing.T) {
 	if _, err := s.ClaimMessages(ctx, outboxT0, time.Minute, 10); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("ClaimMessages during the outage: %v, want ErrUnavailable", err)
 	}
-	if _, err := s.OutboxSummary(ctx, m.BotUID); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := s.OutboxSummary(ctx, m.BotUID, 0); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("OutboxSummary during the outage: %v, want ErrUnavailable", err)
 	}
 	resume()
@@ -162,9 +162,9 @@ func TestOutboxRetention(t *testing.T) {
 	}
 	for bot, want := range map[string]store.OutboxSummary{
 		"old-1": {}, "old-2": {}, "old-3": {LastSeq: 1, LastPhase: "Done", Pending: 1},
-		"new-1": {LastSeq: 1, LastPhase: "Done", Delivered: 1, DeliveredPhase: "Done"},
+		"new-1": {LastSeq: 1, LastPhase: "Done", Delivered: 1, FinishedThrough: 1, DeliveredPhase: "Done"},
 	} {
-		sum, err := s.OutboxSummary(ctx, outboxMessage(bot, 1, "Done").BotUID)
+		sum, err := s.OutboxSummary(ctx, outboxMessage(bot, 1, "Done").BotUID, 0)
 		if err != nil || sum != want {
 			t.Errorf("summary of %s after pruning = %+v, %v; want %+v", bot, sum, err, want)
 		}

@@ -133,7 +133,7 @@ func testOutboxRetryWhenDue(t *testing.T, o store.Outbox) {
 	}
 	// A late outcome of an expired claim changes nothing.
 	finish(t, o, "a.1.Queued", 1, store.OutboxOutcome{State: store.OutboxDelivered})
-	s, err := o.OutboxSummary(context.Background(), "a")
+	s, err := o.OutboxSummary(context.Background(), "a", 0)
 	if err != nil || s.Failed != 1 || s.Delivered != 0 {
 		t.Fatalf("summary %+v %v, want one failed", s, err)
 	}
@@ -183,10 +183,14 @@ func testOutboxSummaryAndStats(t *testing.T, o store.Outbox) {
 	finish(t, o, "a.2.Running", 1, store.OutboxOutcome{State: store.OutboxDelivered})
 	claim(t, o, outboxT0, 10)
 	finish(t, o, "a.3.Done", 1, store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: outboxT0.Add(time.Minute), Error: "timeout"})
-	s, err := o.OutboxSummary(ctx, "a")
+	s, err := o.OutboxSummary(ctx, "a", 0)
 	if err != nil || s.Delivered != 2 || s.Pending != 1 || s.DeliveredPhase != "Running" || s.LastError != "timeout" ||
-		s.LastSeq != 3 || s.LastPhase != "Done" {
+		s.LastSeq != 3 || s.LastPhase != "Done" || s.FinishedThrough != 2 {
 		t.Fatalf("summary %+v %v", s, err)
+	}
+	// The caller counted through 1: only a.2 counts as delivered now.
+	if s, err := o.OutboxSummary(ctx, "a", 1); err != nil || s.Delivered != 1 || s.Pending != 1 || s.DeliveredPhase != "Running" || s.FinishedThrough != 2 {
+		t.Fatalf("summary after 1: %+v %v", s, err)
 	}
 	st, err := o.OutboxStats(ctx, outboxT0.Add(30*time.Second))
 	if err != nil || st.Pending != 1 || !st.OldestDue.IsZero() {
@@ -222,7 +226,7 @@ func testOutboxLateOutcome(t *testing.T, o store.Outbox) {
 	if got := claim(t, o, outboxT0.Add(time.Minute+time.Second), 10); len(got) != 0 {
 		t.Fatalf("claimed %v: a late outcome ended the live claim", ids(got))
 	}
-	if s, err := o.OutboxSummary(context.Background(), "a"); err != nil || s.Pending != 2 || s.Failed != 0 || s.LastError != "" {
+	if s, err := o.OutboxSummary(context.Background(), "a", 0); err != nil || s.Pending != 2 || s.Failed != 0 || s.LastError != "" {
 		t.Fatalf("summary %+v %v: a late outcome changed the message", s, err)
 	}
 	finish(t, o, "a.1.Queued", 2, store.OutboxOutcome{State: store.OutboxDelivered})
@@ -241,9 +245,9 @@ func testOutboxNamespacesTakeTurns(t *testing.T, o store.Outbox) {
 	late := msg("quiet", 1, "Queued")
 	late.Namespace, late.CreatedAt = "quiet", outboxT0.Add(time.Second)
 	mustAdd(t, o, late)
-	got := claim(t, o, outboxT0.Add(time.Second), 2)
-	if fmt.Sprint(ids(got)) != "[busy0.1.Queued quiet.1.Queued]" {
-		t.Fatalf("claimed %v, want the oldest of each namespace", ids(got))
+	got := claim(t, o, outboxT0.Add(time.Second), 3)
+	if fmt.Sprint(ids(got)) != "[busy0.1.Queued quiet.1.Queued busy1.1.Queued]" {
+		t.Fatalf("claimed %v, want the oldest of each namespace, then the second of the busy one, in that order", ids(got))
 	}
 }
 
