@@ -70,7 +70,7 @@ func TestEndpointsWithPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a liveness bound
 	for {
 		beats, err = st.LastHeartbeats(ctx, []types.UID{b.UID})
 		events, evErr := st.BotEvents(ctx, b.UID)

@@ -147,7 +147,7 @@ func TestEnqueueDropsWhenFullWithoutBlocking(t *testing.T) {
 		if ok {
 			t.Fatal("Enqueue accepted a callback beyond QueueCapacity")
 		}
-	case <-time.After(time.Second):
+	case <-time.After(time.Minute): // a liveness bound: Enqueue returns at once unless it blocks
 		t.Fatal("Enqueue blocked on a full queue")
 	}
 	if got := e.deliveries(resultDropped); got != 1 {
@@ -274,8 +274,8 @@ func TestStartReturnsOnCancelWithoutLeaks(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Start returned %v", err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Start did not return after cancel")
+		case <-time.After(time.Minute): // a liveness bound
+			t.Fatal("Start did not return within a minute of cancel")
 		}
 		e.noResult(t) // an abandoned callback has no outcome
 		hanging.srv.Close()

@@ -75,9 +75,11 @@ func hasLabels(m *dto.Metric, pairs []string) bool {
 	return true
 }
 
-// eventually polls cond every 10 ms until it holds or the timeout passes.
+// eventually polls cond every 10 ms until it holds or the timeout passes. The timeout is a
+// liveness bound, raised to a minute as kubetest.Eventually's: a busy machine only waits longer.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = max(timeout, time.Minute)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
