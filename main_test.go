@@ -215,11 +215,7 @@ func TestOpenStore(t *testing.T) {
 	}
 	_ = mem.Close()
 
-	pg, err := pgtest.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Close() })
+	pg := pgtest.StartT(t)
 	st, err := openStore(ctx, log, options{databaseURL: pg.NewDatabase(t)})
 	if err != nil {
 		t.Fatal(err)

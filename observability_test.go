@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -337,13 +336,7 @@ func (r *recordingRegistry) MustRegister(cs ...prometheus.Collector) {
 // waits until it is ready, and returns the families it registered or serves.
 func runningManagerMetrics(t *testing.T) metricFamilies {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	pg, err := pgtest.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Close() })
+	pg := pgtest.StartT(t)
 
 	rec := &recordingRegistry{RegistererGatherer: metrics.Registry, families: metricFamilies{}}
 	metrics.Registry = rec

@@ -460,11 +460,7 @@ func BenchmarkHeartbeatsIntoPostgres(b *testing.B) {
 	// limit of 20/s, so the figures count acknowledged beats, not refusals.
 	const bots, clients = 2500, 1250
 	ctx := context.Background()
-	pg, err := pgtest.Start(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = pg.Close() })
+	pg := pgtest.StartT(b)
 	reg := prometheus.NewRegistry()
 	st, err := postgres.New(ctx, pg.NewDatabase(b), postgres.WithRegisterer(reg))
 	if err != nil {

@@ -22,11 +22,7 @@ import (
 func TestEndpointsWithPostgres(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pg, err := pgtest.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Close() })
+	pg := pgtest.StartT(t)
 	st, err := postgres.New(ctx, pg.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)

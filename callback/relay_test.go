@@ -287,14 +287,7 @@ func TestRelayRestartMidRetry(t *testing.T) {
 // another on the same database, as a new manager process would. Both keep the fake clock's
 // times as they are (WithSharedClock).
 func openPostgresOutbox(t *testing.T, clk *clocktesting.FakeClock) (store.Outbox, func() store.Outbox) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	srv, err := pgtest.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	dsn := srv.NewDatabase(t)
+	dsn := pgtest.StartT(t).NewDatabase(t)
 	open := func() *postgres.Store {
 		s, err := postgres.New(context.Background(), dsn, postgres.WithClock(clk), postgres.WithSharedClock())
 		if err != nil {

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -132,6 +133,23 @@ func (rg *webhookRig) step(p v1.BotPhase) *botScope {
 	return s
 }
 
+// doneRejected: the bot is Done and its receiver answers 410. The message is made, rejected
+// (given up at once), and the passes the relay's wake-up brings record it.
+func (rg *webhookRig) doneRejected() {
+	rg.t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
+	rg.t.Cleanup(srv.Close)
+	rg.bot.Spec.Webhook.URL = srv.URL
+	rg.step(v1.BotDone)
+	rg.relay.Pass(context.Background())
+	settled(rg.t, "the rejection", func() bool {
+		s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
+		return s.Failed == 1
+	})
+	rg.step(v1.BotDone)
+	rg.step(v1.BotDone)
+}
+
 // TestWebhookEveryPhaseSignedInOrder: each phase the controller sees becomes one message,
 // delivered signed and in order; a pass in the same phase makes none; status.webhook follows.
 func TestWebhookEveryPhaseSignedInOrder(t *testing.T) {
@@ -140,7 +158,7 @@ func TestWebhookEveryPhaseSignedInOrder(t *testing.T) {
 	for _, p := range phases {
 		rg.step(p)
 		rg.relay.Pass(context.Background())
-		waitUntil(t, "the message's outcome", func() bool {
+		settled(t, "the message's outcome", func() bool {
 			s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
 			return s.Pending == 0
 		})
@@ -176,7 +194,7 @@ func TestWebhookSecretNotAllowed(t *testing.T) {
 	}
 	rg.step(v1.BotQueued)
 	rg.relay.Pass(context.Background())
-	waitUntil(t, "delivery", func() bool { return len(sr.phases()) == 1 })
+	settled(t, "delivery", func() bool { return len(sr.phases()) == 1 })
 }
 
 // TestWebhookSecretMissing: no Secret (none is ever read from another namespace) is a
@@ -193,17 +211,7 @@ func TestWebhookSecretMissing(t *testing.T) {
 // one WebhookFailed Warning.
 func TestWebhookGivenUpIsAWarning(t *testing.T) {
 	rg, _ := newWebhookRig(t, webhookSecret(true))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
-	t.Cleanup(srv.Close)
-	rg.bot.Spec.Webhook.URL = srv.URL
-	rg.step(v1.BotDone)
-	rg.relay.Pass(context.Background())
-	waitUntil(t, "the rejection", func() bool {
-		s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
-		return s.Failed == 1
-	})
-	rg.step(v1.BotDone)
-	rg.step(v1.BotDone)
+	rg.doneRejected()
 	if st := rg.bot.Status.Webhook; st.Failures != 1 || !strings.Contains(st.LastError, "410") {
 		t.Fatalf("status.webhook = %+v", st)
 	}
@@ -270,7 +278,7 @@ func TestWebhookCountersNeverGoDown(t *testing.T) {
 	for _, p := range []v1.BotPhase{v1.BotQueued, v1.BotInCall} {
 		rg.step(p)
 		rg.relay.Pass(context.Background())
-		waitUntil(t, "delivery", func() bool {
+		settled(t, "delivery", func() bool {
 			s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
 			return s.Pending == 0
 		})
@@ -285,22 +293,23 @@ func TestWebhookCountersNeverGoDown(t *testing.T) {
 		t.Fatalf("status.webhook %+v, want 2 delivered kept and Done as 3 pending", st)
 	}
 	rg.relay.Pass(context.Background())
-	waitUntil(t, "delivery", func() bool { return len(sr.phases()) == 3 })
+	settled(t, "delivery", func() bool { return len(sr.phases()) == 3 })
 	rg.step(v1.BotDone)
 	if st := rg.bot.Status.Webhook; st.Delivered != 3 || st.CountedSequence != 3 || st.DeliveredPhase != v1.BotDone || st.Pending != 0 {
 		t.Fatalf("status.webhook %+v: want the 2 forgotten and the new one counted, through 3", st)
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// settled waits on kubetest.Eventually until cond holds: the relay's sends run on the notifier's
+// workers, so their outcomes come in real time.
+func settled(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(kubetest.MinEventually) // a liveness bound: a busy machine only waits longer
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	kubetest.Eventually(t, kubetest.MinEventually, func() error {
+		if !cond() {
+			return fmt.Errorf("still waiting for %s", what)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestWebhookEveryPhaseThroughTheManager runs the manager's wiring end to end: a bot asking
@@ -455,18 +464,8 @@ func TestWebhookDeletedBotSendsItsLastPhase(t *testing.T) {
 // of the in-memory one); a new message given up still counts and still says so in an Event.
 func TestWebhookFailureAfterTheOutboxForgot(t *testing.T) {
 	rg, _ := newWebhookRig(t, webhookSecret(true))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
-	t.Cleanup(srv.Close)
-	rg.bot.Spec.Webhook.URL = srv.URL
 	rg.bot.Status.Webhook = &v1.WebhookStatus{Sequence: 2, Phase: v1.BotInCall, CountedSequence: 2, Delivered: 1, Failures: 1}
-	rg.step(v1.BotDone)
-	rg.relay.Pass(context.Background())
-	waitUntil(t, "the rejection", func() bool {
-		s, _ := rg.outbox.OutboxSummary(context.Background(), rg.bot.UID, 0)
-		return s.Failed == 1
-	})
-	rg.step(v1.BotDone)
-	rg.step(v1.BotDone)
+	rg.doneRejected()
 	if st := rg.bot.Status.Webhook; st.Sequence != 3 || st.Failures != 2 || st.Delivered != 1 || st.CountedSequence != 3 {
 		t.Fatalf("status.webhook %+v, want message 3 counted as the second failure", st)
 	}

@@ -75,6 +75,20 @@ func Start(ctx context.Context) (*Server, error) {
 	}
 }
 
+// StartT is Start for one test or benchmark: it fails tb when the server cannot start (within
+// two minutes) and stops the server when tb ends.
+func StartT(tb testing.TB) *Server {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := Start(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // DSN returns a connection string for the database (e.g. "postgres").
 func (s *Server) DSN(database string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, database)
