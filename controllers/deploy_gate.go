@@ -59,7 +59,10 @@ type DeployGate struct {
 	// refused: slot → what it was last refused for room on (its pool and server) and when,
 	// the slots a Done wakes.
 	refused map[types.NamespacedName]refusal
-	pruned  time.Time
+	// pulls: coolifyServer.key → pool → when the pool last saw its pre-pull there in flight
+	// (AdmitPull, Pulling). Pulls hold builds of the server like the slots' deployments do.
+	pulls  map[string]map[types.NamespacedName]time.Time
+	pruned time.Time
 }
 
 // refusal is what a slot the gate refused waits for: room in its pool or on its server
@@ -194,7 +197,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	}
 	delete(inFlight, slot)
 	delete(inFlightHere, slot)
-	onServer := g.serverView(srv.key, key, admHere, ask.here, slot, now)
+	onServer := g.serverView(srv.key, key, admHere, ask.here, slot, now) + g.pullsOn(srv.key, now)
 	// The pool's own bound: maxConcurrentDeployments over all its servers. Unset, the
 	// servers' bounds are the pool's, or 4 while the server's settings are unknown.
 	limit := int(pool.Spec.MaxConcurrentDeployments)
@@ -394,6 +397,112 @@ func (g *DeployGate) prune(now time.Time) {
 			delete(g.starts, k)
 		}
 	}
+	for k := range g.pulls {
+		g.pullsOn(k, now)
+	}
+}
+
+// AdmitPull reports whether pool may start a pre-pull of its image on srv now, and counts it
+// in flight there if so (Pulling ends it).
+//
+// A pull is housekeeping that holds one of the server's builds for minutes (a cold pull of a
+// bot image takes 7 or more), and Coolify runs a server's deployments in the order they came:
+// pulls started beside the deployments bots wait for queue them for their whole length. The
+// model check found pools whose pulls could never finish (a deploymentTimeout shorter than
+// the pull, or a tag the registry lacks) retrying for good, two at a time, on a server of two
+// builds: every deployment there waited behind them past its own timeout, and the bots behind
+// those ended QueueTimeout (seeds 881256409367164, 3457702266237803). So a pull starts only
+// while no start waits for room on the server, and only into room the slots' deployments
+// leave: the pulls of every pool on a server take at most all its builds but one, and the
+// slots' deployments count them (Admit), so they wait in the gate, not in Coolify's queue.
+// While the server's settings are unknown only a waiting start or a pause holds a pull back.
+func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyServer) bool {
+	now := g.Clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.prune(now)
+	if now.Before(g.paused[pauseKey(srv, true)]) || now.Before(g.paused[pauseKey(srv, false)]) ||
+		g.startWaiting(srv, types.NamespacedName{}, now) {
+		return false
+	}
+	if srv.runs > 0 {
+		pulls := g.pullsOn(srv.key, now)
+		if _, mine := g.pulls[srv.key][pool]; mine {
+			pulls-- // its own pull, recorded as in flight, ended or is asked for again
+		}
+		slots := 0
+		for _, f := range g.onServer[srv.key] {
+			if now.Sub(f.seen) <= serverHeldTTL {
+				slots += len(f.slots)
+			}
+		}
+		if pulls >= max(srv.runs-1, 1) || pulls+slots >= srv.runs {
+			return false
+		}
+	}
+	g.pulling(pool, srv.key, now)
+	return true
+}
+
+// Pulling records whether pool's pre-pull on the server (coolifyServer.key) is in flight: the
+// pool says so at every pass that follows it (a new process learns it so), and when it ended.
+// An end wakes the slots refused for room on the server.
+func (g *DeployGate) Pulling(pool types.NamespacedName, server string, inFlight bool) {
+	if inFlight {
+		g.mu.Lock()
+		g.pulling(pool, server, g.Clock.Now())
+		g.mu.Unlock()
+		return
+	}
+	for _, s := range g.pullEnded(pool, server) {
+		select {
+		case g.Wake <- event.GenericEvent{Object: &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}}:
+		default:
+		}
+	}
+}
+
+// pulling records pool's pull on server as in flight at now. Callers hold g.mu.
+func (g *DeployGate) pulling(pool types.NamespacedName, server string, now time.Time) {
+	if g.pulls == nil {
+		g.pulls = map[string]map[types.NamespacedName]time.Time{}
+	}
+	if g.pulls[server] == nil {
+		g.pulls[server] = map[types.NamespacedName]time.Time{}
+	}
+	g.pulls[server][pool] = now
+}
+
+// pullEnded forgets pool's pull on server and returns the slots to wake, if it was counted.
+func (g *DeployGate) pullEnded(pool types.NamespacedName, server string) []types.NamespacedName {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.pulls[server][pool]; !ok {
+		return nil
+	}
+	delete(g.pulls[server], pool)
+	if len(g.pulls[server]) == 0 {
+		delete(g.pulls, server)
+	}
+	if g.Wake == nil {
+		return nil
+	}
+	return g.waiters(types.NamespacedName{}, server, g.Clock.Now())
+}
+
+// pullsOn counts the pulls in flight on server, forgetting those no pool has confirmed for
+// serverHeldTTL (longer than any pull may run: its pool's deploymentTimeout cancels it). Callers
+// hold g.mu.
+func (g *DeployGate) pullsOn(server string, now time.Time) int {
+	for p, seen := range g.pulls[server] {
+		if now.Sub(seen) > serverHeldTTL {
+			delete(g.pulls[server], p)
+		}
+	}
+	if len(g.pulls[server]) == 0 {
+		delete(g.pulls, server)
+	}
+	return len(g.pulls[server])
 }
 
 // Pause stops new deployments to srv until the given time, but never for more

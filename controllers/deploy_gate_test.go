@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -154,6 +155,67 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 	fc.Step(startWaitTTL + time.Second)
 	if !recycle("warm-7") {
 		t.Fatal("a start that stopped asking still holds recycles back after startWaitTTL")
+	}
+}
+
+// TestDeployGatePullsLeaveABuildToStarts: pre-pulls of every pool on a server take at most
+// all its builds but one, only room the slots' deployments leave, and none while a start
+// waits; the slots' deployments count the pulls in flight, and a pull's end wakes the slots
+// refused for room on its server. (The model check found pulls that could never finish
+// holding both builds of a server for good, and every start there timing out behind them.)
+func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	wake := make(chan event.GenericEvent, 8)
+	g := &DeployGate{Clock: fc, Wake: wake}
+	meet, zoom := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
+	key := func(p *v1.BotPool) types.NamespacedName { return types.NamespacedName{Namespace: p.Namespace, Name: p.Name} }
+	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
+
+	if !g.AdmitPull(key(meet), srv) {
+		t.Fatal("an idle server refused a pull")
+	}
+	if g.AdmitPull(key(zoom), srv) {
+		t.Fatal("a second pull took the server's last build")
+	}
+	if !g.AdmitPull(key(zoom), coolifyServer{instance: "i", key: "i|u|srv-1", runs: 2}) {
+		t.Fatal("a pull on another server was held back")
+	}
+	if !g.Admit(zoom, srv, deployAsk{slot: "zoom-1", warm: true, start: true}) {
+		t.Fatal("a start was refused the build the pull left")
+	}
+	if g.Admit(zoom, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true, start: true}) {
+		t.Fatal("a second start admitted beside a pull and a start on a server that runs two")
+	}
+	g.Pulling(key(meet), srv.key, false) // the pull ended
+	select {
+	case ev := <-wake:
+		if ev.Object.GetName() != "zoom-2" {
+			t.Fatalf("woke %s, want zoom-2", ev.Object.GetName())
+		}
+	default:
+		t.Fatal("a pull's end woke no slot refused for room on its server")
+	}
+	if g.AdmitPull(key(meet), srv) {
+		t.Fatal("a pull went before the start that waits for room")
+	}
+	if !g.Admit(zoom, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true, start: true}) {
+		t.Fatal("the waiting start did not get the build the pull freed")
+	}
+	g.Done(zoom, "zoom-1", true)
+	g.Done(zoom, "zoom-2", true)
+	fc.Step(startWaitTTL + time.Second)
+	if !g.AdmitPull(key(meet), srv) {
+		t.Fatal("a pull was refused on a server with nothing in flight")
+	}
+	// A pull its pool no longer confirms (a restart, a pool gone) is forgotten.
+	fc.Step(serverHeldTTL + time.Second)
+	if !g.AdmitPull(key(zoom), srv) {
+		t.Fatal("a pull nobody confirmed for serverHeldTTL still holds the server's build")
+	}
+	// Unknown settings: only a waiting start or a pause holds a pull back.
+	unknown := coolifyServer{instance: "i", key: "i|u|srv-2"}
+	if !g.AdmitPull(key(meet), unknown) || !g.AdmitPull(key(zoom), unknown) {
+		t.Fatal("pulls refused on a server whose settings are unknown")
 	}
 }
 

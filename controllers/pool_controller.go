@@ -44,7 +44,10 @@ type BotPoolReconciler struct {
 	APIReader client.Reader
 	Connector Connector
 	// Coolify is the bulk reader shared with the slot controller.
-	Coolify  *BulkReader
+	Coolify *BulkReader
+	// Gate is the deploy gate shared with the slot controller: the pool's pre-pulls take a
+	// server's builds only where no deployment a bot waits for needs them (AdmitPull).
+	Gate     *DeployGate
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	Metrics  *Metrics

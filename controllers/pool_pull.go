@@ -97,12 +97,32 @@ func (r *BotPoolReconciler) prePull(ctx context.Context, s *poolScope) error {
 			replacing++
 		}
 	}
+	listed := map[string]bool{}
 	for _, srv := range s.pool.Spec.Coolify.ServerList() {
+		listed[srv.UUID] = true
 		if err := r.prePullOn(ctx, s, srv, &replacing); err != nil {
 			errs = append(errs, fmt.Errorf("pre-pull on server %s: %w", srv.UUID, err))
 		}
+		r.notePull(s, srv.UUID)
+	}
+	for uuid := range s.images {
+		if !listed[uuid] {
+			r.notePull(s, uuid) // no longer followed: its puller goes (dropUnlisted)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// notePull tells the deploy gate whether the pool's pull on the server is in flight after
+// this pass: the gate counts it against the server's builds (AdmitPull).
+func (r *BotPoolReconciler) notePull(s *poolScope, uuid string) {
+	if r.Gate == nil {
+		return
+	}
+	im, listed := s.images[uuid], s.pool.Spec.Coolify.ServerList()
+	inFlight := im != nil && im.Pull != nil && im.Pull.State == v1.ImagePulling &&
+		slices.ContainsFunc(listed, func(srv v1.PoolServer) bool { return srv.UUID == uuid })
+	r.Gate.Pulling(client.ObjectKeyFromObject(s.pool), serverFor(s.api, r.Coolify, uuid).key, inFlight)
 }
 
 // prePullOn decides one server's pull in this pass: follow the one in flight, start one, or
@@ -169,6 +189,13 @@ func (r *BotPoolReconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.
 			return nil
 		}
 		*replacing++
+	}
+	if r.Gate != nil && !r.Gate.AdmitPull(client.ObjectKeyFromObject(s.pool), serverFor(s.api, r.Coolify, srv.UUID)) {
+		// The server's builds go to the deployments bots wait for first: the pull waits for
+		// room there, looked at again at the poll interval.
+		ctrl.LoggerFrom(ctx).V(1).Info("Pre-pull waits for room on the server", "server", srv.UUID, "image", ref)
+		s.after(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval))
+		return nil
 	}
 	return r.startPull(ctx, s, srv, im, ref, restarted)
 }

@@ -60,6 +60,13 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // roomFor reports whether one more hold over [from, until) keeps every instant of it within
 // maxSlots, given what the pool has promised and given away (holds). It is both rules of a
 // reservation: a reservation is granted only if its bot's meeting fits beside every other
@@ -256,7 +263,13 @@ func (l *reservationLedger) bound(uids []types.UID, now time.Time) {
 
 // boundIn is the bots of the pool bound to a slot by its botRef (the cache) or by a wave the
 // cache may not show yet: what holdsOf counts as bound whatever the bot's own phase says.
-func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *v1.BotPool, now time.Time) (map[types.UID]bool, error) {
+//
+// A wave's binding that ended since is not one: a bot whose start failed after it was bound
+// (its last status.startAttempts entry is later than the binding) is back in the queue, and
+// holds nothing until bound again. Counted for the rest of bindingTTL, it held a slot it did
+// not have, and the queue, that very bot at its head, waited beside a free slot (the model
+// check, seed 881256409367164). bots are the pool's bots as the caller read them.
+func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *v1.BotPool, bots []v1.Bot, now time.Time) (map[types.UID]bool, error) {
 	var slots v1.BotPoolSlotList
 	if err := c.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the pool's slots: %w", err)
@@ -270,10 +283,16 @@ func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *
 	if l == nil {
 		return out, nil
 	}
+	failed := map[types.UID]time.Time{} // bot → its last failed start
+	for i := range bots {
+		if a := bots[i].Status.StartAttempts; len(a) > 0 {
+			failed[bots[i].UID] = a[len(a)-1].At.Time
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for uid, at := range l.binds {
-		if now.Sub(at) > bindingTTL {
+		if now.Sub(at) > bindingTTL || !failed[uid].Before(at) {
 			delete(l.binds, uid)
 		} else {
 			out[uid] = true
@@ -296,7 +315,7 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
 	}
-	bound, err := r.reservations.boundIn(ctx, r.Client, pool, now)
+	bound, err := r.reservations.boundIn(ctx, r.Client, pool, bots.Items, now)
 	if err != nil {
 		return err
 	}
@@ -338,10 +357,14 @@ func (r *BotReconciler) reservationMoved(bot *v1.Bot, pool *v1.BotPool) bool {
 // under the pool's reservation lock. A bot with a reservation takes the slot held for it. Any
 // other takes a slot only if the free slots the pool warms for reservations due soon stay
 // free (status.reservations.warming) unless its meeting ends well before the next of them is
-// bound, and if, as long as its meeting may last, every
-// reservation not yet bound keeps its slot (roomFor), counting the bots bound before it in
-// the wave: a meeting is never cut short, so this is how a granted reservation finds its slot
-// at its start. The first bot that does not fit ends the wave, so the queue's order holds.
+// bound, and if, as long as its meeting may last, every reservation not yet bound keeps its
+// slot (keepsReservations), counting the bots bound before it in the wave: a meeting is never
+// cut short, so this is how a granted reservation finds its slot at its start. The first bot
+// that does not fit ends the wave, so the queue's order holds.
+//
+// A reservation whose bot a slot's botRef already names is bound, whatever the bot's status
+// still says: it holds its slot as any bound bot does, and promises nothing more (the model
+// check found a queue held for a reserved bot bound a moment before, seed 3457702266237806).
 func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v1.Bot, free int) (int, error) {
 	var list v1.BotList
 	if err := d.Client.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
@@ -349,25 +372,38 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 	}
 	now := d.Clock.Now()
 	bots := d.reservations.withPending(list.Items, pool.Namespace, pool.Name, now)
-	promised, ahead := false, 0 // ahead: reservations not yet at their binding time
-	var next time.Time          // the earliest of those
+	waiting := func(b *v1.Bot) bool { return reserved(b) && waitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal() }
+	promised := false
 	for i := range bots {
-		if b := &bots[i]; reserved(b) && waitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal() {
-			promised = true
-			if b.Status.Phase != v1.BotQueued {
-				ahead++
-				if from := b.Status.Reservation.From.Time; next.IsZero() || from.Before(next) {
-					next = from
-				}
-			}
-		}
+		promised = promised || waiting(&bots[i])
 	}
 	if !promised {
 		return len(head), nil // nothing promised: the queue takes what is free, as always
 	}
-	bound, err := d.reservations.boundIn(ctx, d.Client, pool, now)
+	bound, err := d.reservations.boundIn(ctx, d.Client, pool, list.Items, now)
 	if err != nil {
 		return 0, err
+	}
+	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
+	var pending []hold // the reservations not yet bound
+	ahead := 0         // those of them not yet at their binding time
+	var next time.Time // the earliest of those
+	for i := range bots {
+		b := &bots[i]
+		if !waiting(b) || bound[b.UID] {
+			continue
+		}
+		w := b.Status.Reservation
+		pending = append(pending, hold{from: w.From.Time, until: w.Until.Add(leave)})
+		if b.Status.Phase != v1.BotQueued {
+			ahead++
+			if next.IsZero() || w.From.Time.Before(next) {
+				next = w.From.Time
+			}
+		}
+	}
+	if len(pending) == 0 {
+		return len(head), nil
 	}
 	spare := free
 	if st := pool.Status.Reservations; st != nil {
@@ -375,7 +411,6 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		// its slot as a reserved bot): never more than are still ahead.
 		spare -= min(int(st.Warming), ahead)
 	}
-	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
 	holds := holdsOf(bots, bound, "", now, leave)
 	for i, b := range head {
 		if reserved(b) {
@@ -386,13 +421,29 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		// A warmed slot may serve a meeting that ends, with the margin to make the slot ready
 		// again, before the next reservation is bound.
 		warmedFor := !next.IsZero() && until.Add(reservationMargin).After(next)
-		if warmedFor && spare <= 0 || !roomFor(holds, now, until, int(pool.Spec.MaxSlots)) {
+		if warmedFor && spare <= 0 || !keepsReservations(holds, pending, now, until, int(pool.Spec.MaxSlots)) {
 			ctrl.LoggerFrom(ctx).V(1).Info("Queue held for reservations", "bot", b.Name, "until", until, "spare", spare,
-				"atOnce", peakHolds(holds, now, until), "maxSlots", pool.Spec.MaxSlots, "holds", len(holds))
+				"atOnce", peakHolds(holds, now, until), "maxSlots", pool.Spec.MaxSlots, "holds", len(holds), "pending", len(pending))
 			return i, nil
 		}
 		spare--
 		holds = append(holds, hold{from: now, until: until})
 	}
 	return len(head), nil
+}
+
+// keepsReservations reports whether one more meeting over [from, until) leaves every pending
+// reservation its slot: wherever it overlaps one of them, what the pool holds then (holds,
+// the reservations among them) and the meeting fit within maxSlots. Where it overlaps none,
+// it takes nothing promised: a pool whose maxSlots was lowered below its bound bots serves its
+// queue from the free slots it still has, as a pool without reservations does, until the
+// meeting would reach into a reservation's window.
+func keepsReservations(holds, pending []hold, from, until time.Time, maxSlots int) bool {
+	for _, r := range pending {
+		lo, hi := later(r.from, from), earlier(r.until, until)
+		if lo.Before(hi) && !roomFor(holds, lo, hi, maxSlots) {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -129,6 +131,20 @@ func TestUnreservedInOnePass(t *testing.T) {
 		return func(b *v1.Bot) { grant(b, now.Add(d)) }
 	}
 	scheduled := func(b *v1.Bot) { b.Status.Phase = v1.BotScheduled }
+	lasting := func(d v1.Duration) func(*v1.Bot) { return func(b *v1.Bot) { b.Spec.MaxDuration = d } }
+	// inCall is a bot in its meeting since ago, for an hour at most.
+	inCall := func(name string, ago time.Duration) *v1.Bot {
+		return bot(name, lasting("1h"), func(b *v1.Bot) {
+			b.Status.Phase, b.Status.StartedAt = v1.BotInCall, &metav1.Time{Time: now.Add(-ago)}
+		})
+	}
+	boundSlots := func(bots ...string) []*v1.BotPoolSlot {
+		var out []*v1.BotPoolSlot
+		for i, b := range bots {
+			out = append(out, bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", i+1), "pool").BoundTo(b, types.UID("uid-"+b)).Obj())
+		}
+		return out
+	}
 	tests := []struct {
 		name    string
 		all     []*v1.Bot // the pool's bots in the cache
@@ -159,6 +175,20 @@ func TestUnreservedInOnePass(t *testing.T) {
 		{name: "a bot bound by a slot's botRef the bot does not mirror yet holds its slot",
 			all: []*v1.Bot{bot("r", reservedAt(30*time.Minute), scheduled), bot("a"), bot("b")}, head: []string{"b"}, want: 0, free: 1,
 			slots: []*v1.BotPoolSlot{bt.MakeSlot("ns", "pool-zoom-001", "pool").BoundTo("a", "uid-a").Obj()}},
+		// Seed 3457702266237806 of the model check: the reserved bot's slot names it while
+		// its status still says Queued; it promised nothing more, and the queue waited beside
+		// a free slot for a reservation already served.
+		{name: "a reserved bot a slot's botRef names, its status still Queued, promises nothing more",
+			all:  []*v1.Bot{bot("r", reservedAt(-7*time.Minute)), inCall("c", 0), bot("a")},
+			head: []string{"a"}, want: 1, free: 1,
+			slots: []*v1.BotPoolSlot{bt.MakeSlot("ns", "pool-zoom-001", "pool").BoundTo("r", "uid-r").Obj(),
+				bt.MakeSlot("ns", "pool-zoom-002", "pool").BoundTo("c", "uid-c").Obj()}},
+		{name: "a pool above a lowered maxSlots serves its queue while the meeting ends before the reservation",
+			all:  []*v1.Bot{bot("r", reservedAt(3*time.Hour), scheduled), inCall("c1", 0), inCall("c2", 0), inCall("c3", 0), bot("a", lasting("30m"))},
+			head: []string{"a"}, want: 1, free: 1, slots: boundSlots("c1", "c2", "c3")},
+		{name: "and holds it when the meeting would reach into the reservation",
+			all:  []*v1.Bot{bot("r", reservedAt(20*time.Minute), scheduled), inCall("c1", 0), inCall("c2", 0), inCall("c3", 0), bot("a", lasting("30m"))},
+			head: []string{"a"}, want: 0, free: 1, slots: boundSlots("c1", "c2", "c3")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,6 +220,35 @@ func TestUnreservedInOnePass(t *testing.T) {
 				t.Errorf("unreserved %d (%v), want %d", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestBoundInForgetsABindingWhoseStartFailed: a wave's binding counts until the cache shows
+// it, but not once the bot's start failed after it (the bot is back in the queue): the model
+// check (seed 881256409367164) found the queue, that very bot at its head, waiting beside a
+// free slot for a slot its own ended binding still held.
+func TestBoundInForgetsABindingWhoseStartFailed(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC)
+	pool := bt.MakePool("ns", "pool").MaxSlots(2).Obj()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool)
+	l := &reservationLedger{}
+	l.bound([]types.UID{"uid-failed", "uid-bound", "uid-failed-before"}, now.Add(-10*time.Second))
+	bot := func(uid types.UID, failedAt ...time.Time) v1.Bot {
+		b := v1.Bot{}
+		b.UID = uid
+		for _, at := range failedAt {
+			b.Status.StartAttempts = append(b.Status.StartAttempts, v1.StartAttempt{SlotName: "pool-zoom-001", Reason: "DeploymentFailed", At: metav1.Time{Time: at}})
+		}
+		return b
+	}
+	bots := []v1.Bot{bot("uid-failed", now.Add(-time.Minute), now.Add(-5*time.Second)), bot("uid-bound"), bot("uid-failed-before", now.Add(-time.Minute))}
+	got, err := l.boundIn(context.Background(), c, pool, bots, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[types.UID]bool{"uid-bound": true, "uid-failed-before": true}
+	if !maps.Equal(got, want) {
+		t.Fatalf("bound %v, want %v: a binding whose start failed since still counts, or a live one does not", got, want)
 	}
 }
 

@@ -211,9 +211,18 @@ type coolifyServer struct {
 
 // serverOf is the slot's server, with what its last read settings say it runs.
 func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
-	instance, user, uuid := coolifyInstance(s.api), coolifyUser(s.api), slotServer(s.slot, s.pool)
+	return serverFor(s.api, r.Coolify, slotServer(s.slot, s.pool))
+}
+
+// serverFor is server uuid as api's Coolify user sees it, with what its last read settings
+// (in bulk) say it runs.
+func serverFor(api CoolifyAPI, bulk *BulkReader, uuid string) coolifyServer {
+	instance, user := coolifyInstance(api), coolifyUser(api)
 	srv := coolifyServer{instance: instance, key: instance + "|" + user + "|" + uuid, uuid: uuid}
-	if st, ok := r.Coolify.ServerSettings(user, uuid); ok {
+	if bulk == nil {
+		return srv
+	}
+	if st, ok := bulk.ServerSettings(user, uuid); ok {
 		srv.runs = serverRuns(st)
 	}
 	return srv

@@ -112,15 +112,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 	writes := &cachelag.Tracker{}
 	wc := cachelag.NewClient(deps.Client, writes) // no write can forget to record itself
 	reservations := &reservationLedger{}
+	gate := &DeployGate{Clock: clk}
 	c := &Controllers{Writes: writes, Client: wc,
 		Pools: &BotPoolReconciler{
-			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk,
+			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk, Gate: gate,
 			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, ClusterID: o.ClusterID,
 			OrphanCheck: o.OrphanCheck, BotAPIURL: o.BotAPIURL,
 		},
 		Slots: &BotPoolSlotReconciler{
 			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Store: deps.Store, Writes: writes,
-			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, Coolify: bulk, Gate: &DeployGate{Clock: clk},
+			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, Coolify: bulk, Gate: gate,
 			BotAPIURL: o.BotAPIURL, ClusterID: o.ClusterID, Jitter: o.Jitter,
 			GateRetry: o.GateRetry, AppCheck: o.AppCheck,
 		},

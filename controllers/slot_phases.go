@@ -76,8 +76,9 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		}
 		if !adoptable(app, tag, s.pool, slotServer(s.slot, s.pool)) {
 			if carriesTag(app, tag) {
-				r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonAdoptionRefused, "Create",
-					"Application %s has this slot's name and the pool's tag but another image or placement: not adopted", app.UUID)
+				if err := r.replaceUnadoptable(ctx, s, tag, app); err != nil {
+					return "", err
+				}
 			}
 			continue
 		}
@@ -108,6 +109,33 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 	s.createdFrom = image + ":" + tagOrLatest(imageTag)
 	s.slot.Status.Image = s.createdFrom
 	return uuid, nil
+}
+
+// replaceUnadoptable deletes an application that carries this slot's name and the pool's
+// tag but that the slot cannot adopt (another image, one its server no longer lists as
+// pulled, or another placement), so that the slot's own create does not make a second one of
+// its name (invariant 2). The tag names this cluster's pool and the API server keeps slot
+// names unique, and a deleted slot keeps its name until Coolify has deleted its application:
+// such an application is this slot's own create whose answer was lost, before the pool's
+// template or placement changed (the model check found one made on the old tag of a
+// rollout, seed 3457702266237806). It was never deployed by the slot, which never knew it; one
+// that is not stopped serves someone, so it is left alone and the slot waits, with a Warning,
+// for a person to stop or delete it.
+func (r *BotPoolSlotReconciler) replaceUnadoptable(ctx context.Context, s *slotScope, tag string, app *coolify.Application) error {
+	if app.State() != coolify.StateExited {
+		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonAdoptionRefused, "Create",
+			"Application %s has this slot's name and the pool's tag but another image or placement, and it is %s: not adopted; stop or delete it in Coolify", app.UUID, app.Status)
+		return waitFor(r.jittered(serversRefresh), v1.ReasonAdoptionRefused,
+			"Waiting: application "+app.UUID+" has this slot's name but another image or placement and is not stopped; stop or delete it in Coolify")
+	}
+	if err := s.api.DeleteApplication(ctx, app.UUID, coolify.AppLeftovers); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+		return fmt.Errorf("deleting application %s, made with this slot's name on another image or placement: %w", app.UUID, err)
+	}
+	r.Coolify.Deleted(tag, app.UUID)
+	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeNormal, v1.ReasonAdoptionRefused, "Create",
+		"Application %s has this slot's name and the pool's tag but another image or placement: deleted, and a new one is created", app.UUID)
+	ctrl.LoggerFrom(ctx).Info("Deleted an unadoptable application of the slot's name", "appUUID", app.UUID, "image", app.DockerRegistryImageName+":"+app.DockerRegistryImageTag)
+	return nil
 }
 
 // ensureToken returns the slot's bot API token, issuing a new one when the slot has none it

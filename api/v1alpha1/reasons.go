@@ -104,7 +104,9 @@ const (
 	// (Warning Event).
 	ReasonCleanupBlocked = "CleanupBlocked"
 	// ReasonAdoptionRefused: a slot found an application with its name and the pool's tag
-	// but another image or placement, and does not adopt it (Warning Event).
+	// but another image or placement (its own create whose answer was lost), and does not
+	// adopt it: it deletes it when stopped (Normal Event) before creating its own, or waits
+	// for a person while it runs (Warning Event).
 	ReasonAdoptionRefused = "AdoptionRefused"
 	// ReasonRecoverySkipped: a slot Deploying past deployingTimeout skipped its recovery
 	// because its bot beats (Normal Event).

@@ -820,13 +820,25 @@ func (w *world) slotDeployments() []sim.DeploymentInfo {
 // need: its minIdle (the model's pools have no warm windows) and its waiting bots. A scale-down
 // removes only such a slot. It runs in onWrite, under the API server's lock: it reads the
 // stored objects directly.
+//
+// A free standby slot whose container is being deployed (Deploying, no bot) is free capacity
+// on its way, as the pool counts it (available): a pool with minIdle 1, one standby container
+// deploying and two more slots waiting for the deploy gate holds two above its need (seed
+// 881256409367165).
 func (w *world) surplus(pool *v1.BotPool, without string) bool {
 	free, waiting := 0, 0
 	for _, o := range w.api.truth.list(kindSlot) {
 		sl := o.(*v1.BotPoolSlot)
-		if sl.Spec.Pool == pool.Name && sl.Name != without && sl.DeletionTimestamp.IsZero() && sl.Spec.BotRef == nil &&
-			(sl.Status.Phase == v1.SlotIdle || sl.Status.Phase == v1.SlotCreating || sl.Status.Phase == "" || sl.Status.Phase == v1.SlotReleasing) {
+		if sl.Spec.Pool != pool.Name || sl.Name == without || !sl.DeletionTimestamp.IsZero() || sl.Spec.BotRef != nil {
+			continue
+		}
+		switch sl.Status.Phase {
+		case v1.SlotIdle, v1.SlotCreating, "", v1.SlotReleasing:
 			free++
+		case v1.SlotDeploying:
+			if sl.Status.Standby != "" {
+				free++
+			}
 		}
 	}
 	for _, o := range w.api.truth.list(kindBot) {

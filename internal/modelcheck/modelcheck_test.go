@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +19,10 @@ import (
 )
 
 var (
-	flagSeed  = flag.Uint64("modelcheck.seed", 0, "first seed (0: random); also BOTPOOL_MODELCHECK_SEED")
-	flagSteps = flag.Int("modelcheck.steps", 0, "steps in all, split over the runs (default 100000); also BOTPOOL_MODELCHECK_STEPS")
-	flagRuns  = flag.Int("modelcheck.runs", 0, "runs with consecutive seeds, in parallel (default 4, 1 with a seed); also BOTPOOL_MODELCHECK_RUNS")
+	flagSeed   = flag.Uint64("modelcheck.seed", 0, "first seed (0: random); also BOTPOOL_MODELCHECK_SEED")
+	flagSteps  = flag.Int("modelcheck.steps", 0, "steps in all, split over the runs (default 100000); also BOTPOOL_MODELCHECK_STEPS")
+	flagRuns   = flag.Int("modelcheck.runs", 0, "runs with consecutive seeds, in parallel (default 4, 1 with a seed); also BOTPOOL_MODELCHECK_RUNS")
+	flagBudget = flag.Duration("modelcheck.budget", 0, "keep starting new seeds (steps/runs each) until this much time has passed; also BOTPOOL_MODELCHECK_BUDGET")
 )
 
 const (
@@ -49,10 +51,22 @@ func setting[T uint64 | int](flagValue T, env string, def T) T {
 
 // TestModelCheck runs the model: random steps against the real reconcilers, invariants
 // checked after every one, settle points every settleEvery steps, and a drained end.
+//
+// With a budget (make modelcheck) each run, once its seed passed, goes on with the next
+// seed nobody ran yet, until the budget is used: seeds seed, seed+1, … each of steps/runs
+// steps, and a line per seed and one for the whole say which ran clean.
 func TestModelCheck(t *testing.T) {
 	steps := setting(*flagSteps, "BOTPOOL_MODELCHECK_STEPS", defaultSteps)
 	seed := setting(*flagSeed, "BOTPOOL_MODELCHECK_SEED", 0)
 	runs := setting(*flagRuns, "BOTPOOL_MODELCHECK_RUNS", 0)
+	budget := *flagBudget
+	if s := os.Getenv("BOTPOOL_MODELCHECK_BUDGET"); budget == 0 && s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("BOTPOOL_MODELCHECK_BUDGET=%q: %v", s, err)
+		}
+		budget = d
+	}
 	if runs == 0 {
 		runs = defaultRuns
 		if seed != 0 {
@@ -68,21 +82,56 @@ func TestModelCheck(t *testing.T) {
 		}
 	}
 	per := (steps + runs - 1) / runs
-	t.Logf("%d steps in %d runs from seed %d (GOMAXPROCS %d)", per*runs, runs, seed, runtime.GOMAXPROCS(0))
+	t.Logf("%d steps in %d runs from seed %d (GOMAXPROCS %d, budget %s)", per*runs, runs, seed, runtime.GOMAXPROCS(0), budget)
+	began := time.Now()
+	var mu sync.Mutex
+	next, clean := seed, []uint64{}
+	// take is run i's next seed: without a budget its own one, seed+i; with one, the next
+	// seed nobody ran while the budget lasts.
+	take := func(i int, first bool) (uint64, bool) {
+		if budget == 0 {
+			return seed + uint64(i), first
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !first && time.Since(began) >= budget {
+			return 0, false
+		}
+		next++
+		return next - 1, true
+	}
+	t.Cleanup(func() {
+		t.Logf("ran clean: %d seeds × %d steps (%d steps) in %s: %v", len(clean), per, len(clean)*per, time.Since(began).Round(time.Second), clean)
+	})
 	for i := range runs {
-		s := seed + uint64(i)
-		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+		t.Run(fmt.Sprintf("run=%d", i), func(t *testing.T) {
 			t.Parallel()
-			start := time.Now()
-			w := newWorld(s, nil)
-			w.run(per)
-			if len(w.violations) > 0 {
-				t.Fatal(w.report(per))
+			for first := true; ; first = false {
+				s, ok := take(i, first)
+				if !ok {
+					return
+				}
+				if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runSeed(t, s, per) }) {
+					return
+				}
+				mu.Lock()
+				clean = append(clean, s)
+				mu.Unlock()
 			}
-			t.Logf("seed %d: %d steps in %s, %s of model time, %d bots; %s", s, per, time.Since(start).Round(time.Millisecond),
-				w.clk.Since(epoch).Round(time.Minute), w.bots, w.summary())
 		})
 	}
+}
+
+// runSeed plays one seed for steps steps and fails with the replay line on a violation.
+func runSeed(t *testing.T, seed uint64, steps int) {
+	start := time.Now()
+	w := newWorld(seed, nil)
+	w.run(steps)
+	if len(w.violations) > 0 {
+		t.Fatal(w.report(steps))
+	}
+	t.Logf("seed %d: %d steps in %s, %s of model time, %d bots; %s", seed, steps, time.Since(start).Round(time.Millisecond),
+		w.clk.Since(epoch).Round(time.Minute), w.bots, w.summary())
 }
 
 // run plays steps random steps, with settle points, then drains the run.
