@@ -168,7 +168,9 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	wake := make(chan event.GenericEvent, 8)
 	g := &DeployGate{Clock: fc, Wake: wake}
 	meet, zoom := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
-	key := func(p *v1.BotPool) types.NamespacedName { return types.NamespacedName{Namespace: p.Namespace, Name: p.Name} }
+	key := func(p *v1.BotPool) types.NamespacedName {
+		return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	}
 	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
 
 	if !g.AdmitPull(key(meet), srv) {

@@ -3,8 +3,6 @@ package modelcheck
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"os"
 	"hash/fnv"
 	"io"
 	"net/http"
@@ -58,16 +56,8 @@ func (t *inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.clk.Step(d)
 	}
 	rec := httptest.NewRecorder()
-	var reqBody []byte
-	if os.Getenv("MCDEBUG") != "" && r.Body != nil {
-		reqBody, _ = io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(reqBody))
-	}
 	t.sim.ServeHTTP(rec, r)
 	res := rec.Result()
-	if os.Getenv("MCDEBUG") != "" && (r.Method != http.MethodGet || strings.Contains(r.URL.RawQuery, "tag")) {
-		fmt.Fprintf(os.Stderr, "DBG %s %s %s %d %.200s -> %.300s\n", t.clk.Now().Format("15:04:05.000"), r.Method, r.URL, rec.Code, reqBody, rec.Body.String())
-	}
 	if lagging && r.Method == http.MethodGet && res.StatusCode == http.StatusOK && strings.HasPrefix(r.URL.Path, "/api/v1/deployments") {
 		body, err := io.ReadAll(res.Body)
 		if err != nil {
