@@ -319,8 +319,11 @@ func (r *BotReconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.
 	if c := poolTrouble(pool); c != nil {
 		why = fmt.Sprintf("%s %s, %s: %s", c.Type, c.Status, c.Reason, c.Message)
 	}
-	return fmt.Sprintf("Reserved, but no slot of pool %s was ready %s after its start (the pool says %s); it is bound before any bot without a reservation as soon as one is",
-		pool.Name, late.Round(time.Second), why)
+	// No count of the time since the start: the message must stay the same from one pass to the
+	// next, or every pass writes the status (the model check's settle found it, seed
+	// 3457702266237806, a bot writing every heartbeat while its pool could not pull).
+	return fmt.Sprintf("Reserved for %s, but no slot of pool %s was ready %s after that (the pool says %s); it is bound before any bot without a reservation as soon as one is",
+		s.bot.Status.Reservation.From.UTC().Format(time.RFC3339), pool.Name, reservationGrace, why)
 }
 
 // finish ends a pass: the conditions follow from what a pass that went well observed (none

@@ -61,9 +61,19 @@ type DeployGate struct {
 	refused map[types.NamespacedName]refusal
 	// pulls: coolifyServer.key → pool → when the pool last saw its pre-pull there in flight
 	// (AdmitPull, Pulling). Pulls hold builds of the server like the slots' deployments do.
-	pulls  map[string]map[types.NamespacedName]time.Time
-	pruned time.Time
+	pulls map[string]map[types.NamespacedName]time.Time
+	// pullAsks: coolifyServer.key → pool → its pull refused for room there, waiting its turn.
+	pullAsks map[string]map[types.NamespacedName]pullAsk
+	pruned   time.Time
 }
+
+// pullAsk is a pool's pre-pull waiting for room on a server: since when, and when it last
+// asked.
+type pullAsk struct{ first, last time.Time }
+
+// pullAskTTL is how long a refused pull keeps its place in line without asking again: a pool
+// asks at its deployment poll interval while it wants to pull.
+const pullAskTTL = 2 * time.Minute
 
 // refusal is what a slot the gate refused waits for: room in its pool or on its server
 // (coolifyServer.key).
@@ -198,6 +208,9 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	delete(inFlight, slot)
 	delete(inFlightHere, slot)
 	onServer := g.serverView(srv.key, key, admHere, ask.here, slot, now) + g.pullsOn(srv.key, now)
+	if g.keptForPull(srv, now) {
+		onServer++
+	}
 	// The pool's own bound: maxConcurrentDeployments over all its servers. Unset, the
 	// servers' bounds are the pool's, or 4 while the server's settings are unknown.
 	limit := int(pool.Spec.MaxConcurrentDeployments)
@@ -400,6 +413,16 @@ func (g *DeployGate) prune(now time.Time) {
 	for k := range g.pulls {
 		g.pullsOn(k, now)
 	}
+	for k, asks := range g.pullAsks {
+		for p, a := range asks {
+			if now.Sub(a.last) > pullAskTTL {
+				delete(asks, p)
+			}
+		}
+		if len(asks) == 0 {
+			delete(g.pullAsks, k)
+		}
+	}
 }
 
 // AdmitPull reports whether pool may start a pre-pull of its image on srv now, and counts it
@@ -412,36 +435,99 @@ func (g *DeployGate) prune(now time.Time) {
 // the pull, or a tag the registry lacks) retrying for good, two at a time, on a server of two
 // builds: every deployment there waited behind them past its own timeout, and the bots behind
 // those ended QueueTimeout (seeds 881256409367164, 3457702266237803). So a pull starts only
-// while no start waits for room on the server, and only into room the slots' deployments
-// leave: the pulls of every pool on a server take at most all its builds but one, and the
-// slots' deployments count them (Admit), so they wait in the gate, not in Coolify's queue.
-// While the server's settings are unknown only a waiting start or a pause holds a pull back.
+// into room the slots' deployments leave, and the pulls of every pool on a server take at most
+// all its builds but one: the starts always keep one. The slots' deployments count the pulls
+// (Admit), so they wait in the gate, not in Coolify's queue. While the server's settings are
+// unknown only a pause holds a pull back.
+//
+// Pulls refused for room take their turns in the order they first asked: a pool whose pulls
+// keep failing (and retry) must not keep another pool's rollout from ever pulling. The one
+// whose turn it is has a build kept for it (pullRoom).
 func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyServer) bool {
 	now := g.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.prune(now)
-	if now.Before(g.paused[pauseKey(srv, true)]) || now.Before(g.paused[pauseKey(srv, false)]) ||
-		g.startWaiting(srv, types.NamespacedName{}, now) {
+	if now.Before(g.paused[pauseKey(srv, true)]) || now.Before(g.paused[pauseKey(srv, false)]) || !g.pullRoom(pool, srv, now) {
+		g.askPull(pool, srv.key, now)
 		return false
 	}
-	if srv.runs > 0 {
-		pulls := g.pullsOn(srv.key, now)
-		if _, mine := g.pulls[srv.key][pool]; mine {
-			pulls-- // its own pull, recorded as in flight, ended or is asked for again
-		}
-		slots := 0
-		for _, f := range g.onServer[srv.key] {
-			if now.Sub(f.seen) <= serverHeldTTL {
-				slots += len(f.slots)
-			}
-		}
-		if pulls >= max(srv.runs-1, 1) || pulls+slots >= srv.runs {
-			return false
+	if m := g.pullAsks[srv.key]; m != nil {
+		delete(m, pool)
+		if len(m) == 0 {
+			delete(g.pullAsks, srv.key)
 		}
 	}
 	g.pulling(pool, srv.key, now)
 	return true
+}
+
+// pullRoom reports whether the server has a build for pool's pull now, and no pull that asked
+// before it still waits. On a server of one build the starts go first (a pull waits while one
+// waits); on a larger one the pull whose turn it is has a build kept for it (Admit), so a
+// stream of starts, which always keeps the others, cannot hold a rollout back for good.
+// Callers hold g.mu.
+func (g *DeployGate) pullRoom(pool types.NamespacedName, srv coolifyServer, now time.Time) bool {
+	mine, asked := g.pullAsks[srv.key][pool]
+	for p, a := range g.pullAsks[srv.key] {
+		if p != pool && now.Sub(a.last) <= pullAskTTL && (!asked || a.first.Before(mine.first)) {
+			return false
+		}
+	}
+	if srv.runs == 0 {
+		return true
+	}
+	if srv.runs == 1 && g.startWaiting(srv, types.NamespacedName{}, now) {
+		return false
+	}
+	pulls := g.pullsOn(srv.key, now)
+	if _, in := g.pulls[srv.key][pool]; in {
+		pulls-- // its own pull, recorded as in flight, ended or is asked for again
+	}
+	return pulls < max(srv.runs-1, 1) && pulls+g.slotsOn(srv.key, now) < srv.runs
+}
+
+// slotsOn counts the slots' deployments in flight on server, over every pool, as each pool's
+// last Admit saw them. Callers hold g.mu.
+func (g *DeployGate) slotsOn(server string, now time.Time) int {
+	n := 0
+	for _, f := range g.onServer[server] {
+		if now.Sub(f.seen) <= serverHeldTTL {
+			n += len(f.slots)
+		}
+	}
+	return n
+}
+
+// keptForPull reports whether a build of server is kept for a pull waiting its turn there:
+// on a server of two builds or more, while its pulls take fewer than all but one, and one
+// asked lately. Callers hold g.mu.
+func (g *DeployGate) keptForPull(srv coolifyServer, now time.Time) bool {
+	if srv.runs < 2 || g.pullsOn(srv.key, now) >= srv.runs-1 {
+		return false
+	}
+	for _, a := range g.pullAsks[srv.key] {
+		if now.Sub(a.last) <= pullAskTTL {
+			return true
+		}
+	}
+	return false
+}
+
+// askPull keeps pool's refused pull in line on server. Callers hold g.mu.
+func (g *DeployGate) askPull(pool types.NamespacedName, server string, now time.Time) {
+	if g.pullAsks == nil {
+		g.pullAsks = map[string]map[types.NamespacedName]pullAsk{}
+	}
+	if g.pullAsks[server] == nil {
+		g.pullAsks[server] = map[types.NamespacedName]pullAsk{}
+	}
+	a, ok := g.pullAsks[server][pool]
+	if !ok || now.Sub(a.last) > pullAskTTL {
+		a.first = now
+	}
+	a.last = now
+	g.pullAsks[server][pool] = a
 }
 
 // Pulling records whether pool's pre-pull on the server (coolifyServer.key) is in flight: the

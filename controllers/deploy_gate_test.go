@@ -159,10 +159,12 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 }
 
 // TestDeployGatePullsLeaveABuildToStarts: pre-pulls of every pool on a server take at most
-// all its builds but one, only room the slots' deployments leave, and none while a start
-// waits; the slots' deployments count the pulls in flight, and a pull's end wakes the slots
-// refused for room on its server. (The model check found pulls that could never finish
-// holding both builds of a server for good, and every start there timing out behind them.)
+// all its builds but one, only room the slots' deployments leave; the slots' deployments count
+// the pulls in flight, keep a build for the pull whose turn it is, and are woken by a pull's
+// end; refused pulls take turns in the order they asked. (The model check found pulls that
+// could never finish holding both builds of a server for good, every start there timing out
+// behind them; then, with starts always first, a stream of doomed starts keeping the pull that
+// would have fixed them from ever running.)
 func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	wake := make(chan event.GenericEvent, 8)
@@ -171,7 +173,11 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	key := func(p *v1.BotPool) types.NamespacedName {
 		return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	}
+	third := types.NamespacedName{Namespace: "team", Name: "third"}
 	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
+	start := func(slot string, deploying ...string) bool {
+		return g.Admit(zoom, srv, deployAsk{slot: slot, deploying: deploying, here: deploying, warm: true, start: true})
+	}
 
 	if !g.AdmitPull(key(meet), srv) {
 		t.Fatal("an idle server refused a pull")
@@ -182,10 +188,11 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	if !g.AdmitPull(key(zoom), coolifyServer{instance: "i", key: "i|u|srv-1", runs: 2}) {
 		t.Fatal("a pull on another server was held back")
 	}
-	if !g.Admit(zoom, srv, deployAsk{slot: "zoom-1", warm: true, start: true}) {
+	g.Pulling(key(zoom), "i|u|srv-1", false)
+	if !start("zoom-1") {
 		t.Fatal("a start was refused the build the pull left")
 	}
-	if g.Admit(zoom, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true, start: true}) {
+	if start("zoom-2", "zoom-1") {
 		t.Fatal("a second start admitted beside a pull and a start on a server that runs two")
 	}
 	g.Pulling(key(meet), srv.key, false) // the pull ended
@@ -197,24 +204,68 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	default:
 		t.Fatal("a pull's end woke no slot refused for room on its server")
 	}
-	if g.AdmitPull(key(meet), srv) {
-		t.Fatal("a pull went before the start that waits for room")
+	// zoom's pull asked first: a build is kept for it, which the waiting start does not take.
+	if start("zoom-2", "zoom-1") {
+		t.Fatal("a start took the build kept for the pull whose turn it is")
 	}
-	if !g.Admit(zoom, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true, start: true}) {
-		t.Fatal("the waiting start did not get the build the pull freed")
+	if g.AdmitPull(key(meet), srv) {
+		t.Fatal("meet's pull went before zoom's, which asked first")
+	}
+	if !g.AdmitPull(key(zoom), srv) {
+		t.Fatal("the pull whose turn it is did not get the build kept for it")
 	}
 	g.Done(zoom, "zoom-1", true)
+	if !start("zoom-2") {
+		t.Fatal("the start did not get the build zoom-1 freed, the pull in flight taking the other")
+	}
 	g.Done(zoom, "zoom-2", true)
-	fc.Step(startWaitTTL + time.Second)
+
+	// Refused pulls take turns in the order they asked: a pool whose pull fails and asks
+	// again at once waits behind the one that asked while it pulled.
+	if g.AdmitPull(third, srv) {
+		t.Fatal("a second pull on a server that runs two")
+	}
+	fc.Step(15 * time.Second)
+	g.Pulling(key(zoom), srv.key, false) // zoom's pull failed
+	if g.AdmitPull(key(zoom), srv) {
+		t.Fatal("a pool's pull went again before the pulls that waited for it")
+	}
+	if !g.AdmitPull(key(meet), srv) {
+		t.Fatal("the pull that waited longest did not get the room")
+	}
+	g.Pulling(key(meet), srv.key, false)
+	if g.AdmitPull(key(zoom), srv) || !g.AdmitPull(third, srv) {
+		t.Fatal("the pulls did not go in the order they asked")
+	}
+	g.Pulling(third, srv.key, false)
+	// One that stopped asking loses its place after pullAskTTL, and keeps no build.
+	fc.Step(pullAskTTL + time.Second)
+	if !start("zoom-3") || !start("zoom-4", "zoom-3") {
+		t.Fatal("a build is still kept for a pull that stopped asking")
+	}
+	g.Done(zoom, "zoom-3", true)
+	g.Done(zoom, "zoom-4", true)
+	// A pull its pool no longer confirms (a restart, a pool gone) is forgotten.
 	if !g.AdmitPull(key(meet), srv) {
 		t.Fatal("a pull was refused on a server with nothing in flight")
 	}
-	// A pull its pool no longer confirms (a restart, a pool gone) is forgotten.
 	fc.Step(serverHeldTTL + time.Second)
 	if !g.AdmitPull(key(zoom), srv) {
 		t.Fatal("a pull nobody confirmed for serverHeldTTL still holds the server's build")
 	}
-	// Unknown settings: only a waiting start or a pause holds a pull back.
+	g.Pulling(key(zoom), srv.key, false)
+
+	// A server of one build: the starts go first, a pull waits while one waits.
+	one := coolifyServer{instance: "i", key: "i|u|srv-3", runs: 1}
+	if !g.Admit(zoom, one, deployAsk{slot: "zoom-5", warm: true, start: true}) ||
+		g.Admit(zoom, one, deployAsk{slot: "zoom-6", deploying: []string{"zoom-5"}, here: []string{"zoom-5"}, warm: true, start: true}) {
+		t.Fatal("setup: one start on a server of one build")
+	}
+	g.Done(zoom, "zoom-5", true)
+	if g.AdmitPull(key(meet), one) {
+		t.Fatal("a pull took a one-build server from the start waiting for it")
+	}
+	// Unknown settings: only a pause holds a pull back.
 	unknown := coolifyServer{instance: "i", key: "i|u|srv-2"}
 	if !g.AdmitPull(key(meet), unknown) || !g.AdmitPull(key(zoom), unknown) {
 		t.Fatal("pulls refused on a server whose settings are unknown")

@@ -44,8 +44,11 @@ const (
 	// minRePull is the least time between two pulls of an image on a server for its cleanup
 	// schedule: a schedule of every minute must not keep the puller deploying.
 	minRePull = cleanupRefresh
-	// pullRetry is how long after a failure the pool tries a pre-pull of the same image again.
+	// pullRetry is how long after a first failure the pool tries a pre-pull of the same image
+	// again; each further failure in a row doubles it, up to maxPullRetry (pullBackoff).
 	pullRetry = 2 * time.Minute
+	// maxPullRetry bounds the wait between two pulls of an image that keeps failing.
+	maxPullRetry = 30 * time.Minute
 	// maxCached is how many images status.servers[].cached lists (the CRD's MaxItems).
 	maxCached = 3
 	// maxAppName is Coolify's limit on an application's name.
@@ -176,7 +179,7 @@ func (r *BotPoolReconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.
 		return nil
 	}
 	if p := im.Pull; p != nil && p.State == v1.ImagePullFailed && pullOf(p, ref, restarted) {
-		if retry := p.Since.Add(pullRetry); now.Before(retry) {
+		if retry := p.Since.Add(pullBackoff(p.Failures)); now.Before(retry) {
 			s.after(retry.Sub(now))
 			return nil
 		}
@@ -323,8 +326,12 @@ func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.
 		dep = deps[0].DeploymentUUID
 	}
 	now := r.Clock.Now()
+	var failures int32 // carried from the failed pulls of the same image before it
+	if p := im.Pull; p != nil && p.State == v1.ImagePullFailed && pullOf(p, ref, restarted) {
+		failures = p.Failures
+	}
 	im.Pull = &v1.ImagePull{Image: ref, State: v1.ImagePulling, ApplicationUUID: app.UUID, DeploymentUUID: dep,
-		RestartedAt: restarted, Since: metav1.NewTime(now)}
+		RestartedAt: restarted, Since: metav1.NewTime(now), Failures: failures}
 	r.pullPolls.mark(dep, now)
 	r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonImagePullStarted, "PrePull",
 		"Pulling %s on server %s (puller application %s, deployment %s)", ref, srv.UUID, app.UUID, dep)
@@ -493,12 +500,24 @@ func (r *BotPoolReconciler) lostPull(ctx context.Context, server string, im *ser
 	im.Pull = nil
 }
 
-// failPull records a failed pull; it is retried pullRetry from now.
+// failPull records a failed pull, one more in a row; it is retried pullBackoff from now.
 func (r *BotPoolReconciler) failPull(s *poolScope, p *v1.ImagePull, msg string) {
 	r.pullPolls.forget(p.DeploymentUUID)
 	p.State, p.Since, p.Message = v1.ImagePullFailed, metav1.NewTime(r.Clock.Now()), v1.Truncate(msg, v1.MaxMessageLength)
+	p.Failures++
 	r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, v1.ReasonImagePullFailed, "PrePull", "%s", p.Message)
-	s.after(pullRetry)
+	s.after(pullBackoff(p.Failures))
+}
+
+// pullBackoff is the wait after failures pulls of an image failed in a row: pullRetry after
+// the first, doubled after each further one, at most maxPullRetry. A pull that cannot succeed
+// retried every two minutes held one of its server's builds three quarters of the time.
+func pullBackoff(failures int32) time.Duration {
+	d := pullRetry
+	for i := int32(1); i < failures && d < maxPullRetry; i++ {
+		d *= 2
+	}
+	return min(d, maxPullRetry)
 }
 
 // pullFailure says why a pull's deployment failed, with Coolify's error line when the token

@@ -323,6 +323,15 @@ func TestPrePullInOnePass(t *testing.T) {
 		coolify: &bt.Coolify{ListApplicationsFn: listing()},
 		want:    pullPass{Pull: "Failed bot:v2 " + app + " dep-old  08:59:00", Requeue: time.Minute, Calls: []string{"ListApplications " + tag}},
 	}, {
+		name: "failed three times in a row, five minutes ago: not retried before 8 minutes",
+		images: map[string]*serverImages{srv: {Pull: func() *v1.ImagePull {
+			p := failed("bot:v2", -5*time.Minute)
+			p.Failures = 3
+			return p
+		}()}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing()},
+		want:    pullPass{Pull: "Failed bot:v2 " + app + " dep-old  08:55:00", Requeue: 3 * time.Minute, Calls: []string{"ListApplications " + tag}},
+	}, {
 		name:    "failed pullRetry ago: pulled again",
 		images:  map[string]*serverImages{srv: {Pull: failed("bot:v2", -pullRetry)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed},
@@ -760,4 +769,14 @@ func deleteKeepingImages(_ context.Context, uuid string, opts coolify.DeleteOpti
 		return fmt.Errorf("application %s deleted with %+v, want coolify.AppLeftovers (no Docker cleanup)", uuid, opts)
 	}
 	return nil
+}
+
+// TestPullBackoff: a pull that keeps failing is tried again after 2, 4, 8, 16, then 30 minutes.
+func TestPullBackoff(t *testing.T) {
+	for failures, want := range map[int32]time.Duration{0: 2 * time.Minute, 1: 2 * time.Minute, 2: 4 * time.Minute, 3: 8 * time.Minute,
+		4: 16 * time.Minute, 5: 30 * time.Minute, 40: 30 * time.Minute} {
+		if got := pullBackoff(failures); got != want {
+			t.Errorf("pullBackoff(%d) = %s, want %s", failures, got, want)
+		}
+	}
 }

@@ -303,8 +303,8 @@ func setRolloutStatus(s *poolScope, now time.Time) (r rolloutConditions) {
 	switch {
 	case len(failed) > 0:
 		r.reason, r.stalled = v1.ReasonImagePullFailed, true
-		r.message = strings.Join(failed, "; ") + ". No slot is given " + ref + " until it is pulled (retried every " + pullRetry.String() +
-			"); the slots keep serving on what they run. Fix the image, tag or registry login, or revert the change"
+		r.message = strings.Join(failed, "; ") + ". No slot is given " + ref + " until it is pulled (retried after " + pullRetry.String() +
+			", then less and less often, at least every " + maxPullRetry.String() + "); the slots keep serving on what they run. Fix the image, tag or registry login, or revert the change"
 	case len(pulling) > 0:
 		r.reason = v1.ReasonPullingImage
 		r.message = fmt.Sprintf("Pulling %s on server(s) %s before any slot there is given it", ref, strings.Join(pulling, ", "))

@@ -385,16 +385,18 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		return 0, err
 	}
 	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
-	var pending []hold // the reservations not yet bound
-	ahead := 0         // those of them not yet at their binding time
-	var next time.Time // the earliest of those
+	pending := map[types.UID]hold{} // the reservations not yet bound
+	var promises []string           // their bots, for the log
+	ahead := 0                      // those of them not yet at their binding time
+	var next time.Time              // the earliest of those
 	for i := range bots {
 		b := &bots[i]
 		if !waiting(b) || bound[b.UID] {
 			continue
 		}
 		w := b.Status.Reservation
-		pending = append(pending, hold{from: w.From.Time, until: w.Until.Add(leave)})
+		pending[b.UID] = hold{from: w.From.Time, until: w.Until.Add(leave)}
+		promises = append(promises, b.Name)
 		if b.Status.Phase != v1.BotQueued {
 			ahead++
 			if next.IsZero() || w.From.Time.Before(next) {
@@ -414,7 +416,10 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 	holds := holdsOf(bots, bound, "", now, leave)
 	for i, b := range head {
 		if reserved(b) {
-			spare-- // it takes a free slot; its hold is among holds already
+			// It takes a free slot in this wave; its hold is among holds already, and it
+			// promises nothing more to the bots behind it (seed 3457702266237803).
+			spare--
+			delete(pending, b.UID)
 			continue
 		}
 		until := now.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
@@ -423,7 +428,7 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		warmedFor := !next.IsZero() && until.Add(reservationMargin).After(next)
 		if warmedFor && spare <= 0 || !keepsReservations(holds, pending, now, until, int(pool.Spec.MaxSlots)) {
 			ctrl.LoggerFrom(ctx).V(1).Info("Queue held for reservations", "bot", b.Name, "until", until, "spare", spare,
-				"atOnce", peakHolds(holds, now, until), "maxSlots", pool.Spec.MaxSlots, "holds", len(holds), "pending", len(pending))
+				"atOnce", peakHolds(holds, now, until), "maxSlots", pool.Spec.MaxSlots, "holds", len(holds), "pending", abbreviate(promises))
 			return i, nil
 		}
 		spare--
@@ -438,7 +443,7 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 // it takes nothing promised: a pool whose maxSlots was lowered below its bound bots serves its
 // queue from the free slots it still has, as a pool without reservations does, until the
 // meeting would reach into a reservation's window.
-func keepsReservations(holds, pending []hold, from, until time.Time, maxSlots int) bool {
+func keepsReservations(holds []hold, pending map[types.UID]hold, from, until time.Time, maxSlots int) bool {
 	for _, r := range pending {
 		lo, hi := later(r.from, from), earlier(r.until, until)
 		if lo.Before(hi) && !roomFor(holds, lo, hi, maxSlots) {

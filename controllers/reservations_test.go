@@ -183,6 +183,11 @@ func TestUnreservedInOnePass(t *testing.T) {
 			head: []string{"a"}, want: 1, free: 1,
 			slots: []*v1.BotPoolSlot{bt.MakeSlot("ns", "pool-zoom-001", "pool").BoundTo("r", "uid-r").Obj(),
 				bt.MakeSlot("ns", "pool-zoom-002", "pool").BoundTo("c", "uid-c").Obj()}},
+		// Seed 3457702266237803: the reserved bot at the head was bound in the wave, and
+		// still held the bot behind it back as a promise.
+		{name: "a reserved bot the wave binds promises nothing more to the bots behind it",
+			all:  []*v1.Bot{bot("r", reservedAt(-time.Minute)), inCall("c", 0), bot("a", lasting("30m"))},
+			head: []string{"r", "a"}, want: 2, free: 2, slots: boundSlots("c")},
 		{name: "a pool above a lowered maxSlots serves its queue while the meeting ends before the reservation",
 			all:  []*v1.Bot{bot("r", reservedAt(3*time.Hour), scheduled), inCall("c1", 0), inCall("c2", 0), inCall("c3", 0), bot("a", lasting("30m"))},
 			head: []string{"a"}, want: 1, free: 1, slots: boundSlots("c1", "c2", "c3")},
@@ -344,9 +349,14 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 		t.Fatalf("past the grace: Ready %+v, want ReservationLate saying the server is out", ready)
 	}
 	clk.SetTime(start.Add(time.Minute))
-	pass(reservedBot)
+	got, _ = pass(reservedBot)
 	if n := events.count(v1.ReasonReservationLate); n != 1 {
 		t.Errorf("%d ReservationLate Events over two passes, want 1", n)
+	}
+	// The message says the same a minute later: a count of the time since the start would
+	// write the status at every pass.
+	if later := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady); later == nil || later.Message != ready.Message {
+		t.Errorf("a minute later Ready says %q, want the same message as before: %q", later.Message, ready.Message)
 	}
 }
 

@@ -131,6 +131,37 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		want: onePassResult{Phase: v1.SlotIdle,
 			Calls: []string{"ListApplications " + tag, "CreateDockerImageApplication " + slotN, "UpsertEnvs " + app, "SetDescription " + app}},
 	}, {
+		// The model check's seed 3457702266237806: a create took effect with its answer lost,
+		// then the pool's template moved to another tag; the slot cannot adopt the application
+		// on the old one, and creating beside it made two of one name (invariant 2).
+		name: "Creating beside its own application on an image it cannot adopt, stopped: that one is deleted, its own created",
+		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating).Since(now).Obj()},
+		coolify: &bt.Coolify{
+			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
+				return []coolify.Application{{UUID: "old-tag", Name: slotN, Description: "[Creating]" + mark,
+					DockerRegistryImageName: "bot", DockerRegistryImageTag: "0", Status: "exited:unhealthy"}}, nil
+			},
+			DeleteApplicationFn: deleteKeepingImages,
+			CreateDockerImageApplicationFn: func(context.Context, coolify.CreateApplicationRequest) (string, error) {
+				return app, nil
+			},
+			UpsertEnvsFn:     func(_ context.Context, _ string, e []coolify.EnvVar) ([]coolify.EnvVar, error) { return e, nil },
+			SetDescriptionFn: described,
+		},
+		want: onePassResult{Phase: v1.SlotIdle,
+			Calls: []string{"ListApplications " + tag, "DeleteApplication old-tag", "CreateDockerImageApplication " + slotN, "UpsertEnvs " + app, "SetDescription " + app}},
+	}, {
+		name: "Creating beside its own application on an image it cannot adopt, running: the slot waits, nothing is created",
+		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating).Since(now).Obj()},
+		coolify: &bt.Coolify{
+			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
+				return []coolify.Application{{UUID: "old-tag", Name: slotN, Description: "[Creating]" + mark,
+					DockerRegistryImageName: "bot", DockerRegistryImageTag: "0", Status: "running:healthy"}}, nil
+			},
+		},
+		want: onePassResult{Phase: v1.SlotCreating, Requeue: serversRefresh,
+			Calls: []string{"ListApplications " + tag}},
+	}, {
 		name: "Idle with a botRef: the deploy is sent and the slot turns Deploying",
 		objs: []client.Object{pool(), bot(), slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
 		coolify: &bt.Coolify{

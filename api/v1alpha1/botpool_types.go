@@ -787,6 +787,14 @@ type ImagePull struct {
 	RestartedAt string `json:"restartedAt,omitempty"`
 	// Since is when the pull was requested, or when it failed.
 	Since metav1.Time `json:"since"`
+	// Failures counts the pulls of this image (under this restartedAt) on the server that
+	// failed in a row: the next is tried 2 minutes after a first failure, twice as long after
+	// each further one, at most 30 minutes, so a pull that cannot succeed (a tag the registry
+	// lacks, a deploymentTimeout shorter than the pull) does not hold a build of the server
+	// most of the time.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Failures int32 `json:"failures,omitempty"`
 	// Message says why a failed pull failed, with Coolify's last log line when the token may
 	// read it.
 	// +optional

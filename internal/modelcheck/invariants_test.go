@@ -145,6 +145,9 @@ func (w *world) checkState() {
 // the API server's write lock.
 func (w *world) onWrite(wr write) {
 	w.writes++
+	if len(w.roundWrites) < 20 {
+		w.roundWrites = append(w.roundWrites, wr.op+" "+wr.key.kind+"/"+wr.key.Name)
+	}
 	if wr.new == nil {
 		w.deleted = append(w.deleted, wr.key)
 		if len(w.deleted) > 50 {

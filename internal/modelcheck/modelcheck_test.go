@@ -184,6 +184,7 @@ func (w *world) settle(when string) {
 	start := w.clk.Now()
 	for round := 0; ; round++ {
 		before := w.writes
+		w.roundWrites = w.roundWrites[:0]
 		w.reconcileAll()
 		w.beatAll()
 		if len(w.violations) > 0 {
@@ -202,7 +203,8 @@ func (w *world) settle(when string) {
 			w.checkRolloutSettled(when)
 			return
 		case round-rolled >= maxRounds:
-			w.violate("%s: the operator still writes after %d rounds (%s of model time) without faults", when, round, w.clk.Since(start))
+			w.violate("%s: the operator still writes after %d rounds (%s of model time) without faults; the last round wrote %v",
+				when, round, w.clk.Since(start), w.roundWrites)
 			return
 		}
 		w.advance(5 * time.Second)
@@ -216,6 +218,7 @@ func (w *world) drain() {
 	w.note("drain")
 	w.clearFaults()
 	w.revertBadTags()
+	limit := w.drainRounds()
 	for round := 0; ; round++ {
 		w.reconcileAll()
 		w.progressAll()
@@ -225,7 +228,7 @@ func (w *world) drain() {
 		if w.allEnded() {
 			break
 		}
-		if round == 600 {
+		if round == limit {
 			w.checkEnd()
 			return
 		}
@@ -280,6 +283,36 @@ func (w *world) drain() {
 	}
 }
 
+// drainRounds bounds the drain's rounds (5 s each): by then every bot has ended or runs. A
+// start ends within its pool's deploymentTimeout (a poll and the slot's recovery added), a bot
+// gets maxStartAttempts of them, and a pool runs maxConcurrentDeployments at once (at most
+// the simulator's two builds of a server). A pool whose every start times out — an image its
+// server lost since the pool pulled it, or a tag pushed again, on a deploymentTimeout shorter
+// than the cold pull — ends its bots only after all their attempts, one batch after the
+// other: seed 881256409367164 drained three such bots in just over the fixed 50 minutes the
+// drain allowed before. 50 minutes at least, as before.
+func (w *world) drainRounds() int {
+	var need time.Duration
+	slots := w.liveSlots()
+	for _, p := range w.pools {
+		live := w.livePool(p.Name)
+		n := 0
+		for _, b := range w.liveBots() {
+			if b.Status.Pool == p.Name && !ended(&b, slots) {
+				n++
+			}
+		}
+		attempts := int(live.Spec.MaxStartAttempts)
+		if attempts == 0 {
+			attempts = v1.DefaultMaxStartAttempts
+		}
+		at := max(1, min(int(live.Spec.MaxConcurrentDeployments), 2))
+		per := live.Spec.Timing.DeploymentTimeout.OrDefault(v1.DefaultDeploymentTimeout) + 2*time.Minute
+		need += time.Duration((n*attempts+at-1)/at) * per
+	}
+	return max(600, int(need/(5*time.Second)))
+}
+
 func (w *world) allEnded() bool {
 	slots := w.liveSlots()
 	for _, b := range w.liveBots() {
@@ -310,6 +343,17 @@ func (w *world) report(steps int) string {
 	for _, s := range w.liveSlots() {
 		fmt.Fprintf(&b, "  %s pool=%s phase=%s botRef=%v app=%s msg=%q\n", s.Name, s.Spec.Pool, s.Status.Phase, s.Spec.BotRef,
 			s.Status.ApplicationUUID, s.Status.Message)
+	}
+	fmt.Fprintf(&b, "Coolify's deployments in flight:\n")
+	names := map[string]string{}
+	for _, a := range w.sim.Apps() {
+		names[a.UUID] = a.Name
+	}
+	for _, d := range w.sim.Deployments() {
+		if d.Status == "queued" || d.Status == "in_progress" {
+			fmt.Fprintf(&b, "  %s %s (%s) on %s: %s since %s, worker %v, %s cold %v\n", d.UUID, names[d.AppUUID], d.AppUUID, d.ServerUUID,
+				d.Status, d.Created.Format("15:04:05"), d.HasWorker, d.Ref, d.Cold)
+		}
 	}
 	fmt.Fprintf(&b, "controller log (last lines):\n%s\n", w.log.dump())
 	return b.String()

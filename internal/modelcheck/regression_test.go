@@ -1,6 +1,7 @@
 package modelcheck
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -724,5 +725,39 @@ func TestRegressionDeletedSlotLeavesAnUnrecordedApplication(t *testing.T) {
 	sl := s.w.liveSlot(name)
 	if sl == nil || sl.UID == first.UID || sl.Spec.Server == first.Spec.Server || sl.Status.ApplicationUUID == "" {
 		t.Fatalf("want a replacement with an application on the other server: %s", describeSlot(sl))
+	}
+}
+
+// foundSeeds are seeds of the random mode that failed, each run to just past the step where
+// it did: a fixed seed of the suite as the issue that found it asked (issue 29). A seed's
+// path follows the product's behaviour, so a later change of the controllers leads it
+// elsewhere; the lasting regression for each cause is the unit or script test its entry
+// names, and these stay as further fixed seeds that once reached a defect.
+var foundSeeds = []struct {
+	seed  uint64
+	steps int
+	what  string
+}{
+	// A scale-down of a standby pool, during a Coolify outage, removed two slots waiting for
+	// the deploy gate beside a standby container being deployed: legal, the model's excuse
+	// did not count that container as free capacity (surplus).
+	{881256409367165, 9500, "invariant 9 (model): a standby container on its way is free capacity"},
+	// A slot's create took effect with its answer lost, the pool's template moved on, and the
+	// next pass, unable to adopt the application on the old tag, created a second of the same
+	// name (TestSlotPhasesInOnePass, "Creating beside its own application on an image it cannot adopt", controllers).
+	{3457702266237806, 4700, "invariant 2: two applications of one slot's name"},
+}
+
+// TestModelCheckFoundSeeds replays foundSeeds.
+func TestModelCheckFoundSeeds(t *testing.T) {
+	for _, f := range foundSeeds {
+		t.Run(fmt.Sprint(f.seed), func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(f.seed, nil)
+			w.run(f.steps)
+			if len(w.violations) > 0 {
+				t.Fatalf("%s:\n%s", f.what, w.report(f.steps))
+			}
+		})
 	}
 }

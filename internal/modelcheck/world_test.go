@@ -101,7 +101,9 @@ type world struct {
 	violations []string
 	deleted    []objKey // keys of objects that are gone, for stale reconciles
 	writes     int
-	byHand     bool // the write in progress is a person's, not the operator's
+	// roundWrites names the first writes since a settle round began, for its report.
+	roundWrites []string
+	byHand      bool // the write in progress is a person's, not the operator's
 }
 
 type bindEvent struct {
