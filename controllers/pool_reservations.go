@@ -166,9 +166,20 @@ func reservationStatus(s *poolScope) *v1.ReservationStatus {
 	}
 	switch last := s.pool.Status.Reservations; {
 	case s.lead.parallel > 0:
-		st.Lead.Duration = s.lead.lead(len(s.reservedStarts))
+		// Rounded up to the minute: less a pull in flight, the lead falls with every second of
+		// the pull, and a status that changes at every pass is written at every pass (the
+		// model check's settle found a pool writing every 5 s, seed 3457702266237806).
+		st.Lead.Duration = ceilMinute(s.lead.lead(len(s.reservedStarts)))
 	case last != nil: // the pass did not get as far as planning: what the last one said
 		st.Lead, st.Warming = last.Lead, last.Warming
 	}
 	return st
+}
+
+// ceilMinute rounds d up to a whole minute.
+func ceilMinute(d time.Duration) time.Duration {
+	if r := d % time.Minute; r != 0 {
+		return d - r + time.Minute
+	}
+	return d
 }

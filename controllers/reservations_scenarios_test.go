@@ -92,7 +92,7 @@ func TestReservationWarmedByTheObservedLead(t *testing.T) {
 	// A new push of the tag: the server must pull again, and the lead waits for that pull as
 	// long as the last one took (the clock stands still while it is requested).
 	sc.updatePool(func(p *v1.BotPool) { p.Annotations = map[string]string{v1.AnnotationRestartedAt: "push-2"} })
-	reservations("the observed pull ahead while it runs", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: pull + reservationMargin}})
+	reservations("the observed pull ahead while it runs (rounded up to the minute)", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: ceilMinute(pull + reservationMargin)}})
 	sc.prePulled()
 	reservations("the margin again", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: reservationMargin}})
 	if n := len(listLiveSlots(t, sc.ns)); n != 0 {
