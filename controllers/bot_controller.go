@@ -391,13 +391,18 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 	return o.result(s.requeue, 0)
 }
 
-// poolTrouble is the pool condition that says what keeps it from serving: Stalled, ServerOut
-// or Ready False, in that order, or nil.
+// poolTrouble is the pool condition that says what keeps it from serving: Stalled, ServerOut,
+// Reconciling for want of room on its servers (ServersFull: every server cordoned or at its
+// maxSlots), or Ready False, in that order, or nil.
 func poolTrouble(pool *v1.BotPool) *metav1.Condition {
 	for _, typ := range []string{v1.ConditionStalled, v1.ConditionServerOut} {
 		if c := meta.FindStatusCondition(pool.Status.Conditions, typ); c != nil && c.Status == metav1.ConditionTrue {
 			return c
 		}
+	}
+	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionReconciling); c != nil && c.Status == metav1.ConditionTrue &&
+		c.Reason == v1.ReasonServersFull {
+		return c
 	}
 	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
 		return c

@@ -610,3 +610,36 @@ func TestReservationDecidedAgainWhenItsWindowMoves(t *testing.T) {
 		t.Errorf("x shortened: reserved %v, window %+v; want kept, until 20m after its start", reserved(got), got.Status.Reservation)
 	}
 }
+
+// TestPoolTrouble: a late reservation names what keeps its pool from serving, servers too full
+// for a slot among it (the model check found a reserved bot saying no problem was known while
+// its pool could place no slot, every server being cordoned or at its maxSlots).
+func TestPoolTrouble(t *testing.T) {
+	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason}
+	}
+	for _, tt := range []struct {
+		name  string
+		conds []metav1.Condition
+		want  string // the reason, "" for none
+	}{
+		{"nothing wrong", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionTrue, "Available")}, ""},
+		{"stalled first", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionFalse, "X"), cond(v1.ConditionStalled, metav1.ConditionTrue, "ImagePullFailed")}, "ImagePullFailed"},
+		{"a server out", []metav1.Condition{cond(v1.ConditionServerOut, metav1.ConditionTrue, "Unreachable")}, "Unreachable"},
+		{"servers full", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionTrue, "Available"), cond(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonServersFull)}, v1.ReasonServersFull},
+		{"reconciling for another reason is no trouble", []metav1.Condition{cond(v1.ConditionReconciling, metav1.ConditionTrue, "WarmingStandby")}, ""},
+		{"not ready", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionFalse, "CoolifyUnreachable")}, "CoolifyUnreachable"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := &v1.BotPool{}
+			pool.Status.Conditions = tt.conds
+			got := ""
+			if c := poolTrouble(pool); c != nil {
+				got = c.Reason
+			}
+			if got != tt.want {
+				t.Errorf("poolTrouble says %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

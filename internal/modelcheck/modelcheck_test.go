@@ -169,8 +169,8 @@ func (w *world) note(s string) {
 // settle turns every fault off and runs every reconciler round after round (bots beating,
 // five seconds apart) until a round writes nothing, at least long enough for the pools'
 // orphan checks to run, and until every pool on a tag the registry has finished its rollout
-// (a cold pre-pull takes minutes, with nothing to write meanwhile); then checks what must hold
-// in a quiet state.
+// (a cold pre-pull takes minutes, with nothing to write meanwhile) and Coolify has no
+// deployment in flight; then checks what must hold in a quiet state.
 func (w *world) settle(when string) {
 	w.counts["settle"]++
 	w.clearFaults()
@@ -191,11 +191,14 @@ func (w *world) settle(when string) {
 			return
 		}
 		quiet := w.writes == before
-		rolling := round >= minRounds && rolled < rolloutRounds && w.rolloutPending()
+		// A quiet operator may still wait for Coolify: a deployment it started, or one it
+		// holds back at the deploy gate until a build frees (a standby container a reserved
+		// bot waits for, behind a pull, say). The world is settled once neither is left.
+		rolling := round >= minRounds && rolled < rolloutRounds && (w.rolloutPending() || quiet && w.coolifyBusy())
 		switch {
 		case rolling:
 			rolled++
-			w.counts["settle rounds waiting for a rollout"]++
+			w.counts["settle rounds waiting for a rollout or a deployment"]++
 			w.advance(rolloutStep)
 			continue
 		case quiet && round >= minRounds:
@@ -209,6 +212,16 @@ func (w *world) settle(when string) {
 		}
 		w.advance(5 * time.Second)
 	}
+}
+
+// coolifyBusy reports whether Coolify has a deployment queued or in progress.
+func (w *world) coolifyBusy() bool {
+	for _, d := range w.sim.Deployments() {
+		if d.Status == "queued" || d.Status == "in_progress" {
+			return true
+		}
+	}
+	return false
 }
 
 // drain ends a run: no new bots, no faults; bots play their meetings to the end. Every bot
@@ -343,6 +356,17 @@ func (w *world) report(steps int) string {
 	for _, s := range w.liveSlots() {
 		fmt.Fprintf(&b, "  %s pool=%s phase=%s botRef=%v app=%s msg=%q\n", s.Name, s.Spec.Pool, s.Status.Phase, s.Spec.BotRef,
 			s.Status.ApplicationUUID, s.Status.Message)
+	}
+	fmt.Fprintf(&b, "pools:\n")
+	for _, p := range w.pools {
+		live := w.livePool(p.Name)
+		var conds []string
+		for _, c := range live.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s/%s", c.Type, c.Status, c.Reason))
+		}
+		fmt.Fprintf(&b, "  %s maxSlots=%d minIdle=%d standby=%q servers=%d deploymentTimeout=%s queued=%d reservations=%+v conditions=%v\n",
+			p.Name, live.Spec.MaxSlots, live.Spec.MinIdle, live.Spec.Standby, len(live.Spec.Coolify.ServerList()),
+			live.Spec.Timing.DeploymentTimeout, live.Status.Queued, live.Status.Reservations, conds)
 	}
 	fmt.Fprintf(&b, "Coolify's deployments in flight:\n")
 	names := map[string]string{}
