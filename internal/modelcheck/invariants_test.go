@@ -201,12 +201,14 @@ func (w *world) slotWritten(op string, o, n *v1.BotPoolSlot) {
 		// A slot that failed maxRecoveryAttempts times is retired on its own record, without
 		// reading Coolify; while every Coolify call fails, that record cannot grow (below).
 		// A pool above a lowered maxSlots deletes free slots, also without reading Coolify, and
-		// so does one draining a server (cordoned, unlisted, or above its maxSlots), and one
-		// scaling down a slot free for scaleDownDelay above its need.
+		// so does one draining a server (cordoned, unlisted, or above its maxSlots), one
+		// scaling down a slot free for scaleDownDelay above its need, and a standby pool
+		// ending its rollout, which removes the free slots it added above its size when the
+		// rollout began (seed 3457702266237803: the model knew no such excuse).
 		pool := w.pool(o.Spec.Pool)
 		retired := o.Status.Phase == v1.SlotError && o.Status.RecoveryAttempts >= pool.Spec.Timing.MaxRecoveryAttempts
 		shrunk := o.Status.Phase == v1.SlotIdle && o.Spec.BotRef == nil &&
-			(w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots) || w.drains(o, pool) || w.surplus(pool, o.Name))
+			(w.perPool[o.Spec.Pool] > int(pool.Spec.MaxSlots) || w.drains(o, pool) || w.surplus(pool, o.Name) || w.surge(pool))
 		if w.faults.coolifyDown() && !retired && !shrunk && !w.byHand {
 			w.violate("invariant 9: slot %s (%s, %d recoveries) was deleted while every Coolify call fails (%s)",
 				o.Name, o.Status.Phase, o.Status.RecoveryAttempts, w.faults.coolify)
@@ -826,6 +828,14 @@ func (w *world) slotDeployments() []sim.DeploymentInfo {
 		}
 	}
 	return out
+}
+
+// surge reports whether a standby pool's rollout, as its stored status records it, holds
+// more slots than the pool had when it began (BaseSlots): at its end, the pool removes free
+// slots down to that (endRollout). It runs in onWrite, under the API server's lock.
+func (w *world) surge(pool *v1.BotPool) bool {
+	live, ok := w.api.truth.get(w.api.keyOf(pool)).(*v1.BotPool)
+	return ok && live.Spec.Standby.Running() && live.Status.Rollout != nil && w.perPool[pool.Name] > int(live.Status.Rollout.BaseSlots)
 }
 
 // surplus reports whether the pool, without the slot named, still holds free slots for its
