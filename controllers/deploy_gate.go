@@ -365,31 +365,13 @@ func (g *DeployGate) prune(now time.Time) {
 			delete(g.paused, k)
 		}
 	}
-	for k, adm := range g.admitted {
-		for s, a := range adm {
-			if now.Sub(a.at) > admissionTTL {
-				delete(adm, s)
-			}
-		}
-		if len(adm) == 0 {
-			delete(g.admitted, k)
-		}
-	}
+	pruneNested(g.admitted, func(a admission) bool { return now.Sub(a.at) > admissionTTL })
 	for k, at := range g.warm {
 		if now.Sub(at) > warmTTL {
 			delete(g.warm, k)
 		}
 	}
-	for k, pools := range g.onServer {
-		for p, f := range pools {
-			if now.Sub(f.seen) > serverHeldTTL || len(f.slots) == 0 {
-				delete(pools, p)
-			}
-		}
-		if len(pools) == 0 {
-			delete(g.onServer, k)
-		}
-	}
+	pruneNested(g.onServer, func(f poolFlight) bool { return now.Sub(f.seen) > serverHeldTTL || len(f.slots) == 0 })
 	for s, at := range g.done {
 		if now.Sub(at) > admissionTTL {
 			delete(g.done, s)
@@ -400,29 +382,9 @@ func (g *DeployGate) prune(now time.Time) {
 			delete(g.refused, s)
 		}
 	}
-	for k, slots := range g.starts {
-		for s, at := range slots {
-			if now.Sub(at) > startWaitTTL {
-				delete(slots, s)
-			}
-		}
-		if len(slots) == 0 {
-			delete(g.starts, k)
-		}
-	}
-	for k := range g.pulls {
-		g.pullsOn(k, now)
-	}
-	for k, asks := range g.pullAsks {
-		for p, a := range asks {
-			if now.Sub(a.last) > pullAskTTL {
-				delete(asks, p)
-			}
-		}
-		if len(asks) == 0 {
-			delete(g.pullAsks, k)
-		}
-	}
+	pruneNested(g.starts, func(at time.Time) bool { return now.Sub(at) > startWaitTTL })
+	pruneNested(g.pulls, func(seen time.Time) bool { return now.Sub(seen) > serverHeldTTL })
+	pruneNested(g.pullAsks, func(a pullAsk) bool { return now.Sub(a.last) > pullAskTTL })
 }
 
 // AdmitPull reports whether pool may start a pre-pull of its image on srv now, and counts it
@@ -589,6 +551,21 @@ func (g *DeployGate) pullsOn(server string, now time.Time) int {
 		delete(g.pulls, server)
 	}
 	return len(g.pulls[server])
+}
+
+// pruneNested deletes the entries of m's inner maps that expired, and the inner maps left
+// empty. Callers hold g.mu.
+func pruneNested[K, K2 comparable, V any](m map[K]map[K2]V, expired func(V) bool) {
+	for k, inner := range m {
+		for k2, v := range inner {
+			if expired(v) {
+				delete(inner, k2)
+			}
+		}
+		if len(inner) == 0 {
+			delete(m, k)
+		}
+	}
 }
 
 // Pause stops new deployments to srv until the given time, but never for more
