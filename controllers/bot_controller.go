@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -316,8 +317,12 @@ func (r *BotReconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.
 		return ""
 	}
 	why := "no Coolify problem is known: its slot is still on its way"
-	if c := poolTrouble(pool); c != nil {
-		why = fmt.Sprintf("%s %s, %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	if troubles := poolTroubles(pool); len(troubles) > 0 {
+		parts := make([]string, len(troubles))
+		for i, c := range troubles {
+			parts[i] = fmt.Sprintf("%s %s, %s: %s", c.Type, c.Status, c.Reason, c.Message)
+		}
+		why = strings.Join(parts, "; ")
 	}
 	// No count of the time since the start: the message must stay the same from one pass to the
 	// next, or every pass writes the status (the model check's settle found it, seed
@@ -391,23 +396,26 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 	return o.result(s.requeue, 0)
 }
 
-// poolTrouble is the pool condition that says what keeps it from serving: Stalled, ServerOut,
-// Reconciling for want of room on its servers (ServersFull: every server cordoned or at its
-// maxSlots), or Ready False, in that order, or nil.
-func poolTrouble(pool *v1.BotPool) *metav1.Condition {
+// poolTroubles are the pool conditions that say what keeps it from serving, in this order:
+// Stalled, ServerOut, Reconciling for want of a server to place a slot on (ServersFull: every
+// server cordoned or at its maxSlots; NoUsableServer: every server cordoned or out), and Ready
+// False. All of them, not the first: a failed pre-pull (Stalled) does not keep a Stopped pool
+// from binding, servers without room do, and a late bot must name the one that matters.
+func poolTroubles(pool *v1.BotPool) []*metav1.Condition {
+	var out []*metav1.Condition
 	for _, typ := range []string{v1.ConditionStalled, v1.ConditionServerOut} {
 		if c := meta.FindStatusCondition(pool.Status.Conditions, typ); c != nil && c.Status == metav1.ConditionTrue {
-			return c
+			out = append(out, c)
 		}
 	}
 	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionReconciling); c != nil && c.Status == metav1.ConditionTrue &&
-		c.Reason == v1.ReasonServersFull {
-		return c
+		(c.Reason == v1.ReasonServersFull || c.Reason == v1.ReasonNoUsableServer) {
+		out = append(out, c)
 	}
 	if c := meta.FindStatusCondition(pool.Status.Conditions, v1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
-		return c
+		out = append(out, c)
 	}
-	return nil
+	return out
 }
 
 // lateBefore reports whether the bot already said its reservation is late.

@@ -611,34 +611,39 @@ func TestReservationDecidedAgainWhenItsWindowMoves(t *testing.T) {
 	}
 }
 
-// TestPoolTrouble: a late reservation names what keeps its pool from serving, servers too full
-// for a slot among it (the model check found a reserved bot saying no problem was known while
-// its pool could place no slot, every server being cordoned or at its maxSlots).
-func TestPoolTrouble(t *testing.T) {
+// TestPoolTroubles: a late reservation names what keeps its pool from serving, all of it,
+// servers without room for a slot among it (the model check found reserved bots saying no
+// problem was known, or naming a failed pre-pull only, while their pool could place no slot,
+// every server being cordoned or at its maxSlots).
+func TestPoolTroubles(t *testing.T) {
 	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: status, Reason: reason}
 	}
 	for _, tt := range []struct {
 		name  string
 		conds []metav1.Condition
-		want  string // the reason, "" for none
+		want  []string // the reasons, in order
 	}{
-		{"nothing wrong", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionTrue, "Available")}, ""},
-		{"stalled first", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionFalse, "X"), cond(v1.ConditionStalled, metav1.ConditionTrue, "ImagePullFailed")}, "ImagePullFailed"},
-		{"a server out", []metav1.Condition{cond(v1.ConditionServerOut, metav1.ConditionTrue, "Unreachable")}, "Unreachable"},
-		{"servers full", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionTrue, "Available"), cond(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonServersFull)}, v1.ReasonServersFull},
-		{"reconciling for another reason is no trouble", []metav1.Condition{cond(v1.ConditionReconciling, metav1.ConditionTrue, "WarmingStandby")}, ""},
-		{"not ready", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionFalse, "CoolifyUnreachable")}, "CoolifyUnreachable"},
+		{"nothing wrong", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionTrue, "Available")}, nil},
+		{"stalled, then not ready", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionFalse, "X"), cond(v1.ConditionStalled, metav1.ConditionTrue, "ImagePullFailed")},
+			[]string{"ImagePullFailed", "X"}},
+		{"a server out", []metav1.Condition{cond(v1.ConditionServerOut, metav1.ConditionTrue, "Unreachable")}, []string{"Unreachable"}},
+		{"a failed pull and servers full", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionTrue, "Available"),
+			cond(v1.ConditionStalled, metav1.ConditionTrue, v1.ReasonImagePullFailed), cond(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonServersFull)},
+			[]string{v1.ReasonImagePullFailed, v1.ReasonServersFull}},
+		{"no usable server", []metav1.Condition{cond(v1.ConditionReconciling, metav1.ConditionTrue, v1.ReasonNoUsableServer)}, []string{v1.ReasonNoUsableServer}},
+		{"reconciling for another reason is no trouble", []metav1.Condition{cond(v1.ConditionReconciling, metav1.ConditionTrue, "WarmingStandby")}, nil},
+		{"not ready", []metav1.Condition{cond(v1.ConditionReady, metav1.ConditionFalse, "CoolifyUnreachable")}, []string{"CoolifyUnreachable"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := &v1.BotPool{}
 			pool.Status.Conditions = tt.conds
-			got := ""
-			if c := poolTrouble(pool); c != nil {
-				got = c.Reason
+			var got []string
+			for _, c := range poolTroubles(pool) {
+				got = append(got, c.Reason)
 			}
-			if got != tt.want {
-				t.Errorf("poolTrouble says %q, want %q", got, tt.want)
+			if strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("poolTroubles says %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -719,9 +719,9 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 		// its maxSlots by a person's change (changeServer), and the bot says so. A reservation
 		// is granted against maxSlots, not against what the servers allow at its start.
 		if full := meta.FindStatusCondition(w.livePool(b.Status.Pool).Status.Conditions, v1.ConditionReconciling); full != nil &&
-			full.Status == metav1.ConditionTrue && full.Reason == v1.ReasonServersFull &&
-			ready != nil && ready.Reason == v1.ReasonReservationLate && strings.Contains(ready.Message, v1.ReasonServersFull) {
-			w.counts["reservation late: servers full"]++
+			full.Status == metav1.ConditionTrue && (full.Reason == v1.ReasonServersFull || full.Reason == v1.ReasonNoUsableServer) &&
+			ready != nil && ready.Reason == v1.ReasonReservationLate && strings.Contains(ready.Message, full.Reason) {
+			w.counts["reservation late: no server to place a slot on"]++
 			continue
 		}
 		w.violate("invariant 17 (%s): bot %s's reservation of pool %s for %s is not served %s after its start (%s; Ready %v)", when, b.Name, b.Status.Pool,
