@@ -1,6 +1,7 @@
 package modelcheck
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify/sim"
@@ -145,8 +148,8 @@ func (w *world) checkState() {
 // the API server's write lock.
 func (w *world) onWrite(wr write) {
 	w.writes++
-	if len(w.roundWrites) < 20 {
-		w.roundWrites = append(w.roundWrites, wr.op+" "+wr.key.kind+"/"+wr.key.Name)
+	if w.settling && len(w.roundWrites) < 20 {
+		w.roundWrites = append(w.roundWrites, wr.op+" "+wr.key.kind+"/"+wr.key.Name+changed(wr.old, wr.new))
 	}
 	if wr.new == nil {
 		w.deleted = append(w.deleted, wr.key)
@@ -869,4 +872,47 @@ func (w *world) surplus(pool *v1.BotPool, without string) bool {
 		}
 	}
 	return free >= max(int(pool.Spec.MinIdle), waiting)
+}
+
+// changed names the fields a write changed, with their values, for a settle's report: what
+// keeps the operator writing.
+func changed(old, new client.Object) string {
+	if old == nil || new == nil {
+		return ""
+	}
+	var a, b map[string]any
+	for _, x := range []struct {
+		o client.Object
+		m *map[string]any
+	}{{old, &a}, {new, &b}} {
+		raw, err := json.Marshal(x.o)
+		must(err)
+		must(json.Unmarshal(raw, x.m))
+		delete(*x.m, "metadata")
+	}
+	var out []string
+	var walk func(path string, x, y any)
+	walk = func(path string, x, y any) {
+		xm, xok := x.(map[string]any)
+		ym, yok := y.(map[string]any)
+		if xok && yok {
+			for k := range xm {
+				walk(path+"."+k, xm[k], ym[k])
+			}
+			for k := range ym {
+				if _, ok := xm[k]; !ok {
+					walk(path+"."+k, nil, ym[k])
+				}
+			}
+			return
+		}
+		xs, _ := json.Marshal(x)
+		ys, _ := json.Marshal(y)
+		if string(xs) != string(ys) {
+			out = append(out, fmt.Sprintf("%s %.120s→%.120s", path, xs, ys))
+		}
+	}
+	walk("", a, b)
+	sort.Strings(out)
+	return " {" + strings.Join(out, "; ") + "}"
 }

@@ -173,6 +173,8 @@ func (w *world) note(s string) {
 // deployment in flight; then checks what must hold in a quiet state.
 func (w *world) settle(when string) {
 	w.counts["settle"]++
+	w.settling = true
+	defer func() { w.settling = false }()
 	w.clearFaults()
 	// rolloutRounds bounds the wait for rollouts, rounds of rolloutStep: a pre-pull that failed
 	// just before is tried again within 2 minutes, and a cold pull takes 7, on one server of a
@@ -180,7 +182,8 @@ func (w *world) settle(when string) {
 	// standby ones a batch at a time. The step is the pools' deployment poll interval: the
 	// wait is mostly for a pull, and shorter rounds would only cost the run time.
 	const minRounds, maxRounds, rolloutRounds, rolloutStep = 16, 150, 200, 15 * time.Second
-	rolled := 0 // rounds spent waiting for a rollout: they do not count against maxRounds
+	rolled := 0 // rounds spent waiting for a rollout or Coolify: they do not count against maxRounds
+	noisy := 0  // rounds in a row that wrote, not counting those
 	start := w.clk.Now()
 	for round := 0; ; round++ {
 		before := w.writes
@@ -193,8 +196,16 @@ func (w *world) settle(when string) {
 		quiet := w.writes == before
 		// A quiet operator may still wait for Coolify: a deployment it started, or one it
 		// holds back at the deploy gate until a build frees (a standby container a reserved
-		// bot waits for, behind a pull, say). The world is settled once neither is left.
+		// bot waits for, behind a pull, say). The world is settled once neither is left. A
+		// round that wrote nothing ends a run of rounds that did: only a run of maxRounds is
+		// an operator that never stops writing (a pool whose every deployment times out
+		// writes every few minutes for good, and is not one).
 		rolling := round >= minRounds && rolled < rolloutRounds && (w.rolloutPending() || quiet && w.coolifyBusy())
+		if quiet {
+			noisy = 0
+		} else if !rolling {
+			noisy++
+		}
 		switch {
 		case rolling:
 			rolled++
@@ -205,9 +216,9 @@ func (w *world) settle(when string) {
 			w.checkSettled(when)
 			w.checkRolloutSettled(when)
 			return
-		case round-rolled >= maxRounds:
-			w.violate("%s: the operator still writes after %d rounds (%s of model time) without faults; the last round wrote %v",
-				when, round, w.clk.Since(start), w.roundWrites)
+		case noisy >= maxRounds:
+			w.violate("%s: the operator still writes after %d rounds in a row (%d in all, %s of model time) without faults; the last round wrote %v",
+				when, noisy, round, w.clk.Since(start), w.roundWrites)
 			return
 		}
 		w.advance(5 * time.Second)

@@ -101,8 +101,10 @@ type world struct {
 	violations []string
 	deleted    []objKey // keys of objects that are gone, for stale reconciles
 	writes     int
-	// roundWrites names the first writes since a settle round began, for its report.
+	// roundWrites names the first writes since a settle round began, and what they changed,
+	// for its report; settling says a settle runs.
 	roundWrites []string
+	settling    bool
 	byHand      bool // the write in progress is a person's, not the operator's
 }
 
