@@ -208,9 +208,6 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	delete(inFlight, slot)
 	delete(inFlightHere, slot)
 	onServer := g.serverView(srv.key, key, admHere, ask.here, slot, now) + g.pullsOn(srv.key, now)
-	if g.keptForPull(srv, now) {
-		onServer++
-	}
 	// The pool's own bound: maxConcurrentDeployments over all its servers. Unset, the
 	// servers' bounds are the pool's, or 4 while the server's settings are unknown.
 	limit := int(pool.Spec.MaxConcurrentDeployments)
@@ -403,8 +400,7 @@ func (g *DeployGate) prune(now time.Time) {
 // unknown only a pause holds a pull back.
 //
 // Pulls refused for room take their turns in the order they first asked: a pool whose pulls
-// keep failing (and retry) must not keep another pool's rollout from ever pulling. The one
-// whose turn it is has a build kept for it (pullRoom).
+// keep failing (and retry) must not keep another pool's rollout from ever pulling.
 func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyServer) bool {
 	now := g.Clock.Now()
 	g.mu.Lock()
@@ -425,9 +421,10 @@ func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyServer) boo
 }
 
 // pullRoom reports whether the server has a build for pool's pull now, and no pull that asked
-// before it still waits. On a server of one build the starts go first (a pull waits while one
-// waits); on a larger one the pull whose turn it is has a build kept for it (Admit), so a
-// stream of starts, which always keeps the others, cannot hold a rollout back for good.
+// before it still waits. On a server of one build a pull also waits while a start does. A
+// pull never has a build kept for it: the slots' deployments, a standby pool's recycles
+// included, go first (a rollout must not leave the pool short of ready slots while it
+// pulls, TestRolloutUnderAStreamOfBots), and the pull takes a build they leave free.
 // Callers hold g.mu.
 func (g *DeployGate) pullRoom(pool types.NamespacedName, srv coolifyServer, now time.Time) bool {
 	mine, asked := g.pullAsks[srv.key][pool]
@@ -461,20 +458,6 @@ func (g *DeployGate) slotsOn(server string, now time.Time) int {
 	return n
 }
 
-// keptForPull reports whether a build of server is kept for a pull waiting its turn there:
-// on a server of two builds or more, while its pulls take fewer than all but one, and one
-// asked lately. Callers hold g.mu.
-func (g *DeployGate) keptForPull(srv coolifyServer, now time.Time) bool {
-	if srv.runs < 2 || g.pullsOn(srv.key, now) >= srv.runs-1 {
-		return false
-	}
-	for _, a := range g.pullAsks[srv.key] {
-		if now.Sub(a.last) <= pullAskTTL {
-			return true
-		}
-	}
-	return false
-}
 
 // askPull keeps pool's refused pull in line on server. Callers hold g.mu.
 func (g *DeployGate) askPull(pool types.NamespacedName, server string, now time.Time) {
