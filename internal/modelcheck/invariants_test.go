@@ -727,9 +727,36 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 			w.counts["reservation late: no server to place a slot on"]++
 			continue
 		}
+		// A bot bound in the pool holds its slot longer than the maxDuration from its binding
+		// that the decisions counted on: a start that took long (a cold pull) runs its whole
+		// maxDuration from its start, and a settle plays no meeting to its end (its containers
+		// only beat). The promise was kept as far as the pool could see ahead.
+		if w.overstayed(b.Status.Pool, slots) {
+			w.counts["reservation late: a bound bot held its slot past its maxDuration from its binding"]++
+			continue
+		}
 		w.violate("invariant 17 (%s): bot %s's reservation of pool %s for %s is not served %s after its start (%s; Ready %v)", when, b.Name, b.Status.Pool,
 			b.Status.Reservation.From.Format("15:04:05"), now.Sub(b.Status.Reservation.From.Time).Round(time.Second), describeBot(b), ready)
 	}
+}
+
+// overstayed reports whether a bot bound in one of the pool's slots has been bound longer than
+// its maxDuration and the pool's leaveGracePeriod: longer than any reservation decision
+// counted on it holding its slot.
+func (w *world) overstayed(pool string, slots []v1.BotPoolSlot) bool {
+	p := w.livePool(pool)
+	leave := p.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
+	for i := range slots {
+		ref := slots[i].Spec.BotRef
+		if slots[i].Spec.Pool != pool || ref == nil {
+			continue
+		}
+		bot, at := w.liveBot(ref.Name), w.bindAt[slots[i].Name]
+		if bot != nil && !at.IsZero() && w.clk.Now().Sub(at) > bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration)+leave {
+			return true
+		}
+	}
+	return false
 }
 
 // ended reports whether a bot is finished or running in its slot (bots of a platform no pool

@@ -360,8 +360,9 @@ func (w *world) report(steps int) string {
 	fmt.Fprintf(&b, "last steps:\n%s\n", strings.Join(w.history, "\n"))
 	fmt.Fprintf(&b, "bots:\n")
 	for _, bot := range w.liveBots() {
-		fmt.Fprintf(&b, "  %s uid=%s phase=%s pool=%s slot=%s queuedAt=%v reason=%s deleting=%v%s\n", bot.Name, bot.UID, bot.Status.Phase,
-			bot.Status.Pool, bot.Status.SlotName, bot.Status.QueuedAt, bot.Status.Reason, !bot.DeletionTimestamp.IsZero(), reservationOf(&bot))
+		fmt.Fprintf(&b, "  %s uid=%s phase=%s pool=%s slot=%s queuedAt=%v reason=%s deleting=%v priority=%d claimed=%v starts=%d%s\n", bot.Name, bot.UID, bot.Status.Phase,
+			bot.Status.Pool, bot.Status.SlotName, bot.Status.QueuedAt, bot.Status.Reason, !bot.DeletionTimestamp.IsZero(), bot.Spec.Priority,
+			bot.Status.Binding != nil, len(bot.Status.StartAttempts), reservationOf(&bot))
 	}
 	fmt.Fprintf(&b, "slots:\n")
 	for _, s := range w.liveSlots() {
