@@ -458,7 +458,6 @@ func (g *DeployGate) slotsOn(server string, now time.Time) int {
 	return n
 }
 
-
 // askPull keeps pool's refused pull in line on server. Callers hold g.mu.
 func (g *DeployGate) askPull(pool types.NamespacedName, server string, now time.Time) {
 	if g.pullAsks == nil {
