@@ -207,7 +207,10 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	}
 	delete(inFlight, slot)
 	delete(inFlightHere, slot)
-	onServer := g.serverView(srv.key, key, admHere, ask.here, slot, now) + g.pullsOn(srv.key, now)
+	// Pulls in flight are not counted: they take only builds the slots left free, never more
+	// than all but one (AdmitPull), and a deployment admitted beside one queues in Coolify for
+	// at most that pull, as it would behind another slot's.
+	onServer := g.serverView(srv.key, key, admHere, ask.here, slot, now)
 	// The pool's own bound: maxConcurrentDeployments over all its servers. Unset, the
 	// servers' bounds are the pool's, or 4 while the server's settings are unknown.
 	limit := int(pool.Spec.MaxConcurrentDeployments)
@@ -395,9 +398,10 @@ func (g *DeployGate) prune(now time.Time) {
 // builds: every deployment there waited behind them past its own timeout, and the bots behind
 // those ended QueueTimeout (seeds 881256409367164, 3457702266237803). So a pull starts only
 // into room the slots' deployments leave, and the pulls of every pool on a server take at most
-// all its builds but one: the starts always keep one. The slots' deployments count the pulls
-// (Admit), so they wait in the gate, not in Coolify's queue. While the server's settings are
-// unknown only a pause holds a pull back.
+// all its builds but one: the starts always keep one. The slots' deployments do not count the
+// pulls (Admit): counted, a standby pool's recycles ran one at a time beside its rollout's
+// pull, and it went short of ready slots (TestRolloutUnderAStreamOfBots). While the server's
+// settings are unknown only a pause holds a pull back.
 //
 // Pulls refused for room take their turns in the order they first asked: a pool whose pulls
 // keep failing (and retry) must not keep another pool's rollout from ever pulling.
@@ -423,9 +427,7 @@ func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyServer) boo
 // pullRoom reports whether the server has a build for pool's pull now, and no pull that asked
 // before it still waits. On a server of one build a pull also waits while a start does. A
 // pull never has a build kept for it: the slots' deployments, a standby pool's recycles
-// included, go first (a rollout must not leave the pool short of ready slots while it
-// pulls, TestRolloutUnderAStreamOfBots), and the pull takes a build they leave free.
-// Callers hold g.mu.
+// included, go first, and the pull takes a build they leave free. Callers hold g.mu.
 func (g *DeployGate) pullRoom(pool types.NamespacedName, srv coolifyServer, now time.Time) bool {
 	mine, asked := g.pullAsks[srv.key][pool]
 	for p, a := range g.pullAsks[srv.key] {
@@ -476,7 +478,6 @@ func (g *DeployGate) askPull(pool types.NamespacedName, server string, now time.
 
 // Pulling records whether pool's pre-pull on the server (coolifyServer.key) is in flight: the
 // pool says so at every pass that follows it (a new process learns it so), and when it ended.
-// An end wakes the slots refused for room on the server.
 func (g *DeployGate) Pulling(pool types.NamespacedName, server string, inFlight bool) {
 	if inFlight {
 		g.mu.Lock()
@@ -484,10 +485,12 @@ func (g *DeployGate) Pulling(pool types.NamespacedName, server string, inFlight 
 		g.mu.Unlock()
 		return
 	}
-	for _, s := range g.pullEnded(pool, server) {
-		select {
-		case g.Wake <- event.GenericEvent{Object: &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}}:
-		default:
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m := g.pulls[server]; m != nil {
+		delete(m, pool)
+		if len(m) == 0 {
+			delete(g.pulls, server)
 		}
 	}
 }
@@ -501,23 +504,6 @@ func (g *DeployGate) pulling(pool types.NamespacedName, server string, now time.
 		g.pulls[server] = map[types.NamespacedName]time.Time{}
 	}
 	g.pulls[server][pool] = now
-}
-
-// pullEnded forgets pool's pull on server and returns the slots to wake, if it was counted.
-func (g *DeployGate) pullEnded(pool types.NamespacedName, server string) []types.NamespacedName {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.pulls[server][pool]; !ok {
-		return nil
-	}
-	delete(g.pulls[server], pool)
-	if len(g.pulls[server]) == 0 {
-		delete(g.pulls, server)
-	}
-	if g.Wake == nil {
-		return nil
-	}
-	return g.waiters(types.NamespacedName{}, server, g.Clock.Now())
 }
 
 // pullsOn counts the pulls in flight on server, forgetting those no pool has confirmed for
