@@ -746,6 +746,9 @@ var foundSeeds = []struct {
 	// next pass, unable to adopt the application on the old tag, created a second of the same
 	// name (TestSlotPhasesInOnePass, "Creating beside its own application on an image it cannot adopt", controllers).
 	{3457702266237806, 4700, "invariant 2: two applications of one slot's name"},
+	// A settle checked a reservation 5 s into the deletion of its pool's only slot (maxSlots 1,
+	// the slot retired): the model did not wait for Coolify's deletions (coolifyBusy).
+	{538685351090594, 25100, "invariant 17 (model): a settle ends before Coolify's deletions do"},
 }
 
 // TestModelCheckFoundSeeds replays foundSeeds.
