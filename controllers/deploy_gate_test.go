@@ -167,7 +167,9 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	g := &DeployGate{Clock: fc}
 	meet, zoom := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
-	key := func(p *v1.BotPool) types.NamespacedName { return types.NamespacedName{Namespace: p.Namespace, Name: p.Name} }
+	key := func(p *v1.BotPool) types.NamespacedName {
+		return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	}
 	third := types.NamespacedName{Namespace: "team", Name: "third"}
 	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
 	start := func(slot string, deploying ...string) bool {
