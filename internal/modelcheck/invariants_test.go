@@ -727,12 +727,13 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 			w.counts["reservation late: no server to place a slot on"]++
 			continue
 		}
-		// A bot bound in the pool holds its slot longer than the maxDuration from its binding
-		// that the decisions counted on: a start that took long (a cold pull) runs its whole
-		// maxDuration from its start, and a settle plays no meeting to its end (its containers
-		// only beat). The promise was kept as far as the pool could see ahead.
+		// A bot bound in the pool holds its slot longer than the decisions counted on (its
+		// window, or its maxDuration from its binding): a start that took long (a cold pull,
+		// or a reservation served late) runs its whole maxDuration from its start, and a
+		// settle plays no meeting to its end (its containers only beat). The promise was kept
+		// as far as the pool could see ahead.
 		if w.overstayed(b.Status.Pool, slots) {
-			w.counts["reservation late: a bound bot held its slot past its maxDuration from its binding"]++
+			w.counts["reservation late: a bound bot held its slot past what was counted on"]++
 			continue
 		}
 		w.violate("invariant 17 (%s): bot %s's reservation of pool %s for %s is not served %s after its start (%s; Ready %v)", when, b.Name, b.Status.Pool,
@@ -740,9 +741,11 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 	}
 }
 
-// overstayed reports whether a bot bound in one of the pool's slots has been bound longer than
-// its maxDuration and the pool's leaveGracePeriod: longer than any reservation decision
-// counted on it holding its slot.
+// overstayed reports whether a bot bound in one of the pool's slots holds it past what the
+// reservation decisions counted on: a reserved bot past its window (and the pool's
+// leaveGracePeriod), another past its maxDuration from its binding. A reserved bot served
+// late (faults before the settle) runs its whole maxDuration from its start, past the window
+// the next reservation was granted beside.
 func (w *world) overstayed(pool string, slots []v1.BotPoolSlot) bool {
 	p := w.livePool(pool)
 	leave := p.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
@@ -752,7 +755,16 @@ func (w *world) overstayed(pool string, slots []v1.BotPoolSlot) bool {
 			continue
 		}
 		bot, at := w.liveBot(ref.Name), w.bindAt[slots[i].Name]
-		if bot != nil && !at.IsZero() && w.clk.Now().Sub(at) > bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration)+leave {
+		if bot == nil {
+			continue
+		}
+		end := at.Add(bot.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
+		if isReserved(bot) {
+			end = bot.Status.Reservation.Until.Add(leave)
+		} else if at.IsZero() {
+			continue
+		}
+		if w.clk.Now().After(end) {
 			return true
 		}
 	}
