@@ -447,7 +447,11 @@ func (w *world) deleteApp(uuid string) {
 func (w *world) resizePool() bool {
 	i := w.rng.IntN(len(w.pools))
 	p := w.api.live(objKey{kind: kindPool, NamespacedName: types.NamespacedName{Namespace: namespace, Name: w.pools[i].Name}}).(*v1.BotPool).DeepCopy()
+	before := p.Spec.MaxSlots
 	p.Spec.MaxSlots = int32(1 + w.rng.IntN(4))
+	if p.Spec.MaxSlots < before {
+		w.lowered[p.Name] = w.clk.Now()
+	}
 	p.Spec.MinIdle = int32(w.rng.IntN(int(min(p.Spec.MaxSlots, 2)) + 1))
 	must(w.api.Update(w.ctx, p))
 	w.cache.sync(w.api.keyOf(p))

@@ -732,6 +732,12 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 		// or a reservation served late) runs its whole maxDuration from its start, and a
 		// settle plays no meeting to its end (its containers only beat). The promise was kept
 		// as far as the pool could see ahead.
+		// A person lowered the pool's maxSlots since the reservation was granted, below what
+		// it holds: the promise was made against the old one.
+		if at, ok := w.lowered[b.Status.Pool]; ok && at.After(b.CreationTimestamp.Time) && w.full(b.Status.Pool, slots) {
+			w.counts["reservation late: maxSlots lowered below what the pool holds"]++
+			continue
+		}
 		if w.overstayed(b.Status.Pool, slots) {
 			w.counts["reservation late: a bound bot held its slot past what was counted on"]++
 			continue
@@ -739,6 +745,17 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 		w.violate("invariant 17 (%s): bot %s's reservation of pool %s for %s is not served %s after its start (%s; Ready %v)", when, b.Name, b.Status.Pool,
 			b.Status.Reservation.From.Format("15:04:05"), now.Sub(b.Status.Reservation.From.Time).Round(time.Second), describeBot(b), ready)
 	}
+}
+
+// full reports whether the pool's bound slots fill its maxSlots as the API server holds it.
+func (w *world) full(pool string, slots []v1.BotPoolSlot) bool {
+	bound := 0
+	for i := range slots {
+		if slots[i].Spec.Pool == pool && slots[i].Spec.BotRef != nil {
+			bound++
+		}
+	}
+	return bound >= int(w.livePool(pool).Spec.MaxSlots)
 }
 
 // overstayed reports whether a bot bound in one of the pool's slots holds it past what the

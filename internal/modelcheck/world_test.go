@@ -70,9 +70,10 @@ type world struct {
 	// ceiling is how many slots a pool may hold: maxSlots, or more right after maxSlots was
 	// lowered below the slots it had, coming down as they go (invariant 2).
 	ceiling map[string]int
-	perPool map[string]int    // slots per pool after the last step
-	images  map[string]string // platform → image
-	bots    int               // bots created so far (names are never reused)
+	perPool map[string]int       // slots per pool after the last step
+	lowered map[string]time.Time // pool → when a person last lowered its maxSlots
+	images  map[string]string    // platform → image
+	bots    int                  // bots created so far (names are never reused)
 
 	cmu        sync.Mutex
 	containers map[string]*container // running containers by application uuid
@@ -127,7 +128,7 @@ func newWorld(seed uint64, pools func(*world)) *world {
 		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6d6f64656c)), clk: clocktesting.NewFakeClock(epoch),
 		images: map[string]string{}, containers: map[string]*container{}, lastStart: map[string]time.Time{}, deletedByHand: map[string]bool{}, slotsDeletedByHand: map[types.UID]bool{},
 		beats: map[string]time.Time{}, bindAt: map[string]time.Time{}, botTimers: map[string]time.Time{},
-		counts: map[string]int{}, log: newRingLog(400), ceiling: map[string]int{},
+		counts: map[string]int{}, log: newRingLog(400), ceiling: map[string]int{}, lowered: map[string]time.Time{},
 	}
 	w.ctx = ctrl.LoggerInto(context.Background(), logr.New(&ringSink{r: w.log, clk: w.clk}))
 	w.tpl.init()
