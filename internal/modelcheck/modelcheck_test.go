@@ -184,6 +184,12 @@ func (w *world) settle(when string) {
 	const minRounds, maxRounds, rolloutRounds, rolloutStep = 16, 150, 200, 15 * time.Second
 	rolled := 0 // rounds spent waiting for a rollout or Coolify: they do not count against maxRounds
 	noisy := 0  // rounds in a row that wrote, not counting those
+	// calm counts the quiet rounds in a row: the operator is quiet once it wrote nothing for
+	// longer than its deployment poll interval (15 s), which a slot that reads its
+	// deployments from a list cached for one poll waits out before it sees one end (seed
+	// 1955477100607418 settled one round after a standby container's deployment ended).
+	calm := 0
+	const calmRounds = 4
 	start := w.clk.Now()
 	for round := 0; ; round++ {
 		before := w.writes
@@ -204,8 +210,12 @@ func (w *world) settle(when string) {
 		rolling := round >= minRounds && rolled < rolloutRounds && (w.rolloutPending() || quiet && w.coolifyBusy())
 		if quiet {
 			noisy = 0
-		} else if !rolling {
-			noisy++
+			calm++
+		} else {
+			calm = 0
+			if !rolling {
+				noisy++
+			}
 		}
 		switch {
 		case rolling:
@@ -213,7 +223,7 @@ func (w *world) settle(when string) {
 			w.counts["settle rounds waiting for a rollout or a deployment"]++
 			w.advance(rolloutStep)
 			continue
-		case quiet && round >= minRounds:
+		case calm >= calmRounds && round >= minRounds:
 			w.checkSettled(when)
 			w.checkRolloutSettled(when)
 			return
