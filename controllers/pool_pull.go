@@ -106,25 +106,25 @@ func (r *BotPoolReconciler) prePull(ctx context.Context, s *poolScope) error {
 		if err := r.prePullOn(ctx, s, srv, &replacing); err != nil {
 			errs = append(errs, fmt.Errorf("pre-pull on server %s: %w", srv.UUID, err))
 		}
-		r.notePull(s, srv.UUID)
+		r.notePull(s, srv.UUID, true)
 	}
 	for uuid := range s.images {
 		if !listed[uuid] {
-			r.notePull(s, uuid) // no longer followed: its puller goes (dropUnlisted)
+			r.notePull(s, uuid, false) // no longer followed: its puller goes (dropUnlisted)
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // notePull tells the deploy gate whether the pool's pull on the server is in flight after
-// this pass: the gate counts it against the server's builds (AdmitPull).
-func (r *BotPoolReconciler) notePull(s *poolScope, uuid string) {
+// this pass (one on a server it no longer lists is not followed, and counts no more): the gate
+// counts it against the server's builds (AdmitPull).
+func (r *BotPoolReconciler) notePull(s *poolScope, uuid string, listed bool) {
 	if r.Gate == nil {
 		return
 	}
-	im, listed := s.images[uuid], s.pool.Spec.Coolify.ServerList()
-	inFlight := im != nil && im.Pull != nil && im.Pull.State == v1.ImagePulling &&
-		slices.ContainsFunc(listed, func(srv v1.PoolServer) bool { return srv.UUID == uuid })
+	im := s.images[uuid]
+	inFlight := listed && im != nil && im.Pull != nil && im.Pull.State == v1.ImagePulling
 	r.Gate.Pulling(client.ObjectKeyFromObject(s.pool), serverFor(s.api, r.Coolify, uuid).key, inFlight)
 }
 

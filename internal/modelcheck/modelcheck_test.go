@@ -336,14 +336,15 @@ func (w *world) drain() {
 func (w *world) drainRounds() int {
 	var need time.Duration
 	slots := w.liveSlots()
+	left := map[string]int{} // pool → its bots neither ended nor running
+	for _, b := range w.liveBots() {
+		if !ended(&b, slots) {
+			left[b.Status.Pool]++
+		}
+	}
 	for _, p := range w.pools {
 		live := w.livePool(p.Name)
-		n := 0
-		for _, b := range w.liveBots() {
-			if b.Status.Pool == p.Name && !ended(&b, slots) {
-				n++
-			}
-		}
+		n := left[p.Name]
 		attempts := int(live.Spec.MaxStartAttempts)
 		if attempts == 0 {
 			attempts = v1.DefaultMaxStartAttempts
