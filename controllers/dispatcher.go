@@ -321,17 +321,24 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 	}
 	now := d.Clock.Now()
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	for uid, at := range d.bound {
 		if held[uid] || now.Sub(at) > bindingTTL {
 			delete(d.bound, uid) // the cache shows it now, or it never will
-		} else {
-			held[uid] = true
 		}
 	}
-	d.mu.Unlock()
 	var queue []*v1.Bot
 	for i := range bots.Items {
 		b := &bots.Items[i]
+		if at, ok := d.bound[b.UID]; ok {
+			// A binding of ours the cache never showed ended already when the bot's start
+			// failed after it: the bot is back in the queue. Held for the rest of bindingTTL,
+			// it waited beside the free slots (the model check, seed 2061190406384971).
+			if !failedSince(b, at) {
+				continue
+			}
+			delete(d.bound, b.UID)
+		}
 		// A Queued bot whose binding was claimed went back to the queue and then had its
 		// binding taken by a container of the slot it left: the bot controller ends it, and it
 		// is never bound again (claimedWhileQueued).

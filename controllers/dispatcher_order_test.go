@@ -6,6 +6,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -70,5 +71,73 @@ func TestAWaveSkipsASlotTheCacheShowsFreeTooLate(t *testing.T) {
 	}
 	if res.RequeueAfter <= 0 || res.RequeueAfter > cacheWait {
 		t.Fatalf("the wave asks to run again after %v; want at most %v (the slot left out may be free after all)", res.RequeueAfter, cacheWait)
+	}
+}
+
+// TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding: a wave bound the bot, its start
+// failed and it went back to the queue, all before a wave saw the binding in the cache. The
+// next wave binds it again to the free slot. Before, the wave held it as bound for the rest
+// of bindingTTL, and the bot waited beside the free slot (invariant 3; the random model
+// check found it, seed 2061190406384971 on 29ee175). Two waves on a fake client.
+func TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(2).Obj()
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").PoolRef("pool").InPool("pool").
+		Phase(v1.BotQueued).Created(clk.Now().Add(-time.Minute)).Obj()
+	first := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("s1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Hour)).App("a1").Obj()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, first)
+	d := &Dispatcher{Client: c, Clock: clk, Metrics: NewMetrics(nil)}
+	key := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	boundTo := func() string {
+		t.Helper()
+		var slots v1.BotPoolSlotList
+		if err := c.List(ctx, &slots); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range slots.Items {
+			if s.Spec.BotRef != nil && s.Spec.BotRef.UID == bot.UID {
+				return s.Name
+			}
+		}
+		return ""
+	}
+	if _, err := d.Reconcile(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if got := boundTo(); got != first.Name {
+		t.Fatalf("the first wave bound the bot to %q, want %s", got, first.Name)
+	}
+
+	// The start failed 20 s later: the slot let the bot go (and is in Error), the bot is
+	// Queued again with the attempt; a new slot is free.
+	clk.Step(20 * time.Second)
+	s := &v1.BotPoolSlot{}
+	must(c.Get(ctx, client.ObjectKeyFromObject(first), s))
+	s.Spec.BotRef = nil
+	must(c.Update(ctx, s))
+	s.Status.Phase = v1.SlotError
+	must(c.Status().Update(ctx, s))
+	b := &v1.Bot{}
+	must(c.Get(ctx, client.ObjectKeyFromObject(bot), b))
+	b.Status.StartAttempts = []v1.StartAttempt{{SlotName: first.Name, Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(clk.Now())}}
+	must(c.Status().Update(ctx, b))
+	second := bt.MakeSlot("ns", "pool-zoom-002", "pool").UID("s2").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).App("a2").Obj()
+	status := second.Status
+	must(c.Create(ctx, second))
+	second.Status = status
+	must(c.Status().Update(ctx, second))
+
+	if _, err := d.Reconcile(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if got := boundTo(); got != "pool-zoom-002" {
+		t.Fatalf("the wave after the failed start bound the bot to %q, want pool-zoom-002", got)
 	}
 }

@@ -157,6 +157,23 @@ func cachedOn(pool *v1.BotPool, server, ref, restarted string) bool {
 	return false
 }
 
+// failedPull is the pool's last pull of image on the server when it failed and the server
+// holds no finished pull of that image (freshCached) to fall back on; nil otherwise. A
+// deployment of that image there would most likely fail the same way.
+func failedPull(pool *v1.BotPool, server, image string) *v1.ImagePull {
+	for i := range pool.Status.Servers {
+		st := &pool.Status.Servers[i]
+		if st.UUID != server || st.Pull == nil || st.Pull.State != v1.ImagePullFailed || st.Pull.Image != image {
+			continue
+		}
+		if slices.ContainsFunc(freshCached(pool, st.Cached), func(c v1.CachedImage) bool { return c.Image == image }) {
+			return nil
+		}
+		return st.Pull
+	}
+	return nil
+}
+
 // hasCached reports whether cached lists ref pulled under restarted.
 func hasCached(cached []v1.CachedImage, ref, restarted string) bool {
 	for _, c := range cached {

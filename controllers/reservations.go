@@ -283,19 +283,20 @@ func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *
 	if l == nil {
 		return out, nil
 	}
-	failed := map[types.UID]time.Time{} // bot → its last failed start
-	for i := range bots {
-		if a := bots[i].Status.StartAttempts; len(a) > 0 {
-			failed[bots[i].UID] = a[len(a)-1].At.Time
-		}
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for uid, at := range l.binds {
-		if now.Sub(at) > bindingTTL || !failed[uid].Before(at) {
+		if now.Sub(at) > bindingTTL {
 			delete(l.binds, uid)
-		} else {
-			out[uid] = true
+		}
+	}
+	for i := range bots {
+		if at, ok := l.binds[bots[i].UID]; ok {
+			if failedSince(&bots[i], at) {
+				delete(l.binds, bots[i].UID)
+			} else {
+				out[bots[i].UID] = true
+			}
 		}
 	}
 	return out, nil

@@ -182,6 +182,17 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		},
 		want: onePassResult{Phase: v1.SlotIdle, Err: true, Calls: []string{"SetDescription " + app, "Deploy " + app}},
 	}, {
+		// The model check's seed 3457702266237806: the pool's pre-pull of a tag the registry
+		// lacks failed; each standby container deployed on it failed too, the slot retired
+		// after maxRecoveryAttempts and the pool created it again, forever.
+		name: "Idle standby slot whose image's pre-pull failed on its server: no deploy until the pool's next pull",
+		objs: []client.Object{
+			bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Standby(v1.StandbyRunning).Template("h1", "bot:1").
+				PullFailed(pool().(*v1.BotPool).Spec.Coolify.DefaultServer(), "bot:1", 1, now.Add(-30*time.Second)).Obj(),
+			slot().App(app).Template("h1", "bot:1").Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
+		coolify: &bt.Coolify{},
+		want:    onePassResult{Phase: v1.SlotIdle, Requeue: pullRetry - 30*time.Second},
+	}, {
 		name: "Deploying, the deployment finished: Busy",
 		objs: []client.Object{pool(), bot(), deploying().Obj()},
 		coolify: &bt.Coolify{

@@ -140,6 +140,18 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 	if done, err := r.updateInPlace(ctx, s); err != nil || done { // no container yet: it starts on the template
 		return err
 	}
+	if srv := slotServer(s.slot, s.pool); st.Image != "" {
+		if p := failedPull(s.pool, srv, st.Image); p != nil {
+			// The pool's pre-pull of this very image failed on the server (a tag the registry
+			// lacks, a pull longer than deploymentTimeout): the container's deployment would
+			// fail the same way, the slot retire after maxRecoveryAttempts, and the pool
+			// create it again, forever (found by the model check). The container waits for
+			// the pool's next pull instead; the pool's Stalled condition says why.
+			st.Message = fmt.Sprintf("Standby container to start once the pool pulls %s on server %s (its last pull failed)", st.Image, srv)
+			s.after(r.jittered(min(max(p.Since.Add(pullBackoff(p.Failures)).Sub(r.Clock.Now()), serversRetry), pullRetry)))
+			return nil
+		}
+	}
 	if !r.admit(ctx, s) {
 		if !isCoolifyBusyMessage(st.Message) {
 			st.Message = "Standby container to start; " + gateWaitMessage

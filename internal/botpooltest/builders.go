@@ -107,6 +107,21 @@ func (w *PoolWrapper) Cached(server, image, restarted string, at time.Time) *Poo
 	return w
 }
 
+// PullFailed records in the pool's status that its pre-pull of image (image:tag) on the
+// server failed at the given time, the failures-th in a row.
+func (w *PoolWrapper) PullFailed(server, image string, failures int32, at time.Time) *PoolWrapper {
+	pull := &v1.ImagePull{Image: image, State: v1.ImagePullFailed, Since: metav1.NewTime(at), Failures: failures,
+		Message: "Pulling " + image + " on server " + server + " failed"}
+	for i := range w.Status.Servers {
+		if st := &w.Status.Servers[i]; st.UUID == server {
+			st.Pull = pull
+			return w
+		}
+	}
+	w.Status.Servers = append(w.Status.Servers, v1.ServerStatus{UUID: server, State: v1.ServerActive, Pull: pull})
+	return w
+}
+
 // Annotate sets an annotation on the pool.
 func (w *PoolWrapper) Annotate(key, value string) *PoolWrapper {
 	if w.Annotations == nil {
