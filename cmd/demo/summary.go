@@ -50,7 +50,7 @@ type report struct {
 	// not report finished (it ran, and a later redeploy of its slot failed in an outage) has no
 	// duration in warm or cold but is still a start, as the per-server lines count it.
 	started map[string]int
-	standby      string          // the pool's spec.standby
+	standby string // the pool's spec.standby
 	// toRunning is creation (or leaving Scheduled) → first report, per start kind.
 	toRunning map[string][]time.Duration
 	// standbyDeploys are deployments with no bot of a standby pool: recycles (a fresh
