@@ -193,6 +193,28 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		coolify: &bt.Coolify{},
 		want:    onePassResult{Phase: v1.SlotIdle, Requeue: pullRetry - 30*time.Second},
 	}, {
+		// The model check's seed 881256409367165: a slot created on a tag whose pulls all
+		// failed was bound after the pool had moved on and pulled another tag, and its
+		// deployment pulled the old one cold (invariant 16).
+		name: "Idle with a botRef on an image its server does not hold, the pool pulled another there: given that one, then deployed",
+		objs: []client.Object{
+			bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "3").Template("h3", "bot:3").
+				Cached(pool().(*v1.BotPool).Spec.Coolify.DefaultServer(), "bot:2", "", now.Add(-time.Hour)).Obj(),
+			bot(), slot().BoundTo("bot", "bot-uid").App(app).Template("h1", "bot:1").Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
+		coolify: &bt.Coolify{
+			UpdateApplicationFn: func(_ context.Context, _ string, u coolify.AppUpdate) error {
+				if u.Image != "bot" || u.Tag != "2" {
+					return fmt.Errorf("update to %s:%s, want bot:2", u.Image, u.Tag)
+				}
+				return nil
+			},
+			SetDescriptionFn: described,
+			DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
+				return coolify.DeployResult{DeploymentUUID: "dep-1"}, nil
+			},
+		},
+		want: onePassResult{Phase: v1.SlotDeploying, Requeue: poll, Calls: []string{"UpdateApplication " + app, "SetDescription " + app, "Deploy " + app}},
+	}, {
 		name: "Deploying, the deployment finished: Busy",
 		objs: []client.Object{pool(), bot(), deploying().Obj()},
 		coolify: &bt.Coolify{

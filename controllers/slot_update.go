@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,15 +90,26 @@ func outdated(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
 // limits (setEnv). The next deployment, a bot's or a standby container's, runs it. done says
 // the pass is over: the application is gone and the slot goes back to Creating (forgotten
 // and left Idle, every later pass tried the update again on no application).
+//
+// A slot whose image its server does not hold, while the pool pulled another there
+// (strandedImage), is then given that one, as a slot created now would be (createImage).
 func (r *BotPoolSlotReconciler) updateInPlace(ctx context.Context, s *slotScope) (done bool, err error) {
-	if !outdated(s.slot, s.pool) {
-		return false, nil
-	}
-	token, err := r.ensureToken(ctx, s.slot)
-	if err != nil {
+	if outdated(s.slot, s.pool) {
+		token, err := r.ensureToken(ctx, s.slot)
+		if err != nil {
+			return false, err
+		}
+		err = r.setEnv(ctx, s, token)
+		if err == nil {
+			err = r.leaveStrandedImage(ctx, s)
+		}
+		if err != nil && s.slot.Status.ApplicationUUID == "" {
+			r.recreate(s)
+			return true, nil
+		}
 		return false, err
 	}
-	if err := r.setEnv(ctx, s, token); err != nil {
+	if err := r.leaveStrandedImage(ctx, s); err != nil {
 		if s.slot.Status.ApplicationUUID == "" {
 			r.recreate(s)
 			return true, nil
@@ -105,6 +117,60 @@ func (r *BotPoolSlotReconciler) updateInPlace(ctx context.Context, s *slotScope)
 		return false, err
 	}
 	return false, nil
+}
+
+// strandedImage is the image a slot's application should leave its own for, or "": its
+// server holds no finished pull of the slot's image (status.image) that the pool recorded
+// (freshCached), and the pool pulled another there. Such a slot was created with its pool's
+// image while nothing was pulled on its server, and that pull failed; or its image was
+// pushed again (restartedAt) since its pull. Its next deployment would pull cold while the
+// server holds a warm image of the pool (invariant 16; the model check found a slot created
+// on a tag whose pulls failed deploying it cold after the pool had moved on, seed
+// 881256409367165).
+func strandedImage(slot *v1.BotPoolSlot, pool *v1.BotPool) string {
+	image := slot.Status.Image
+	if image == "" || slot.Status.ApplicationUUID == "" {
+		return ""
+	}
+	server := slotServer(slot, pool)
+	for i := range pool.Status.Servers {
+		if st := &pool.Status.Servers[i]; st.UUID == server {
+			fresh := freshCached(pool, st.Cached)
+			if len(fresh) == 0 || slices.ContainsFunc(fresh, func(c v1.CachedImage) bool { return c.Image == image }) {
+				return ""
+			}
+			return fresh[0].Image
+		}
+	}
+	return ""
+}
+
+// leaveStrandedImage gives a stranded slot's application (strandedImage) the newest image
+// the pool pulled on its server, with the template's limits, and forgets its template: as for
+// a slot created mid-rollout, its env follows the pool's current template, and the template's
+// image follows once its server pulled it (syncTemplate).
+func (r *BotPoolSlotReconciler) leaveStrandedImage(ctx context.Context, s *slotScope) error {
+	st := &s.slot.Status
+	warm := strandedImage(s.slot, s.pool)
+	if warm == "" {
+		return nil
+	}
+	image, tag := splitRef(warm)
+	p := s.pool.Spec.Resources
+	u := coolify.AppUpdate{Image: image, Tag: tag, CPUs: limitOrNone(p.CPUs), Memory: limitOrNone(p.Memory)}
+	if err := s.api.UpdateApplication(ctx, st.ApplicationUUID, u); err != nil {
+		if errors.Is(err, coolify.ErrNotFound) {
+			st.ApplicationUUID = "" // deleted behind our back: create it again
+		}
+		return fmt.Errorf("giving the application an image its server holds: %w", err)
+	}
+	from := st.Image
+	st.TemplateHash, st.Image = "", warm
+	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeNormal, v1.ReasonSlotUpdated, "Update",
+		"Application %s given image %s, which server %s holds, instead of %s, which it does not; the pool's template follows once pulled there",
+		st.ApplicationUUID, warm, slotServer(s.slot, s.pool), from)
+	ctrl.LoggerFrom(ctx).Info("Slot left an image its server does not hold", "image", warm, "was", from)
+	return nil
 }
 
 // admittedForUpdate reports whether the pool admitted the slot to replace its ready standby

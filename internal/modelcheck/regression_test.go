@@ -749,6 +749,12 @@ var foundSeeds = []struct {
 	// A settle checked a reservation 5 s into the deletion of its pool's only slot (maxSlots 1,
 	// the slot retired): the model did not wait for Coolify's deletions (coolifyBusy).
 	{538685351090594, 25100, "invariant 17 (model): a settle ends before Coolify's deletions do"},
+	// A standby pool on a tag the registry lacks deployed a container on it in each free slot,
+	// which failed, retired and was created again, forever (TestSlotPhasesInOnePass, "Idle
+	// standby slot whose image's pre-pull failed", controllers).
+	{3457702266237806, 5000, "settle: standby containers of an image whose pre-pull failed"},
+	// seed 2061190406384971 failed at step 201,670, too far for the suite: a wave's binding
+	// held a bot whose start had failed since (TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding, controllers).
 }
 
 // TestModelCheckFoundSeeds replays foundSeeds.
