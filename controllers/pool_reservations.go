@@ -72,7 +72,10 @@ func observedLead(s *poolScope, servers []v1.ServerStatus, now time.Time) leadMo
 				}
 			}
 			if st.Pull != nil && st.Pull.State == v1.ImagePulling {
-				pull = max(pull-now.Sub(st.Pull.Since.Time), 0)
+				// since is stored to the second: now is cut the same way, or a pull requested
+				// at 12:00:00.7 would count 0.7 s gone at once, and the lead, rounded up to the
+				// minute, could drop a minute while the clock had not moved.
+				pull = max(pull-now.Truncate(time.Second).Sub(st.Pull.Since.Time), 0)
 			}
 			m.pull = max(m.pull, pull)
 		}

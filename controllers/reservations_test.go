@@ -468,6 +468,18 @@ func TestObservedLead(t *testing.T) {
 			}
 		})
 	}
+	// A pull requested at a fraction of a second, its since stored to the second: no time has
+	// passed, so none of it is gone (TestReservationWarmedByTheObservedLead failed in the full
+	// suite, whose shared clock had a fraction, as the lead dropped a minute).
+	at := now.Add(700 * time.Millisecond)
+	pulling := srv("s1", lacks, func(st *v1.ServerStatus) {
+		st.Pull = &v1.ImagePull{Image: ref, State: v1.ImagePulling, Since: metav1.NewTime(at.Truncate(time.Second))}
+	})
+	pool := bt.MakePool("ns", "pool").Image("ghcr.io/acme/bot", "v2").Obj()
+	tmpl := poolTemplate(pool, "", "")
+	if got := observedLead(&poolScope{pool: pool, template: &tmpl, servers: settings}, []v1.ServerStatus{pulling}, at); got.pull != 6*time.Minute {
+		t.Errorf("a pull just requested at a fraction of a second has %s left, want all of its 6m", got.pull)
+	}
 }
 
 // TestPeakHoldsAgreesWithCountingEveryInstant: the sweep finds the same peak as counting the
