@@ -61,6 +61,14 @@ func (p Policy) Check(ip netip.Addr) error {
 	refuse := func(rule string) error {
 		return fmt.Errorf("%w: %s is %s", ErrRefused, ip, rule)
 	}
+	// An IPv6 address that carries an IPv4 one reaches it through a translator or tunnel
+	// (NAT64, 6to4) or by the host's own reading (IPv4-compatible, IPv4-translated): judged
+	// as that IPv4 address, 64:ff9b::7f00:1 is 127.0.0.1.
+	for _, v4 := range embeddedIPv4(u) {
+		if err := p.Check(v4); err != nil {
+			return fmt.Errorf("%w: %s embeds %s (%w)", ErrRefused, ip, v4, err)
+		}
+	}
 	switch {
 	case u.IsLoopback():
 		return refuse("a loopback address")
@@ -82,6 +90,70 @@ func (p Policy) Check(ip netip.Addr) error {
 		}
 	}
 	return nil
+}
+
+var (
+	// nat64WellKnown is RFC 6052's well-known NAT64 prefix: the IPv4 address is the last 32 bits.
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
+	// nat64Local is RFC 8215's local-use NAT64 prefix. A network picks its own prefix length
+	// in it (RFC 6052: /48, /56, /64 or /96 fit), which the manager cannot know: each reading
+	// that could be one (RFC 6052's suffix after the IPv4 address is zero) is judged.
+	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")
+	// sixToFour is RFC 3056's 6to4: the IPv4 address is bits 16–47.
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	// ipv4Compatible is RFC 4291's deprecated ::a.b.c.d (:: and ::1 are IPv6's own).
+	ipv4Compatible = netip.MustParsePrefix("::/96")
+	// ipv4Translated is RFC 2765's SIIT ::ffff:0:a.b.c.d.
+	ipv4Translated = netip.MustParsePrefix("::ffff:0:0:0/96")
+)
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address carries by a standard embedding,
+// none for an IPv4 address or one that carries none.
+func embeddedIPv4(ip netip.Addr) []netip.Addr {
+	if !ip.Is6() {
+		return nil
+	}
+	a := ip.As16()
+	v4 := func(b ...byte) netip.Addr { return netip.AddrFrom4([4]byte{b[0], b[1], b[2], b[3]}) }
+	switch {
+	case nat64WellKnown.Contains(ip), ipv4Translated.Contains(ip):
+		return []netip.Addr{v4(a[12:16]...)}
+	case ipv4Compatible.Contains(ip):
+		if ip.IsUnspecified() || ip.IsLoopback() {
+			return nil
+		}
+		return []netip.Addr{v4(a[12:16]...)}
+	case sixToFour.Contains(ip):
+		return []netip.Addr{v4(a[2:6]...)}
+	case nat64Local.Contains(ip):
+		// RFC 6052 section 2.2: bits 64–71 (byte 8) are zero and skipped, and the suffix
+		// after the address is zero.
+		// A reading in 0.0.0.0/8 is the zero filler of another length's, not a destination
+		// a translator serves: skipped, or every address under /48, /56 or /64 is refused.
+		var out []netip.Addr
+		if r := v4(a[12:16]...); !thisNetwork.Contains(r) {
+			out = append(out, r) // /96
+		}
+		for _, r := range []struct {
+			addr   [4]int
+			suffix int // the suffix's first byte
+		}{{[4]int{6, 7, 9, 10}, 11}, {[4]int{7, 9, 10, 11}, 12}, {[4]int{9, 10, 11, 12}, 13}} { // /48, /56, /64
+			if v := v4(a[r.addr[0]], a[r.addr[1]], a[r.addr[2]], a[r.addr[3]]); a[8] == 0 && allZero(a[r.suffix:]) && !thisNetwork.Contains(v) {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Dialer returns a copy of base (a default dialer when nil) whose Control
