@@ -321,7 +321,6 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 	}
 	now := d.Clock.Now()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for uid, at := range d.bound {
 		if held[uid] || now.Sub(at) > bindingTTL {
 			delete(d.bound, uid) // the cache shows it now, or it never will
@@ -346,6 +345,7 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 			queue = append(queue, b)
 		}
 	}
+	d.mu.Unlock()
 	sortQueue(queue)
 	return queue, nil
 }

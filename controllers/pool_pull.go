@@ -179,7 +179,13 @@ func (r *BotPoolReconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.
 		return nil
 	}
 	if p := im.Pull; p != nil && p.State == v1.ImagePullFailed && pullOf(p, ref, restarted) {
-		if retry := p.Since.Add(pullBackoff(p.Failures)); now.Before(retry) {
+		wait := pullBackoff(p.Failures)
+		if s.pool.Spec.Standby.Running() && len(im.Cached) == 0 {
+			// Its standby containers wait for this pull (failedPull) with no other image to
+			// run: the pull is the only probe of a fixed tag, and must not wait 30 minutes.
+			wait = pullRetry
+		}
+		if retry := p.Since.Add(wait); now.Before(retry) {
 			s.after(retry.Sub(now))
 			return nil
 		}

@@ -332,6 +332,27 @@ func TestPrePullInOnePass(t *testing.T) {
 		coolify: &bt.Coolify{ListApplicationsFn: listing()},
 		want:    pullPass{Pull: "Failed bot:v2 " + app + " dep-old  08:55:00", Requeue: 3 * time.Minute, Calls: []string{"ListApplications " + tag}},
 	}, {
+		name: "failed three times in a row, five minutes ago, a standby pool with no other image there: retried after pullRetry",
+		pool: func(p *v1.BotPool) { p.Spec.Standby = v1.StandbyRunning },
+		images: map[string]*serverImages{srv: {Pull: func() *v1.ImagePull {
+			p := failed("bot:v2", -time.Minute)
+			p.Failures = 3
+			return p
+		}()}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing()},
+		want:    pullPass{Pull: "Failed bot:v2 " + app + " dep-old  08:59:00", Requeue: time.Minute, Calls: []string{"ListApplications " + tag}},
+	}, {
+		name: "failed three times in a row, a standby pool with an older image there: the longer wait",
+		pool: func(p *v1.BotPool) { p.Spec.Standby = v1.StandbyRunning },
+		images: map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v1", time.Hour)}, Pull: func() *v1.ImagePull {
+			p := failed("bot:v2", -time.Minute)
+			p.Failures = 3
+			return p
+		}()}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing()},
+		want: pullPass{Cached: []string{"bot:v1@ 08:00:00"}, Pull: "Failed bot:v2 " + app + " dep-old  08:59:00", Requeue: 7 * time.Minute,
+			Calls: []string{"ListApplications " + tag}},
+	}, {
 		name:    "failed pullRetry ago: pulled again",
 		images:  map[string]*serverImages{srv: {Pull: failed("bot:v2", -pullRetry)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed},

@@ -157,13 +157,14 @@ func cachedOn(pool *v1.BotPool, server, ref, restarted string) bool {
 	return false
 }
 
-// failedPull is the pool's last pull of image on the server when it failed and the server
-// holds no finished pull of that image (freshCached) to fall back on; nil otherwise. A
-// deployment of that image there would most likely fail the same way.
+// failedPull is the pool's last pull of image on the server, under the pool's restartedAt,
+// when it failed and the server holds no finished pull of that image (freshCached) to fall
+// back on; nil otherwise. A deployment of that image there would most likely fail the same
+// way. One under another restartedAt is the pool's to pull again now, and holds nothing back.
 func failedPull(pool *v1.BotPool, server, image string) *v1.ImagePull {
 	for i := range pool.Status.Servers {
 		st := &pool.Status.Servers[i]
-		if st.UUID != server || st.Pull == nil || st.Pull.State != v1.ImagePullFailed || st.Pull.Image != image {
+		if st.UUID != server || st.Pull == nil || st.Pull.State != v1.ImagePullFailed || !pullOf(st.Pull, image, restartedAt(pool)) {
 			continue
 		}
 		if slices.ContainsFunc(freshCached(pool, st.Cached), func(c v1.CachedImage) bool { return c.Image == image }) {

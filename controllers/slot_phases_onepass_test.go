@@ -203,8 +203,8 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 			bot(), slot().BoundTo("bot", "bot-uid").App(app).Template("h1", "bot:1").Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
 		coolify: &bt.Coolify{
 			UpdateApplicationFn: func(_ context.Context, _ string, u coolify.AppUpdate) error {
-				if u.Image != "bot" || u.Tag != "2" {
-					return fmt.Errorf("update to %s:%s, want bot:2", u.Image, u.Tag)
+				if u != (coolify.AppUpdate{Image: "bot", Tag: "2"}) {
+					return fmt.Errorf("update %+v, want image bot tag 2 only (its env and limits stay its template's)", u)
 				}
 				return nil
 			},
@@ -435,5 +435,78 @@ func TestAWaitClearsStalled(t *testing.T) {
 	}
 	if st := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionStalled); st != nil {
 		t.Fatalf("a slot waiting to check its application again still shows Stalled=%s (%s)", st.Status, st.Reason)
+	}
+}
+
+// TestAStrandedSlotKeepsItsEnvUntilItTakesTheTemplate: a slot on an image its server does not
+// hold, while the pool pulled another there, is given that image alone (strandedImage) and
+// marked stranded; once the pool's template is pulled there, the slot takes it, env and all,
+// and drops the variables the template lacks (a key removed from the pool's Secret must not
+// reach later bots). Two passes on the fake client.
+func TestAStrandedSlotKeepsItsEnvUntilItTakesTheTemplate(t *testing.T) {
+	const ns, slotN, app = "ns", "pool-zoom-001", "app-1"
+	ctx := context.Background()
+	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(now)
+	base := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "3").Obj()
+	server := base.Spec.Coolify.DefaultServer()
+	hash := poolTemplate(base, "", "").Hash()
+	pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "3").Template(hash, "bot:3").
+		Cached(server, "bot:2", "", now.Add(-time.Hour)).Obj()
+	slot := bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).
+		Token("0000000000000000000000000000000000000000000000000000000000000000").
+		App(app).Template("t1-0000000000000001", "bot:1").Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool, slot)
+	var updates []coolify.AppUpdate
+	var deleted []string
+	api := &bt.Coolify{
+		UpdateApplicationFn: func(_ context.Context, _ string, u coolify.AppUpdate) error { updates = append(updates, u); return nil },
+		UpsertEnvsFn:        func(_ context.Context, _ string, e []coolify.EnvVar) ([]coolify.EnvVar, error) { return e, nil },
+		ListEnvsFn: func(context.Context, string) ([]coolify.EnvVar, error) {
+			return []coolify.EnvVar{{UUID: "env-old", Key: "OLD_KEY", Value: "from the template before"}}, nil
+		},
+		DeleteEnvFn: func(_ context.Context, _ string, uuid string) error { deleted = append(deleted, uuid); return nil },
+		GetApplicationFn: func(context.Context, string) (*coolify.Application, error) {
+			return &coolify.Application{UUID: app, Name: slotN, Status: "exited:unhealthy"}, nil
+		},
+		SetDescriptionFn: func(context.Context, string, string) error { return nil },
+	}
+	r := onePassSlots(c, c, clk, api, memory.New(memory.WithClock(clk)))
+	key := client.ObjectKey{Namespace: ns, Name: slotN}
+	pass := func() *v1.BotPoolSlot {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatalf("pass: %v (calls %v)", err, api.Calls())
+		}
+		var got v1.BotPoolSlot
+		if err := c.Get(ctx, key, &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+
+	got := pass()
+	if got.Status.TemplateHash != strandedTemplate || got.Status.Image != "bot:2" ||
+		len(updates) != 1 || updates[0] != (coolify.AppUpdate{Image: "bot", Tag: "2"}) || len(deleted) != 0 {
+		t.Fatalf("after the first pass: template %q, image %q, updates %+v, deleted %v; want stranded on bot:2 by one image-only update, nothing deleted",
+			got.Status.TemplateHash, got.Status.Image, updates, deleted)
+	}
+
+	// The pool pulled its template there.
+	p := &v1.BotPool{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pool), p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Servers[0].Cached = append([]v1.CachedImage{{Image: "bot:3", PulledAt: metav1.NewTime(now)}}, p.Status.Servers[0].Cached...)
+	if err := c.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Minute)
+	got = pass()
+	if got.Status.TemplateHash != hash || got.Status.Image != "bot:3" || len(updates) != 2 || updates[1].Image != "bot" || updates[1].Tag != "3" {
+		t.Fatalf("after the pull: template %q, image %q, updates %+v; want %s on bot:3", got.Status.TemplateHash, got.Status.Image, updates, hash)
+	}
+	if len(deleted) != 1 || deleted[0] != "env-old" {
+		t.Fatalf("variables deleted on taking the template: %v, want the one it lacks (env-old)", deleted)
 	}
 }

@@ -145,10 +145,16 @@ func strandedImage(slot *v1.BotPoolSlot, pool *v1.BotPool) string {
 	return ""
 }
 
+// strandedTemplate is status.templateHash of a slot whose application left an image its
+// server did not hold (leaveStrandedImage): no template's hash, and not empty, which would
+// read as an application without a template's env (setEnv's fresh). The slot keeps its env
+// until it takes the pool's template, which then drops the keys the template lacks.
+const strandedTemplate = "stranded"
+
 // leaveStrandedImage gives a stranded slot's application (strandedImage) the newest image
-// the pool pulled on its server, with the template's limits, and forgets its template: as for
-// a slot created mid-rollout, its env follows the pool's current template, and the template's
-// image follows once its server pulled it (syncTemplate).
+// the pool pulled on its server, and nothing else: its env and limits stay those of its
+// template, which it is no longer on in full (strandedTemplate); the pool's template follows,
+// env and all, once its server pulled it (syncTemplate).
 func (r *BotPoolSlotReconciler) leaveStrandedImage(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	warm := strandedImage(s.slot, s.pool)
@@ -156,8 +162,7 @@ func (r *BotPoolSlotReconciler) leaveStrandedImage(ctx context.Context, s *slotS
 		return nil
 	}
 	image, tag := splitRef(warm)
-	p := s.pool.Spec.Resources
-	u := coolify.AppUpdate{Image: image, Tag: tag, CPUs: limitOrNone(p.CPUs), Memory: limitOrNone(p.Memory)}
+	u := coolify.AppUpdate{Image: image, Tag: tag}
 	if err := s.api.UpdateApplication(ctx, st.ApplicationUUID, u); err != nil {
 		if errors.Is(err, coolify.ErrNotFound) {
 			st.ApplicationUUID = "" // deleted behind our back: create it again
@@ -165,7 +170,7 @@ func (r *BotPoolSlotReconciler) leaveStrandedImage(ctx context.Context, s *slotS
 		return fmt.Errorf("giving the application an image its server holds: %w", err)
 	}
 	from := st.Image
-	st.TemplateHash, st.Image = "", warm
+	st.TemplateHash, st.Image = strandedTemplate, warm
 	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeNormal, v1.ReasonSlotUpdated, "Update",
 		"Application %s given image %s, which server %s holds, instead of %s, which it does not; the pool's template follows once pulled there",
 		st.ApplicationUUID, warm, slotServer(s.slot, s.pool), from)

@@ -791,7 +791,8 @@ type ImagePull struct {
 	// failed in a row: the next is tried 2 minutes after a first failure, twice as long after
 	// each further one, at most 30 minutes, so a pull that cannot succeed (a tag the registry
 	// lacks, a deploymentTimeout shorter than the pull) does not hold a build of the server
-	// most of the time.
+	// most of the time. A standby pool whose server holds no other image of it retries every
+	// 2 minutes: its standby containers there wait for this pull.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Failures int32 `json:"failures,omitempty"`
