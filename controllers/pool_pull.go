@@ -720,11 +720,19 @@ func pulledAny(images map[string]*serverImages) bool {
 
 // pullPolls remembers when each pull's deployment was last looked at, so that a pool's passes
 // (one per change of any of its slots) ask Coolify about it at most once per
-// deploymentPollInterval. It is a rate bound, not state: a restart polls at once.
+// deploymentPollInterval, and when a stray puller was last stopped again ("stop/<appUUID>").
+// It is a rate bound, not state: a restart polls at once. So a mark older than pollMemory,
+// longer than any interval it bounds in practice, is forgotten: the stop marks are keyed by
+// applications a Coolify lists, which a tenant's own Coolify may make up without end.
 type pullPolls struct {
-	mu sync.Mutex
-	at map[string]time.Time
+	mu    sync.Mutex
+	at    map[string]time.Time
+	swept time.Time
 }
+
+// pollMemory is how long pullPolls keeps a mark. A pool polling less often than this (its
+// deploymentPollInterval) polls a little early, nothing worse.
+const pollMemory = time.Hour
 
 // wait is how long until the deployment may be polled again (0: now).
 func (p *pullPolls) wait(dep string, now time.Time, every time.Duration) time.Duration {
@@ -747,6 +755,14 @@ func (p *pullPolls) mark(dep string, now time.Time) {
 		p.at = map[string]time.Time{}
 	}
 	p.at[dep] = now
+	if now.Sub(p.swept) >= pollMemory/4 {
+		p.swept = now
+		for k, at := range p.at {
+			if now.Sub(at) > pollMemory {
+				delete(p.at, k)
+			}
+		}
+	}
 }
 
 func (p *pullPolls) forget(dep string) {

@@ -801,3 +801,27 @@ func TestPullBackoff(t *testing.T) {
 		}
 	}
 }
+
+// TestPullPollsForgetOldMarks: the marks are a rate bound keyed by deployments and by the
+// applications a Coolify lists ("stop/<uuid>"); a Coolify that lists a new running puller at
+// every pass must not grow them without bound (issue 30). A mark younger than pollMemory still
+// bounds its polls.
+func TestPullPollsForgetOldMarks(t *testing.T) {
+	var p pullPolls
+	start := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	now := start
+	for i := range 100_000 {
+		now = start.Add(time.Duration(i) * time.Second)
+		p.mark(fmt.Sprintf("stop/app-%d", i), now)
+	}
+	// One a second over 100,000 s: at most pollMemory of them (plus a sweep's lag) are kept.
+	if n, most := len(p.at), int((pollMemory+pollMemory/4)/time.Second)+1; n > most {
+		t.Fatalf("%d marks kept after 100,000 over %s, want at most %d", n, now.Sub(start), most)
+	}
+	if w := p.wait("stop/app-99999", now.Add(time.Minute), strayAfter); w != strayAfter-time.Minute {
+		t.Fatalf("the newest mark waits %s a minute later, want %s: it still bounds the stops", w, strayAfter-time.Minute)
+	}
+	if w := p.wait("stop/app-0", now, strayAfter); w != 0 {
+		t.Fatalf("the oldest mark still waits %s", w)
+	}
+}

@@ -157,11 +157,17 @@ func (r *BotPoolSlotReconciler) issueToken(ctx context.Context, slot *v1.BotPool
 	switch {
 	case err == nil && !fresh && issuedToken(slot, secret):
 		return string(secret.Data[slottoken.Key]), nil
+	case err == nil && !madeForSlot(slot.Name, secret):
+		// Not one this controller made (for a slot of this name): a Secret of the namespace's
+		// own that happens to have the name. It is not the operator's to delete.
+		return "", fmt.Errorf("%w: Secret %s has the name of this slot's token Secret but lacks the operator's mark "+
+			"(label %s=true, label %s=%s and a BotPoolSlot %s as its controller): rename or delete it",
+			errTokenSecretTaken, key.Name, v1.LabelSlotToken, v1.LabelSlot, slot.Name, slot.Name)
 	case err == nil:
-		// Left by an earlier slot of the same name (a retired slot the pool replaced), written
-		// by someone else, or created by this controller before a crash kept it from recording
-		// the hash: its token must not serve this slot. The next one is issued while no
-		// container has the old one (the application's env is set after this).
+		// Left by an earlier slot of the same name (a retired slot the pool replaced), its
+		// token changed by someone, or created by this controller before a crash kept it from
+		// recording the hash: its token must not serve this slot. The next one is issued while
+		// no container has the old one (the application's env is set after this).
 		uid := secret.UID
 		if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return "", fmt.Errorf("deleting a token Secret the slot did not record: %w", err)
@@ -185,6 +191,20 @@ func (r *BotPoolSlotReconciler) issueToken(ctx context.Context, slot *v1.BotPool
 	}
 	slot.Status.TokenSHA256 = slottoken.Hash([]byte(token))
 	return token, nil
+}
+
+// errTokenSecretTaken: a Secret the operator did not make holds the slot's token Secret name.
+var errTokenSecretTaken = errors.New("the slot's token Secret name is taken")
+
+// madeForSlot reports whether secret carries the mark of a token Secret this controller made
+// for a slot named slot (the slot of that name now, or a retired one the pool replaced): the
+// labels it sets and a BotPoolSlot of that name as its controller. Anyone who may write
+// Secrets in the namespace can copy the mark, and so chooses to have the Secret replaced.
+func madeForSlot(slot string, secret *corev1.Secret) bool {
+	owner := metav1.GetControllerOf(secret)
+	return secret.Labels[v1.LabelSlotToken] == "true" && secret.Labels[v1.LabelSlot] == slot &&
+		owner != nil && owner.Kind == "BotPoolSlot" && owner.Name == slot &&
+		strings.HasPrefix(owner.APIVersion, v1.GroupVersion.Group+"/")
 }
 
 // issuedToken reports whether secret holds the token whose hash the slot recorded.

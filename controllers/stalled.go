@@ -73,6 +73,8 @@ func needsPerson(err error) (reason string, ok bool) {
 		return v1.ReasonPermissionDenied, true
 	case errors.Is(err, coolify.ErrValidation), errors.Is(err, coolify.ErrBadRequest):
 		return v1.ReasonRequestRefused, true
+	case errors.Is(err, errTokenSecretTaken):
+		return v1.ReasonTokenSecretTaken, true
 	case errors.Is(err, errSlotEnvNotFound):
 		return v1.ReasonSlotEnvNotFound, true
 	case errors.Is(err, errSecretNotAllowed): // the only Secret besides the credentials a slot reads

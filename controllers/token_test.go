@@ -152,3 +152,44 @@ type failingReader struct{ client.Reader }
 func (failingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
 	return apierrors.NewServiceUnavailable("no reads expected")
 }
+
+// TestATokenSecretNameTakenByAnotherSecretIsLeftAlone: a Secret of the namespace's own under
+// the slot's token Secret name (no operator label, no slot as its controller) is not deleted
+// (issue 30: the manager deleted any Secret of that name): the slot stalls with
+// TokenSecretTaken, saying how to fix it, and issues nothing. A leftover of a retired slot of
+// the same name (the operator's mark, another slot uid) is still replaced.
+func TestATokenSecretNameTakenByAnotherSecretIsLeftAlone(t *testing.T) {
+	const theirs = "the team's own value"
+	for name, mutate := range map[string]func(*corev1.Secret){
+		"no label, no controller":          func(s *corev1.Secret) { s.Labels, s.OwnerReferences = nil, nil },
+		"the labels, but no controller":    func(s *corev1.Secret) { s.OwnerReferences = nil },
+		"a controller, but not the labels": func(s *corev1.Secret) { s.Labels = nil },
+		"labelled for another slot":        func(s *corev1.Secret) { s.Labels[v1.LabelSlot] = "pool-zoom-002" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, slot, c := tokenFixture(t, v1.BotPoolSlotStatus{}, func(slot *v1.BotPoolSlot) *corev1.Secret {
+				s := tokenSecret(t, theirs)(slot)
+				mutate(s)
+				return s
+			})
+			_, err := r.ensureToken(context.Background(), slot)
+			if reason, ok := needsPerson(err); !ok || reason != v1.ReasonTokenSecretTaken {
+				t.Fatalf("ensureToken: %v (reason %q); want a stall with %s", err, reason, v1.ReasonTokenSecretTaken)
+			}
+			if storedToken(t, c, slot) != theirs || slot.Status.TokenSHA256 != "" {
+				t.Fatalf("the Secret holds %q and the slot recorded %q: want theirs left alone, nothing issued", storedToken(t, c, slot), slot.Status.TokenSHA256)
+			}
+		})
+	}
+	t.Run("a retired slot's leftover is replaced", func(t *testing.T) {
+		r, slot, c := tokenFixture(t, v1.BotPoolSlotStatus{}, func(slot *v1.BotPoolSlot) *corev1.Secret {
+			old := slot.DeepCopy()
+			old.UID = "retired-slot-uid"
+			return tokenSecret(t, theirs)(old)
+		})
+		token, err := r.ensureToken(context.Background(), slot)
+		if err != nil || token == theirs || storedToken(t, c, slot) != token {
+			t.Fatalf("ensureToken: %q, %v; want a new token stored", token, err)
+		}
+	})
+}

@@ -37,6 +37,11 @@ const (
 	ReasonSlotEnvNotFound = "SlotEnvSecretNotFound"
 	// ReasonSlotEnvNotAllowed: the slotEnvFrom Secret lacks the label LabelAllowPoolUse.
 	ReasonSlotEnvNotAllowed = "SlotEnvSecretNotAllowed"
+	// ReasonTokenSecretTaken: a Secret has the name of the slot's token Secret
+	// (<slot>-token) but is not one the operator made for a slot of that name (its label and
+	// controller reference): the operator does not delete a Secret it did not make, and the
+	// slot cannot issue its token until a person renames or deletes that one.
+	ReasonTokenSecretTaken = "TokenSecretTaken"
 	// ReasonDestinationRefused: the Coolify URL resolves to an address the manager's egress
 	// policy refuses (loopback, link-local, or a private range not allowed).
 	ReasonDestinationRefused = "DestinationRefused"
