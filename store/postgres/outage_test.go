@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -438,5 +439,54 @@ func TestCloseDuringOutage(t *testing.T) {
 	}
 	if err := s.RecordHeartbeat(t.Context(), storetest.Beat("a", time.Time{})); err == nil {
 		t.Fatal("a closed store accepted a heartbeat")
+	}
+}
+
+// TestStartDuringAnOutage: a server unreachable when the store opens is an outage that began
+// before the start (issue 30): New returns an unavailable store (liveness unknown, writes
+// buffered, the availability metric at 0) instead of failing the manager's start; once the
+// server answers, the store migrates the new database's schema, replays what it buffered and
+// turns available. A refusal for good (a wrong password) still fails New.
+func TestStartDuringAnOutage(t *testing.T) {
+	dsn := server.NewDatabase(t) // created, never migrated
+	resume := stopServer(t)
+	reg := prometheus.NewRegistry()
+	s, err := postgres.New(t.Context(), dsn, fastOptions(reg)...)
+	if err != nil {
+		t.Fatalf("New during an outage: %v; want an unavailable store", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if st := s.Status(); st.Available || st.LastError == "" {
+		t.Fatalf("status %+v: want unavailable, with the connection error", st)
+	}
+	if v, _ := metric(t, reg, "botpool_store_up"); v != 0 {
+		t.Fatalf("botpool_store_up = %v during the outage, want 0", v)
+	}
+	if _, err := s.LastHeartbeats(t.Context(), []types.UID{"bot"}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("LastHeartbeats before the server answered: %v, want ErrUnavailable", err)
+	}
+	beat := storetest.Beat("bot", storetest.T0)
+	if err := s.RecordHeartbeat(t.Context(), beat); !errors.Is(err, store.ErrBuffered) {
+		t.Fatalf("RecordHeartbeat during the outage: %v, want ErrBuffered", err)
+	}
+
+	resume()
+	waitAvailable(t, s, true)
+	got, err := s.LastHeartbeats(t.Context(), []types.UID{"bot"})
+	if err != nil || !got["bot"].Equal(beat.At) {
+		t.Fatalf("after the server answered: %v, %v; want the buffered beat at %s", got, err, beat.At)
+	}
+	if v, _ := metric(t, reg, "botpool_store_up"); v != 1 {
+		t.Fatalf("botpool_store_up = %v after recovery, want 1", v)
+	}
+
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("nobody", "wrong")
+	if s, err := postgres.New(t.Context(), u.String(), fastOptions(prometheus.NewRegistry())...); err == nil {
+		_ = s.Close()
+		t.Fatal("New with a wrong password opened a store; want the refusal")
 	}
 }

@@ -105,14 +105,19 @@ type Store struct {
 	cfg  config
 	pool *pgxpool.Pool
 	m    *metrics
+	// where names the server in messages (host:port/database, no credentials).
+	where string
 
 	mu        sync.Mutex
 	available bool
 	since     time.Time
 	lastErr   string
 	closed    bool
-	buf       *buffer
-	batches   []*beatBatch // heartbeats waiting for the flusher, oldest first; the last one is open
+	// setupPending: the server was unreachable when the store opened; recovery sets it up
+	// (setUp) before the first statement.
+	setupPending bool
+	buf          *buffer
+	batches      []*beatBatch // heartbeats waiting for the flusher, oldest first; the last one is open
 
 	flushKick   chan struct{}
 	recoverKick chan struct{}
@@ -132,8 +137,10 @@ var (
 	_ store.Pruner = (*Store)(nil)
 )
 
-// New connects to dsn, migrates the schema and starts the store. It fails when the server
-// cannot be reached now; an outage after New returns never fails a caller.
+// New connects to dsn, migrates the schema and starts the store. A server that cannot be
+// reached now (a connection failure, not a refusal such as a wrong password) is an outage that
+// began before the start: the store opens unavailable and migrates once the server answers.
+// An outage never fails a caller.
 func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	cfg := config{
 		clock:         clock.RealClock{},
@@ -158,18 +165,10 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the database pool: %w", err)
 	}
-	where := fmt.Sprintf("%s:%d/%s", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database)
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connecting to Postgres at %s: %w", where, err)
-	}
-	if err := migrate(ctx, pool); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("migrating the schema of %s: %w", where, err)
-	}
 	s := &Store{
 		cfg:         cfg,
 		pool:        pool,
+		where:       fmt.Sprintf("%s:%d/%s", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database),
 		available:   true,
 		since:       cfg.clock.Now(),
 		buf:         newBuffer(cfg.bufferLimit),
@@ -178,11 +177,20 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		done:        make(chan struct{}),
 	}
 	s.replayCtx, s.stopReplay = context.WithCancel(context.Background())
-	if cfg.sharedClock {
-		// The offset stays 0: the injected clock is the one clock.
-	} else if err := s.syncClock(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("reading the clock of %s: %w", where, err)
+	sctx, cancel := context.WithTimeout(ctx, 10*cfg.writeTimeout) // a server that hangs is unreachable
+	err = s.setUp(sctx)
+	cancel()
+	if err != nil {
+		if classify(err) != kindConnection {
+			pool.Close() // refused for good: a password, a schema it cannot migrate
+			return nil, err
+		}
+		// Unreachable now, as in an outage: the store starts unavailable (liveness unknown,
+		// writes buffered) and sets itself up when the server answers, instead of the manager
+		// exiting and restarting in a loop while every controller waits.
+		s.available, s.lastErr, s.setupPending = false, err.Error(), true
+		cfg.log.Info("Postgres unreachable at start: the store starts unavailable, as in an outage, and migrates once it answers",
+			"at", s.where, "error", err.Error())
 	}
 	s.m = newMetrics(s)
 	if err := s.m.register(cfg.registerer); err != nil {
@@ -192,7 +200,29 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	s.wg.Add(2)
 	go s.flushLoop()
 	go s.recoverLoop()
+	if s.setupPending {
+		s.recoverKick <- struct{}{}
+	}
 	return s, nil
+}
+
+// setUp reaches the server, migrates the schema and measures the clock offset: what the store
+// needs before its first statement, at New or, when the server was unreachable then, before
+// it turns available.
+func (s *Store) setUp(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connecting to Postgres at %s: %w", s.where, err)
+	}
+	if err := migrate(ctx, s.pool); err != nil {
+		return fmt.Errorf("migrating the schema of %s: %w", s.where, err)
+	}
+	if s.cfg.sharedClock {
+		return nil // the offset stays 0: the injected clock is the one clock
+	}
+	if err := s.syncClock(ctx); err != nil {
+		return fmt.Errorf("reading the clock of %s: %w", s.where, err)
+	}
+	return nil
 }
 
 // Status implements store.Store.

@@ -57,7 +57,23 @@ func (s *Store) recoverLoop() {
 // empty, makes the store available again. Writes that arrive meanwhile are buffered behind the
 // replayed ones, so order holds. It returns the error that stopped it.
 func (s *Store) recover(ctx context.Context) error {
-	if err := s.exec(ctx, "ping", s.pool.Ping); err != nil {
+	s.mu.Lock()
+	pending := s.setupPending
+	s.mu.Unlock()
+	if pending {
+		// Bounded, as every statement is: a server that hangs must not hold the loop. The
+		// migration may wait for another replica's, under its advisory lock.
+		sctx, cancel := context.WithTimeout(ctx, 10*s.cfg.writeTimeout)
+		err := s.setUp(sctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.setupPending = false
+		s.mu.Unlock()
+		s.cfg.log.Info("Postgres reachable: the schema is migrated", "at", s.where)
+	} else if err := s.exec(ctx, "ping", s.pool.Ping); err != nil {
 		return err
 	}
 	for {
