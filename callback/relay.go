@@ -124,8 +124,14 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 // Pass claims the due messages and hands them to the sender, batch after batch while batches
-// come back full and the sender takes them all, up to MaxBatchesPerPass; it returns how many
-// it handed over. Outcomes arrive later, on the sender's workers.
+// come back full and the sender takes some of them, up to MaxBatchesPerPass; it returns how
+// many it handed over. Outcomes arrive later, on the sender's workers.
+//
+// A message that cannot go now (its receiver's queue is full, its signing Secret is gone) is
+// recorded as due again later, so the next claim of the pass does not return it, and does not
+// end the pass: one tenant's refused message would otherwise cut every other tenant's burst to
+// one batch a poll. Only a batch of which nothing could go ends it: namespaces take turns in
+// a claim, so one tenant fills a batch alone only when no one else has a message due.
 func (r *Relay) Pass(ctx context.Context) int {
 	now := r.opts.Clock.Now()
 	r.observeBacklog(ctx, now)
@@ -144,8 +150,8 @@ func (r *Relay) Pass(ctx context.Context) int {
 			}
 		}
 		sent += taken
-		if len(ms) < r.opts.Batch || taken < len(ms) {
-			break // nothing more is due, or the sender is full: the next poll goes on
+		if len(ms) < r.opts.Batch || taken == 0 {
+			break // nothing more is due, or nothing could go: the next poll goes on
 		}
 	}
 	return sent

@@ -369,18 +369,13 @@ func TestRelaySignsWhenSentAndDropsAClaimThatRanOut(t *testing.T) {
 	}
 }
 
-// A pass claims batch after batch while they come back full, up to MaxBatchesPerPass; a
-// sender that refuses one ends the pass.
+// A pass claims batch after batch while they come back full, up to MaxBatchesPerPass; a batch
+// of which the sender took nothing ends the pass.
 func TestRelayPassTakesSeveralBatches(t *testing.T) {
 	clk := clocktesting.NewFakeClock(epoch)
 	outbox := memory.NewOutbox(100)
 	for i := range 7 {
-		b := phaseBot(v1.BotDone)
-		b.UID = types.UID(fmt.Sprint("u", i))
-		w := v1.Webhook{URL: "https://hooks.example/x", Events: v1.WebhookFinal}
-		if err := outbox.AddMessage(context.Background(), PhaseMessage(b, &w, 1, clk.Now())); err != nil {
-			t.Fatal(err)
-		}
+		tenantMessage(t, outbox, clk.Now(), "team-a", i, "https://hooks.example/x", "")
 	}
 	held := &heldSender{}
 	relay := NewRelay(RelayOptions{Outbox: outbox, Sender: held, Secrets: &secrets{}, Clock: clk, Batch: 2, MaxBatchesPerPass: 3})
@@ -389,5 +384,87 @@ func TestRelayPassTakesSeveralBatches(t *testing.T) {
 	}
 	if n := relay.Pass(context.Background()); n != 1 {
 		t.Fatalf("the next pass handed over %d, want the last message", n)
+	}
+
+	full := memory.NewOutbox(100)
+	for i := range 7 {
+		tenantMessage(t, full, clk.Now(), "team-a", i, "https://full.example/hook", "")
+	}
+	relay = NewRelay(RelayOptions{Outbox: full, Sender: &refusingSender{refuse: "https://full.example/hook"}, Secrets: &secrets{}, Clock: clk, Batch: 2, MaxBatchesPerPass: 3})
+	relay.Pass(context.Background())
+	if ms, _ := full.ClaimMessages(context.Background(), clk.Now(), DefaultRelayLease, 10); len(ms) != 5 {
+		t.Fatalf("%d messages left unclaimed, want 5: a pass whose first batch went nowhere claims no more", len(ms))
+	}
+}
+
+// refusingSender holds what it takes and refuses every callback to refuse's URL, as a
+// notifier whose queue for that receiver is full.
+type refusingSender struct {
+	heldSender
+	refuse string
+}
+
+func (s *refusingSender) Enqueue(c Callback) bool {
+	if c.URL == s.refuse {
+		return false
+	}
+	return s.heldSender.Enqueue(c)
+}
+
+// tenantMessage adds bot i of namespace ns's message to url, signed with Secret secret ("":
+// unsigned).
+func tenantMessage(t *testing.T, outbox store.Outbox, at time.Time, ns string, i int, url, secret string) store.OutboxMessage {
+	t.Helper()
+	b := phaseBot(v1.BotDone)
+	b.Namespace, b.Name, b.UID = ns, fmt.Sprint("bot-", i), types.UID(fmt.Sprintf("%s-%d", ns, i))
+	w := v1.Webhook{URL: url, Events: v1.WebhookFinal}
+	if secret != "" {
+		w.SecretRef = &v1.WebhookSecretRef{Name: secret, Key: "secret"}
+	}
+	m := PhaseMessage(b, &w, 1, at)
+	if err := outbox.AddMessage(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// One tenant's message that cannot go now (its receiver's queue is full, or its signing Secret
+// is gone) is recorded as due later and the pass goes on: another tenant's burst of 900 is
+// handed over in one poll. It was cut to the 99 others of the first batch.
+func TestRelayRefusedMessageDoesNotCutAnotherTenantsBurst(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		secret, reason string
+	}{
+		{"receiver queue full", "", "queue is full"},
+		{"signing Secret gone", "deleted", "no key"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(epoch)
+			outbox := memory.NewOutbox(100)
+			refused := tenantMessage(t, outbox, clk.Now(), "team-a", 0, "https://full.example/hook", c.secret)
+			for i := range 900 {
+				tenantMessage(t, outbox, clk.Now(), "team-b", i, "https://hooks.example/b", "")
+			}
+			sender := &refusingSender{refuse: "https://full.example/hook"}
+			relay := NewRelay(RelayOptions{Outbox: outbox, Sender: sender, Secrets: &secrets{}, Clock: clk})
+			if n := relay.Pass(context.Background()); n != 900 || len(sender.held) != 900 {
+				t.Fatalf("one pass handed over %d (%d held), want team-b's 900", n, len(sender.held))
+			}
+			for _, cb := range sender.held {
+				if cb.Body.Namespace != "team-b" {
+					t.Fatalf("handed over %s's message", cb.Body.Namespace)
+				}
+			}
+			s, err := outbox.OutboxSummary(context.Background(), refused.BotUID, 0)
+			if err != nil || s.Pending != 1 || !strings.Contains(s.LastError, c.reason) {
+				t.Fatalf("team-a's message: %+v %v, want pending with %q", s, err, c.reason)
+			}
+			// Its claim was released, not left to run out: due again well within the lease.
+			clk.Step(DefaultRelayBackoff)
+			if ms, err := outbox.ClaimMessages(context.Background(), clk.Now(), DefaultRelayLease, 10); err != nil || len(ms) != 1 || ms[0].ID != refused.ID {
+				t.Fatalf("claimed %v %v after %s, want team-a's message again", ms, err, DefaultRelayBackoff)
+			}
+		})
 	}
 }
