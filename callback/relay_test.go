@@ -2,6 +2,7 @@ package callback
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,10 +28,12 @@ import (
 
 const relaySecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// secrets is a SecretSource holding one key; err, when set, refuses every read.
+// secrets is a SecretSource holding one key, relaySecret unless value is set; err, when set,
+// refuses every read.
 type secrets struct {
-	mu  sync.Mutex
-	err error
+	mu    sync.Mutex
+	err   error
+	value []byte
 }
 
 func (s *secrets) WebhookSecret(_ context.Context, ns, name, key string) ([]byte, error) {
@@ -41,6 +44,9 @@ func (s *secrets) WebhookSecret(_ context.Context, ns, name, key string) ([]byte
 	}
 	if ns != "team-a" || name != "hook" || key != "secret" {
 		return nil, fmt.Errorf("no key %s/%s[%s]", ns, name, key)
+	}
+	if s.value != nil {
+		return s.value, nil
 	}
 	return []byte(relaySecret), nil
 }
@@ -226,6 +232,28 @@ func TestRelaySecretRefusedIsRetried(t *testing.T) {
 	}
 	e.secrets.mu.Lock()
 	e.secrets.err = nil
+	e.secrets.mu.Unlock()
+	clk.Step(30 * time.Second)
+	e.relay.Pass(context.Background())
+	waitSettled(t, e, func(s store.OutboxSummary) bool { return s.Delivered == 1 })
+	verifyAll(t, e.rcv, clk.Now())
+}
+
+// A key made larger than MaxKeyLen after its message was made is refused when the message is
+// to be sent: an attempt that failed, retried, and sent once the key is fixed.
+func TestRelayKeyEditedTooLargeIsRefused(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	e := newRelayEnv(t, memory.NewOutbox(100), clk, statuses(204))
+	e.add(t, 1, v1.BotQueued)
+	e.secrets.value = []byte("whsec_" + base64.StdEncoding.EncodeToString(make([]byte, MaxKeyLen+1)))
+	if n := e.relay.Pass(context.Background()); n != 0 {
+		t.Fatalf("sent %d with a key over the limit", n)
+	}
+	if s := e.summary(t); s.Pending != 1 || !strings.Contains(s.LastError, ErrKeyTooLarge.Error()) {
+		t.Fatalf("summary %+v, want pending with the size limit", s)
+	}
+	e.secrets.mu.Lock()
+	e.secrets.value = nil
 	e.secrets.mu.Unlock()
 	clk.Step(30 * time.Second)
 	e.relay.Pass(context.Background())

@@ -1,8 +1,11 @@
 package callback
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,5 +89,49 @@ func TestDecodeSecret(t *testing.T) {
 		if _, err := DecodeSecret([]byte(bad)); err == nil {
 			t.Errorf("DecodeSecret(%q) = nil error", bad)
 		}
+	}
+}
+
+// TestDecodeSecretBoundsTheKey: a key of MaxKeyLen bytes is taken, raw or as whsec_ (line
+// breaks included, as base64 wraps by default); a byte more, or a megabyte, is ErrKeyTooLarge.
+func TestDecodeSecretBoundsTheKey(t *testing.T) {
+	largest := bytes.Repeat([]byte{0xa5}, MaxKeyLen)
+	wrapped := func(b []byte) string {
+		enc := base64.StdEncoding.EncodeToString(b)
+		var lines []string
+		for len(enc) > 76 {
+			lines, enc = append(lines, enc[:76]), enc[76:]
+		}
+		return secretPrefix + strings.Join(append(lines, enc), "\n") + "\n"
+	}
+	unpadded := secretPrefix + base64.RawStdEncoding.EncodeToString(bytes.Repeat([]byte{1}, MaxKeyLen+2))
+	if len(unpadded)-len(secretPrefix) != base64.StdEncoding.EncodedLen(MaxKeyLen) {
+		t.Fatalf("unpadded key of %d chars, want the padded length of the largest key", len(unpadded)-len(secretPrefix))
+	}
+	for _, c := range []struct {
+		name, value string
+		tooLarge    bool
+	}{
+		{"raw, largest", strings.Repeat("k", MaxKeyLen), false},
+		{"whsec, largest", secretPrefix + base64.StdEncoding.EncodeToString(largest), false},
+		{"whsec, largest, wrapped", wrapped(largest), false},
+		{"raw, a byte more", strings.Repeat("k", MaxKeyLen+1), true},
+		{"whsec, a byte more", secretPrefix + base64.StdEncoding.EncodeToString(append(largest, 1)), true},
+		{"whsec, unpadded, two bytes more", unpadded, true},
+		{"whsec, a megabyte", secretPrefix + base64.StdEncoding.EncodeToString(make([]byte, 1<<20)), true},
+		{"raw, a megabyte", strings.Repeat("k", 1<<20), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			k, err := DecodeSecret([]byte(c.value))
+			if c.tooLarge {
+				if !errors.Is(err, ErrKeyTooLarge) {
+					t.Fatalf("DecodeSecret = %d bytes, %v; want ErrKeyTooLarge", len(k), err)
+				}
+				return
+			}
+			if err != nil || len(k) != MaxKeyLen {
+				t.Fatalf("DecodeSecret = %d bytes, %v; want the %d-byte key", len(k), err, MaxKeyLen)
+			}
+		})
 	}
 }

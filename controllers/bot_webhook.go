@@ -26,6 +26,9 @@ var (
 	errWebhookSecretNotFound = errors.New("webhook Secret not found")
 	// errWebhookSecretNotAllowed: the Secret lacks the opt-in label LabelAllowWebhookSigning.
 	errWebhookSecretNotAllowed = errors.New("webhook Secret not allowed")
+	// errWebhookSecretInvalid: the key is there but callback.DecodeSecret refuses it (empty,
+	// bad base64, larger than callback.MaxKeyLen).
+	errWebhookSecretInvalid = errors.New("webhook signing key unusable")
 )
 
 // WebhookOutbox is what the bot controller uses of the store's outbox: it adds a message per
@@ -94,15 +97,18 @@ func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored *v1.Bot
 	r.recordWebhook(s, st, sum)
 }
 
-// webhookSecretRefused records why no message could be made (the Secret is missing, or not
-// opted in), with one Warning Event per new reason; the summary of earlier messages still goes
-// to the status.
+// webhookSecretRefused records why no message could be made (the Secret is missing, not opted
+// in, or its key unusable), with one Warning Event per new reason; the summary of earlier
+// messages still goes to the status.
 func (r *BotReconciler) webhookSecretRefused(s *botScope, st *v1.WebhookStatus, sum store.OutboxSummary, err error) {
 	msg := v1.Truncate(err.Error(), maxCallbackError)
 	if st.LastError != msg {
 		reason := v1.ReasonWebhookSecretNotFound
-		if errors.Is(err, errWebhookSecretNotAllowed) {
+		switch {
+		case errors.Is(err, errWebhookSecretNotAllowed):
 			reason = v1.ReasonWebhookSecretNotAllowed
+		case errors.Is(err, errWebhookSecretInvalid):
+			reason = v1.ReasonWebhookSecretInvalid
 		}
 		bot := s.bot
 		s.events = append(s.events, func() {
@@ -204,7 +210,7 @@ func (w WebhookSecrets) WebhookSecret(ctx context.Context, namespace, name, key 
 		return nil, fmt.Errorf("%w: Secret %s has no key %q", errWebhookSecretNotFound, name, key)
 	}
 	if _, err := callback.DecodeSecret(v); err != nil {
-		return nil, fmt.Errorf("%w: Secret %s key %q: %w", errWebhookSecretNotFound, name, key, err)
+		return nil, fmt.Errorf("%w: Secret %s key %q: %w", errWebhookSecretInvalid, name, key, err)
 	}
 	return v, nil
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -204,6 +205,31 @@ func TestWebhookSecretMissing(t *testing.T) {
 	rg.step(v1.BotQueued)
 	if n := rg.events.count(v1.ReasonWebhookSecretNotFound); n != 1 {
 		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookSecretNotFound)
+	}
+}
+
+// TestWebhookSecretTooLarge: a key larger than callback.MaxKeyLen decoded makes no message, says
+// so in status.webhook.lastError and one WebhookSecretInvalid Warning, and the message goes once
+// the key is replaced by one of the largest size allowed.
+func TestWebhookSecretTooLarge(t *testing.T) {
+	sec := webhookSecret(true)
+	sec.Data["secret"] = []byte("whsec_" + base64.StdEncoding.EncodeToString(make([]byte, callback.MaxKeyLen+1)))
+	rg, _ := newWebhookRig(t, sec)
+	rg.step(v1.BotQueued)
+	rg.step(v1.BotQueued)
+	if st := rg.bot.Status.Webhook; st == nil || st.Sequence != 0 || !strings.Contains(st.LastError, callback.ErrKeyTooLarge.Error()) {
+		t.Fatalf("status.webhook = %+v, want no message and the size limit in lastError", st)
+	}
+	if n := rg.events.count(v1.ReasonWebhookSecretInvalid); n != 1 {
+		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookSecretInvalid)
+	}
+	sec.Data["secret"] = []byte("whsec_" + base64.StdEncoding.EncodeToString(make([]byte, callback.MaxKeyLen)))
+	if err := rg.r.Client.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	rg.step(v1.BotQueued)
+	if st := rg.bot.Status.Webhook; st.Sequence != 1 || st.Pending != 1 {
+		t.Fatalf("status.webhook = %+v, want the message made", st)
 	}
 }
 

@@ -83,6 +83,10 @@ const (
 	// ReasonWebhookSecretNotFound: the webhook's signing Secret or its key is missing (Warning
 	// Event; no message is made until it exists).
 	ReasonWebhookSecretNotFound = "WebhookSecretNotFound"
+	// ReasonWebhookSecretInvalid: the webhook's signing key is there but unusable: empty, not
+	// base64 after whsec_, or larger than 1 KiB decoded (Warning Event; no message is made
+	// until it is fixed).
+	ReasonWebhookSecretInvalid = "WebhookSecretInvalid"
 	// ReasonWebhookSecretNotAllowed: the webhook's signing Secret lacks the label
 	// botpool.dev/allow-pool-use=true (Warning Event; no message is made until it has it).
 	ReasonWebhookSecretNotAllowed = "WebhookSecretNotAllowed"
