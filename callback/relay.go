@@ -41,12 +41,6 @@ type Sender interface {
 	Enqueue(c Callback) bool
 }
 
-// SecretSource reads the signing key of a message: the raw value of key in the Secret
-// namespace/name, refused when the Secret is not opted in for the operator's use.
-type SecretSource interface {
-	WebhookSecret(ctx context.Context, namespace, name, key string) ([]byte, error)
-}
-
 // RelayOptions configure a Relay; zero fields take the defaults.
 type RelayOptions struct {
 	Outbox  store.Outbox
@@ -143,6 +137,7 @@ func (r *Relay) Pass(ctx context.Context) int {
 			r.opts.Logger.Error(err, "Claiming webhook messages")
 			return sent
 		}
+		r.read(ctx, keys, ms)
 		taken := 0
 		for _, m := range ms {
 			if r.send(ctx, m, now, keys) {
@@ -170,35 +165,6 @@ func (r *Relay) observeBacklog(ctx context.Context, now time.Time) {
 	r.metrics.oldestDue.Set(age)
 }
 
-// secretReadTimeout bounds one read of a signing Secret: a slow API server delays a pass, it
-// does not hold it.
-const secretReadTimeout = 10 * time.Second
-
-// passKeys are the signing keys one pass read, by Secret and key: a pass over many messages
-// of one team reads its Secret once.
-type passKeys map[[3]string]passKey
-
-type passKey struct {
-	key []byte
-	err error
-}
-
-func (r *Relay) signingKey(ctx context.Context, m store.OutboxMessage, keys passKeys) ([]byte, error) {
-	ref := [3]string{m.Namespace, m.SecretName, m.SecretKey}
-	if k, ok := keys[ref]; ok {
-		return k.key, k.err
-	}
-	ctx, cancel := context.WithTimeout(ctx, secretReadTimeout)
-	defer cancel()
-	raw, err := r.opts.Secrets.WebhookSecret(ctx, m.Namespace, m.SecretName, m.SecretKey)
-	var key []byte
-	if err == nil {
-		key, err = DecodeSecret(raw)
-	}
-	keys[ref] = passKey{key, err}
-	return key, err
-}
-
 // send hands one claimed attempt to the sender. It is signed when the request leaves, not
 // when it was claimed (a receiver's replay tolerance of a few minutes must not count the time
 // it queued behind others), and not sent at all when it could outlast its claim: the lease
@@ -207,7 +173,7 @@ func (r *Relay) send(ctx context.Context, m store.OutboxMessage, now time.Time, 
 	var key []byte
 	if m.SecretName != "" {
 		var err error
-		if key, err = r.signingKey(ctx, m, keys); err != nil {
+		if key, err = keys.key(m); err != nil {
 			// The Secret may be created or labelled later: a failed attempt, retried.
 			r.record(ctx, m, fmt.Errorf("signing secret: %w", err), now)
 			return false

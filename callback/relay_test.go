@@ -28,27 +28,36 @@ import (
 
 const relaySecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// secrets is a SecretSource holding one key, relaySecret unless value is set; err, when set,
-// refuses every read.
+// secrets is a SecretSource holding one Secret, team-a/hook, whose key "secret" is relaySecret
+// unless value is set; err, when set, refuses every read.
 type secrets struct {
 	mu    sync.Mutex
 	err   error
 	value []byte
 }
 
-func (s *secrets) WebhookSecret(_ context.Context, ns, name, key string) ([]byte, error) {
+func (s *secrets) WebhookKeys(_ context.Context, ns, name string, keys []string) ([]SigningKey, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return nil, s.err
 	}
-	if ns != "team-a" || name != "hook" || key != "secret" {
-		return nil, fmt.Errorf("no key %s/%s[%s]", ns, name, key)
+	if ns != "team-a" || name != "hook" {
+		return nil, fmt.Errorf("no Secret %s/%s", ns, name)
 	}
+	value := []byte(relaySecret)
 	if s.value != nil {
-		return s.value, nil
+		value = s.value
 	}
-	return []byte(relaySecret), nil
+	out := make([]SigningKey, len(keys))
+	for i, k := range keys {
+		if k != "secret" {
+			out[i].Err = fmt.Errorf("no key %s/%s[%s]", ns, name, k)
+			continue
+		}
+		out[i].Key, out[i].Err = DecodeSecret(value)
+	}
+	return out, nil
 }
 
 // relayEnv is a relay over a memory outbox, a started notifier and one receiver, on one fake
@@ -403,7 +412,7 @@ func TestRelayPassTakesSeveralBatches(t *testing.T) {
 	clk := clocktesting.NewFakeClock(epoch)
 	outbox := memory.NewOutbox(100)
 	for i := range 7 {
-		tenantMessage(t, outbox, clk.Now(), "team-a", i, "https://hooks.example/x", "")
+		tenantMessage(t, outbox, clk.Now(), "team-a", i, "https://hooks.example/x", nil)
 	}
 	held := &heldSender{}
 	relay := NewRelay(RelayOptions{Outbox: outbox, Sender: held, Secrets: &secrets{}, Clock: clk, Batch: 2, MaxBatchesPerPass: 3})
@@ -416,7 +425,7 @@ func TestRelayPassTakesSeveralBatches(t *testing.T) {
 
 	full := memory.NewOutbox(100)
 	for i := range 7 {
-		tenantMessage(t, full, clk.Now(), "team-a", i, "https://full.example/hook", "")
+		tenantMessage(t, full, clk.Now(), "team-a", i, "https://full.example/hook", nil)
 	}
 	relay = NewRelay(RelayOptions{Outbox: full, Sender: &refusingSender{refuse: "https://full.example/hook"}, Secrets: &secrets{}, Clock: clk, Batch: 2, MaxBatchesPerPass: 3})
 	relay.Pass(context.Background())
@@ -439,16 +448,13 @@ func (s *refusingSender) Enqueue(c Callback) bool {
 	return s.heldSender.Enqueue(c)
 }
 
-// tenantMessage adds bot i of namespace ns's message to url, signed with Secret secret ("":
-// unsigned).
-func tenantMessage(t *testing.T, outbox store.Outbox, at time.Time, ns string, i int, url, secret string) store.OutboxMessage {
+// tenantMessage adds bot i of namespace ns's message to url, signed with the key ref names
+// (nil: unsigned).
+func tenantMessage(t *testing.T, outbox store.Outbox, at time.Time, ns string, i int, url string, ref *v1.WebhookSecretRef) store.OutboxMessage {
 	t.Helper()
 	b := phaseBot(v1.BotDone)
 	b.Namespace, b.Name, b.UID = ns, fmt.Sprint("bot-", i), types.UID(fmt.Sprintf("%s-%d", ns, i))
-	w := v1.Webhook{URL: url, Events: v1.WebhookFinal}
-	if secret != "" {
-		w.SecretRef = &v1.WebhookSecretRef{Name: secret, Key: "secret"}
-	}
+	w := v1.Webhook{URL: url, Events: v1.WebhookFinal, SecretRef: ref}
 	m := PhaseMessage(b, &w, 1, at)
 	if err := outbox.AddMessage(context.Background(), m); err != nil {
 		t.Fatal(err)
@@ -461,18 +467,19 @@ func tenantMessage(t *testing.T, outbox store.Outbox, at time.Time, ns string, i
 // handed over in one poll. It was cut to the 99 others of the first batch.
 func TestRelayRefusedMessageDoesNotCutAnotherTenantsBurst(t *testing.T) {
 	for _, c := range []struct {
-		name           string
-		secret, reason string
+		name   string
+		secret *v1.WebhookSecretRef
+		reason string
 	}{
-		{"receiver queue full", "", "queue is full"},
-		{"signing Secret gone", "deleted", "no key"},
+		{"receiver queue full", nil, "queue is full"},
+		{"signing Secret gone", &v1.WebhookSecretRef{Name: "deleted", Key: "secret"}, "no Secret"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(epoch)
 			outbox := memory.NewOutbox(100)
 			refused := tenantMessage(t, outbox, clk.Now(), "team-a", 0, "https://full.example/hook", c.secret)
 			for i := range 900 {
-				tenantMessage(t, outbox, clk.Now(), "team-b", i, "https://hooks.example/b", "")
+				tenantMessage(t, outbox, clk.Now(), "team-b", i, "https://hooks.example/b", nil)
 			}
 			sender := &refusingSender{refuse: "https://full.example/hook"}
 			relay := NewRelay(RelayOptions{Outbox: outbox, Sender: sender, Secrets: &secrets{}, Clock: clk})

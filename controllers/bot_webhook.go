@@ -181,8 +181,11 @@ func (r *BotReconciler) checkWebhookSecret(ctx context.Context, namespace string
 	if r.Secrets == nil || ref == nil {
 		return nil
 	}
-	_, err := WebhookSecrets{Reader: r.Secrets}.WebhookSecret(ctx, namespace, ref.Name, ref.Key)
-	return err
+	keys, err := WebhookSecrets{Reader: r.Secrets}.WebhookKeys(ctx, namespace, ref.Name, []string{ref.Key})
+	if err != nil {
+		return err
+	}
+	return keys[0].Err
 }
 
 // WebhookSecrets reads signing keys for the relay and the bot controller, past the cache (the
@@ -191,8 +194,9 @@ type WebhookSecrets struct {
 	Reader ctrl.Reader
 }
 
-// WebhookSecret implements callback.SecretSource.
-func (w WebhookSecrets) WebhookSecret(ctx context.Context, namespace, name, key string) ([]byte, error) {
+// WebhookKeys implements callback.SecretSource: one read of the Secret, and of its data only the
+// keys asked for, decoded (at most callback.MaxKeyLen bytes each); the Secret itself is let go.
+func (w WebhookSecrets) WebhookKeys(ctx context.Context, namespace, name string, keys []string) ([]callback.SigningKey, error) {
 	var secret corev1.Secret
 	err := w.Reader.Get(ctx, ctrl.ObjectKey{Namespace: namespace, Name: name}, &secret)
 	switch {
@@ -205,12 +209,16 @@ func (w WebhookSecrets) WebhookSecret(ctx context.Context, namespace, name, key 
 		return nil, fmt.Errorf("%w: Secret %s lacks the label %s=true, which lets Bots sign webhooks with its keys; if that is what it is for, run: kubectl label secret %s -n %s %s=true",
 			errWebhookSecretNotAllowed, name, v1.LabelAllowWebhookSigning, name, namespace, v1.LabelAllowWebhookSigning)
 	}
-	v, ok := secret.Data[key]
-	if !ok || len(v) == 0 {
-		return nil, fmt.Errorf("%w: Secret %s has no key %q", errWebhookSecretNotFound, name, key)
+	out := make([]callback.SigningKey, len(keys))
+	for i, key := range keys {
+		v, ok := secret.Data[key]
+		if !ok || len(v) == 0 {
+			out[i].Err = fmt.Errorf("%w: Secret %s has no key %q", errWebhookSecretNotFound, name, key)
+			continue
+		}
+		if out[i].Key, err = callback.DecodeSecret(v); err != nil {
+			out[i].Err = fmt.Errorf("%w: Secret %s key %q: %w", errWebhookSecretInvalid, name, key, err)
+		}
 	}
-	if _, err := callback.DecodeSecret(v); err != nil {
-		return nil, fmt.Errorf("%w: Secret %s key %q: %w", errWebhookSecretInvalid, name, key, err)
-	}
-	return v, nil
+	return out, nil
 }
