@@ -61,11 +61,14 @@ type Config struct {
 	// the manager's. Without it a wait ends at its deadline only.
 	Informers Informers
 	// MaxWaiters bounds the config requests waiting at once on this replica (default
-	// DefaultMaxWaiters); past it a request that asks to wait is answered 503.
+	// DefaultMaxWaiters). Once they are all taken, a namespace holding fewer waits than another
+	// by two or more takes the place of that one's newest wait (answered 404, as a wait that
+	// ran out), so every namespace keeps at least its fair share; otherwise a request that asks
+	// to wait is answered 503. See waiters.add.
 	MaxWaiters int
-	// MaxWaitersPerNamespace bounds those of one namespace's slots (default
-	// DefaultMaxWaitersPerNamespace), so one tenant cannot fill MaxWaiters; past it a request
-	// of that namespace that asks to wait is answered 503.
+	// MaxWaitersPerNamespace bounds those of one namespace's slots, full replica or not
+	// (default DefaultMaxWaitersPerNamespace); past it a request of that namespace that asks to
+	// wait is answered 503.
 	MaxWaitersPerNamespace int
 	// CatchUp is how long a request with an unknown binding credential waits for the cache
 	// to show a claim another replica may have just written (default DefaultCatchUp; negative

@@ -1,6 +1,7 @@
 package botapi
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"net/http"
@@ -29,10 +30,10 @@ const (
 	// with 400. A standby container that waits asks again at least this often, so its slot's
 	// latest ask (store.SlotAsk) is never older than that while it waits.
 	MaxConfigWait = 60 * time.Second
-	// DefaultMaxWaiters bounds the config requests waiting at once on one replica.
+	// DefaultMaxWaiters bounds the config requests waiting at once on one replica. The places
+	// are shared fairly among the namespaces that wait (see waiters.add).
 	DefaultMaxWaiters = 4096
-	// DefaultMaxWaitersPerNamespace bounds those of one namespace's slots: a tenant with many
-	// slots cannot take every place and leave the other tenants' standby containers refused.
+	// DefaultMaxWaitersPerNamespace bounds those of one namespace's slots, full replica or not.
 	DefaultMaxWaitersPerNamespace = 1024
 	// waitGrace bounds a wait in real time beyond its deadline, whatever the injected clock
 	// says: a fake clock nobody steps must not park a request (and its goroutine) for ever.
@@ -99,8 +100,9 @@ func (s *Server) WatchBindings(ctx context.Context, informers Informers) error {
 // holds one wait at a time, so a second request of the same slot takes the place of the first
 // (which is answered 409): a connection that died without the server noticing never holds a
 // fresh container back, and one slot's token cannot park more than one request per replica.
-// Past max waiters in all, or perNamespace of one namespace's slots, a request is refused with
-// 503 and Retry-After.
+// At most perNamespace of one namespace's slots wait, and at most max in all; the places are
+// shared fairly between namespaces (see add), so no tenant can keep another's standby
+// containers out. A request refused is answered 503 with Retry-After.
 type waiters struct {
 	max          int
 	perNamespace int
@@ -109,13 +111,16 @@ type waiters struct {
 
 	mu          sync.Mutex
 	bySlot      map[types.UID]*waiter
-	byNamespace map[string]int // how many of bySlot are of each namespace's slots
+	byNamespace map[string]*list.List // the waiters of each namespace's slots, oldest first
 }
 
 type waiter struct {
 	namespace string
+	slot      types.UID
+	elem      *list.Element // in byNamespace[namespace]
 	wake      chan struct{} // the slot changed: look again
 	replaced  chan struct{} // a newer request of the slot took this one's place
+	evicted   chan struct{} // another namespace's request took this one's place (see add)
 }
 
 func newWaiters(max, perNamespace int, reg prometheus.Registerer) *waiters {
@@ -123,67 +128,114 @@ func newWaiters(max, perNamespace int, reg prometheus.Registerer) *waiters {
 		max:          max,
 		perNamespace: perNamespace,
 		bySlot:       map[types.UID]*waiter{},
-		byNamespace:  map[string]int{},
+		byNamespace:  map[string]*list.List{},
 		gauge: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "botpool_botapi_config_waiters",
 			Help: "Config requests waiting for a binding on this replica.",
 		})),
 		results: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "botpool_botapi_config_waits_total",
-			Help: "Ended config waits by result: bound (a binding woke it), timeout (404 at the deadline), replaced (a newer request of the slot), gone (the slot or its token went), cancelled (the client left), refused (too many waiting).",
+			Help: "Ended config waits by result: bound (a binding woke it), timeout (404 at the deadline), replaced (a newer request of the slot), " +
+				"evicted (404 early: a namespace under its fair share took its place), gone (the slot or its token went), cancelled (the client left), " +
+				"refused (too many waiting).",
 		}, []string{"result"})),
 	}
 	return w
 }
 
 // add registers a wait for slot (of namespace), taking the place of the slot's earlier one,
-// which therefore never counts twice; past a cap it answers why it refused.
+// which therefore never counts twice; when it refuses, it answers why.
+//
+// Sharing a full replica. Past max waits in all, a new wait of namespace N takes the place of
+// the newest wait of the namespace V that holds the most, when V holds at least two more than
+// N (so V still holds at least as many afterwards); otherwise it is refused. The wait evicted
+// ends as one that ran out (404: ask again), so its container simply asks again; asked again, it
+// is refused for as long as its namespace holds more than the others, and takes a place when one
+// frees up or the others stop asking. Each eviction makes the counts strictly more even (the sum
+// of their squares drops), so evictions cannot go round in circles. The guarantee: a namespace
+// that keeps asking holds at least its fair share, max / (the namespaces waiting, itself
+// counted), rounded down, or all it asks for if that is less (and never more than
+// perNamespace): were it below that share with every other namespace within one of its count,
+// the replica could not be full. So a namespace's first wait always gets in while fewer than max
+// namespaces wait. The newest wait is the one evicted because it has waited least.
 func (ws *waiters) add(namespace string, slot types.UID) (*waiter, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if old, ok := ws.bySlot[slot]; ok {
 		close(old.replaced)
-		ws.remove(slot, old)
-	} else if err := ws.full(namespace); err != nil {
+		ws.remove(old)
+	} else if err := ws.admit(namespace); err != nil {
 		ws.results.WithLabelValues("refused").Inc()
 		return nil, err
 	}
-	w := &waiter{namespace: namespace, wake: make(chan struct{}, 1), replaced: make(chan struct{})}
+	w := &waiter{namespace: namespace, slot: slot, wake: make(chan struct{}, 1), replaced: make(chan struct{}), evicted: make(chan struct{})}
 	ws.bySlot[slot] = w
-	ws.byNamespace[namespace]++
+	l := ws.byNamespace[namespace]
+	if l == nil {
+		l = list.New()
+		ws.byNamespace[namespace] = l
+	}
+	w.elem = l.PushBack(w)
 	ws.gauge.Set(float64(len(ws.bySlot)))
 	return w, nil
 }
 
-// full says why one more wait of namespace is refused, nil when it is not. ws.mu is held.
-func (ws *waiters) full(namespace string) error {
+// admit makes room for one more wait of namespace, evicting another namespace's when the
+// replica is full and that is fair (see add), or says why it refuses. ws.mu is held.
+func (ws *waiters) admit(namespace string) error {
 	retry := time.Second
-	switch {
-	case len(ws.bySlot) >= ws.max:
-		return &apiError{code: http.StatusServiceUnavailable, retryAfter: retry,
-			msg: fmt.Sprintf("too many requests wait for a bot on this replica (at most %d); ask again", ws.max)}
-	case ws.byNamespace[namespace] >= ws.perNamespace:
+	mine := ws.count(namespace)
+	if mine >= ws.perNamespace {
 		return &apiError{code: http.StatusServiceUnavailable, retryAfter: retry,
 			msg: fmt.Sprintf("too many requests of namespace %s wait for a bot on this replica (at most %d a namespace); ask again", namespace, ws.perNamespace)}
 	}
+	if len(ws.bySlot) < ws.max {
+		return nil
+	}
+	most, biggest := "", 0
+	for ns, l := range ws.byNamespace {
+		// Ties go to the first name, so that the choice does not depend on the map's order.
+		if n := l.Len(); n > biggest || (n == biggest && ns < most) {
+			most, biggest = ns, n
+		}
+	}
+	if biggest < mine+2 {
+		return &apiError{code: http.StatusServiceUnavailable, retryAfter: retry,
+			msg: fmt.Sprintf("too many requests wait for a bot on this replica (at most %d, shared between namespaces; namespace %s holds %d, no other holds two more); ask again",
+				ws.max, namespace, mine)}
+	}
+	victim := ws.byNamespace[most].Back().Value.(*waiter)
+	close(victim.evicted)
+	ws.remove(victim)
 	return nil
 }
 
-// remove forgets slot's wait w. ws.mu is held.
-func (ws *waiters) remove(slot types.UID, w *waiter) {
-	delete(ws.bySlot, slot)
-	if ws.byNamespace[w.namespace]--; ws.byNamespace[w.namespace] <= 0 {
-		delete(ws.byNamespace, w.namespace)
+// count is how many waits of namespace's slots there are. ws.mu is held.
+func (ws *waiters) count(namespace string) int {
+	if l := ws.byNamespace[namespace]; l != nil {
+		return l.Len()
+	}
+	return 0
+}
+
+// remove forgets the wait w. ws.mu is held.
+func (ws *waiters) remove(w *waiter) {
+	delete(ws.bySlot, w.slot)
+	if l := ws.byNamespace[w.namespace]; l != nil {
+		l.Remove(w.elem)
+		if l.Len() == 0 {
+			delete(ws.byNamespace, w.namespace)
+		}
 	}
 }
 
-// done removes w, unless a newer wait of the slot already took its place, and counts how the
-// wait ended.
-func (ws *waiters) done(slot types.UID, w *waiter, result string) {
+// done removes w, unless a newer wait of the slot already took its place (or another
+// namespace's did), and counts how the wait ended.
+func (ws *waiters) done(w *waiter, result string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.bySlot[slot] == w {
-		ws.remove(slot, w)
+	if ws.bySlot[w.slot] == w {
+		ws.remove(w)
 	}
 	ws.gauge.Set(float64(len(ws.bySlot)))
 	ws.results.WithLabelValues(result).Inc()
@@ -212,7 +264,7 @@ func (s *Server) awaitBinding(r *http.Request, slot *v1.BotPoolSlot, wait time.D
 		return nil, err
 	}
 	result := "cancelled"
-	defer func() { s.waiters.done(slot.UID, w, result) }()
+	defer func() { s.waiters.done(w, result) }()
 
 	ctx, cancel := context.WithTimeout(r.Context(), wait+waitGrace)
 	defer cancel()
@@ -236,6 +288,11 @@ func (s *Server) awaitBinding(r *http.Request, slot *v1.BotPoolSlot, wait time.D
 		case <-w.replaced:
 			result = "replaced"
 			return nil, errorf(http.StatusConflict, "a newer config request of this slot's container waits in this one's place")
+		case <-w.evicted:
+			// Answered as a wait that ran out (404): the container asks again, as it always
+			// does, and is not told to back off or exit for another namespace's sake.
+			result = "evicted"
+			return cur, nil
 		case <-deadline:
 			result = "timeout"
 			return cur, nil
