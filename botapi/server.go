@@ -115,6 +115,7 @@ type Server struct {
 	mu       sync.Mutex
 	limiters map[types.UID]*rate.Limiter
 	asked    map[types.UID]askMark // the last ask recorded per slot (see recordAsk)
+	left     map[types.UID]askMark // the last hang-up recorded per slot (see recordLeft)
 	issued   map[string]issued     // binding credentials this replica issued, by hash
 
 	waiters *waiters
@@ -148,7 +149,7 @@ func New(cfg Config) *Server {
 		cfg.CatchUp = DefaultCatchUp
 	}
 	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{},
-		asked: map[types.UID]askMark{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.MaxWaitersPerNamespace, cfg.Registerer),
+		asked: map[types.UID]askMark{}, left: map[types.UID]askMark{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.MaxWaitersPerNamespace, cfg.Registerer),
 		authFailures: newFailureLimiter(cfg.AuthFailureRate, cfg.AuthFailureBurst)}
 }
 

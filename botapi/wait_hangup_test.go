@@ -180,3 +180,41 @@ func TestConfigWaitCapPerNamespace(t *testing.T) {
 		t.Errorf("%v waits refused, want still 1", n)
 	}
 }
+
+// TestConfigWaitHangUpLoopIsBounded: a container that loops "wait, hang up" costs the store a
+// bounded number of writes: one hang-up a slot per 10 s, and the asks' own bound (one a second,
+// and the one after a recorded hang-up, which clears it), not two rows a request.
+func TestConfigWaitHangUpLoopIsBounded(t *testing.T) {
+	h := newHarness(t)
+	s := h.slot("pool-google-meet-001")
+	hangUp := func(n int) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(t.Context())
+		ch := h.waitCall(ctx, s, "60s")
+		h.waiting(1)
+		cancel()
+		<-ch
+		h.eventually(func() error {
+			if got := h.waitResults("cancelled"); got != float64(n) {
+				return fmt.Errorf("%v waits cancelled, want %d", got, n)
+			}
+			return nil
+		})
+	}
+	const loops = 10
+	for i := range loops {
+		hangUp(i + 1)
+	}
+	asks, lefts := h.live.asksOf(s.slot.UID), h.live.leftsOf(s.slot.UID)
+	if len(lefts) != 1 || len(asks) != 2 {
+		t.Fatalf("%d requests hung up within a second wrote %d asks and %d hang-ups, want 2 and 1", loops, len(asks), len(lefts))
+	}
+
+	// 10 s later the next hang-up is recorded again, with its time.
+	h.clock.Step(10 * time.Second)
+	hangUp(loops + 1)
+	lefts = h.live.leftsOf(s.slot.UID)
+	if len(lefts) != 2 || !lefts[1].At.Equal(h.clock.Now()) {
+		t.Fatalf("hang-ups = %+v, want a second one at %v", lefts, h.clock.Now())
+	}
+}
