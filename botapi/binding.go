@@ -54,6 +54,18 @@ func catchUpPauses(total time.Duration) []time.Duration {
 	return []time.Duration{total / 20, total / 5, total * 3 / 4}
 }
 
+// sleepReal pauses for d in real time, as the cache's lag is, or until ctx ends.
+func sleepReal(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // newBindingCredential returns a fresh credential (256 random bits) and its hash.
 func newBindingCredential() (string, string) {
 	b := make([]byte, 32)
@@ -212,12 +224,8 @@ func (s *Server) botByCredential(ctx context.Context, token string) (*v1.Bot, v1
 	}
 	for i := range len(pauses) + 1 {
 		if i > 0 {
-			t := time.NewTimer(pauses[i-1])
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, v1.BindingClaim{}, ctx.Err()
-			case <-t.C:
+			if err := s.cfg.sleep(ctx, pauses[i-1]); err != nil {
+				return nil, v1.BindingClaim{}, err
 			}
 		}
 		var bots v1.BotList

@@ -105,6 +105,10 @@ type Config struct {
 	// never refused for its address.
 	AuthFailureRate  rate.Limit
 	AuthFailureBurst int
+
+	// sleep pauses before looking again for a binding credential the cache may not show yet;
+	// nil is sleepReal. A test counts or holds the pauses instead.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // Server is the bot API.
@@ -147,6 +151,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.CatchUp == 0 {
 		cfg.CatchUp = DefaultCatchUp
+	}
+	if cfg.sleep == nil {
+		cfg.sleep = sleepReal
 	}
 	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{},
 		asked: map[types.UID]askMark{}, left: map[types.UID]askMark{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.MaxWaitersPerNamespace, cfg.Registerer),
