@@ -19,7 +19,8 @@ import (
 // often gets 429 for its failures (see authFailures) — only for them: many containers share
 // one address (a Coolify server's, a proxy's), and the retired ones of any tenant, sending a
 // replaced slot token or an ended binding's credential, must not lock the others out. The
-// lookup is a cache index, cheap enough to make before the limit.
+// lookup is a cache index, cheap enough to make before the limit; what is not cheap (the
+// catch-up pauses of an unknown binding credential) comes after it (botByCredential).
 func (s *Server) authenticate(r *http.Request) (*v1.BotPoolSlot, error) {
 	slot, err := s.findSlot(r)
 	if err != nil {
@@ -40,10 +41,16 @@ func (s *Server) authFailed(r *http.Request, err error) error {
 	}
 	from, now := clientKey(r.RemoteAddr), s.cfg.Clock.Now()
 	if wait := s.authFailures.blocked(from, now); wait > 0 {
-		return &apiError{code: http.StatusTooManyRequests, msg: "too many requests with invalid tokens from this address", retryAfter: wait}
+		return tooManyFailures(wait)
 	}
 	s.authFailures.failed(from, now)
 	return err
+}
+
+// tooManyFailures answers a request whose token does not authenticate, from an address that
+// failed too often.
+func tooManyFailures(wait time.Duration) error {
+	return &apiError{code: http.StatusTooManyRequests, msg: "too many requests with invalid tokens from this address", retryAfter: wait}
 }
 
 // findSlot finds the slot whose recorded token hash (status.tokenSHA256, written by the slot

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -169,4 +171,149 @@ func (h *harness) callWithHeader(method, path, token, header string) (int, strin
 	must(h.t, err)
 	_ = resp.Body.Close()
 	return resp.StatusCode, resp.Header.Get(header)
+}
+
+// pauses is a Config.sleep that counts the catch-up pauses and holds each until released
+// (hold), or returns at once.
+type pauses struct {
+	mu    sync.Mutex
+	n     int
+	hold  bool
+	began chan struct{} // one value per pause begun, when holding
+	go_   chan struct{} // closed to release held pauses
+}
+
+func newPauses(hold bool) *pauses {
+	return &pauses{hold: hold, began: make(chan struct{}, 16), go_: make(chan struct{})}
+}
+
+func (p *pauses) sleep(ctx context.Context, _ time.Duration) error {
+	p.mu.Lock()
+	p.n++
+	p.mu.Unlock()
+	if !p.hold {
+		return nil
+	}
+	p.began <- struct{}{}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.go_:
+		return nil
+	}
+}
+
+func (p *pauses) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// TestUnknownCredentialPastTheFailureLimitIsRefusedAtOnce: an unknown binding credential gives
+// the cache a moment (another replica may have claimed it an instant ago), but only when its
+// address is within its failure budget: past it, 429 at once, without a pause.
+func TestUnknownCredentialPastTheFailureLimitIsRefusedAtOnce(t *testing.T) {
+	p := newPauses(false)
+	h := newHarness(t, func(c *Config) { c.AuthFailureRate, c.AuthFailureBurst, c.sleep = 0.5, 2, p.sleep })
+	unknown, _ := newBindingCredential()
+	code, body := h.call("POST", "/v1/bots/standup/heartbeat", unknown, "")
+	wantStatus(t, "an unknown credential within the budget", code, body, http.StatusUnauthorized, "invalid token")
+	if n := p.count(); n != len(catchUpPauses(DefaultCatchUp)) {
+		t.Fatalf("%d catch-up pauses within the budget, want %d", n, len(catchUpPauses(DefaultCatchUp)))
+	}
+	code, body = h.call("POST", "/v1/bots/standup/heartbeat", "bpb_made-up", "")
+	wantStatus(t, "the budget's last failure", code, body, http.StatusUnauthorized, "invalid token")
+
+	before := p.count()
+	code, retryAfter := h.callWithHeader("POST", "/v1/bots/standup/heartbeat", unknown, "Retry-After")
+	if code != http.StatusTooManyRequests || retryAfter != "2" {
+		t.Errorf("an unknown credential past the budget: %d, Retry-After %q; want 429, 2", code, retryAfter)
+	}
+	if n := p.count() - before; n != 0 {
+		t.Errorf("%d catch-up pauses for an address past its budget, want none", n)
+	}
+}
+
+// TestCatchUpsHoldTheFailureBudget: the requests of one address giving the cache a moment hold
+// its failure budget meanwhile, so that many sent at once cannot all wait: past the budget the
+// next one is refused at once. A credential found meanwhile costs the budget nothing.
+func TestCatchUpsHoldTheFailureBudget(t *testing.T) {
+	p := newPauses(true)
+	h := newHarness(t, func(c *Config) { c.AuthFailureRate, c.AuthFailureBurst, c.sleep = 0.5, 2, p.sleep })
+	first, _ := newBindingCredential()
+	second, _ := newBindingCredential()
+	answers := make(chan int, 2)
+	for _, cred := range []string{first, second} {
+		go func() {
+			code, _ := h.callWithHeader("POST", "/v1/bots/standup/heartbeat", cred, "Retry-After")
+			answers <- code
+		}()
+		<-p.began // this one waits for the cache
+	}
+	third, _ := newBindingCredential()
+	thirds := make(chan int, 1)
+	go func() {
+		code, _ := h.callWithHeader("POST", "/v1/bots/standup/heartbeat", third, "Retry-After")
+		thirds <- code
+	}()
+	select {
+	case code := <-thirds:
+		if code != http.StatusTooManyRequests {
+			t.Errorf("a third unknown credential while two wait for the cache: %d, want 429", code)
+		}
+	case <-p.began:
+		t.Error("a third unknown credential waits for the cache too, past the budget two waiting ones hold")
+	}
+	close(p.go_)
+	for range 2 {
+		if code := <-answers; code != http.StatusUnauthorized {
+			t.Errorf("an unknown credential after its pauses: %d, want 401", code)
+		}
+	}
+}
+
+// lagCache is a cache that has not seen a claim yet the first time it is asked for it (another
+// replica made it an instant ago).
+type lagCache struct {
+	client.Reader
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (c *lagCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	for _, o := range opts {
+		if m, ok := o.(client.MatchingFields); ok && m[indexBindingHash] != "" {
+			c.mu.Lock()
+			seen := c.seen[m[indexBindingHash]]
+			c.seen[m[indexBindingHash]] = true
+			c.mu.Unlock()
+			if !seen {
+				return nil
+			}
+		}
+	}
+	return c.Reader.List(ctx, list, opts...)
+}
+
+// TestCredentialFoundAfterAPauseCostsNoFailure: a binding credential the cache shows after a
+// pause is a success, served and not counted against its address's failure budget.
+func TestCredentialFoundAfterAPauseCostsNoFailure(t *testing.T) {
+	p := newPauses(false)
+	h := newHarness(t, func(c *Config) {
+		c.AuthFailureRate, c.AuthFailureBurst, c.sleep = 0.5, 1, p.sleep
+		c.Cache = &lagCache{Reader: objCache, seen: map[string]bool{}}
+	})
+	s, _, _ := h.boundBot("pool-zoom-001", "standup")
+	h.srv.mu.Lock()
+	clear(h.srv.issued) // as if another replica had made the claim
+	h.srv.mu.Unlock()
+	code, body := h.call("POST", "/v1/bots/standup/heartbeat", s.cred, "")
+	wantStatus(t, "a credential the cache shows after a pause", code, body, http.StatusOK, "continue")
+	if p.count() != 1 {
+		t.Errorf("%d pauses, want 1", p.count())
+	}
+	code, body = h.call("POST", "/v1/bots/standup/heartbeat", "bpb_made-up", "")
+	wantStatus(t, "the budget's one failure", code, body, http.StatusUnauthorized, "invalid token")
+	code, body = h.call("POST", "/v1/bots/standup/heartbeat", "bpb_made-up", "")
+	wantStatus(t, "past the budget", code, body, http.StatusTooManyRequests, "invalid tokens")
 }

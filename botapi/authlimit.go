@@ -20,6 +20,10 @@ const maxFailureKeys = 16384
 // balancer's), and their valid requests must not use up each other's budget. Once an address's
 // failures exceed the budget, a request from it whose token does not authenticate is answered
 // 429 instead of 401, until the budget refills; a valid token is still served (see authFailed).
+//
+// A request whose authentication takes a while (an unknown binding credential gives the cache a
+// moment: see botByCredential) holds one failure of its address's budget meanwhile (begin), so
+// that an address cannot have more such requests waiting at once than its budget allows.
 type failureLimiter struct {
 	rate  rate.Limit
 	burst int
@@ -27,10 +31,12 @@ type failureLimiter struct {
 	mu       sync.Mutex
 	byKey    map[string]*rate.Limiter
 	overflow *rate.Limiter
+	pending  map[*rate.Limiter]int // failures held by requests still being decided (begin)
 }
 
 func newFailureLimiter(r rate.Limit, burst int) *failureLimiter {
-	return &failureLimiter{rate: r, burst: burst, byKey: map[string]*rate.Limiter{}, overflow: rate.NewLimiter(r, burst)}
+	return &failureLimiter{rate: r, burst: burst, byKey: map[string]*rate.Limiter{}, overflow: rate.NewLimiter(r, burst),
+		pending: map[*rate.Limiter]int{}}
 }
 
 // lookup returns the key's limiter, or the overflow one when the map is full; with create, a
@@ -42,7 +48,7 @@ func (f *failureLimiter) lookup(key string, now time.Time, create bool) *rate.Li
 	if len(f.byKey) >= maxFailureKeys {
 		// A full bucket holds no state a fresh one would not.
 		for k, l := range f.byKey {
-			if l.TokensAt(now) >= float64(f.burst) {
+			if l.TokensAt(now) >= float64(f.burst) && f.pending[l] == 0 {
 				delete(f.byKey, k)
 			}
 		}
@@ -62,11 +68,16 @@ func (f *failureLimiter) lookup(key string, now time.Time, create bool) *rate.Li
 func (f *failureLimiter) blocked(key string, now time.Time) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l := f.lookup(key, now, false)
+	return f.wait(f.lookup(key, now, false), now)
+}
+
+// wait is how long a request must wait for l's budget (nil: a key without a limiter, whose
+// budget is whole), counting the failures held by requests still being decided. mu is held.
+func (f *failureLimiter) wait(l *rate.Limiter, now time.Time) time.Duration {
 	if l == nil {
 		return 0
 	}
-	tokens := l.TokensAt(now)
+	tokens := l.TokensAt(now) - float64(f.pending[l])
 	if tokens >= 1 {
 		return 0
 	}
@@ -81,6 +92,30 @@ func (f *failureLimiter) failed(key string, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lookup(key, now, true).AllowN(now, 1)
+}
+
+// begin holds one failure of key's budget for a request whose authentication is still being
+// decided, and returns end, which lets it go and records the failure if there was one; or,
+// when key's budget is spent (held failures counted), how long requests from key must wait,
+// and no end.
+func (f *failureLimiter) begin(key string, now time.Time) (time.Duration, func(failed bool, at time.Time)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.lookup(key, now, true)
+	if wait := f.wait(l, now); wait > 0 {
+		return wait, nil
+	}
+	f.pending[l]++
+	return 0, func(failed bool, at time.Time) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.pending[l]--; f.pending[l] <= 0 {
+			delete(f.pending, l)
+		}
+		if failed {
+			l.AllowN(at, 1)
+		}
+	}
 }
 
 // clientKey is the address a request's failures are counted under: the peer's IP, with IPv6

@@ -188,10 +188,7 @@ func (s *Server) authenticateBinding(r *http.Request) (*v1.Bot, *v1.BotPoolSlot,
 		return nil, nil, errorf(http.StatusUnauthorized, "the slot token (BOTPOOL_SLOT_TOKEN) only fetches the config: "+
 			"send the binding credential of the config answer (its \"credential\") with heartbeats, status reports and events")
 	}
-	bot, claim, err := s.botByCredential(r.Context(), token)
-	if errors.Is(err, errNoSuchToken) {
-		return nil, nil, s.authFailed(r, errorf(http.StatusUnauthorized, "invalid token"))
-	}
+	bot, claim, err := s.botByCredential(r, token)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -215,33 +212,61 @@ func (s *Server) authenticateBinding(r *http.Request) (*v1.Bot, *v1.BotPoolSlot,
 // botByCredential finds the bot whose status.binding records the credential's hash: through
 // the cache index, else among the claims this replica made that its cache has not shown yet,
 // else, for a well-formed credential, after giving the cache a moment (another replica made
-// the claim an instant ago).
-func (s *Server) botByCredential(ctx context.Context, token string) (*v1.Bot, v1.BindingClaim, error) {
+// the claim an instant ago). A credential it does not find is a failed authentication of the
+// client's address (401, or 429 past its budget). The moment is given only to an address
+// within its failure budget, and holds one failure of it meanwhile (failureLimiter.begin):
+// an address past its budget is refused at once, not after the pauses, and one sending many
+// unknown credentials at once holds no more requests waiting than its budget. A credential
+// found after a pause costs nothing.
+func (s *Server) botByCredential(r *http.Request, token string) (*v1.Bot, v1.BindingClaim, error) {
+	ctx := r.Context()
 	hash := slottoken.Hash([]byte(token))
-	var pauses []time.Duration
-	if strings.HasPrefix(token, bindingPrefix) && len(token) == bindingCredentialLen {
-		pauses = catchUpPauses(s.cfg.CatchUp)
+	bot, claim, err := s.findBinding(ctx, hash)
+	if !errors.Is(err, errNoSuchToken) {
+		return bot, claim, err
 	}
-	for i := range len(pauses) + 1 {
-		if i > 0 {
-			if err := s.cfg.sleep(ctx, pauses[i-1]); err != nil {
-				return nil, v1.BindingClaim{}, err
-			}
-		}
-		var bots v1.BotList
-		if err := s.cfg.Cache.List(ctx, &bots, client.MatchingFields{indexBindingHash: hash}, client.UnsafeDisableDeepCopy); err != nil {
+	invalid := errorf(http.StatusUnauthorized, "invalid token")
+	pauses := catchUpPauses(s.cfg.CatchUp)
+	if !strings.HasPrefix(token, bindingPrefix) || len(token) != bindingCredentialLen || len(pauses) == 0 {
+		return nil, v1.BindingClaim{}, s.authFailed(r, invalid)
+	}
+	wait, end := s.authFailures.begin(clientKey(r.RemoteAddr), s.cfg.Clock.Now())
+	if wait > 0 {
+		return nil, v1.BindingClaim{}, tooManyFailures(wait)
+	}
+	// A failure unless found, or unless the cache failed us: a client that hangs up during
+	// the pauses has its failure counted too.
+	failed := true
+	defer func() { end(failed, s.cfg.Clock.Now()) }()
+	for _, pause := range pauses {
+		if err := s.cfg.sleep(ctx, pause); err != nil {
 			return nil, v1.BindingClaim{}, err
 		}
-		// Two bots recording one hash is no credential the operator issued: neither is served.
-		if len(bots.Items) == 1 {
-			bot := &bots.Items[0]
-			if c := bot.Status.Binding; c != nil && subtle.ConstantTimeCompare([]byte(c.CredentialSHA256), []byte(hash)) == 1 {
-				return bot, *c, nil
-			}
+		bot, claim, err = s.findBinding(ctx, hash)
+		if !errors.Is(err, errNoSuchToken) {
+			failed = false
+			return bot, claim, err
 		}
-		if bot, claim, ok := s.issuedBot(ctx, hash); ok {
-			return bot, claim, nil
+	}
+	return nil, v1.BindingClaim{}, invalid
+}
+
+// findBinding looks once for the bot whose status.binding records hash: in the cache, else
+// among the claims this replica made; errNoSuchToken when neither has it.
+func (s *Server) findBinding(ctx context.Context, hash string) (*v1.Bot, v1.BindingClaim, error) {
+	var bots v1.BotList
+	if err := s.cfg.Cache.List(ctx, &bots, client.MatchingFields{indexBindingHash: hash}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, v1.BindingClaim{}, err
+	}
+	// Two bots recording one hash is no credential the operator issued: neither is served.
+	if len(bots.Items) == 1 {
+		bot := &bots.Items[0]
+		if c := bot.Status.Binding; c != nil && subtle.ConstantTimeCompare([]byte(c.CredentialSHA256), []byte(hash)) == 1 {
+			return bot, *c, nil
 		}
+	}
+	if bot, claim, ok := s.issuedBot(ctx, hash); ok {
+		return bot, claim, nil
 	}
 	return nil, v1.BindingClaim{}, errNoSuchToken
 }
