@@ -50,6 +50,7 @@ type Client struct {
 	clock      clock.Clock
 	limiter    *Limiter
 	instance   *Instance
+	user       string // UserKey, the client's name in its instance guard
 	limits     InstanceLimits
 	metrics    *Metrics
 	log        logr.Logger
@@ -97,7 +98,7 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // would end past it.
 func WithCallBudget(d time.Duration) Option { return func(c *Client) { c.budget = d } }
 
-// WithInstance shares the guard (bulkhead and breaker) of a Coolify instance; see Registry.
+// WithInstance shares the guard (bulkhead and breakers) of a Coolify instance; see Registry.
 func WithInstance(in *Instance) Option { return func(c *Client) { c.instance = in } }
 
 // WithInstanceLimits configures the instance guard a client or a Registry builds.
@@ -144,6 +145,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	if c.instance == nil {
 		c.instance = NewInstance(c.limits)
 	}
+	c.user = userKey(c.base, c.token)
 	if c.limiter == nil {
 		c.limiter = NewLimiter(DefaultRateLimit)
 	}
@@ -229,8 +231,10 @@ func (c *Client) BaseURL() string { return c.base.String() }
 // UserKey names the Coolify user the client acts as without revealing the token: a hash of
 // the instance's base URL and the token. Clients with the same key share what Coolify
 // shows one user (its budget, its team's servers); different keys share nothing.
-func (c *Client) UserKey() string {
-	sum := sha256.Sum256([]byte(c.base.String() + "\x00" + c.token))
+func (c *Client) UserKey() string { return userKey(c.base, c.token) }
+
+func userKey(base *url.URL, token string) string {
+	sum := sha256.Sum256([]byte(base.String() + "\x00" + token))
 	return "user:" + hex.EncodeToString(sum[:12])
 }
 
@@ -269,7 +273,7 @@ func (c *Client) do(ctx context.Context, cl call) (err error) {
 			return fmt.Errorf("coolify %s: encode body: %w", cl.op, err)
 		}
 	}
-	release, err := c.instance.acquire(ctx, c.clock, cl.op, c.maxWait, PriorityOf(ctx))
+	release, err := c.instance.acquire(ctx, c.clock, c.user, cl.op, c.maxWait, PriorityOf(ctx))
 	if err != nil {
 		return err
 	}
@@ -387,12 +391,13 @@ func (c *Client) attempt(ctx context.Context, cl call, payload []byte, deadline 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !errors.Is(err, egress.ErrRefused) { // a refusal of ours says nothing of the instance
-			c.instance.record(c.clock.Now(), true)
+		if !errors.Is(err, egress.ErrRefused) && // a refusal of ours says nothing of the instance
+			c.instance.record(c.clock.Now(), c.user, true) {
+			c.metrics.breakerOpened.Inc()
 		}
 		return &transportError{op: cl.op, err: c.redact(err)}
 	}
-	c.instance.record(c.clock.Now(), false)
+	c.instance.record(c.clock.Now(), c.user, false)
 	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, c.maxBody+1))
 	c.observe(cl.op, strconv.Itoa(resp.StatusCode), start)

@@ -14,6 +14,8 @@ type Metrics struct {
 	throttled *prometheus.CounterVec
 	waits     *prometheus.CounterVec
 	notSent   *prometheus.CounterVec
+	// breakerOpened counts a user's breaker opening, or opening again after a failed probe.
+	breakerOpened prometheus.Counter
 	// superseded counts description updates replaced by a newer one before they were sent.
 	superseded prometheus.Counter
 }
@@ -48,6 +50,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "botpool_coolify_calls_deferred_total",
 			Help: "Coolify API calls handed back to the caller to retry later instead of waiting (reason: rate_limited, limiter, bulkhead, breaker).",
 		}, []string{"operation", "reason"}),
+		breakerOpened: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "botpool_coolify_breaker_opened_total",
+			Help: "Times a Coolify user's breaker opened after transport failures in a row (or again after a failed probe); its calls to that instance then fail fast.",
+		}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "botpool_coolify_descriptions_superseded_total",
 			Help: "Application description updates replaced, while they waited for the rate limit, by a newer one for the same application (never sent).",
@@ -59,6 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.throttled = promreg.Register(reg, m.throttled)
 	m.waits = promreg.Register(reg, m.waits)
 	m.notSent = promreg.Register(reg, m.notSent)
+	m.breakerOpened = promreg.Register(reg, m.breakerOpened)
 	m.superseded = promreg.Register(reg, m.superseded)
 	return m
 }

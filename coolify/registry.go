@@ -9,17 +9,19 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// registryIdle is how long a limiter or instance guard nobody asked for is kept. Connectors
-// ask again every minute or so for each live pool; an entry idle this long belongs to pools
-// that are gone (or moved to other credentials).
+// registryIdle is how long a limiter, or an instance guard's user, nobody asked for is kept.
+// Connectors ask again every minute or so for each live pool; an entry idle this long belongs
+// to pools that are gone (or moved to other credentials).
 const registryIdle = 15 * time.Minute
 
-// Registry hands out clients that share one rate limiter per Coolify user and one guard
-// (bulkhead and breaker) per Coolify instance. The server limits requests per user, so every
-// BotPool whose credentials point to the same instance with the same token must draw from one
-// budget; an instance's trouble must hold a bounded share of the callers, whoever's token they
-// use. Limiter keys are the normalised base URL and a hash of the token; the token itself is
-// not kept as a key. Entries nobody asked for in a while are forgotten.
+// Registry hands out clients that share one rate limiter per Coolify user and one guard per
+// Coolify instance. The server limits requests per user, so every BotPool whose credentials
+// point to the same instance with the same token must draw from one budget; an instance's
+// trouble must hold a bounded share of the callers, whoever's token they use, and within that
+// bound each user gets its share of the places and its own breaker (see Instance). Keys are
+// the normalised base URL and a hash of the token; the token itself is not kept as a key. A
+// user whose client the registry built is known to its instance guard (a place is kept for it)
+// until it has not asked for 15 minutes. Entries nobody asked for in a while are forgotten.
 type Registry struct {
 	perMinute int
 	opts      []Option
@@ -78,16 +80,15 @@ func (r *Registry) Client(baseURL, token string, opts ...Option) (*Client, error
 		in = NewInstance(r.limits)
 		r.instances[base.String()] = in
 	}
-	in.mu.Lock()
-	in.lastUsed = now
-	in.mu.Unlock()
+	in.touch(userKey(base, token), now)
 	r.mu.Unlock()
 	all := append(append(append([]Option{}, r.opts...), opts...), WithLimiter(lim), WithInstance(in))
 	return New(baseURL, token, all...)
 }
 
-// prune forgets limiters and guards idle for registryIdle, at most once a minute. A paused
-// limiter or an open breaker is kept: forgetting it would lift the pause. Callers hold r.mu.
+// prune forgets limiters, and instance guards' users, idle for registryIdle, at most once a
+// minute, and a guard once it has no user left. A paused limiter or a user's open breaker is
+// kept: forgetting it would lift the pause. Callers hold r.mu.
 func (r *Registry) prune(now time.Time) {
 	if now.Sub(r.pruned) < time.Minute {
 		return
@@ -100,7 +101,7 @@ func (r *Registry) prune(now time.Time) {
 		}
 	}
 	for k, in := range r.instances {
-		if in.idleSince(cutoff, now) {
+		if in.prune(cutoff, now) {
 			delete(r.instances, k)
 		}
 	}
