@@ -27,7 +27,7 @@ func ForBot(bot *botpoolv1alpha1.Bot) (c Callback, ok bool) {
 	if bot.Status.FinishedAt != nil {
 		p.FinishedAt = bot.Status.FinishedAt.UTC()
 	}
-	return Callback{URL: bot.Spec.CallbackURL, Key: p.UID + "/" + p.Phase, Body: p}, true
+	return Callback{URL: bot.Spec.CallbackURL, Namespace: bot.Namespace, Key: p.UID + "/" + p.Phase, Body: p}, true
 }
 
 // PhaseEvent is the JSON body of a webhook message: one phase a bot reached.

@@ -22,7 +22,7 @@ func TestForBot(t *testing.T) {
 	}
 
 	c, ok := ForBot(bot("https://hooks.example.com/x", botpoolv1alpha1.BotFatal))
-	want := Callback{URL: "https://hooks.example.com/x", Key: "u1/Fatal", Body: Payload{
+	want := Callback{URL: "https://hooks.example.com/x", Namespace: "team-a", Key: "u1/Fatal", Body: Payload{
 		Bot: "standup", Namespace: "team-a", UID: "u1", Phase: "Fatal",
 		Reason: "QueueTimeout", Message: "no slot", FinishedAt: epoch,
 	}}

@@ -10,12 +10,13 @@ import (
 const (
 	resultSuccess  = "success"  // a 2xx response
 	resultFailed   = "failed"   // retryable failures until MaxAttempts
-	resultDropped  = "dropped"  // the queue was full at Enqueue
+	resultDropped  = "dropped"  // refused at Enqueue: a queue bound (refusals_total says which)
 	resultRejected = "rejected" // a response that retrying cannot fix (4xx other than 408/429, 3xx) or a bad URL
 )
 
 type metrics struct {
 	deliveries *prometheus.CounterVec
+	refusals   *prometheus.CounterVec
 	attempts   prometheus.Counter
 	queueDepth prometheus.Gauge
 	duration   prometheus.Histogram
@@ -27,8 +28,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		deliveries: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "botpool_callback_deliveries_total",
-			Help: "Callbacks by final outcome: success, failed (attempts exhausted), dropped (queue full), rejected (not retryable).",
+			Help: "Callbacks by final outcome: success, failed (attempts exhausted), dropped (refused at Enqueue, a queue bound reached; its sender tries again), rejected (not retryable).",
 		}, []string{"result"})),
+		refusals: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botpool_callback_refusals_total",
+			Help: "Callbacks refused at Enqueue by the bound they met: receiver (its receiver's queue full), namespace (its namespace holds its share of the queue), queue (the whole queue full).",
+		}, []string{"limit"})),
 		attempts: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "botpool_callback_attempts_total",
 			Help: "HTTP requests made to deliver callbacks, retries included.",
@@ -46,6 +51,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	// Pre-create the series so dashboards see zeros rather than gaps.
 	for _, r := range []string{resultSuccess, resultFailed, resultDropped, resultRejected} {
 		m.deliveries.WithLabelValues(r)
+	}
+	for _, l := range []string{limitReceiver, limitNamespace, limitQueue} {
+		m.refusals.WithLabelValues(l)
 	}
 	return m
 }

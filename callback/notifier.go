@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +68,10 @@ type Payload struct {
 type Callback struct {
 	// URL receives the POST; http or https.
 	URL string
+	// Namespace is the namespace of the bot the callback is about: workers and queue places are
+	// shared between namespaces (see Options.QueueCapacity). Enqueue fills in Body.Namespace when
+	// it is empty.
+	Namespace string
 	// Key identifies the notification (the bot's UID and phase): callbacks with the same key are
 	// sent once, and it is sent as the Idempotency-Key header so receivers can drop repeats.
 	// Enqueue fills in Body.UID + "/" + Body.Phase when it is empty.
@@ -111,17 +113,22 @@ type Options struct {
 	Logger logr.Logger
 	// Registerer receives the botpool_callback_* metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// Workers is how many requests may be in flight at once, over all receivers.
+	// Workers is how many requests may be in flight at once, over all receivers. A free worker
+	// takes the namespace with the fewest requests in flight among those with a callback ready
+	// (in turn among equals), then that namespace's receivers in turn: however many receivers a
+	// namespace has, another namespace's ready callback gets the next worker that frees up.
 	Workers int
-	// PerReceiver is how many requests may be in flight at once to one receiver (the URL's
-	// host and port). Workers take receivers round-robin, so a slow or black-holed receiver
-	// holds at most PerReceiver workers and delays only its own callbacks.
+	// PerReceiver is how many requests may be in flight at once to one receiver: the URL's host
+	// and port, within the callback's namespace. A slow or black-holed receiver thus holds at
+	// most PerReceiver workers and delays only its own namespace's callbacks.
 	PerReceiver int
 	// QueueCapacity bounds the callbacks held at once (queued, waiting for a retry or in flight);
-	// Enqueue refuses beyond it.
+	// Enqueue refuses beyond it. A namespace may hold at most QueueCapacity divided by the number
+	// of namespaces holding callbacks plus one (half while it is alone), so another namespace
+	// finds room however many receivers one floods.
 	QueueCapacity int
-	// ReceiverCapacity bounds the callbacks held at once for one receiver, so a receiver that
-	// never answers cannot fill QueueCapacity for the others.
+	// ReceiverCapacity bounds the callbacks held at once for one receiver (of one namespace), so
+	// a receiver that never answers cannot fill its namespace's share for the others.
 	ReceiverCapacity int
 	// MaxAttempts is how many requests a callback gets, the first one included.
 	MaxAttempts int
@@ -161,19 +168,18 @@ type Notifier struct {
 	// work is signalled when a callback becomes ready and broadcast at shutdown; idle workers
 	// wait on it. A worker that finishes a request looks for the next one before it waits, so
 	// a receiver dropping below PerReceiver needs no signal.
-	work      *sync.Cond
-	stopped   bool
-	active    map[string]*item          // queued, waiting for a retry or in flight
-	receivers map[string]*receiverQueue // receivers holding at least one active callback
-	// order is the round-robin ring of receivers with ready callbacks; next is where the next
-	// take starts looking.
-	order   []*receiverQueue
-	next    int
-	delayed delayHeap  // callbacks waiting for their next attempt
-	recent  *recentSet // finished keys and their results
-	// dropping is set while Enqueue drops, so a full queue logs once per episode rather than
-	// once per reconcile of every finished bot.
-	dropping bool
+	work    *sync.Cond
+	stopped bool
+	active  map[string]*item   // queued, waiting for a retry or in flight
+	tenants map[string]*tenant // namespaces holding at least one active callback
+	ready   ring[*tenant]      // namespaces with ready callbacks, in turn (fair.go)
+	delayed delayHeap          // callbacks waiting for their next attempt
+	recent  *recentSet         // finished keys and their results
+	// refusedAt is when a refusal was last logged, refused how many Enqueue refused since: a
+	// full queue, or a namespace at its share, logs a line a minute rather than one per
+	// reconcile of every finished bot.
+	refusedAt time.Time
+	refused   int
 }
 
 // item is a callback with its delivery state; attempts and due are guarded by Notifier.mu
@@ -191,25 +197,6 @@ func (it *item) maxAttempts(def int) int {
 		return it.cb.MaxAttempts
 	}
 	return def
-}
-
-// receiverQueue is the per-destination state; guarded by Notifier.mu.
-type receiverQueue struct {
-	key      string
-	ready    []*item // due now, oldest first
-	inFlight int
-	held     int  // active callbacks of this receiver: ready, waiting or in flight
-	inOrder  bool // listed in Notifier.order
-}
-
-// receiverKey names a callback's receiver: the URL's host and port, lowercased. Callbacks with
-// an unparsable URL share one key; they fail at once without a request.
-func receiverKey(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	return strings.ToLower(u.Host)
 }
 
 // New builds a Notifier; it sends nothing until Start.
@@ -243,15 +230,15 @@ func New(opts Options) *Notifier {
 		opts.Jitter = fullJitter
 	}
 	n := &Notifier{
-		opts:      opts,
-		clock:     opts.Clock,
-		client:    opts.Client,
-		log:       opts.Logger,
-		metrics:   newMetrics(opts.Registerer),
-		wake:      make(chan struct{}, 1),
-		active:    map[string]*item{},
-		receivers: map[string]*receiverQueue{},
-		recent:    newRecentSet(opts.DedupTTL, opts.DedupSize),
+		opts:    opts,
+		clock:   opts.Clock,
+		client:  opts.Client,
+		log:     opts.Logger,
+		metrics: newMetrics(opts.Registerer),
+		wake:    make(chan struct{}, 1),
+		active:  map[string]*item{},
+		tenants: map[string]*tenant{},
+		recent:  newRecentSet(opts.DedupTTL, opts.DedupSize),
 	}
 	n.work = sync.NewCond(&n.mu)
 	return n
@@ -270,39 +257,49 @@ func fullJitter(d time.Duration) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
+// refusalLogEvery spaces the log lines of refused callbacks.
+const refusalLogEvery = time.Minute
+
 // Enqueue accepts c for delivery and returns at once. It returns true when c is queued or is a
 // duplicate of a callback queued, in flight or finished within DedupTTL, and false when the
-// queue, or the queue of c's receiver, is full: the caller must try again later (the bot
-// controller requeues the bot).
+// queue, its namespace's share of the queue or its receiver's queue is full: the caller must try
+// again later (the bot controller requeues the bot, the relay reschedules the message).
 func (n *Notifier) Enqueue(c Callback) bool {
 	if c.Key == "" {
 		c.Key = c.Body.UID + "/" + c.Body.Phase
+	}
+	if c.Namespace == "" {
+		c.Namespace = c.Body.Namespace
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.active[c.Key]; ok {
 		return true
 	}
-	if n.recent.contains(c.Key, n.clock.Now()) {
+	now := n.clock.Now()
+	if n.recent.contains(c.Key, now) {
 		return true
 	}
 	key := receiverKey(c.URL)
-	rcv := n.receivers[key]
-	if len(n.active) >= n.opts.QueueCapacity || (rcv != nil && rcv.held >= n.opts.ReceiverCapacity) {
+	t := n.tenants[c.Namespace]
+	var rcv *receiverQueue
+	if t != nil {
+		rcv = t.receivers[key]
+	}
+	if limit := n.full(t, rcv); limit != "" {
 		n.metrics.deliveries.WithLabelValues(resultDropped).Inc()
-		if !n.dropping {
-			n.log.Info("Callback queue full, refusing callbacks until it drains", "capacity", n.opts.QueueCapacity,
-				"receiverCapacity", n.opts.ReceiverCapacity, "receiver", key, "key", c.Key)
-			n.dropping = true
+		n.metrics.refusals.WithLabelValues(limit).Inc()
+		if n.refused++; now.Sub(n.refusedAt) >= refusalLogEvery {
+			n.log.Info("Callback refused, its sender tries again later", "limit", limit, "namespace", c.Namespace,
+				"receiver", key, "key", c.Key, "refusals", n.refused, "capacity", n.opts.QueueCapacity,
+				"namespaceShare", n.namespaceShare(), "receiverCapacity", n.opts.ReceiverCapacity)
+			n.refusedAt, n.refused = now, 0
 		}
 		return false
 	}
-	n.dropping = false
-	if rcv == nil {
-		rcv = &receiverQueue{key: key}
-		n.receivers[key] = rcv
-	}
+	rcv = n.holder(c.Namespace, key)
 	rcv.held++
+	rcv.tenant.held++
 	it := &item{cb: c, rcv: rcv}
 	n.active[c.Key] = it
 	n.metrics.queueDepth.Set(float64(len(n.active)))
@@ -320,62 +317,6 @@ func (n *Notifier) Result(key string) (Result, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.recent.get(key, n.clock.Now())
-}
-
-// makeReady puts it at the end of its receiver's ready queue and wakes a worker; n.mu is held.
-func (n *Notifier) makeReady(it *item) {
-	r := it.rcv
-	r.ready = append(r.ready, it)
-	if !r.inOrder {
-		r.inOrder = true
-		n.order = append(n.order, r)
-	}
-	n.work.Signal()
-}
-
-// take hands out the next ready callback, round-robin over receivers below PerReceiver; nil
-// when there is none. n.mu is held.
-func (n *Notifier) take() *item {
-	for i := 0; i < len(n.order); i++ {
-		idx := (n.next + i) % len(n.order)
-		r := n.order[idx]
-		if r.inFlight >= n.opts.PerReceiver {
-			continue
-		}
-		it := r.ready[0]
-		r.ready[0] = nil
-		r.ready = r.ready[1:]
-		r.inFlight++
-		if len(r.ready) == 0 {
-			r.inOrder = false
-			n.order = append(n.order[:idx], n.order[idx+1:]...)
-			n.next = idx // the receiver after this one moved into its place
-		} else {
-			n.next = idx + 1
-		}
-		if len(n.order) > 0 {
-			n.next %= len(n.order)
-		} else {
-			n.next = 0
-		}
-		return it
-	}
-	return nil
-}
-
-// release ends a request of it's receiver; done says it left the notifier (delivered, failed
-// for good, or abandoned) rather than waiting for a retry. n.mu is held.
-func (n *Notifier) release(it *item, done bool) {
-	r := it.rcv
-	r.inFlight--
-	if !done {
-		return
-	}
-	delete(n.active, it.cb.Key)
-	n.metrics.queueDepth.Set(float64(len(n.active)))
-	if r.held--; r.held == 0 {
-		delete(n.receivers, r.key)
-	}
 }
 
 // NeedLeaderElection makes the manager run the Notifier on the leader only, so two replicas

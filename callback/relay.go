@@ -33,8 +33,8 @@ const (
 	DefaultRelayWindow         = 24 * time.Hour
 )
 
-// Sender takes one request of a message: the Notifier, whose fairness between receivers,
-// egress policy and timeouts thus apply to webhooks too. It must call the callback's Prepare
+// Sender takes one request of a message: the Notifier, whose fairness between namespaces and
+// receivers, queue bounds, egress policy and timeouts thus apply to webhooks too. It must call the callback's Prepare
 // just before the request and add the headers it returns (the signature), or drop the
 // callback when Prepare says so; and call Done with the outcome.
 type Sender interface {
@@ -121,10 +121,10 @@ func (r *Relay) Start(ctx context.Context) error {
 // come back full and the sender takes some of them, up to MaxBatchesPerPass; it returns how
 // many it handed over. Outcomes arrive later, on the sender's workers.
 //
-// A message that cannot go now (its receiver's queue is full, its signing Secret is gone) is
-// recorded as due again later, so the next claim of the pass does not return it, and does not
-// end the pass: one tenant's refused message would otherwise cut every other tenant's burst to
-// one batch a poll. Only a batch of which nothing could go ends it: namespaces take turns in
+// A message that cannot go now (the notifier's queue, its namespace's share of it or its
+// receiver's queue is full; its signing Secret is gone) is recorded as due again later, so the
+// next claim of the pass does not return it, and does not end the pass: one tenant's refused
+// message would otherwise cut every other tenant's burst to one batch a poll. Only a batch of which nothing could go ends it: namespaces take turns in
 // a claim, so one tenant fills a batch alone only when no one else has a message due.
 func (r *Relay) Pass(ctx context.Context) int {
 	now := r.opts.Clock.Now()
@@ -181,7 +181,7 @@ func (r *Relay) send(ctx context.Context, m store.OutboxMessage, now time.Time, 
 	}
 	claimEnds := now.Add(r.opts.Lease)
 	cb := Callback{
-		URL: m.URL, Key: fmt.Sprintf("%s#%d", m.ID, m.Attempts), Raw: m.Payload, MaxAttempts: 1,
+		URL: m.URL, Namespace: m.Namespace, Key: fmt.Sprintf("%s#%d", m.ID, m.Attempts), Raw: m.Payload, MaxAttempts: 1,
 		Headers: map[string]string{"Idempotency-Key": m.ID, HeaderWebhookID: m.ID},
 		Body:    Payload{Bot: m.Name, Namespace: m.Namespace, UID: string(m.BotUID), Phase: m.Phase},
 		Prepare: func(at time.Time) (map[string]string, bool) {
@@ -200,7 +200,7 @@ func (r *Relay) send(ctx context.Context, m store.OutboxMessage, now time.Time, 
 	if !r.opts.Sender.Enqueue(cb) {
 		// Not an attempt of the receiver: tried again at the next poll, without backoff.
 		r.finish(ctx, m, store.OutboxOutcome{State: store.OutboxPending, NextAttemptAt: now.Add(r.opts.Poll),
-			Error: "the callback queue is full"}, resultDeferred)
+			Error: "the callback queue is full (the notifier's, this namespace's share of it or its receiver's)"}, resultDeferred)
 		return false
 	}
 	return true

@@ -487,8 +487,8 @@ func TestRelayRefusedMessageDoesNotCutAnotherTenantsBurst(t *testing.T) {
 				t.Fatalf("one pass handed over %d (%d held), want team-b's 900", n, len(sender.held))
 			}
 			for _, cb := range sender.held {
-				if cb.Body.Namespace != "team-b" {
-					t.Fatalf("handed over %s's message", cb.Body.Namespace)
+				if cb.Namespace != "team-b" {
+					t.Fatalf("handed over %q's message", cb.Namespace)
 				}
 			}
 			s, err := outbox.OutboxSummary(context.Background(), refused.BotUID, 0)

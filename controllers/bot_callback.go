@@ -58,8 +58,9 @@ func (r *BotReconciler) notify(bot *v1.Bot, now time.Time) (time.Duration, func(
 		r.callbackRefusals.Delete(name)
 		return callbackRecheck, nil
 	}
-	// Refused: the notifier's queue or this receiver's is full. Try again later rather than
-	// lose the callback; give up, visibly, after a bounded number of tries.
+	// Refused: the notifier's queue, this namespace's share of it or this receiver's queue is
+	// full. Try again later rather than lose the callback; give up, visibly, after a bounded
+	// number of tries.
 	tries := 1
 	if v, ok := r.callbackRefusals.Load(name); ok && v.(queueRefusals).uid == bot.UID {
 		tries = v.(queueRefusals).n + 1

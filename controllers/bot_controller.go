@@ -98,7 +98,8 @@ type BotReconciler struct {
 // CallbackQueue takes a finished bot's callback; it never blocks and ignores repeats, so a
 // reconcile may hand it over on every pass.
 type CallbackQueue interface {
-	// Enqueue accepts c, or returns false when the queue is full (try again later).
+	// Enqueue accepts c, or returns false when the queue, c's namespace's share of it or its
+	// receiver's queue is full (try again later).
 	Enqueue(c callback.Callback) bool
 	// Result is the final outcome of the callback with key, while the notifier remembers it.
 	Result(key string) (callback.Result, bool)
