@@ -473,8 +473,10 @@ func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server
 			return false, fmt.Errorf("stopping the puller after its pull: %w", err)
 		}
 		r.pullPolls.forget(p.DeploymentUUID)
+		took := &metav1.Duration{Duration: now.Sub(p.Since.Time)}
 		im.Cached = withCached(im.Cached, v1.CachedImage{Image: p.Image, PulledAt: metav1.NewTime(now), RestartedAt: p.RestartedAt,
-			PullDuration: &metav1.Duration{Duration: now.Sub(p.Since.Time)}})
+			PullDuration: took})
+		im.PullDuration = took
 		im.Pull = nil
 		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonImagePulled, "PrePull",
 			"Pulled %s on server %s in %s", p.Image, server, now.Sub(p.Since.Time).Round(time.Second))

@@ -64,11 +64,19 @@ func observedLead(s *poolScope, servers []v1.ServerStatus, now time.Time) leadMo
 		}
 		usable++
 		if ref == "" || !hasCached(freshCached(s.pool, st.Cached), ref, restarted) {
+			// The last pull observed here: status.servers[].pullDuration, which outlives its
+			// cached entry (a restartedAt drops it while the tag is pulled again, and the
+			// lead fell back to unobservedPull one pass into the pull), or, in a status
+			// written before that field, the newest cached entry's.
 			pull := unobservedPull
-			for _, c := range st.Cached {
-				if c.PullDuration != nil {
-					pull = c.PullDuration.Duration // the newest pull observed here
-					break
+			if st.PullDuration != nil {
+				pull = st.PullDuration.Duration
+			} else {
+				for _, c := range st.Cached {
+					if c.PullDuration != nil {
+						pull = c.PullDuration.Duration
+						break
+					}
 				}
 			}
 			if st.Pull != nil && st.Pull.State == v1.ImagePulling {

@@ -254,7 +254,7 @@ func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]
 			out[i].SlotStart = lastSlotStart(pool, out[i].UUID)
 		}
 		if im := images[out[i].UUID]; im != nil {
-			out[i].Cached, out[i].Pull = im.Cached, im.Pull
+			out[i].Cached, out[i].Pull, out[i].PullDuration = im.Cached, im.Pull, im.PullDuration
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"slices"
 	"sync"
 	"time"
@@ -113,6 +114,8 @@ func restartedAt(pool *v1.BotPool) string {
 type serverImages struct {
 	Cached []v1.CachedImage
 	Pull   *v1.ImagePull
+	// PullDuration is the last finished pull's (status.servers[].pullDuration).
+	PullDuration *metav1.Duration
 }
 
 // imagesOf returns what the pool's status records of its images on each server, without the
@@ -121,7 +124,7 @@ func imagesOf(pool *v1.BotPool) map[string]*serverImages {
 	out := map[string]*serverImages{}
 	for i := range pool.Status.Servers {
 		st := &pool.Status.Servers[i]
-		out[st.UUID] = &serverImages{Cached: freshCached(pool, st.Cached), Pull: st.Pull}
+		out[st.UUID] = &serverImages{Cached: freshCached(pool, st.Cached), Pull: st.Pull, PullDuration: st.PullDuration}
 	}
 	return out
 }

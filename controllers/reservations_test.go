@@ -447,6 +447,10 @@ func TestObservedLead(t *testing.T) {
 		{"a pull two minutes in", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1", lacks, func(st *v1.ServerStatus) {
 			st.Pull = &v1.ImagePull{Image: ref, State: v1.ImagePulling, Since: metav1.NewTime(now.Add(-2 * time.Minute))}
 		})}, settings, leadModel{pull: 4 * time.Minute, start: 20 * time.Second, parallel: 2}},
+		{"a restartedAt dropped the pull's cached entry: the last pull observed there, two minutes in", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1", func(st *v1.ServerStatus) {
+			st.PullDuration, st.SlotStart = d(7*time.Minute), d(20*time.Second)
+			st.Pull = &v1.ImagePull{Image: ref, State: v1.ImagePulling, Since: metav1.NewTime(now.Add(-2 * time.Minute))}
+		})}, settings, leadModel{pull: 5 * time.Minute, start: 20 * time.Second, parallel: 2}},
 		{"never pulled there, no start seen", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1")}, settings,
 			leadModel{pull: unobservedPull, start: unobservedStart, parallel: 2}},
 		{"a cordoned and an out server do not count", v1.StandbyRunning, 0, []v1.ServerStatus{srv("s1", warm),

@@ -714,6 +714,13 @@ type ServerStatus struct {
 	// +optional
 	SlotStart *metav1.Duration `json:"slotStart,omitempty"`
 
+	// PullDuration is how long the pool's last finished pre-pull on this server took. It
+	// stays when that pull's entry leaves cached (a restartedAt: the tag is pulled again), so
+	// the reservation lead still counts the pull it waits for by the last one observed.
+	// Written by the pool controller only.
+	// +optional
+	PullDuration *metav1.Duration `json:"pullDuration,omitempty"`
+
 	// Cached lists the image references the pool knows are pulled on this server, newest
 	// first (at most 3): a slot is given an image only once it is listed here, so no bot waits
 	// for a cold pull. Written by the pool controller only, from its pre-pulls.

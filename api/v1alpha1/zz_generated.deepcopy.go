@@ -737,6 +737,11 @@ func (in *ServerStatus) DeepCopyInto(out *ServerStatus) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.PullDuration != nil {
+		in, out := &in.PullDuration, &out.PullDuration
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.Cached != nil {
 		in, out := &in.Cached, &out.Cached
 		*out = make([]CachedImage, len(*in))
