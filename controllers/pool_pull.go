@@ -474,10 +474,19 @@ func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server
 		}
 		r.pullPolls.forget(p.DeploymentUUID)
 		took := &metav1.Duration{Duration: now.Sub(p.Since.Time)}
+		im.PullDuration, im.Pull = took, nil
+		if p.RestartedAt != restartedAt(s.pool) {
+			// The annotation changed while it ran (a pull followed to its end on a server
+			// cordoned or out, which is not cancelled): it announced a new push of the tag the
+			// pool had then, perhaps this very one, which the pull started before. Recorded,
+			// it was not filtered as stale once the pool had moved to another tag (freshCached
+			// knows only the pool's own image), and a slot created on it pulled cold (the
+			// model check, seed 2574853505207255). Not recorded: the next pass pulls again.
+			ctrl.LoggerFrom(ctx).Info("Pre-pull finished under an earlier restartedAt; not recorded", "server", server, "image", p.Image, "restartedAt", p.RestartedAt)
+			return true, nil
+		}
 		im.Cached = withCached(im.Cached, v1.CachedImage{Image: p.Image, PulledAt: metav1.NewTime(now), RestartedAt: p.RestartedAt,
 			PullDuration: took})
-		im.PullDuration = took
-		im.Pull = nil
 		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonImagePulled, "PrePull",
 			"Pulled %s on server %s in %s", p.Image, server, now.Sub(p.Since.Time).Round(time.Second))
 		return true, nil

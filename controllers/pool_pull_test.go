@@ -427,6 +427,21 @@ func TestPrePullInOnePass(t *testing.T) {
 		want: pullPass{Cached: []string{"bot:v2@ 09:00:00"}, Events: []string{"Normal/" + v1.ReasonImagePulled},
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old", "Stop " + app}},
 	}, {
+		// The model check's seed 2574853505207255: recorded, the pull of the old push stayed in
+		// cached once the pool moved to another tag, and a new slot was created on it.
+		name: "a cordoned server's pull under an earlier restartedAt ends: followed and stopped, not recorded",
+		pool: func(p *v1.BotPool) {
+			cordon(p, srv)
+			p.Annotations = map[string]string{v1.AnnotationRestartedAt: "b"}
+		},
+		images: map[string]*serverImages{srv: {Pull: func() *v1.ImagePull {
+			p := pulling("bot:v2", -5*time.Minute)
+			p.RestartedAt = "a"
+			return p
+		}()}},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentFinished), StopFn: ok},
+		want:    pullPass{Servers: []string{srv}, Calls: []string{"ListApplications " + tag, "GetDeployment dep-old", "Stop " + app}},
+	}, {
 		name:    "a server Coolify reports unreachable gets no pull",
 		health:  map[string]v1.ServerHealth{srv: v1.ServerUnreachable},
 		coolify: &bt.Coolify{ListApplicationsFn: listing()},
