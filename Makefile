@@ -36,9 +36,12 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC role from the markers (and copy them into the chart).
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the RBAC roles from the markers (and copy them into the chart).
 	$(CONTROLLER_GEN) rbac:roleName=botpool-manager crd paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	# The bot API's own role (--components=bot-api): the markers of package botapi alone.
+	$(CONTROLLER_GEN) rbac:roleName=botpool-bot-api,fileName=bot_api_role.yaml paths=./botapi \
+		output:rbac:artifacts:config=config/rbac
 	@$(MAKE) -s helm-sync
 
 .PHONY: generate
@@ -73,10 +76,11 @@ test: vet $(HELM) ## Run the unit and envtest suites with -race against a real a
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: helm-sync
-helm-sync: ## Copy the generated CRDs and ClusterRole into the Helm chart (a test fails when they drift).
+helm-sync: ## Copy the generated CRDs and ClusterRoles into the Helm chart (a test fails when they drift).
 	rm -f charts/botpool/files/crds/*.yaml
 	cp config/crd/bases/*.yaml charts/botpool/files/crds/
 	cp config/rbac/role.yaml charts/botpool/files/rbac/role.yaml
+	cp config/rbac/bot_api_role.yaml charts/botpool/files/rbac/bot_api_role.yaml
 
 .PHONY: helm-lint
 helm-lint: $(HELM) ## Lint the Helm chart with default and non-default values.

@@ -1,7 +1,8 @@
 // Command botpool runs the botpool manager: the controllers that keep warm pools of
 // meeting-bot containers on Coolify, and the HTTP API the bot containers call (package botapi).
 // One binary, so several replicas can run for availability: the controllers, callbacks and
-// retention run on the elected leader, the bot API on every replica.
+// retention run on the elected leader, the bot API on every replica. --components runs either
+// part alone, so that the bot API can run apart from the controllers (components.go).
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,6 +43,7 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
@@ -49,6 +52,8 @@ import (
 
 // options are the manager's command-line settings.
 type options struct {
+	// components is what this process runs: all, controllers or bot-api (components.go).
+	components              string
 	metricsAddr             string
 	probeAddr               string
 	leaderElect             bool
@@ -100,11 +105,25 @@ type options struct {
 	// skipNameValidation lets tests run the manager more than once in one process
 	// (controller names are otherwise unique per process); never set by a flag.
 	skipNameValidation bool
+	// registry receives the manager's own metrics; nil is controller-runtime's registry, which
+	// the metrics endpoint serves. A test running two managers on Postgres in one process gives
+	// one of them a registry of its own: a store's gauges read that store, so a registry takes
+	// one store's only. Never set by a flag.
+	registry prometheus.Registerer
+}
+
+// registerer is where the manager's own metrics go (see options.registry).
+func (o options) registerer() prometheus.Registerer {
+	if o.registry != nil {
+		return o.registry
+	}
+	return metrics.Registry
 }
 
 func parseFlags(args []string) (options, error) {
 	o := options{zap: zap.Options{Development: false}}
 	fs := flag.NewFlagSet("botpool", flag.ContinueOnError)
+	fs.StringVar(&o.components, "components", componentsAll, "What this process runs: all (the controllers on the elected leader and the bot API on every replica), controllers (no bot API), or bot-api (the bot API alone: no controllers, no leader election, no retention job). Apart, both need --database-url.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the net/http/pprof endpoints (/debug/pprof/); empty disables them.")
@@ -139,7 +158,7 @@ func parseFlags(args []string) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if err := errors.Join(o.validate(), o.hardening.validate(o)); err != nil {
+	if err := errors.Join(o.validateComponents(), o.validate(), o.hardening.validate(o)); err != nil {
 		return o, err
 	}
 	o.egressAllowed, _ = egress.ParsePrefixes(o.egressAllowedCIDRs) // validated above
@@ -285,7 +304,7 @@ func managerOptions(o options) ctrl.Options {
 		Metrics:                       o.hardening.metricsOptions(o.metricsAddr),
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,
-		LeaderElection:                o.leaderElect,
+		LeaderElection:                o.leaderElect && o.runsControllers(), // the bot API alone needs no Lease
 		LeaderElectionID:              "botpool-manager.botpool.dev",
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
@@ -302,7 +321,7 @@ func openStore(ctx context.Context, log logr.Logger, o options) (store.Store, er
 		return memory.New(), nil
 	}
 	st, err := postgres.New(ctx, o.databaseURL,
-		postgres.WithRegisterer(metrics.Registry), postgres.WithLogger(ctrl.Log.WithName("store")))
+		postgres.WithRegisterer(o.registerer()), postgres.WithLogger(ctrl.Log.WithName("store")))
 	if err != nil {
 		return nil, fmt.Errorf("opening the Postgres store: %w", err)
 	}
@@ -322,7 +341,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 	}
 	ctrl.Log.Info("Cluster identity for Coolify tags", "clusterID", cluster)
 	registry := coolify.NewRegistry(o.coolifyRateLimit,
-		coolify.WithMetrics(coolify.NewMetrics(metrics.Registry)), coolify.WithLogger(ctrl.Log.WithName("coolify")),
+		coolify.WithMetrics(coolify.NewMetrics(o.registerer())), coolify.WithLogger(ctrl.Log.WithName("coolify")),
 		coolify.WithEgress(o.egressPolicy()),
 		coolify.WithInstanceLimits(coolify.InstanceLimits{MaxInFlight: o.coolifyMaxInFlight}))
 	allowed, err := egress.ParsePrefixes(o.callbackAllowedCIDRs) // validated by parseFlags
@@ -333,11 +352,11 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 		Connector: &controllers.SecretConnector{Reader: mgr.GetAPIReader(), Registry: registry, Clock: clk, RefreshAfter: time.Minute},
 		Store:     st,
 		Clock:     clk,
-		Metrics:   controllers.NewMetrics(metrics.Registry),
+		Metrics:   controllers.NewMetrics(o.registerer()),
 	}, controllers.Options{
 		BotAPIURL: o.botAPIURL, ClusterID: cluster, ScheduleLead: o.scheduleLead,
 		Callbacks: &callback.Options{
-			Logger: ctrl.Log.WithName("callback"), Registerer: metrics.Registry,
+			Logger: ctrl.Log.WithName("callback"), Registerer: o.registerer(),
 			Egress: egress.Policy{Allowed: allowed, AllowPrivate: o.callbackAllowPrivate},
 		},
 	})
@@ -359,33 +378,55 @@ func run(ctx context.Context, cfg *rest.Config, o options) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 
-	ctrls, err := setupControllers(ctx, mgr, st, o)
-	if err != nil {
-		return err
-	}
-	if pruner, ok := st.(store.Pruner); ok && o.retention.Enabled() {
-		if err := mgr.Add(&store.RetentionJob{Store: pruner, Retention: o.retention, Interval: o.retentionInterval,
-			Clock: clock.RealClock{}, Log: ctrl.Log.WithName("retention")}); err != nil {
-			return fmt.Errorf("adding the retention job: %w", err)
-		}
-	}
-	if err := botapi.AddToManager(ctx, mgr, botapi.Config{
+	api := botapi.Config{
 		Addr:       o.botAPIAddr,
-		Client:     ctrls.Client, // its status writes are recorded as the controllers' are
-		Writes:     ctrls.Writes,
-		Liveness:   botapi.WithEventQuota(st, o.eventQuota, clock.RealClock{}, metrics.Registry),
+		Liveness:   botapi.WithEventQuota(st, o.eventQuota, clock.RealClock{}, o.registerer()),
 		Clock:      clock.RealClock{},
 		Log:        ctrl.Log.WithName("botapi"),
-		Registerer: metrics.Registry,
+		Registerer: o.registerer(),
 
 		// Empty: plain HTTP (see --bot-api-tls-cert-file).
 		TLSCertFile: o.hardening.botAPITLSCertFile,
 		TLSKeyFile:  o.hardening.botAPITLSKeyFile,
-	}); err != nil {
-		return err
+	}
+	if o.runsControllers() {
+		ctrls, err := setupControllers(ctx, mgr, st, o)
+		if err != nil {
+			return err
+		}
+		if pruner, ok := st.(store.Pruner); ok && o.retention.Enabled() {
+			if err := mgr.Add(&store.RetentionJob{Store: pruner, Retention: o.retention, Interval: o.retentionInterval,
+				Clock: clock.RealClock{}, Log: ctrl.Log.WithName("retention")}); err != nil {
+				return fmt.Errorf("adding the retention job: %w", err)
+			}
+		}
+		// In one process the bot API writes through the controllers' client: its Bot status
+		// writes land in the record the Bot controller checks, which then waits for its cache
+		// instead of judging (and patching) the version a report replaced.
+		api.Client, api.Writes = ctrls.Client, ctrls.Writes
+	} else {
+		// Apart (--components=bot-api) there is no such record to share. The bot API keeps one
+		// of its own writes, so that its next write to a bot it just wrote reads the bot first
+		// instead of meeting a conflict. The Bot controller, in the other process, learns of
+		// the bot API's writes only from its cache, as it already does of those of the bot API
+		// on the other replicas of `all`: a pass on a version a report replaced judges the
+		// past for a moment, and its status patch, which carries the version it read
+		// (optimistic lock), is refused with 409. Nothing is overwritten; the pass is retried
+		// (50ms, the controller's first backoff, as long as its cache wait), and the watch
+		// event of the report brings the bot back with the current version. What changes is a
+		// conflict logged and one request wasted, instead of a quiet wait. The bot API meets
+		// the controllers' writes the same way: a patch refused with 409 is retried on the
+		// bot read from the API server (binding.go, handlers.go).
+		api.Writes = &cachelag.Tracker{}
+	}
+	if o.servesBotAPI() {
+		if err := botapi.AddToManager(ctx, mgr, api); err != nil {
+			return err
+		}
 	}
 
-	log.Info("Starting manager", "leaderElect", o.leaderElect, "kubeAPIQPS", o.kubeAPIQPS, "kubeAPIBurst", o.kubeAPIBurst)
+	log.Info("Starting manager", "components", o.components, "leaderElect", o.leaderElect && o.runsControllers(),
+		"kubeAPIQPS", o.kubeAPIQPS, "kubeAPIBurst", o.kubeAPIBurst)
 	return mgr.Start(ctx)
 }
 

@@ -12,8 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -79,18 +77,7 @@ func TestManagerCachesNoSecrets(t *testing.T) {
 func TestManagerRunsWithItsRole(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	user := "botpool-manager-" + ns
-	role := managerRole(t)
-	role.ObjectMeta = metav1.ObjectMeta{Name: user}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
-	for _, obj := range []client.Object{role, binding} {
-		if err := env.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
-	}
+	cfg := asUserWithRole(t, managerRole(t), "botpool-manager-"+ns)
 
 	// A slot whose token the manager would have issued.
 	token, err := slottoken.New()
@@ -112,21 +99,8 @@ func TestManagerRunsWithItsRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	startManager(t, cfg, o)
-
-	kubetest.Eventually(t, 60*time.Second, func() error {
-		resp, err := http.Get("http://" + probeAddr + "/readyz")
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz answered %d", resp.StatusCode)
-		}
-		return nil
-	})
+	waitReady(t, probeAddr)
 	call := func(tok string) (int, error) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+botAPIAddr+"/v1/slots/app-"+ns+"/config", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)

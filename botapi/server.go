@@ -1,7 +1,8 @@
 // Package botapi is the HTTP API that meeting-bot containers call: they fetch their bot's
 // configuration, send heartbeats and report their phase and events. The operator never calls
-// the containers; every replica of the manager serves this API (it needs no leadership), and
-// heartbeats go to the store, not to the API server.
+// the containers; every replica of the manager serves this API (it needs no leadership), or
+// every replica of a process running it alone (--components=bot-api, under the role of
+// setup.go's markers), and heartbeats go to the store, not to the API server.
 //
 // Auth is two-fold. A per-slot bearer token the slot controller issued (kept in a Secret owned
 // by the slot, its hash recorded in the slot's status) fetches the configuration of the bot

@@ -9,6 +9,19 @@ import (
 	"botpool.dev/botpool/internal/cachelag"
 )
 
+// What the bot API needs of the API server, and nothing more: with --components=bot-api the
+// chart grants it this role alone (config/rbac/bot_api_role.yaml, generated from these markers
+// only), under a ServiceAccount of its own. It reads Bots and BotPoolSlots through its cache
+// (list and watch) and Bots past it (get: APIReader, never a slot), patches Bot status (the
+// binding claim, the phases bots report), and records the Warning Event of a binding claimed
+// twice (events.k8s.io, the API of the manager's recorder). It never reads or writes a Secret
+// (a token is checked against the hash its slot records, see index.go) and never writes a
+// slot: binding is the dispatcher's.
+// +kubebuilder:rbac:groups=botpool.dev,resources=bots,verbs=get;list;watch
+// +kubebuilder:rbac:groups=botpool.dev,resources=botpoolslots,verbs=list;watch
+// +kubebuilder:rbac:groups=botpool.dev,resources=bots/status,verbs=patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
 // AddToManager registers the bot API's cache indexes on mgr and adds the server, which every
 // replica runs (see NeedLeaderElection). Cache and APIReader default to the manager's, Client
 // to the manager's recording in cfg.Writes, Informers (what wakes waiting config requests) to

@@ -75,7 +75,8 @@ type Controllers struct {
 	Dispatcher *Dispatcher
 	// Writes remembers the versions the controllers' writes replaced (every write goes through
 	// Client, which records them); the bot API, the other writer of a Bot's status, writes
-	// through Client too.
+	// through Client too when it runs in the same process (main.go's run says what changes
+	// when it does not).
 	Writes *cachelag.Tracker
 	// Client is the client every controller writes through: deps.Client, recording in Writes.
 	Client client.Client

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -54,6 +55,8 @@ func TestAcceptedByAPIServer(t *testing.T) {
 		}},
 		// watchNamespaces (the release's own namespace here, set below): namespaced Roles.
 		{"watch", []string{"-f", hardeningValues, "--set", "admissionPolicy.enabled=false"}, nil},
+		// The bot API apart, in a Deployment of its own under its own ServiceAccount.
+		{"apart", withSeparate("--set", "podDisruptionBudget.enabled=true", "--set", "admissionPolicy.enabled=false"), nil},
 	} {
 		t.Run(tc.release, func(t *testing.T) {
 			ctx := t.Context()
@@ -88,12 +91,19 @@ func TestAcceptedByAPIServer(t *testing.T) {
 
 			var d appsv1.Deployment
 			m.decode(t, "Deployment", fullname(tc.release), &d)
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: "manager-", Namespace: ns.Name, Labels: d.Spec.Template.Labels},
-				Spec:       d.Spec.Template.Spec,
+			for _, o := range m.ofKind("Deployment") {
+				var dep appsv1.Deployment
+				m.decode(t, "Deployment", o.name(), &dep)
+				pod := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{GenerateName: "pod-", Namespace: ns.Name, Labels: dep.Spec.Template.Labels},
+					Spec:       dep.Spec.Template.Spec,
+				}
+				if err := c.Create(ctx, pod); err != nil {
+					t.Errorf("a pod of the Deployment %s's template is refused: %v", dep.Name, err)
+				}
 			}
-			if err := c.Create(ctx, pod); err != nil {
-				t.Errorf("a pod of the Deployment's template is refused: %v", err)
+			if tc.release == "apart" {
+				checkBotAPIServiceAccount(t, env, ns.Name, fullname(tc.release)+"-bot-api")
 			}
 
 			// The examples of NOTES.txt are valid objects (the API server checks the CRDs' schema
@@ -187,5 +197,51 @@ func checkSlotBindingPolicy(t *testing.T, env *kubetest.Env, ns, serviceAccount 
 	}
 	if err := manager.Patch(ctx, unbound, client.MergeFrom(bound)); err != nil {
 		t.Errorf("unbinding a slot as the manager: %v", err)
+	}
+}
+
+// checkBotAPIServiceAccount: the API server, given the chart's RBAC, lets the bot API's
+// ServiceAccount read bots and slots and patch Bot status, and refuses it every Secret, any
+// change of a slot and of a Bot's spec.
+func checkBotAPIServiceAccount(t *testing.T, env *kubetest.Env, ns, serviceAccount string) {
+	t.Helper()
+	ctx := t.Context()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + serviceAccount}
+	botAPI, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coolify-credentials", Namespace: ns}, StringData: map[string]string{"token": "t"}}
+	// No slot is created: the first case's admission policy lets its own manager alone do that.
+	// Authorization comes first, so a write the role lacks is refused whether it exists or not.
+	slot := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Name: "meet-001", Namespace: ns}, Spec: v1.BotPoolSlotSpec{Pool: "meet"}}
+	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Name: "standup", Namespace: ns}, Spec: v1.BotSpec{MeetingURL: "https://zoom.us/j/123"}}
+	for _, o := range []client.Object{secret, bot} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What it needs: if these were refused, the refusals below would prove nothing.
+	if err := botAPI.List(ctx, &v1.BotPoolSlotList{}, client.InNamespace(ns)); err != nil {
+		t.Errorf("the bot API's ServiceAccount listing slots: %v", err)
+	}
+	reported := bot.DeepCopy()
+	reported.Status.Phase = v1.BotInCall
+	if err := botAPI.Status().Patch(ctx, reported, client.MergeFrom(bot)); err != nil {
+		t.Errorf("the bot API's ServiceAccount patching a Bot's status: %v", err)
+	}
+	for what, err := range map[string]error{
+		"reading a Secret":  botAPI.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}),
+		"listing Secrets":   botAPI.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)),
+		"creating a Secret": botAPI.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: ns}}),
+		"binding a slot": botAPI.Patch(ctx, &v1.BotPoolSlot{ObjectMeta: slot.ObjectMeta,
+			Spec: v1.BotPoolSlotSpec{Pool: "meet", BotRef: &v1.BotReference{Name: bot.Name, UID: bot.UID}}}, client.MergeFrom(slot)),
+		"changing a Bot's spec": botAPI.Patch(ctx, &v1.Bot{ObjectMeta: bot.ObjectMeta,
+			Spec: v1.BotSpec{MeetingURL: bot.Spec.MeetingURL, DisplayName: "Someone else"}}, client.MergeFrom(bot)),
+	} {
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "cannot ") {
+			t.Errorf("the bot API's ServiceAccount %s: %v, want Forbidden by RBAC", what, err)
+		}
 	}
 }

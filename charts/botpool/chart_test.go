@@ -19,7 +19,7 @@ const nondefaultValues = "testdata/nondefault-values.yaml"
 
 func TestLint(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{nil, {"-f", nondefaultValues}} {
+	for _, args := range [][]string{nil, {"-f", nondefaultValues}, append([]string{"-f", nondefaultValues}, withSeparate("--set", "botApi.serviceAccount.name=bots-api")...)} {
 		out, err := runHelm(t, append([]string{"lint", ".", "--strict", "--kube-version", kubeVersion(t)}, args...)...)
 		if err != nil {
 			t.Errorf("helm lint %v: %v", args, err)

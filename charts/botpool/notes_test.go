@@ -34,6 +34,11 @@ func TestNotes(t *testing.T) {
 			"Postgres, URL from the Secret pg (key url)",
 			"crds.install is false",
 		}},
+		{[]string{"botApi.separate=true", "database.existingSecret=pg", "podDisruptionBudget.enabled=true", "botApi.replicaCount=1"}, []string{
+			"The bot API runs apart from the controllers (botApi.separate): Deployment botpool-bot-api,",
+			"1 replica(s), ServiceAccount botpool-bot-api (no access to Secrets)",
+			"the bot API's PodDisruptionBudget keeps 1 of 1 pod(s) available: it blocks node drains",
+		}},
 	}
 	for _, tt := range tests {
 		notes := renderNotes(t, tt.set...)

@@ -27,7 +27,7 @@ import (
 
 const syncHint = "the chart's copy of the generated manifests is stale: run `make helm-sync` and commit charts/botpool/files"
 
-// TestFilesMatchGenerated: files/crds and files/rbac/role.yaml are byte-for-byte what
+// TestFilesMatchGenerated: files/crds and the roles in files/rbac are byte-for-byte what
 // controller-gen wrote to config/ — the same files, no stale extra ones.
 func TestFilesMatchGenerated(t *testing.T) {
 	t.Parallel()
@@ -44,9 +44,11 @@ func TestFilesMatchGenerated(t *testing.T) {
 			t.Errorf("files/crds/%s differs from config/crd/bases/%s: %s", name, name, syncHint)
 		}
 	}
-	gen := readFile(t, filepath.Join(repoRoot, "config", "rbac", "role.yaml"))
-	if !bytes.Equal(readFile(t, filepath.Join("files", "rbac", "role.yaml")), gen) {
-		t.Errorf("files/rbac/role.yaml differs from config/rbac/role.yaml: %s", syncHint)
+	for _, role := range []string{"role.yaml", "bot_api_role.yaml"} {
+		gen := readFile(t, filepath.Join(repoRoot, "config", "rbac", role))
+		if !bytes.Equal(readFile(t, filepath.Join("files", "rbac", role)), gen) {
+			t.Errorf("files/rbac/%s differs from config/rbac/%s: %s", role, role, syncHint)
+		}
 	}
 }
 
@@ -174,14 +176,18 @@ func TestEveryManagerFlagRendered(t *testing.T) {
 	(&zap.Options{}).BindFlags(zapFlags)
 
 	rendered := map[string]bool{}
-	// The defaults, and the values that add flags only when set (the bot API's TLS Secret).
-	for _, args := range [][]string{nil, {"--set", "botApi.tls.secretName=bot-api-tls"}} {
+	// The defaults, and the values that add flags only when set (the bot API's TLS Secret, the
+	// bot API apart: --components, in both of its Deployments).
+	for _, args := range [][]string{nil, {"--set", "botApi.tls.secretName=bot-api-tls"},
+		{"--set", "botApi.separate=true", "--set", "database.existingSecret=pg"}} {
 		m := template(t, "botpool", args...)
-		var d appsv1.Deployment
-		m.decode(t, "Deployment", "botpool", &d)
-		for _, a := range manager(t, d.Spec.Template.Spec).Args {
-			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			rendered[name] = true
+		for _, d := range m.ofKind("Deployment") {
+			var dep appsv1.Deployment
+			m.decode(t, "Deployment", d.name(), &dep)
+			for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+				name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+				rendered[name] = true
+			}
 		}
 	}
 	managerFlags(t).VisitAll(func(f *flag.Flag) {
