@@ -176,15 +176,15 @@ func (h *harness) callWithHeader(method, path, token, header string) (int, strin
 // pauses is a Config.sleep that counts the catch-up pauses and holds each until released
 // (hold), or returns at once.
 type pauses struct {
-	mu    sync.Mutex
-	n     int
-	hold  bool
-	began chan struct{} // one value per pause begun, when holding
-	go_   chan struct{} // closed to release held pauses
+	mu      sync.Mutex
+	n       int
+	hold    bool
+	began   chan struct{} // one value per pause begun, when holding
+	release chan struct{} // closed to release held pauses
 }
 
 func newPauses(hold bool) *pauses {
-	return &pauses{hold: hold, began: make(chan struct{}, 16), go_: make(chan struct{})}
+	return &pauses{hold: hold, began: make(chan struct{}, 16), release: make(chan struct{})}
 }
 
 func (p *pauses) sleep(ctx context.Context, _ time.Duration) error {
@@ -198,7 +198,7 @@ func (p *pauses) sleep(ctx context.Context, _ time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-p.go_:
+	case <-p.release:
 		return nil
 	}
 }
@@ -264,7 +264,7 @@ func TestCatchUpsHoldTheFailureBudget(t *testing.T) {
 	case <-p.began:
 		t.Error("a third unknown credential waits for the cache too, past the budget two waiting ones hold")
 	}
-	close(p.go_)
+	close(p.release)
 	for range 2 {
 		if code := <-answers; code != http.StatusUnauthorized {
 			t.Errorf("an unknown credential after its pauses: %d, want 401", code)
