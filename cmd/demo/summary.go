@@ -46,11 +46,7 @@ type report struct {
 	done, failed int
 	reasons      map[v1.BotReason]int
 	warm, cold   []time.Duration // Coolify's deployment durations, per start kind
-	// started counts the bots that ran, per start kind: a start whose deployment Coolify did
-	// not report finished (it ran, and a later redeploy of its slot failed in an outage) has no
-	// duration in warm or cold but is still a start, as the per-server lines count it.
-	started map[string]int
-	standby string // the pool's spec.standby
+	standby      string          // the pool's spec.standby
 	// toRunning is creation (or leaving Scheduled) → first report, per start kind.
 	toRunning map[string][]time.Duration
 	// standbyDeploys are deployments with no bot of a standby pool: recycles (a fresh
@@ -185,7 +181,7 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 	warm map[string]bool, down downWindow) report {
 	deps := f.sim.Deployments()
 	rp := report{rows: classify(bots, deps, warm), reasons: map[v1.BotReason]int{}, slotWas: map[string]int{}, down: down,
-		containerErrs: failures, took: time.Since(burstAt), standby: standby, toRunning: map[string][]time.Duration{}, started: map[string]int{}}
+		containerErrs: failures, took: time.Since(burstAt), standby: standby, toRunning: map[string][]time.Duration{}}
 	created := map[string]time.Time{}
 	for _, s := range slots {
 		created[s.name] = s.created
@@ -219,9 +215,6 @@ func newReport(bots []botRecord, slots []slotRecord, f *faults, failures []error
 			if r.slotWas == slotWasFreed {
 				rp.queueWaits = append(rp.queueWaits, r.bound.Sub(r.asked))
 			}
-		}
-		if !r.running.IsZero() && r.start != "" {
-			rp.started[r.start]++
 		}
 		if !r.running.IsZero() && !r.asked.IsZero() && r.start != "" {
 			rp.toRunning[r.start] = append(rp.toRunning[r.start], r.running.Sub(r.asked))
@@ -411,7 +404,7 @@ func (rp report) print(out io.Writer) {
 		w.f("; %d served out of priority order: %s\n", len(rp.inversions), strings.Join(rp.inversions, "; "))
 	}
 	w.f("  starts        %d warm (image cached, deployment median %s), %d cold (image pulled: %s)",
-		rp.started[startWarm], seconds(median(rp.warm)), rp.started[startCold], durations(rp.cold))
+		len(rp.warm), seconds(median(rp.warm)), len(rp.cold), durations(rp.cold))
 	if n := len(rp.toRunning[startStandby]); n > 0 || rp.standby == string(v1.StandbyRunning) {
 		w.f(", %d standby (no deployment of their own)", n)
 	}
