@@ -16,16 +16,20 @@ import (
 // pools on black-holed URLs held every worker of the pool controller, and another namespace's
 // new pool waited for one (issue 30). tenantShare bounds the passes one namespace has in
 // flight in a controller: its share of the workers (a quarter, at least one) at any time, and
-// beyond that only workers that leave a share's worth idle for the other namespaces. A request
-// past it is put back on the queue at once, without holding a worker, and runs when the
-// namespace's own passes end. So one namespace, however many objects, URLs or tokens it has,
-// never holds the last share of a controller's workers (6 of the default 8: a single tenant
-// keeps most of the throughput), and a namespace that comes along finds a worker at once.
+// beyond that only workers that leave some idle: a share's worth while other namespaces have
+// had passes within othersWindow, one while it has been alone (a namespace that comes along
+// finds that one at once, and from then on the share's worth is kept). A request past it is put
+// back on the queue at once, without holding a worker, and runs when the namespace's own passes
+// end. So one namespace, however many objects, URLs or tokens it has, holds at most 6 of the
+// default 8 workers beside others and 7 alone, and a single tenant keeps nearly all the
+// throughput.
 
 const (
 	// tenantShareDivisor: a namespace holds at most a quarter of a controller's workers
 	// (2 of the default 8), at least one.
 	tenantShareDivisor = 4
+	// othersWindow is how long a namespace counts as active after its last pass began.
+	othersWindow = time.Minute
 	// shareRetry is when a request turned away for its namespace's share comes back, jittered
 	// (half to the whole of it): soon enough that a namespace's own work is barely delayed,
 	// and a request bounced while the share stays full costs a queue pop, no I/O.
@@ -41,10 +45,13 @@ type tenantShare struct {
 	jitter     func() float64 // [0,1); nil: math/rand
 
 	workers int
+	now     func() time.Time // nil: time.Now
 
 	mu    sync.Mutex
-	held  map[string]int // passes in flight, by namespace
-	total int            // passes in flight
+	held  map[string]int       // passes in flight, by namespace
+	total int                  // passes in flight
+	seen  map[string]time.Time // when each namespace's last pass began (othersWindow)
+	swept time.Time
 }
 
 // shareOf is a namespace's share of a controller's workers.
@@ -52,7 +59,8 @@ func shareOf(workers int) int { return max(1, workers/tenantShareDivisor) }
 
 // newTenantShare bounds each namespace to its share of workers reconciles of inner at once.
 func newTenantShare(inner reconcile.Reconciler, controller string, workers int, m *Metrics) *tenantShare {
-	return &tenantShare{inner: inner, controller: controller, limit: shareOf(workers), workers: max(workers, 1), metrics: m, held: map[string]int{}}
+	return &tenantShare{inner: inner, controller: controller, limit: shareOf(workers), workers: max(workers, 1), metrics: m,
+		held: map[string]int{}, seen: map[string]time.Time{}}
 }
 
 func (t *tenantShare) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -67,13 +75,45 @@ func (t *tenantShare) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 func (t *tenantShare) enter(ns string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// Within its share, always; beyond it, only while a share's worth of workers stays idle.
-	if t.held[ns] >= t.limit && t.total+t.limit >= t.workers {
+	now := time.Now
+	if t.now != nil {
+		now = t.now
+	}
+	at := now()
+	t.seen[ns] = at
+	t.sweep(at)
+	// Within its share, always; beyond it, only while workers stay idle for the others.
+	if t.held[ns] >= t.limit && t.total+t.reserve(ns, at) >= t.workers {
 		return false
 	}
 	t.held[ns]++
 	t.total++
 	return true
+}
+
+// reserve is how many workers ns leaves idle beyond its share: a share's worth while another
+// namespace had a pass within othersWindow, else one. Callers hold t.mu.
+func (t *tenantShare) reserve(ns string, now time.Time) int {
+	for other, at := range t.seen {
+		if other != ns && now.Sub(at) <= othersWindow {
+			return t.limit
+		}
+	}
+	return 1
+}
+
+// sweep forgets the namespaces quiet for othersWindow, at most once per othersWindow, so seen
+// holds only those active lately. Callers hold t.mu.
+func (t *tenantShare) sweep(now time.Time) {
+	if now.Sub(t.swept) < othersWindow {
+		return
+	}
+	t.swept = now
+	for ns, at := range t.seen {
+		if now.Sub(at) > othersWindow && t.held[ns] == 0 {
+			delete(t.seen, ns)
+		}
+	}
 }
 
 func (t *tenantShare) leave(ns string) {

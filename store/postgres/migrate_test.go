@@ -75,17 +75,25 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 }
 
-func TestNewFailsFastWhenUnreachable(t *testing.T) {
+// TestNewOpensUnavailableWhenUnreachable: a server nothing listens for is an outage that began
+// before the start (issue 30): New returns at once an unavailable store whose status names the
+// server and the error, not a failure of the manager's start (TestStartDuringAnOutage follows
+// one through its recovery).
+func TestNewOpensUnavailableWhenUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
 	// Port 1 on loopback: nothing listens, the connection is refused at once.
-	_, err := postgres.New(ctx, "postgres://postgres@127.0.0.1:1/botpool?sslmode=disable&connect_timeout=2")
-	if err == nil || !strings.Contains(err.Error(), "connecting to Postgres at 127.0.0.1:1/botpool") {
-		t.Fatalf("err = %v, want a connection error naming the server", err)
+	s, err := postgres.New(ctx, "postgres://postgres@127.0.0.1:1/botpool?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatalf("New: %v; want an unavailable store", err)
+	}
+	defer func() { _ = s.Close() }()
+	if st := s.Status(); st.Available || !strings.Contains(st.LastError, "connecting to Postgres at 127.0.0.1:1/botpool") {
+		t.Fatalf("status %+v: want unavailable, naming the server", st)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("New took %v to give up", d)
+		t.Fatalf("New took %v to return", d)
 	}
 }
 
