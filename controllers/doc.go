@@ -27,7 +27,6 @@
 //
 //	setup.go             Setup: the one wiring of the four reconcilers and what they share (main, tests, model check)
 //	watches.go           the wake-up graph: every SetupWithManager, map func and predicate, drawn on top
-//	tenant_share.go      tenantShare: a namespace's share of each controller's reconcile workers
 //	requeue.go           the skeleton's errors: waitFor/settle/outcome, earliest, addFinalizer
 //	stalled.go           "a person must act": stall, needsPerson, unreachableReason
 //	times.go             orDefault and sameTime, used by several controllers

@@ -73,13 +73,7 @@ func (r *BotPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool),
 			builder.WithPredicates(botQueueChanged)).
 		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(newTenantShare(r, "botpool", workersOf(mgr), r.Metrics))
-}
-
-// workersOf is the reconcile workers each controller of mgr runs (controller-runtime's default
-// is one).
-func workersOf(mgr ctrl.Manager) int {
-	return max(1, mgr.GetControllerOptions().MaxConcurrentReconciles)
+		Complete(r)
 }
 
 func botToPool(_ context.Context, o client.Object) []reconcile.Request {
@@ -113,7 +107,7 @@ func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.GateWake != nil {
 		b = b.WatchesRawSource(source.Channel(r.GateWake, &handler.EnqueueRequestForObject{}))
 	}
-	return b.Complete(newTenantShare(r, "botpoolslot", workersOf(mgr), r.Metrics))
+	return b.Complete(r)
 }
 
 // botLetGo passes the bot events a slot acts on: a bot that ended, went back to the queue
@@ -160,7 +154,7 @@ func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.CallbackDone != nil {
 		b = b.WatchesRawSource(source.Channel(r.CallbackDone, &handler.EnqueueRequestForObject{}))
 	}
-	return b.Complete(newTenantShare(r, "bot", workersOf(mgr), r.Metrics))
+	return b.Complete(r)
 }
 
 func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
@@ -195,7 +189,7 @@ func (d *Dispatcher) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToPool), builder.WithPredicates(slotFreed)).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool), builder.WithPredicates(botQueueChanged)).
 		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(newTenantShare(d, "dispatcher", workersOf(mgr), d.Metrics))
+		Complete(d)
 }
 
 func slotToPool(_ context.Context, o client.Object) []reconcile.Request {
