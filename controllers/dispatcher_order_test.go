@@ -141,3 +141,65 @@ func TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding(t *testing.T) {
 		t.Fatalf("the wave after the failed start bound the bot to %q, want pool-zoom-002", got)
 	}
 }
+
+// TestAWaveForgetsTheGrantOfABotDeletedBeforeItShowed: the bot controller granted a
+// reservation, and the bot was deleted (or deleted and created again under its name) before
+// the cache showed the grant. The next wave binds the queue's head to the pool's free slot.
+// Before, the grant was counted until pendingGrantTTL, and the head waited beside the free
+// slot for a meeting that would never come (invariant 3; the random model check found it,
+// seed 2295569671406997 on a153519). A grant whose bot the cache holds but does not yet show
+// it still holds the queue. Single waves on a fake client.
+func TestAWaveForgetsTheGrantOfABotDeletedBeforeItShowed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		inCache  func(granted *v1.Bot) *v1.Bot // what the cache holds under the granted bot's name
+		wantHeld bool
+	}{
+		{name: "deleted", inCache: func(*v1.Bot) *v1.Bot { return nil }},
+		{name: "created again", inCache: func(g *v1.Bot) *v1.Bot {
+			return bt.MakeBot(g.Namespace, g.Name).UID("uid-again").PoolRef("pool").Obj()
+		}},
+		{name: "grant not shown yet", wantHeld: true, inCache: func(g *v1.Bot) *v1.Bot {
+			b := g.DeepCopy()
+			b.Status = v1.BotStatus{Phase: v1.BotScheduled, Pool: "pool"}
+			return b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clocktesting.NewFakeClock(time.Date(2026, 3, 9, 14, 35, 40, 0, time.UTC))
+			pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Obj()
+			head := bt.MakeBot("ns", "head").UID("uid-head").PoolRef("pool").InPool("pool").
+				Phase(v1.BotQueued).Created(clk.Now().Add(-time.Minute)).Obj()
+			slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("s1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Hour)).App("a1").Obj()
+			// The grant as the bot controller decided it: a slot held from ten minutes on,
+			// within the head's meeting, in a pool of one slot.
+			granted := bt.MakeBot("ns", "later").UID("uid-later").PoolRef("pool").InPool("pool").Phase(v1.BotScheduled).Obj()
+			from := clk.Now().Add(10 * time.Minute)
+			granted.Spec.StartTime = &metav1.Time{Time: from}
+			granted.Status.Reservation = &v1.BotReservation{From: metav1.Time{Time: from}, Until: metav1.Time{Time: from.Add(time.Hour)}}
+			v1.SetCondition(&granted.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: metav1.ConditionTrue,
+				Reason: v1.ReasonCapacityReserved}, clk.Now())
+			objs := []client.Object{pool, head, slot}
+			if b := tc.inCache(granted); b != nil {
+				objs = append(objs, b)
+			}
+			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+			ledger := &reservationLedger{}
+			ledger.remember(granted, clk.Now())
+			clk.Step(20 * time.Second)
+
+			d := &Dispatcher{Client: c, Clock: clk, Metrics: NewMetrics(nil), reservations: ledger}
+			if _, err := d.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)}); err != nil {
+				t.Fatal(err)
+			}
+			s := &v1.BotPoolSlot{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(slot), s); err != nil {
+				t.Fatal(err)
+			}
+			if held := s.Spec.BotRef == nil; held != tc.wantHeld {
+				t.Fatalf("the free slot is bound to %v; want the head bound: %v", s.Spec.BotRef, !tc.wantHeld)
+			}
+		})
+	}
+}

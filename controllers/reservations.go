@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -209,28 +210,57 @@ func (l *reservationLedger) poolLock(pool types.NamespacedName) *sync.Mutex {
 }
 
 // withPending adds to the cached bots of a pool the grants decided but not shown yet.
-func (l *reservationLedger) withPending(cached []v1.Bot, namespace, pool string, now time.Time) []v1.Bot {
+//
+// A grant whose bot the cache no longer holds, or holds as another object of that name, is
+// dropped: the grant was decided on a bot the cache showed, and the cache never goes back, so
+// that bot was deleted before its grant showed. Counted until pendingGrantTTL, it held the
+// pool's queue beside a free slot for a meeting that will never come (the model check, seed
+// 2295569671406997). c is the cache the grants were decided on; an error reading it keeps
+// the grant.
+func (l *reservationLedger) withPending(ctx context.Context, c client.Reader, cached []v1.Bot, namespace, pool string, now time.Time) []v1.Bot {
 	if l == nil {
 		return cached
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	shown := map[types.UID]bool{}
 	for i := range cached {
 		if meta.FindStatusCondition(cached[i].Status.Conditions, v1.ConditionReserved) != nil {
 			shown[cached[i].UID] = true
 		}
 	}
-	out := cached
+	l.mu.Lock()
+	var mine []pendingGrant // this pool's grants not shown yet
 	for uid, g := range l.pending {
 		switch {
 		case shown[uid] || now.After(g.until):
 			delete(l.pending, uid)
 		case g.bot.Namespace == namespace && g.bot.Status.Pool == pool:
-			out = append(out, g.bot)
+			mine = append(mine, g)
 		}
 	}
+	l.mu.Unlock()
+	out := cached
+	for _, g := range mine {
+		if botGone(ctx, c, &g.bot) {
+			l.forget(g.bot.UID)
+			continue
+		}
+		out = append(out, g.bot)
+	}
 	return out
+}
+
+// botGone reports whether the cache holds no bot of b's name, or another one.
+func botGone(ctx context.Context, c client.Reader, b *v1.Bot) bool {
+	live := &v1.Bot{}
+	err := c.Get(ctx, client.ObjectKeyFromObject(b), live)
+	return apierrors.IsNotFound(err) || err == nil && live.UID != b.UID
+}
+
+// forget drops a grant not shown yet.
+func (l *reservationLedger) forget(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.pending, uid)
 }
 
 // remember keeps a grant until the cache shows it (or pendingGrantTTL).
@@ -320,7 +350,7 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	if err != nil {
 		return err
 	}
-	others := r.reservations.withPending(bots.Items, bot.Namespace, pool.Name, now)
+	others := r.reservations.withPending(ctx, r.Client, bots.Items, bot.Namespace, pool.Name, now)
 	v := decideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
 	if st := pool.Status.Reservations; v.granted && st != nil && st.Lead.Duration > v.window.From.Sub(now) {
 		v.message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Round(time.Second),
@@ -372,7 +402,7 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		return 0, err
 	}
 	now := d.Clock.Now()
-	bots := d.reservations.withPending(list.Items, pool.Namespace, pool.Name, now)
+	bots := d.reservations.withPending(ctx, d.Client, list.Items, pool.Namespace, pool.Name, now)
 	waiting := func(b *v1.Bot) bool { return reserved(b) && waitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal() }
 	promised := false
 	for i := range bots {
