@@ -24,7 +24,7 @@ import (
 )
 
 // waitBot waits until the bot satisfies cond and returns it.
-func waitBot(t *testing.T, bot *v1.Bot, what string, cond func(*v1.Bot) bool) *v1.Bot {
+func waitBot(t testing.TB, bot *v1.Bot, what string, cond func(*v1.Bot) bool) *v1.Bot {
 	t.Helper()
 	got := &v1.Bot{}
 	kubetest.Eventually(t, 15*time.Second, func() error {

@@ -28,6 +28,9 @@ type Metrics struct {
 	// poolStalled and botsFailed feed the chart's alerts (docs/runbooks.md).
 	poolStalled *prometheus.GaugeVec
 	botsFailed  *prometheus.CounterVec
+	// deferred counts requests a controller put back because their namespace held its share
+	// of the workers (tenant_share.go).
+	deferred *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none), reusing series
@@ -47,6 +50,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "botpool_slot_transitions_total",
 		Help: "Slot phase transitions.",
 	}, []string{"from", "to", "reason"}))
+	m.deferred = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "botpool_reconciles_deferred_total",
+		Help: "Requests a controller parked because every worker was busy and their namespace already had its share in flight; each runs when a pass of its namespace ends.",
+	}, []string{"controller"}))
 	m.recoveries = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "botpool_slot_recoveries_total",
 		Help: "Slots sent to Error and recovered, by reason.",
@@ -140,6 +147,12 @@ func (m *Metrics) slotTransition(from, to, reason string) {
 }
 
 func (m *Metrics) standbyLostOne() { m.standbyLost.Inc() }
+
+func (m *Metrics) deferredOne(controller string) {
+	if m != nil {
+		m.deferred.WithLabelValues(controller).Inc()
+	}
+}
 
 func (m *Metrics) recovery(reason string) { m.recoveries.WithLabelValues(reason).Inc() }
 

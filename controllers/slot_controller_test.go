@@ -25,20 +25,20 @@ import (
 // scenario is one pool of one slot on a simulator of its own, so a test's faults and
 // deployments touch nothing else.
 type scenario struct {
-	t    *testing.T
+	t    testing.TB
 	ns   string
 	pool *v1.BotPool
 	sim  *sim.Server
 	api  coolify.API
 }
 
-func newScenario(t *testing.T, name string, cfg sim.Config, mutate ...func(*v1.BotPool)) *scenario {
+func newScenario(t testing.TB, name string, cfg sim.Config, mutate ...func(*v1.BotPool)) *scenario {
 	t.Helper()
 	return newScenarioOn(t, name, cfg, sim.ServerSpec{}, mutate...)
 }
 
 // newScenarioOn is newScenario with the pool on a server of its own shape.
-func newScenarioOn(t *testing.T, name string, cfg sim.Config, server sim.ServerSpec, mutate ...func(*v1.BotPool)) *scenario {
+func newScenarioOn(t testing.TB, name string, cfg sim.Config, server sim.ServerSpec, mutate ...func(*v1.BotPool)) *scenario {
 	t.Helper()
 	sc := &scenario{t: t, ns: env.Namespace(t), sim: newSim(cfg)}
 	t.Cleanup(sc.sim.Close)
@@ -209,7 +209,7 @@ func slotGone(t *testing.T, slot *v1.BotPoolSlot) {
 
 // checkInvariants checks the design's invariants 1 and 2 on a namespace: no bot bound to two
 // slots, and no pool above maxSlots.
-func checkInvariants(t *testing.T, ns string) {
+func checkInvariants(t testing.TB, ns string) {
 	t.Helper()
 	if m := eventMisuse.Load(); m != nil {
 		t.Fatalf("a reconciler would have crashed the event recorder: %s", m)

@@ -246,7 +246,7 @@ func newPool(ns, name string, mutate ...func(*v1.BotPool)) *v1.BotPool {
 
 // newBot creates a Bot for pool, as a user would; the bot controller routes and queues it and
 // the dispatcher binds it.
-func newBot(t *testing.T, ns, name, pool string, mutate ...func(*v1.Bot)) *v1.Bot {
+func newBot(t testing.TB, ns, name, pool string, mutate ...func(*v1.Bot)) *v1.Bot {
 	t.Helper()
 	b := bt.MakeBot(ns, name).PoolRef(pool).Obj()
 	for _, f := range mutate {
@@ -259,7 +259,7 @@ func newBot(t *testing.T, ns, name, pool string, mutate ...func(*v1.Bot)) *v1.Bo
 }
 
 // slotOf waits until a slot is bound to bot and returns it.
-func slotOf(t *testing.T, bot *v1.Bot) *v1.BotPoolSlot {
+func slotOf(t testing.TB, bot *v1.Bot) *v1.BotPoolSlot {
 	t.Helper()
 	var slot *v1.BotPoolSlot
 	kubetest.Eventually(t, 15*time.Second, func() error {
@@ -275,7 +275,7 @@ func slotOf(t *testing.T, bot *v1.Bot) *v1.BotPoolSlot {
 }
 
 // waitPhases waits until the namespace's slots are in exactly these phases.
-func waitPhases(t *testing.T, ns string, want map[v1.SlotPhase]int) {
+func waitPhases(t testing.TB, ns string, want map[v1.SlotPhase]int) {
 	t.Helper()
 	kubetest.Eventually(t, 15*time.Second, func() error {
 		got := map[v1.SlotPhase]int{}
@@ -289,7 +289,7 @@ func waitPhases(t *testing.T, ns string, want map[v1.SlotPhase]int) {
 	})
 }
 
-func listSlots(t *testing.T, ns string) []v1.BotPoolSlot {
+func listSlots(t testing.TB, ns string) []v1.BotPoolSlot {
 	t.Helper()
 	var l v1.BotPoolSlotList
 	if err := env.Client.List(context.Background(), &l, client.InNamespace(ns)); err != nil {

@@ -53,7 +53,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -67,13 +66,14 @@ import (
 // SetupWithManager registers the controller: pools, the slots they own, and bots whose pool
 // or phase changed (a bot starting to wait may need a new slot).
 func (r *BotPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	share := newTenantShare(r, "botpool", workersOf(mgr), r.Metrics)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPool{}).
 		Owns(&v1.BotPoolSlot{}).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool),
 			builder.WithPredicates(botQueueChanged)).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(r)
+		WithOptions(share.options(mgr, errorBackoff())).
+		Complete(share)
 }
 
 func botToPool(_ context.Context, o client.Object) []reconcile.Request {
@@ -100,14 +100,15 @@ var botQueueChanged = predicate.Funcs{
 // ends or goes away releases its slot at once).
 func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.started = r.Clock.Now()
+	share := newTenantShare(r, "botpoolslot", workersOf(mgr), r.Metrics)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPoolSlot{}).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot), builder.WithPredicates(botLetGo)).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()})
+		WithOptions(share.options(mgr, errorBackoff()))
 	if r.GateWake != nil {
 		b = b.WatchesRawSource(source.Channel(r.GateWake, &handler.EnqueueRequestForObject{}))
 	}
-	return b.Complete(r)
+	return b.Complete(share)
 }
 
 // botLetGo passes the bot events a slot acts on: a bot that ended, went back to the queue
@@ -144,17 +145,18 @@ func (r *BotPoolSlotReconciler) slotOfBot(ctx context.Context, o client.Object) 
 // pool may serve bots that found none).
 func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.started = r.Clock.Now()
+	share := newTenantShare(r, "bot", workersOf(mgr), r.Metrics)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.Bot{}).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).
 		// A new or changed pool may serve bots that found none; its status updates cannot,
 		// and each would list every bot of the namespace.
 		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingBots), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()})
+		WithOptions(share.options(mgr, errorBackoff()))
 	if r.CallbackDone != nil {
 		b = b.WatchesRawSource(source.Channel(r.CallbackDone, &handler.EnqueueRequestForObject{}))
 	}
-	return b.Complete(r)
+	return b.Complete(share)
 }
 
 func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
@@ -183,13 +185,14 @@ func (r *BotReconciler) poolToWaitingBots(ctx context.Context, o client.Object) 
 // SetupWithManager registers the dispatcher: a wave runs when a pool's slot turns free or a
 // bot of the pool starts to wait.
 func (d *Dispatcher) SetupWithManager(mgr ctrl.Manager) error {
+	share := newTenantShare(d, "dispatcher", workersOf(mgr), d.Metrics)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("dispatcher").
 		For(&v1.BotPool{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, serverBackIn))).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToPool), builder.WithPredicates(slotFreed)).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool), builder.WithPredicates(botQueueChanged)).
-		WithOptions(controller.Options{RateLimiter: errorBackoff()}).
-		Complete(d)
+		WithOptions(share.options(mgr, errorBackoff())).
+		Complete(share)
 }
 
 func slotToPool(_ context.Context, o client.Object) []reconcile.Request {
