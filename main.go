@@ -131,7 +131,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's namespace in a cluster.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 500, "Sustained requests per second to the Kubernetes API server.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 1000, "Burst of requests to the Kubernetes API server.")
-	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 8, "Reconciles each controller runs at once for any one namespace; a reserve of a quarter as many (at least 1) on top serves only namespaces below their share (docs/security.md).")
+	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 8, "Reconciles of each controller that namespaces share beyond their own; each namespace also has a quarter as many (at least 1) of its own, and each controller runs four times as many goroutines (docs/security.md).")
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("BOTPOOL_DATABASE_URL"), "Postgres URL or DSN for liveness, projection and audit (env BOTPOOL_DATABASE_URL); empty uses the embedded in-memory store.")
 	fs.StringVar(&o.botAPIAddr, "bot-api-bind-address", ":8082", "Address of the HTTP API that bot containers call.")
 	fs.StringVar(&o.botAPIURL, "bot-api-url", "http://botpool-bot-api.botpool-system.svc:8082", "URL bot containers reach the bot API at; set as BOTPOOL_API_URL on every slot's application.")

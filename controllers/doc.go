@@ -27,7 +27,7 @@
 //
 //	setup.go             Setup: the one wiring of the four reconcilers and what they share (main, tests, model check)
 //	watches.go           the wake-up graph: every SetupWithManager, map func and predicate, drawn on top
-//	tenant_share.go      tenantShare: a namespace holds at most the workers of a controller, never its reserve
+//	tenant_share.go      tenantShare: each namespace's own places in a controller, and a pool they share
 //	requeue.go           the skeleton's errors: waitFor/settle/outcome, earliest, addFinalizer
 //	stalled.go           "a person must act": stall, needsPerson, unreachableReason
 //	times.go             orDefault and sameTime, used by several controllers

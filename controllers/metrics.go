@@ -28,8 +28,8 @@ type Metrics struct {
 	// poolStalled and botsFailed feed the chart's alerts (docs/runbooks.md).
 	poolStalled *prometheus.GaugeVec
 	botsFailed  *prometheus.CounterVec
-	// deferred counts requests a controller put back because their namespace held its share
-	// of the workers (tenant_share.go).
+	// deferred counts requests a controller parked because their namespace held all its
+	// places (tenant_share.go).
 	deferred *prometheus.CounterVec
 }
 
@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"from", "to", "reason"}))
 	m.deferred = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "botpool_reconciles_deferred_total",
-		Help: "Requests a controller parked because every worker was busy and their namespace already had its share in flight; each runs when a pass of its namespace ends.",
+		Help: "Requests a controller parked because their namespace held all its places (its share and the shared pool); each runs when a place is handed on to it.",
 	}, []string{"controller"}))
 	m.recoveries = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "botpool_slot_recoveries_total",

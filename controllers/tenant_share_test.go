@@ -2,8 +2,8 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -12,104 +12,162 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// TestTenantShareBoundsANamespace: of 8 workers and a reserve of 2, one namespace alone takes
-// the 8, never the reserve; another namespace takes the reserve at once, but no more than its
-// share (2) while the workers are busy. A request turned away never reaches the reconciler
-// and holds nothing: it goes back on the queue, oldest first, when a pass of its namespace
-// ends (issue 30, point 1: one namespace's pools on black-holed Coolify URLs held every
-// worker).
-func TestTenantShareBoundsANamespace(t *testing.T) {
-	calls := 0
-	inner := reconcile.Func(func(context.Context, ctrl.Request) (ctrl.Result, error) {
-		calls++
-		return ctrl.Result{}, nil
-	})
+func shareReq(ns string, i int) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("pool-%02d", i)}}
+}
+
+// newTestShare is a share of 8 workers (a share of 2 each) over inner, whose queue records what
+// is put back on it.
+func newTestShare(inner reconcile.Reconciler) (*tenantShare, *addLog) {
 	share := newTenantShare(inner, "botpool", 8, NewMetrics(nil))
 	queue := &addLog{}
 	share.queue = queue
-	req := func(ns string, i int) reconcile.Request {
-		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("pool-%02d", i)}}
-	}
-	entered := func(ns string, from, n int) int {
-		got := 0
-		for i := range n {
-			if share.enter(req(ns, from+i)) {
-				got++
-			}
+	return share, queue
+}
+
+// entered asks n passes of ns, from request from on, and counts those that started.
+func entered(share *tenantShare, ns string, from, n int) int {
+	got := 0
+	for i := range n {
+		if share.enter(shareReq(ns, from+i)) {
+			got++
 		}
-		return got
 	}
-	if got := entered("attacker", 0, 24); got != 8 {
-		t.Fatalf("a namespace alone entered %d of 24 passes on 8 workers, want 8 (the reserve stays idle)", got)
+	return got
+}
+
+// TestTenantShareBoundsANamespace: with 8 workers, one namespace holds its share (2) and the
+// pool (8), never more; a second namespace holds its share but none of the full pool; a third
+// still gets its share at once. A place freed goes on at once: the pool's to the parked
+// namespace with the fewest passes in flight, a share's to its own namespace's oldest, and the
+// request it goes to keeps it (issue 30, point 1: one namespace's pools on black-holed Coolify
+// URLs held every worker, and a bound per namespace on a fixed set of workers is beaten by a
+// second namespace).
+func TestTenantShareBoundsANamespace(t *testing.T) {
+	share, queue := newTestShare(reconcile.Func(func(context.Context, ctrl.Request) (ctrl.Result, error) { return ctrl.Result{}, nil }))
+	if got := entered(share, "a1", 0, 24); got != 10 {
+		t.Fatalf("a namespace alone started %d of 24 passes, want 10 (its share and the pool of 8)", got)
 	}
-	if got := entered("attacker", 8, 1); got != 0 {
+	if got := entered(share, "a1", 10, 1); got != 0 {
 		t.Fatalf("a request parked before was let in again: %d", got)
 	}
-	if got := entered("victim", 0, 3); got != 2 {
-		t.Fatalf("another namespace entered %d of 3, want its share, 2 (the reserve)", got)
+	if got := entered(share, "a2", 0, 5); got != 2 {
+		t.Fatalf("a second namespace started %d of 5, want its share, 2", got)
 	}
-	res, err := share.Reconcile(context.Background(), req("attacker", 30))
-	if err != nil || calls != 0 || res != (reconcile.Result{}) {
-		t.Fatalf("a request past the share: %+v, %v, %d calls; want it parked without a call", res, err, calls)
+	if got := entered(share, "victim", 0, 3); got != 2 {
+		t.Fatalf("a third namespace, beside two that hold all they may, started %d of 3, want its share, 2", got)
 	}
-	if share.parked["attacker"].Len() != 17 || share.parked["victim"].Len() != 1 {
-		t.Fatalf("parked %d of the attacker's, %d of the victim's; want 17 (each once) and 1",
-			share.parked["attacker"].Len(), share.parked["victim"].Len())
+	if share.parked["a1"].Len() != 14 || share.parked["a2"].Len() != 3 || share.parked["victim"].Len() != 1 {
+		t.Fatalf("parked %d, %d, %d; want 14 (each once), 3 and 1", share.parked["a1"].Len(), share.parked["a2"].Len(), share.parked["victim"].Len())
 	}
 
-	// An attacker's pass ends: its oldest parked request goes back on the queue, and finds the
-	// workers busy (9 in flight, the attacker holds 7): parked again, last.
-	share.leave("attacker")
-	if want := []reconcile.Request{req("attacker", 8)}; !slices.Equal(queue.added, want) {
-		t.Fatalf("put back %v, want %v", queue.added, want)
+	// A pass of a1 ends, one of the pool: the place goes to a2's oldest (2 in flight, like the
+	// victim, and parked first), already counted, and the request keeps it whatever comes
+	// first.
+	share.leave("a1")
+	if want := shareReq("a2", 2); len(queue.added) != 1 || queue.added[0] != want {
+		t.Fatalf("handed on to %v, want %v", queue.added, want)
 	}
-	if share.enter(req("attacker", 8)) {
-		t.Fatal("the attacker entered with the workers busy and more than its share in flight")
+	if entered(share, "victim", 9, 1) != 0 {
+		t.Fatal("a request took the place handed on")
 	}
-	// A victim's pass ends: its parked request comes back, and enters (below its share).
+	if !share.enter(shareReq("a2", 2)) || share.held["a2"] != 3 || share.inPool != 8 {
+		t.Fatalf("the request handed a place did not take it: held %v, %d of the pool", share.held, share.inPool)
+	}
+	// A pass of the victim ends, one of its share: its own oldest takes it.
 	share.leave("victim")
-	if want := req("victim", 2); queue.added[len(queue.added)-1] != want {
-		t.Fatalf("put back %v, want %v", queue.added[len(queue.added)-1], want)
+	if want := shareReq("victim", 2); queue.added[1] != want {
+		t.Fatalf("handed on to %v, want %v", queue.added[1], want)
 	}
-	if !share.enter(req("victim", 2)) {
-		t.Fatal("the victim's parked request did not enter below its share")
+	share.enter(shareReq("victim", 2))
+	// Another pass of a1 ends: the victim has the fewest in flight (2, against a2's 3).
+	share.leave("a1")
+	if want := shareReq("victim", 9); queue.added[2] != want {
+		t.Fatalf("handed on to %v, want %v (the fewest in flight)", queue.added[2], want)
 	}
-	// Passes end until fewer than the workers are in flight: the attacker enters again.
+}
+
+// TestTenantSharePutsBackEveryParkedRequest: once the passes end, a worker taking what comes
+// back on the queue runs every parked request, each once: each pass's end brings the next.
+func TestTenantSharePutsBackEveryParkedRequest(t *testing.T) {
+	share, queue := newTestShare(reconcile.Func(func(context.Context, ctrl.Request) (ctrl.Result, error) { return ctrl.Result{}, nil }))
+	entered(share, "a1", 0, 24)
+	entered(share, "victim", 0, 3)
+	entered(share, "a1", 12, 3) // back by another way (its object's events) while parked: parked once
+	ran := map[reconcile.Request]int{}
+	for range 10 {
+		share.leave("a1")
+	}
 	share.leave("victim")
 	share.leave("victim")
-	if got := share.total; got != 7 {
-		t.Fatalf("%d in flight, want 7", got)
-	}
-	// A parked request back by another way (its object's event) enters, and is parked no more.
-	if !share.enter(req("attacker", 9)) {
-		t.Fatal("with a worker idle, the attacker was turned away")
-	}
-	if _, ok := share.isIn[req("attacker", 9)]; ok || share.parked["attacker"].Len() != 16 {
-		t.Fatalf("a request that entered is still parked, or the others went: %d parked", share.parked["attacker"].Len())
-	}
-	// The attacker's passes end, and a worker takes what comes back on the queue: each parked
-	// request runs in turn, and its pass's end brings the next.
-	queue.added = nil
-	for range 8 {
-		share.leave("attacker")
-	}
-	ran := 0
 	for len(queue.added) > 0 {
 		r := queue.added[0]
 		queue.added = queue.added[1:]
 		if share.enter(r) {
-			ran++
+			ran[r]++
 			share.leave(r.Namespace)
 		}
 	}
-	if ran != 16 {
-		t.Fatalf("%d parked requests ran once the attacker's passes ended, want the 16", ran)
+	if len(ran) != 15 {
+		t.Errorf("%d parked requests ran, want the 15", len(ran))
 	}
-	if len(share.held) != 0 || share.total != 0 || len(share.parked) != 0 || len(share.isIn) != 0 {
-		t.Fatalf("nothing in flight, yet held %v, total %d, %d namespaces and %d requests parked", share.held, share.total, len(share.parked), len(share.isIn))
+	if len(share.held) != 0 || share.inPool != 0 || len(share.parked) != 0 || len(share.isIn) != 0 || len(share.handed) != 0 {
+		t.Fatalf("nothing in flight, yet held %v, %d of the pool, %d namespaces and %d requests parked, %d handed",
+			share.held, share.inPool, len(share.parked), len(share.isIn), len(share.handed))
 	}
-	if _, err := share.Reconcile(context.Background(), req("victim", 0)); err != nil || calls != 1 {
-		t.Fatalf("a request within the share: %v, %d calls; want it reconciled", err, calls)
+	for r, n := range ran {
+		if n != 1 {
+			t.Errorf("%v ran %d times", r, n)
+		}
+	}
+}
+
+// TestTenantShareReconcile: a request parked never reaches the reconciler and asks nothing of
+// the queue; one that enters gives its place back however its pass ends, a panic too.
+func TestTenantShareReconcile(t *testing.T) {
+	calls := 0
+	var fail error
+	share, _ := newTestShare(reconcile.Func(func(context.Context, ctrl.Request) (ctrl.Result, error) {
+		calls++
+		if fail != nil {
+			panic(fail)
+		}
+		return ctrl.Result{}, nil
+	}))
+	entered(share, "a1", 0, 10)
+	res, err := share.Reconcile(context.Background(), shareReq("a1", 10))
+	if err != nil || calls != 0 || res != (reconcile.Result{}) {
+		t.Fatalf("a request past its places: %+v, %v, %d calls; want it parked without a call", res, err, calls)
+	}
+	if _, err := share.Reconcile(context.Background(), shareReq("victim", 0)); err != nil || calls != 1 {
+		t.Fatalf("a request within its share: %v, %d calls; want it reconciled", err, calls)
+	}
+	fail = errors.New("boom")
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = share.Reconcile(context.Background(), shareReq("victim", 1))
+	}()
+	if calls != 2 || share.held["victim"] != 0 {
+		t.Fatalf("after a pass that panicked, %d calls and the victim holds %d places; want 2 and none", calls, share.held["victim"])
+	}
+}
+
+// TestTenantShareKeepsAParkedRequestsBackoff: controller-runtime forgets a request's failures
+// when its pass ends without error, which a parked one's does; the share's rate limiter keeps
+// them until it runs.
+func TestTenantShareKeepsAParkedRequestsBackoff(t *testing.T) {
+	share, _ := newTestShare(reconcile.Func(func(context.Context, ctrl.Request) (ctrl.Result, error) { return ctrl.Result{}, nil }))
+	limiter := keepBackoff{TypedRateLimiter: errorBackoff(), share: share}
+	parked, other := shareReq("a1", 10), shareReq("a1", 11)
+	for range 3 {
+		limiter.When(parked)
+		limiter.When(other)
+	}
+	entered(share, "a1", 0, 11)
+	limiter.Forget(parked)
+	limiter.Forget(other)
+	if limiter.NumRequeues(parked) != 3 || limiter.NumRequeues(other) != 0 {
+		t.Fatalf("failures after Forget: parked %d, other %d; want 3 kept and 0", limiter.NumRequeues(parked), limiter.NumRequeues(other))
 	}
 }
 
