@@ -49,7 +49,7 @@ type Dispatcher struct {
 	// bound remembers the bots this dispatcher bound that the cache may not show yet, so a
 	// fast second wave never binds one bot twice (invariant 1).
 	mu    sync.Mutex
-	bound map[types.UID]time.Time
+	bound map[types.UID]waveBinding
 	// taken remembers the slots those bindings went to, with the version the cache showed
 	// then: while the cache still shows that version, the slot is not offered again, or the
 	// head of the queue would be paired with it, lose the conflict, and wait while a bot
@@ -66,6 +66,42 @@ type Dispatcher struct {
 type takenSlot struct {
 	version string
 	at      time.Time
+}
+
+// waveBinding is a binding a wave wrote: when, the slot, and the version of it the cache
+// showed before (the bind replaced it).
+type waveBinding struct {
+	at      time.Time
+	slot    types.UID
+	version string
+}
+
+// ended reports whether the binding is over though the cache never showed it: the bot's start
+// failed after it (failedSince), or the cache shows the slot in a version past the bind that
+// names another bot or none, or no longer holds the slot. The cache showed the slot when the
+// wave bound it and only moves forward, and a version other than the one the bind replaced is
+// the bind's or a later one: the slot let the bot go. A slot lets a bot go without a new
+// failed start when it takes an older one, naming a slot of its name deleted since, for its
+// own (Bot.LeftSlot); held for the rest of bindingTTL, the bot, reserved and due, waited
+// beside a free slot (the model check, seed 1579723300654347).
+func (b waveBinding) ended(bot *v1.Bot, slots map[types.UID]*v1.BotPoolSlot) bool {
+	if failedSince(bot, b.at) {
+		return true
+	}
+	s, ok := slots[b.slot]
+	if !ok {
+		return true
+	}
+	return s.ResourceVersion != b.version && (s.Spec.BotRef == nil || s.Spec.BotRef.UID != bot.UID)
+}
+
+// slotsByUID indexes slots by uid.
+func slotsByUID(slots []v1.BotPoolSlot) map[types.UID]*v1.BotPoolSlot {
+	out := make(map[types.UID]*v1.BotPoolSlot, len(slots))
+	for i := range slots {
+		out[slots[i].UID] = &slots[i]
+	}
+	return out
 }
 
 // drainRate is an exponentially weighted average of the time per binding while a pool has a
@@ -215,15 +251,16 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 	now := d.Clock.Now()
 	d.mu.Lock()
 	if d.bound == nil {
-		d.bound, d.taken = map[types.UID]time.Time{}, map[types.UID]takenSlot{}
+		d.bound, d.taken = map[types.UID]waveBinding{}, map[types.UID]takenSlot{}
 	}
 	bound := 0
 	for i, err := range results {
 		switch {
 		case err == nil:
 			bound++
-			d.bound[queue[i].UID] = now
-			d.reservations.bound([]types.UID{queue[i].UID}, now)
+			b := waveBinding{at: now, slot: slots[i].UID, version: versions[i]}
+			d.bound[queue[i].UID] = b
+			d.reservations.bound(queue[i].UID, b)
 			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
 			d.Metrics.acquired(at[i].Sub(queue[i].CreationTimestamp.Time))
 			d.Metrics.queueWait(at[i].Sub(queuedAt(queue[i])))
@@ -320,20 +357,21 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 		}
 	}
 	now := d.Clock.Now()
+	slots := slotsByUID(bound.Items)
 	d.mu.Lock()
-	for uid, at := range d.bound {
-		if held[uid] || now.Sub(at) > bindingTTL {
+	for uid, w := range d.bound {
+		if held[uid] || now.Sub(w.at) > bindingTTL {
 			delete(d.bound, uid) // the cache shows it now, or it never will
 		}
 	}
 	var queue []*v1.Bot
 	for i := range bots.Items {
 		b := &bots.Items[i]
-		if at, ok := d.bound[b.UID]; ok {
-			// A binding of ours the cache never showed ended already when the bot's start
-			// failed after it: the bot is back in the queue. Held for the rest of bindingTTL,
-			// it waited beside the free slots (the model check, seed 2061190406384971).
-			if !failedSince(b, at) {
+		if w, ok := d.bound[b.UID]; ok {
+			// A binding of ours the cache never showed may have ended already: the bot is
+			// back in the queue. Held for the rest of bindingTTL, it waited beside the free
+			// slots (the model check, seeds 2061190406384971 and 1579723300654347).
+			if !w.ended(b, slots) {
 				continue
 			}
 			delete(d.bound, b.UID)

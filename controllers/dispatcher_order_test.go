@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,6 +81,16 @@ func TestAWaveSkipsASlotTheCacheShowsFreeTooLate(t *testing.T) {
 // of bindingTTL, and the bot waited beside the free slot (invariant 3; the random model
 // check found it, seed 2061190406384971 on 29ee175). Two waves on a fake client.
 func TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding(t *testing.T) {
+	for _, recorded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("attempt recorded %v", recorded), func(t *testing.T) { waveAfterAFailedStart(t, recorded) })
+	}
+}
+
+// waveAfterAFailedStart is TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding, with or
+// without the bot controller's record of the failed start: the slot lets a bot go without one
+// when it takes an older failed start, in a slot of its name deleted since, for its own
+// (Bot.LeftSlot; the model check, seed 1579723300654347).
+func waveAfterAFailedStart(t *testing.T, recorded bool) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(2).Obj()
@@ -126,7 +137,11 @@ func TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding(t *testing.T) {
 	must(c.Status().Update(ctx, s))
 	b := &v1.Bot{}
 	must(c.Get(ctx, client.ObjectKeyFromObject(bot), b))
-	b.Status.StartAttempts = []v1.StartAttempt{{SlotName: first.Name, Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(clk.Now())}}
+	if recorded {
+		b.Status.StartAttempts = []v1.StartAttempt{{SlotName: first.Name, Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(clk.Now())}}
+	} else { // the attempt an earlier slot of this name failed
+		b.Status.StartAttempts = []v1.StartAttempt{{SlotName: first.Name, Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(clk.Now().Add(-time.Hour))}}
+	}
 	must(c.Status().Update(ctx, b))
 	second := bt.MakeSlot("ns", "pool-zoom-002", "pool").UID("s2").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).App("a2").Obj()
 	status := second.Status

@@ -174,7 +174,7 @@ type reservationLedger struct {
 	mu      sync.Mutex // guards the maps
 	pools   map[types.NamespacedName]*sync.Mutex
 	pending map[types.UID]pendingGrant
-	binds   map[types.UID]time.Time
+	binds   map[types.UID]waveBinding
 }
 
 // pendingGrant is a grant this process decided, kept until the cache shows it or until.
@@ -276,29 +276,27 @@ func (l *reservationLedger) remember(bot *v1.Bot, now time.Time) {
 	l.pending[bot.UID] = pendingGrant{bot: *bot.DeepCopy(), until: now.Add(pendingGrantTTL)}
 }
 
-// bound records bindings a wave wrote (kept bindingTTL: the cache shows them by then).
-func (l *reservationLedger) bound(uids []types.UID, now time.Time) {
-	if l == nil || len(uids) == 0 {
+// bound records a binding a wave wrote (kept bindingTTL: the cache shows it by then).
+func (l *reservationLedger) bound(bot types.UID, b waveBinding) {
+	if l == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.binds == nil {
-		l.binds = map[types.UID]time.Time{}
+		l.binds = map[types.UID]waveBinding{}
 	}
-	for _, uid := range uids {
-		l.binds[uid] = now
-	}
+	l.binds[bot] = b
 }
 
 // boundIn is the bots of the pool bound to a slot by its botRef (the cache) or by a wave the
 // cache may not show yet: what holdsOf counts as bound whatever the bot's own phase says.
 //
-// A wave's binding that ended since is not one: a bot whose start failed after it was bound
-// (its last status.startAttempts entry is later than the binding) is back in the queue, and
-// holds nothing until bound again. Counted for the rest of bindingTTL, it held a slot it did
-// not have, and the queue, that very bot at its head, waited beside a free slot (the model
-// check, seed 881256409367164). bots are the pool's bots as the caller read them.
+// A wave's binding that ended since is not one (waveBinding.ended): a bot whose start failed
+// after it was bound, or whose slot let it go, is back in the queue, and holds nothing until
+// bound again. Counted for the rest of bindingTTL, it held a slot it did not have, and the
+// queue, that very bot at its head, waited beside a free slot (the model check, seeds
+// 881256409367164 and 1579723300654347). bots are the pool's bots as the caller read them.
 func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *v1.BotPool, bots []v1.Bot, now time.Time) (map[types.UID]bool, error) {
 	var slots v1.BotPoolSlotList
 	if err := c.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
@@ -313,16 +311,17 @@ func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *
 	if l == nil {
 		return out, nil
 	}
+	byUID := slotsByUID(slots.Items)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for uid, at := range l.binds {
-		if now.Sub(at) > bindingTTL {
+	for uid, b := range l.binds {
+		if now.Sub(b.at) > bindingTTL {
 			delete(l.binds, uid)
 		}
 	}
 	for i := range bots {
-		if at, ok := l.binds[bots[i].UID]; ok {
-			if failedSince(&bots[i], at) {
+		if b, ok := l.binds[bots[i].UID]; ok {
+			if b.ended(&bots[i], byUID) {
 				delete(l.binds, bots[i].UID)
 			} else {
 				out[bots[i].UID] = true

@@ -228,16 +228,35 @@ func TestUnreservedInOnePass(t *testing.T) {
 	}
 }
 
-// TestBoundInForgetsABindingWhoseStartFailed: a wave's binding counts until the cache shows
-// it, but not once the bot's start failed after it (the bot is back in the queue): the model
-// check (seed 881256409367164) found the queue, that very bot at its head, waiting beside a
-// free slot for a slot its own ended binding still held.
-func TestBoundInForgetsABindingWhoseStartFailed(t *testing.T) {
+// TestBoundInForgetsABindingThatEnded: a wave's binding counts until the cache shows it, but
+// not once it ended: the bot's start failed after it (seed 881256409367164), or the cache
+// shows its slot in a version past the bind without the bot, or no longer holds the slot
+// (seed 1579723300654347: the slot let the bot go taking an older failed start for its own).
+// The model check found the queue, that very bot at its head, waiting beside a free slot for
+// a slot its own ended binding still held.
+func TestBoundInForgetsABindingThatEnded(t *testing.T) {
 	now := time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC)
 	pool := bt.MakePool("ns", "pool").MaxSlots(2).Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool)
+	// The cache shows s1 as the wave found it (the bind not yet), s2 past the bind, let go.
+	s1 := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("s1").Phase(v1.SlotIdle).Obj()
+	s2 := bt.MakeSlot("ns", "pool-zoom-002", "pool").UID("s2").Phase(v1.SlotError).Obj()
+	c := fakeAPIServer(t, interceptor.Funcs{}, pool, s1, s2)
+	version := func(s *v1.BotPoolSlot) string {
+		t.Helper()
+		got := &v1.BotPoolSlot{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(s), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.ResourceVersion
+	}
 	l := &reservationLedger{}
-	l.bound([]types.UID{"uid-failed", "uid-bound", "uid-failed-before"}, now.Add(-10*time.Second))
+	at := now.Add(-10 * time.Second)
+	unseen := waveBinding{at: at, slot: "s1", version: version(s1)}
+	for _, uid := range []types.UID{"uid-failed", "uid-bound", "uid-failed-before"} {
+		l.bound(uid, unseen)
+	}
+	l.bound("uid-let-go", waveBinding{at: at, slot: "s2", version: "an older version"})
+	l.bound("uid-slot-gone", waveBinding{at: at, slot: "s3", version: "1"})
 	bot := func(uid types.UID, failedAt ...time.Time) v1.Bot {
 		b := v1.Bot{}
 		b.UID = uid
@@ -246,14 +265,15 @@ func TestBoundInForgetsABindingWhoseStartFailed(t *testing.T) {
 		}
 		return b
 	}
-	bots := []v1.Bot{bot("uid-failed", now.Add(-time.Minute), now.Add(-5*time.Second)), bot("uid-bound"), bot("uid-failed-before", now.Add(-time.Minute))}
+	bots := []v1.Bot{bot("uid-failed", now.Add(-time.Minute), now.Add(-5*time.Second)), bot("uid-bound"), bot("uid-failed-before", now.Add(-time.Minute)),
+		bot("uid-let-go", now.Add(-time.Hour)), bot("uid-slot-gone")}
 	got, err := l.boundIn(context.Background(), c, pool, bots, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[types.UID]bool{"uid-bound": true, "uid-failed-before": true}
 	if !maps.Equal(got, want) {
-		t.Fatalf("bound %v, want %v: a binding whose start failed since still counts, or a live one does not", got, want)
+		t.Fatalf("bound %v, want %v: a binding that ended since still counts, or a live one does not", got, want)
 	}
 }
 

@@ -727,6 +727,16 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 			w.counts["reservation late: no server to place a slot on"]++
 			continue
 		}
+		// A person's doing too: the pool's template names an image its registry lacks (a
+		// missing tag), so no slot of it can start until someone fixes the spec, and the bot
+		// says so (seed 1579723300654357: the reservation came due after the template moved to
+		// a missing tag, with no server holding a container of the old one).
+		if st := meta.FindStatusCondition(w.livePool(b.Status.Pool).Status.Conditions, v1.ConditionStalled); st != nil &&
+			st.Status == metav1.ConditionTrue && st.Reason == v1.ReasonImagePullFailed &&
+			ready != nil && ready.Reason == v1.ReasonReservationLate && strings.Contains(ready.Message, st.Reason) {
+			w.counts["reservation late: the pool's image cannot be pulled"]++
+			continue
+		}
 		// A bot bound in the pool holds its slot longer than the decisions counted on (its
 		// window, or its maxDuration from its binding): a start that took long (a cold pull,
 		// or a reservation served late) runs its whole maxDuration from its start, and a

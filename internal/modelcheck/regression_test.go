@@ -755,6 +755,14 @@ var foundSeeds = []struct {
 	{3457702266237806, 5000, "settle: standby containers of an image whose pre-pull failed"},
 	// seed 2061190406384971 failed at step 201,670, too far for the suite: a wave's binding
 	// held a bot whose start had failed since (TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding, controllers).
+	// seed 2295569671406997 failed at step 195,000, too far for the suite: a grant of a bot
+	// deleted before the cache showed it held the queue (TestAWaveForgetsTheGrantOfABotDeletedBeforeItShowed, controllers).
+	// seed 1579723300654347 failed at step 238,427, too far for the suite: a slot let its bot
+	// go taking an older failed start for the new one, and the dispatcher held the bot as bound
+	// (TestAWaveBindsAgainABotWhoseStartFailedSinceItsBinding, TestBoundInForgetsABindingThatEnded, controllers).
+	// A reservation came due on a pool whose template had moved to a tag its registry lacks,
+	// no server holding a container of the old one: no slot could start, and the bot said so.
+	{1579723300654357, 10000, "invariant 17 (model): a reservation of a pool whose image cannot be pulled"},
 }
 
 // TestModelCheckFoundSeeds replays foundSeeds.
