@@ -727,6 +727,16 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 			w.counts["reservation late: no server to place a slot on"]++
 			continue
 		}
+		// The world's doing as well: its faults failed a server's starts until the pool took it
+		// out for a while (ServerOut, ServerNotFunctional), and the pool's slots are there with
+		// no room under maxSlots for one elsewhere; the bot says so, and is served when the
+		// server is back (seed 4474694933379789: maxSlots 1, its one slot on the failing server).
+		if out := meta.FindStatusCondition(w.livePool(b.Status.Pool).Status.Conditions, v1.ConditionServerOut); out != nil &&
+			out.Status == metav1.ConditionTrue && out.Reason == v1.ReasonServerNotFunctional &&
+			ready != nil && ready.Reason == v1.ReasonReservationLate && strings.Contains(ready.Message, out.Reason) {
+			w.counts["reservation late: the pool took a failing server out"]++
+			continue
+		}
 		// A person's doing too: the pool's template names an image its registry lacks (a
 		// missing tag), so no slot of it can start until someone fixes the spec, and the bot
 		// says so (seed 1579723300654357: the reservation came due after the template moved to
