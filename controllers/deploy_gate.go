@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -478,6 +479,11 @@ func (g *DeployGate) askPull(pool types.NamespacedName, server string, now time.
 
 // Pulling records whether pool's pre-pull on the server (coolifyServer.key) is in flight: the
 // pool says so at every pass that follows it (a new process learns it so), and when it ended.
+//
+// An ended pull also leaves the server's view of the pool's deployments (prePullFlight, which
+// its slots' asks put there): a pool whose slots ask no more after it (its pull failed, and it
+// stalls) held a build of the server with it for serverHeldTTL, and every other pool's starts
+// and recycles there waited for it (the model check, seed 4474694933379790).
 func (g *DeployGate) Pulling(pool types.NamespacedName, server string, inFlight bool) {
 	if inFlight {
 		g.mu.Lock()
@@ -491,6 +497,13 @@ func (g *DeployGate) Pulling(pool types.NamespacedName, server string, inFlight 
 		delete(m, pool)
 		if len(m) == 0 {
 			delete(g.pulls, server)
+		}
+	}
+	if f, ok := g.onServer[server][pool]; ok {
+		for slot := range f.slots {
+			if strings.HasPrefix(slot, prePullFlight) {
+				delete(f.slots, slot)
+			}
 		}
 	}
 }

@@ -252,6 +252,31 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	}
 }
 
+// TestDeployGateForgetsAnEndedPull: a pool's pre-pull counts on its server through its slots'
+// asks (prePullFlight); once the pool says the pull ended, it holds no build there, though no
+// slot of the pool asks again. Before, a pool whose pull failed and which then stalled kept a
+// build for serverHeldTTL, and another pool's rollout on the server waited twenty minutes (the
+// model check, seed 4474694933379790).
+func TestDeployGateForgetsAnEndedPull(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := &DeployGate{Clock: fc}
+	stalled, other := gatePool("team", "gamma", "srv-0"), gatePool("team", "alpha", "srv-0")
+	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
+	pulling := []string{prePullFlight + "srv-0"}
+	if !g.Admit(stalled, srv, deployAsk{slot: "gamma-1", here: pulling, warm: true, start: true}) {
+		t.Fatal("setup: a start beside the pool's own pull on a server of two builds")
+	}
+	g.Done(stalled, "gamma-1", false)
+	if g.Admit(other, srv, deployAsk{slot: "alpha-1", here: pulling, warm: true}) {
+		t.Fatal("two pulls in flight on a server of two builds, and another deployment was admitted")
+	}
+	fc.Step(time.Minute)
+	g.Pulling(types.NamespacedName{Namespace: "team", Name: "gamma"}, srv.key, false) // its pull failed; its slots ask no more
+	if !g.Admit(other, srv, deployAsk{slot: "alpha-1", here: pulling, warm: true}) {
+		t.Fatal("a pull that ended still holds a build of its server")
+	}
+}
+
 // TestDeployGateRateLimitPausesOnlyItsUser: a 429 for the Coolify user's rate limit pauses
 // that user's deployments to the server, not another user's (another tenant's) on the same
 // server; a full deployment queue is the server's, and pauses every user's there.

@@ -765,6 +765,10 @@ var foundSeeds = []struct {
 	// A reservation came due on a pool whose template had moved to a tag its registry lacks,
 	// no server holding a container of the old one: no slot could start, and the bot said so.
 	{1579723300654357, 10000, "invariant 17 (model): a reservation of a pool whose image cannot be pulled"},
+	// A pool's pre-pull failed and the pool stalled; the deploy gate still counted the pull on
+	// its server, and another pool's rollout there waited for a build that was free
+	// (TestDeployGateForgetsAnEndedPull, controllers).
+	{4474694933379790, 11000, "invariant 16: a rollout held back by a pull that had ended"},
 }
 
 // TestModelCheckFoundSeeds replays foundSeeds.
