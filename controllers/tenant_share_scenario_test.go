@@ -57,14 +57,15 @@ func TestNamespacesCannotHoldEveryWorker(t *testing.T) {
 }
 
 // BenchmarkWorkersUnderAttack keeps TestNamespacesCannotHoldEveryWorker's attack up for
-// -workers-attack.duration (3 minutes by default) of real time, a new victim pool every 20 s,
-// and compares the victims' times with those of victims alone, measured first in the same run.
+// -workers-attack.duration (3 minutes by default) of real time, a new victim pool each time the
+// attack has parked more requests, and compares the victims' times with those of victims alone,
+// measured first in the same run.
 // It fails when a victim under the attack takes more than twice the time alone (counted from
 // at least a quarter of a second), or when the attack stopped holding the workers.
 //
 //	go test -run '^$' -bench WorkersUnderAttack -benchtime 1x ./controllers/
 func BenchmarkWorkersUnderAttack(b *testing.B) {
-	const rounds, every = 3, 20 * time.Second
+	const rounds = 3
 	var alone, attacked [2][]time.Duration // first Idle slot, then the binding
 	for i := range rounds {
 		idle, bound := victimRound(b, fmt.Sprintf("bench-alone-%d", i))
@@ -77,12 +78,19 @@ func BenchmarkWorkersUnderAttack(b *testing.B) {
 	deferred0 := [2]float64{deferredOf("botpool"), deferredOf("botpoolslot")}
 	var held []string // each round: what the attacker's Coolify had been sent by then, and what was parked
 	for i := 0; time.Since(started) < *workersAttackFor; i++ {
-		at := time.Now()
+		parked := deferredOf("botpool") + deferredOf("botpoolslot")
 		idle, bound := victimRound(b, fmt.Sprintf("bench-attacked-%d", i))
 		attacked[0], attacked[1] = append(attacked[0], idle), append(attacked[1], bound)
 		held = append(held, fmt.Sprintf("%s: %d/%.0f/%.0f", time.Since(started).Round(time.Second), attack.calls()-calls0,
 			deferredOf("botpool")-deferred0[0], deferredOf("botpoolslot")-deferred0[1]))
-		time.Sleep(time.Until(at.Add(every)))
+		// The next victim once the attack has shown it still holds the workers: more of its
+		// requests parked since this round began.
+		kubetest.Eventually(b, time.Minute, func() error {
+			if deferredOf("botpool")+deferredOf("botpoolslot") == parked {
+				return fmt.Errorf("no request of the attack's parked since round %d began", i)
+			}
+			return nil
+		})
 	}
 	kept := time.Since(started)
 	deferred := [2]float64{deferredOf("botpool") - deferred0[0], deferredOf("botpoolslot") - deferred0[1]}
