@@ -147,7 +147,7 @@ func (s *Sim) run(d *deployment, at time.Time) {
 	if d.cold {
 		pull = s.cfg.ColdPull
 	}
-	s.pullHook(d, at)
+	s.pullHook(s.cfg.Hooks.OnPull, d, at)
 	gen := d.gen
 	// The failure check is scheduled first: at the same moment as the end of the pull and
 	// compose up (a pull shorter than PullFailAfter, no compose-up time), it comes first.
@@ -167,14 +167,15 @@ func (s *Sim) run(d *deployment, at time.Time) {
 		d.updated, d.finished = at, at
 		d.server.images[d.ref] = d.digest
 		d.status = depFinished
+		s.pullHook(s.cfg.Hooks.OnPulled, d, at)
 		if _, exists := s.apps[d.app.uuid]; exists {
 			s.startContainer(d.app, d, at)
 		}
 	})
 }
 
-func (s *Sim) pullHook(d *deployment, at time.Time) {
-	h := s.cfg.Hooks.OnPull
+// pullHook queues h (OnPull or OnPulled) with d's pull at at. Callers hold s.mu.
+func (s *Sim) pullHook(h func(PullInfo), d *deployment, at time.Time) {
 	if h == nil {
 		return
 	}

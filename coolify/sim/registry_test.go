@@ -120,6 +120,31 @@ func TestPullStartsWithTheWorker(t *testing.T) {
 	}
 }
 
+// OnPulled reports a pull when it put its image in the server's cache, at that moment: a pull
+// that failed never does, whatever OnPull said when it started.
+func TestOnPulledReportsOnlyPullsThatFilledTheCache(t *testing.T) {
+	var started, filled pulls
+	h := newHarness(t, sim.Config{Hooks: sim.Hooks{OnPull: started.hook, OnPulled: filled.hook}})
+	ok, bad := h.create("ok", h.fix.ServerUUID, "bot"), h.create("bad", h.fix.ServerUUID, "other")
+	h.s.FailPulls("other", 1)
+	dOK, dBad := h.deploy(ok), h.deploy(bad)
+	h.s.Advance(10 * time.Minute)
+	if got := deployment(t, h.s, dBad); got.Status != "failed" {
+		t.Fatalf("the failing pull's deployment ended %s", got.Status)
+	}
+	fin := deployment(t, h.s, dOK)
+	if got := started.all(); len(got) != 2 {
+		t.Fatalf("OnPull called %d times, want 2: %+v", len(got), got)
+	}
+	got := filled.all()
+	if len(got) != 1 || got[0].DeploymentUUID != dOK || got[0].Ref != "bot:latest" || !got[0].Cold || !got[0].At.Equal(fin.Finished) {
+		t.Fatalf("OnPulled = %+v, want only %s's pull of bot:latest at %s", got, dOK, fin.Finished)
+	}
+	if _, cached := h.s.CachedImage(h.fix.ServerUUID, "other", ""); cached {
+		t.Fatal("the failed pull filled the cache")
+	}
+}
+
 // A failing pull fails PullFailAfter into the pull (scaled by Speed), not after the whole
 // pull and compose up; it leaves the cache as it was; its log names the kind of failure, the
 // way Coolify logs a failed command, readable through the deployment's logs field.

@@ -82,6 +82,10 @@ type Hooks struct {
 	OnStop  func(Container)
 	// OnPull is called when a deployment starts its image pull (a worker took it).
 	OnPull func(PullInfo)
+	// OnPulled is called when a deployment's pull put its image in the server's cache: the
+	// pull and compose up finished (a failed or cancelled deployment never calls it). At is
+	// that moment.
+	OnPulled func(PullInfo)
 	// OnCleanup is called after each run of a server's Docker cleanup (cleanup.go).
 	OnCleanup func(CleanupInfo)
 }

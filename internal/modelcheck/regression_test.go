@@ -769,6 +769,10 @@ var foundSeeds = []struct {
 	// its server, and another pool's rollout there waited for a build that was free
 	// (TestDeployGateForgetsAnEndedPull, controllers).
 	{4474694933379790, 11000, "invariant 16: a rollout held back by a pull that had ended"},
+	// A deletion's Docker cleanup removed the image a pool had pulled; a slot's pull of it
+	// started and failed before the pool recorded its pull, and the model took that failed
+	// pull for one that put the image back (the model's error; OnPulled in the simulator).
+	{847380336291706, 2100, "invariant 16: a cold pull after a cleanup, excused again"},
 }
 
 // TestModelCheckFoundSeeds replays foundSeeds.

@@ -54,19 +54,25 @@ type templateRecord struct {
 	pushes map[string]push
 	// repushed counts the pushes of a reference after its first.
 	repushed map[string]int
-	// evicted holds, per server and image reference, when Coolify's Docker cleanup last
-	// removed it from the server's cache (the simulator's OnCleanup hook).
-	evicted map[string]map[string]time.Time
-	// pulls holds, per server and image reference, when each deployment there started to pull
-	// it, in order (the OnPull hook).
-	pulls   map[string]map[string][]time.Time
+	// evicted holds, per server and image reference, the simulator's order (Seq) of the last
+	// run of Coolify's Docker cleanup that removed it from the server's cache (OnCleanup).
+	evicted map[string]map[string]uint64
+	// filled holds, per server and image reference, each pull that put it in the server's
+	// cache, in order (the OnPulled hook): a pull that failed puts nothing back.
+	filled  map[string]map[string][]filledAt
 	changes int // names new tags and restartedAt values
 }
 
 func (t *templateRecord) init() {
 	t.pools, t.appPool, t.tags, t.bad = map[string]*v1.BotPool{}, map[string]string{}, map[string][]string{}, map[string]string{}
 	t.refs, t.pushes, t.repushed = map[string]bool{}, map[string]push{}, map[string]int{}
-	t.evicted, t.pulls = map[string]map[string]time.Time{}, map[string]map[string][]time.Time{}
+	t.evicted, t.filled = map[string]map[string]uint64{}, map[string]map[string][]filledAt{}
+}
+
+// filledAt is when, and in the simulator's order of events, a pull put its image in the cache.
+type filledAt struct {
+	at  time.Time
+	seq uint64
 }
 
 // push is a new image pushed under a tag that existed, rolled out on purpose in one pool (its
@@ -340,42 +346,47 @@ func (w *world) cleaned(c sim.CleanupInfo) {
 	w.tpl.mu.Lock()
 	defer w.tpl.mu.Unlock()
 	if w.tpl.evicted[c.ServerUUID] == nil {
-		w.tpl.evicted[c.ServerUUID] = map[string]time.Time{}
+		w.tpl.evicted[c.ServerUUID] = map[string]uint64{}
 	}
 	for _, ref := range c.Evicted {
-		w.tpl.evicted[c.ServerUUID][ref] = c.At
+		w.tpl.evicted[c.ServerUUID][ref] = c.Seq
 	}
+}
+
+// pulled is the simulator's OnPulled hook: a pull put its image back in the server's cache.
+func (w *world) pulled(p sim.PullInfo) {
+	w.tpl.mu.Lock()
+	defer w.tpl.mu.Unlock()
+	if w.tpl.filled[p.ServerUUID] == nil {
+		w.tpl.filled[p.ServerUUID] = map[string][]filledAt{}
+	}
+	w.tpl.filled[p.ServerUUID][p.Ref] = append(w.tpl.filled[p.ServerUUID][p.Ref], filledAt{at: p.At, seq: p.Seq})
 }
 
 // removedByCleanup reports whether Coolify's Docker cleanup removed ref from the server since
 // the pull the pool recorded as finished at pulledAt: its last run that removed ref came after
-// the start of the last pull of ref there by then (a pull that ends after a run puts ref back).
-// The pool cannot see such a run unless it is one of the server's scheduled ones, and pulls ref
-// again only after those (docs/pools-and-slots.md, "Image pre-pull"). Callers hold t.mu.
+// the last pull that put ref in the cache by then. A pull that started by then and failed puts
+// nothing back (seed 847380336291706). The pool cannot see such a run unless it is one of the
+// server's scheduled ones, and pulls ref again only after those (docs/pools-and-slots.md,
+// "Image pre-pull"). Callers hold t.mu.
 func (t *templateRecord) removedByCleanup(server, ref string, pulledAt time.Time) bool {
 	removed, ok := t.evicted[server][ref]
 	if !ok {
 		return false
 	}
-	var start time.Time
-	for _, at := range t.pulls[server][ref] {
-		if at.After(pulledAt) {
+	var last filledAt
+	for _, f := range t.filled[server][ref] {
+		if f.at.After(pulledAt) {
 			break
 		}
-		start = at
+		last = f
 	}
-	return !start.IsZero() && !removed.Before(start)
+	return last.seq != 0 && removed > last.seq
 }
 
 // pullStarted is the simulator's OnPull hook: invariant 16 at the moment a slot's deployment
 // starts its pull. It reads only the record and the simulator (see templateRecord).
 func (w *world) pullStarted(p sim.PullInfo) {
-	w.tpl.mu.Lock()
-	if w.tpl.pulls[p.ServerUUID] == nil {
-		w.tpl.pulls[p.ServerUUID] = map[string][]time.Time{}
-	}
-	w.tpl.pulls[p.ServerUUID][p.Ref] = append(w.tpl.pulls[p.ServerUUID][p.Ref], p.At)
-	w.tpl.mu.Unlock()
 	if strings.HasPrefix(p.AppName, pullerPrefix) {
 		w.counts[fmt.Sprintf("pre-pull started (cold %v)", p.Cold)]++
 		return

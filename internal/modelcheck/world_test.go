@@ -147,7 +147,7 @@ func newWorld(seed uint64, pools func(*world)) *world {
 
 	w.sim = sim.New(sim.Config{
 		Clock: w.clk, RateLimit: -1, RandSeed: seed,
-		Hooks: sim.Hooks{OnStart: w.containerStarted, OnStop: w.containerStopped, OnPull: w.pullStarted, OnCleanup: w.cleaned},
+		Hooks: sim.Hooks{OnStart: w.containerStarted, OnStop: w.containerStopped, OnPull: w.pullStarted, OnPulled: w.pulled, OnCleanup: w.cleaned},
 	})
 	w.fixture = w.sim.SeedDefault()
 	w.coolify = &inProcess{sim: w.sim, clk: w.clk, seed: seed}
