@@ -183,6 +183,11 @@ func (w *world) settle(when string) {
 	// wait is mostly for a pull, and shorter rounds would only cost the run time.
 	const minRounds, maxRounds, rolloutRounds, rolloutStep = 16, 150, 200, 15 * time.Second
 	rolled := 0 // rounds spent waiting for a rollout or Coolify: they do not count against maxRounds
+	// backedOff counts the rounds a rollout waited while a pool waited out its pull back-off:
+	// a pull that failed several times in a row (the fault, before the settle) is tried again
+	// only up to 30 minutes later (docs/pools-and-slots.md, "Retry"), which is not the
+	// rollout's time to count (seed 4367750540162643). They are bounded on their own.
+	backedOff := 0
 	noisy := 0  // rounds in a row that wrote, not counting those
 	// calm counts the quiet rounds in a row: the operator is quiet once it wrote nothing for
 	// longer than its deployment poll interval (15 s), which a slot that reads its
@@ -219,7 +224,12 @@ func (w *world) settle(when string) {
 		}
 		switch {
 		case rolling:
-			rolled++
+			if backedOff < backoffRounds && w.pullBackingOff() {
+				backedOff++
+				w.counts["settle rounds waiting out a pull back-off"]++
+			} else {
+				rolled++
+			}
 			w.counts["settle rounds waiting for a rollout or a deployment"]++
 			w.advance(rolloutStep)
 			continue

@@ -465,6 +465,39 @@ func (w *world) rolloutPending() bool {
 	return false
 }
 
+// backoffRounds bounds the settle rounds (of 15 s) that wait out pull back-offs: the longest
+// back-off, 30 minutes (docs/pools-and-slots.md, "Retry").
+const backoffRounds = 30 * 60 / 15
+
+// pullBackingOff reports whether a pool whose rollout is pending waits out the back-off of a
+// failed pull on one of its servers: the retry is due pullBackoff after the failure, 2
+// minutes after the first in a row, doubled after each further one, 30 at most.
+func (w *world) pullBackingOff() bool {
+	slots := w.liveSlots()
+	now := w.clk.Now()
+	for _, sp := range w.pools {
+		p := w.api.get(w.api.keyOf(sp)).(*v1.BotPool)
+		if !w.rollsOut(p) || w.rolloutLeft(p, slots) == "" {
+			continue
+		}
+		for _, st := range p.Status.Servers {
+			if pl := st.Pull; pl != nil && pl.State == v1.ImagePullFailed && now.Before(pl.Since.Add(pullBackoff(pl.Failures))) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pullBackoff is the documented wait after failures pulls of an image failed in a row.
+func pullBackoff(failures int32) time.Duration {
+	d := 2 * time.Minute
+	for i := int32(1); i < failures && d < 30*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Minute)
+}
+
 // rollsOut reports whether the pool's rollout can end once the world is calm: it is on a tag
 // the registry has, and its pre-pulls may take as long as a cold pull. A pre-pull is cancelled
 // at the pool's deploymentTimeout (docs/pools-and-slots.md, "Image pre-pull"), and the model
