@@ -188,7 +188,7 @@ func (w *world) settle(when string) {
 	// only up to 30 minutes later (docs/pools-and-slots.md, "Retry"), which is not the
 	// rollout's time to count (seed 4367750540162643). They are bounded on their own.
 	backedOff := 0
-	noisy := 0  // rounds in a row that wrote, not counting those
+	noisy := 0 // rounds in a row that wrote, not counting those
 	// calm counts the quiet rounds in a row: the operator is quiet once it wrote nothing for
 	// longer than its deployment poll interval (15 s), which a slot that reads its
 	// deployments from a list cached for one poll waits out before it sees one end (seed
