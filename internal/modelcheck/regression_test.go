@@ -773,6 +773,9 @@ var foundSeeds = []struct {
 	// started and failed before the pool recorded its pull, and the model took that failed
 	// pull for one that put the image back (the model's error; OnPulled in the simulator).
 	{847380336291706, 2100, "invariant 16: a cold pull after a cleanup, excused again"},
+	// The same excuse, missed because the pool's pulledAt keeps whole seconds: the pull it
+	// records ended a fraction of a second after it (TestRemovedByCleanup).
+	{3236169675925491, 69100, "invariant 16: a cold pull after a cleanup, the pull recorded in whole seconds"},
 }
 
 // TestModelCheckFoundSeeds replays foundSeeds.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -374,9 +375,11 @@ func (t *templateRecord) removedByCleanup(server, ref string, pulledAt time.Time
 	if !ok {
 		return false
 	}
+	// pulledAt went through the API server, which keeps whole seconds: the pull it records
+	// may have ended up to a second after it (seeds 3236169675925491, 857066198271254).
 	var last filledAt
 	for _, f := range t.filled[server][ref] {
-		if f.at.After(pulledAt) {
+		if !f.at.Before(pulledAt.Add(time.Second)) {
 			break
 		}
 		last = f
@@ -623,3 +626,30 @@ func usesAnyServer(p *v1.BotPool) bool {
 
 // pulledNothing reports whether the pool's status records no finished pull on the server.
 func pulledNothing(p *v1.BotPool, server string) bool { return len(cachedImages(p, server)) == 0 }
+
+// TestRemovedByCleanup: the excuse of invariant 16 for a cold pull after Coolify's Docker
+// cleanup. The pull a pool records counts from the last pull that filled the cache by then,
+// its pulledAt in whole seconds as the API server keeps it; a pull that failed fills nothing.
+func TestRemovedByCleanup(t *testing.T) {
+	at := time.Date(2026, 3, 5, 5, 49, 34, 0, time.UTC)
+	var r templateRecord
+	r.init()
+	r.filled["srv"] = map[string][]filledAt{"bot:v1": {{at: at.Add(55 * time.Millisecond), seq: 10}, {at: at.Add(time.Hour), seq: 30}}}
+	r.evicted["srv"] = map[string]uint64{"bot:v1": 20}
+	for _, c := range []struct {
+		pulledAt time.Time
+		want     bool
+	}{
+		{at, true},                       // the fill at .055 is the pull recorded at :34
+		{at.Add(-time.Second), false},    // nothing had filled the cache yet: no excuse
+		{at.Add(2 * time.Hour), false},   // the later fill put the image back after the cleanup
+		{at.Add(30 * time.Minute), true}, // the cleanup came after the last fill by then
+	} {
+		if got := r.removedByCleanup("srv", "bot:v1", c.pulledAt); got != c.want {
+			t.Errorf("pulled at %s: removed = %v, want %v", c.pulledAt.Format(time.TimeOnly), got, c.want)
+		}
+	}
+	if r.removedByCleanup("other", "bot:v1", at) || r.removedByCleanup("srv", "bot:v2", at) {
+		t.Error("removed on a server or of an image no cleanup touched")
+	}
+}
