@@ -776,6 +776,10 @@ var foundSeeds = []struct {
 	// The same excuse, missed because the pool's pulledAt keeps whole seconds: the pull it
 	// records ended a fraction of a second after it (TestRemovedByCleanup).
 	{3236169675925491, 69100, "invariant 16: a cold pull after a cleanup, the pull recorded in whole seconds"},
+	// A settle whose pool waited out a 30-minute pull back-off, then its turn behind two
+	// pools whose pulls and starts time out: the rollout's 50 minutes ran out (the model's
+	// error; pullBackingOff).
+	{4367750540162643, 120000, "invariant 16 at a settle: a rollout behind a pull back-off"},
 }
 
 // TestModelCheckFoundSeeds replays foundSeeds.
