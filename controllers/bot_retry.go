@@ -104,15 +104,6 @@ func (r *BotReconciler) failedStart(s *botScope, slot *v1.BotPoolSlot, pool *v1.
 	return true
 }
 
-// failedSince reports whether the bot's last failed start is at or after at: a binding made at
-// that moment has ended, and the bot is back in the queue (or Fatal). The attempt's time is
-// stored to the second, so one that failed within the second of its binding reads earlier
-// and says nothing; the reverse, a binding taken for ended, never happens.
-func failedSince(bot *v1.Bot, at time.Time) bool {
-	a := bot.Status.StartAttempts
-	return len(a) > 0 && !a[len(a)-1].At.Before(&metav1.Time{Time: at})
-}
-
 // startMessage is the Fatal message of a bot whose last start failed: the slot's, saying which
 // attempt it was when the bot had more than one (with one, the message is the slot's, as for
 // any failure of a pool that never retries).

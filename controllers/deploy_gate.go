@@ -68,6 +68,10 @@ type DeployGate struct {
 	pruned   time.Time
 }
 
+// prePullFlight names a pre-pull in the deploy gate's view of a server (no slot has a name
+// with a space).
+const prePullFlight = "pre-pull "
+
 // pullAsk is a pool's pre-pull waiting for room on a server: since when, and when it last
 // asked.
 type pullAsk struct{ first, last time.Time }

@@ -18,9 +18,6 @@ import (
 	"botpool.dev/botpool/internal/cachelag"
 )
 
-// bindingTTL bounds how long a binding of ours counts without the cache showing it.
-const bindingTTL = 30 * time.Second
-
 // bindWorkers is how many binding writes a wave sends at once.
 const bindWorkers = 16
 
@@ -66,42 +63,6 @@ type Dispatcher struct {
 type takenSlot struct {
 	version string
 	at      time.Time
-}
-
-// waveBinding is a binding a wave wrote: when, the slot, and the version of it the cache
-// showed before (the bind replaced it).
-type waveBinding struct {
-	at      time.Time
-	slot    types.UID
-	version string
-}
-
-// ended reports whether the binding is over though the cache never showed it: the bot's start
-// failed after it (failedSince), or the cache shows the slot in a version past the bind that
-// names another bot or none, or no longer holds the slot. The cache showed the slot when the
-// wave bound it and only moves forward, and a version other than the one the bind replaced is
-// the bind's or a later one: the slot let the bot go. A slot lets a bot go without a new
-// failed start when it takes an older one, naming a slot of its name deleted since, for its
-// own (Bot.LeftSlot); held for the rest of bindingTTL, the bot, reserved and due, waited
-// beside a free slot (the model check, seed 1579723300654347).
-func (b waveBinding) ended(bot *v1.Bot, slots map[types.UID]*v1.BotPoolSlot) bool {
-	if failedSince(bot, b.at) {
-		return true
-	}
-	s, ok := slots[b.slot]
-	if !ok {
-		return true
-	}
-	return s.ResourceVersion != b.version && (s.Spec.BotRef == nil || s.Spec.BotRef.UID != bot.UID)
-}
-
-// slotsByUID indexes slots by uid.
-func slotsByUID(slots []v1.BotPoolSlot) map[types.UID]*v1.BotPoolSlot {
-	out := make(map[types.UID]*v1.BotPoolSlot, len(slots))
-	for i := range slots {
-		out[slots[i].UID] = &slots[i]
-	}
-	return out
 }
 
 // drainRate is an exponentially weighted average of the time per binding while a pool has a
@@ -296,7 +257,7 @@ func (d *Dispatcher) positionsDue(pool types.NamespacedName) bool {
 	return d.Clock.Since(d.positioned[pool]) >= positionEvery
 }
 
-// freeSlots lists the pool's Idle, unbound slots on servers that take bots (pool_servers.go),
+// freeSlots lists the pool's Idle, unbound slots on servers that take bots (server_state.go),
 // least recently used first. It leaves out a
 // slot the cache shows free in a version a write of this process replaced (the slot
 // controller found its application gone, say): a binding built on it would lose the conflict,

@@ -25,57 +25,93 @@
 //
 // # Where things are
 //
+// Grouped by the package each file moves to (issue 31; layout_test.go holds the same table and
+// the rules between the groups).
+//
+// Root: the public face.
+//
 //	setup.go             Setup: the one wiring of the four reconcilers and what they share (main, tests, model check)
-//	watches.go           the wake-up graph: every SetupWithManager, map func and predicate, drawn on top
-//	tenant_share.go      tenantShare: each namespace's own places in a controller, and a pool they share
-//	requeue.go           the skeleton's errors: waitFor/settle/outcome, earliest, addFinalizer
-//	stalled.go           "a person must act": stall, needsPerson, unreachableReason
+//	watches.go           the wake-up graph: the four setup functions, every map func and predicate, drawn on top
+//
+// Pure decisions two or more controllers read (internal/policy: no I/O).
+//
+//	free.go              the "is this slot free?" predicates side by side (isFree, removable, available, offered)
+//	release.go           the release rules the bot and slot controllers both read (leaveDeadline, drainDeadline)
+//	queue_order.go       the order of a queue and of free slots (queueLess, slotLess, reserved, positionChanged)
+//	bot_state.go         what a Bot's status says that several controllers read (botStarted, boundSince, failedSince)
+//	template.go          the slot template and its hash (slotTemplate, secretDigest, floatingTag), rollout arithmetic (rolloutBudget), outdated
+//	images.go            the images each server may give a slot (imagesOf, freshCached, cachedOn, createImage, templateReady), the pull back-off
+//	server_state.go      a pool's servers as its spec and status say (slotServer, serverState, healthOf, takesBots, outBecause), the Failing rule's constants
+//	reservation_math.go  reservations' arithmetic and decision (holds, peakHolds, roomFor, holdsOf, decideReservation, keepsReservations)
+//	liveness.go          what the store said of a bot's heartbeats (liveness, beatWithin)
+//	secretuse.go         the opt-in label a Secret needs before a pool may use it
+//	stray.go             strayAfter: how long a free slot's application may still read running after its container stopped
+//	text.go              abbreviate: a list of names cut for an Event or a log line
 //	times.go             orDefault and sameTime, used by several controllers
+//
+// How a pass ends (internal/pass).
+//
+//	requeue.go           the skeleton's errors: waitFor/settle/outcome, earliest, addFinalizer; the requeue intervals the controllers share
+//	stalled.go           "a person must act": stall, needsPerson, unreachableReason, and the errors they map
+//	coolify_wait.go      Coolify asking to wait: coolifyWait, throttledMessage
+//	liveness_reader.go   the heartbeat reader (livenessReader): a bot's beats from the store, the restart-grace rule
+//
+// The controllers' Coolify access (internal/coolifyview).
+//
+//	coolify_api.go       CoolifyAPI, the Coolify calls the controllers make; which instance a client talks to
+//	coolify_reads.go     BulkReader: a pool's applications and active deployments, listed once for all slots (and a user's servers)
+//	coolify_tags.go      the pool's Coolify tag and the owner mark on application descriptions
+//	credentials.go       a pool's Coolify credentials (Connector, SecretConnector)
+//	server_limits.go     what each Coolify server runs at once (GET /servers, cached per user): serverFor, coolifyServer
+//	server_failures.go   a server where a pool's own starts keep failing is Failing for that pool (StartEnded, markFailing)
+//	server_cleanup.go    when each server's Docker cleanup runs (GET /servers/{uuid}/docker-cleanup, cached per user), for the pre-pull's re-pulls
+//
+// Shared machinery, one package each (internal/deploygate, index, metrics, tenantshare).
+//
+//	deploy_gate.go       DeployGate: a pool's deployments in flight, a server's over its pools, a new image pulled alone, server pauses, pulls in turn
 //	indexes.go           the cache indexes (SetupIndexes)
 //	metrics.go           the controllers' Prometheus series
-//	liveness.go          the heartbeat reader with the restart-grace rule
-//	credentials.go       a pool's Coolify credentials (Connector, SecretConnector)
-//	secretuse.go         the opt-in label a Secret needs before a pool may use it
-//	template.go          the slot template and its hash (slotTemplate, secretDigest, floatingTag), rollout arithmetic (rolloutBudget)
+//	tenant_share.go      tenantShare: each namespace's own places in a controller, and a pool they share
+//
+// The pool reconciler (pool).
 //
 //	pool_controller.go   BotPoolReconciler: entry, observe, connect, deletion
 //	pool_supply.go       supply, scaleDown, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)
+//	pool_naming.go       slot names pool-<platform>-NNN, which the pool gives its new slots (slotName, lowestFree)
 //	warm_schedule.go     spec.warmSchedule read at a moment: the minIdle in force, the open windows, the next change (warmAt)
 //	pool_reservations.go how many free slots the pool warms for its reservations now, from the lead its servers were observed to need (observedLead, warming)
-//	pool_servers.go      a pool over several servers: slotServer, placement of new slots, drain, status.servers
+//	pool_servers.go      a pool over several servers: placement of new slots, drain, status.servers, the servers' limits read (readServerLimits)
 //	pool_orphans.go      deleting Coolify applications of the pool's tag that no slot owns
-//	pool_template.go     the template the pool asks for now (readTemplate), the images each server may give a slot (cachedOn, templateReady)
+//	pool_template.go     the template the pool asks for now (readTemplate) and the env digests it hashes
 //	pool_pull.go         the image pre-pull: a puller application per server, status.servers[].cached and .pull
 //	pool_rollout.go      a rollout's bookkeeping (status.rollout, updatedSlots, SlotsUpdated) and a standby pool's admissions and surge
-//	pool_status.go       the pool's status and conditions, computed from one pass
+//	pool_status.go       the pool's status and conditions, computed from one pass, DeploymentsCapped among them (setServerCondition)
+//
+// The slot reconciler (slot).
 //
 //	slot_controller.go   BotPoolSlotReconciler: entry, run/advance/finish, binding and release helpers
 //	slot_phases.go       one handler per slot phase (create, idle, deploying, busy, releasing, recover, delete)
 //	slot_transitions.go  the allowed phase moves (a table), moveTo, and the loop that runs the phase entered
 //	slot_decide.go       pure decisions of the phases: decideStale, judgeDeployment, description
-//	slot_free.go         the three "is this slot free?" predicates side by side (isFree, removable, available)
-//	slot_naming.go       slot names pool-<platform>-NNN: slotPrefix, slotName, slotNumber, lowestFree
 //	slot_standby.go      standby slots (spec.standby Running): fresh containers, observed readiness, credential rotation
 //	slot_update.go       a slot taking the pool's template: syncTemplate, the in-place update of a free slot, claimForUpdate
+//	slot_servers.go      the slot's server as its Coolify user sees it (serverOf) and whether it is out (serverOut)
+//	slot_priority.go     which of a slot pass's Coolify requests are the start path and which housekeeping (slotPriority)
+//
+// The bot reconciler (bot).
 //
 //	bot_controller.go    BotReconciler: entry, routing to a pool, the queue, liveness, deletion
-//	bot_queue.go         the order of a queue and of free slots; queue timeouts
-//	reservations.go      reservations: their arithmetic (holds, roomFor), the decision (reserve), the ledger the bot controller and the dispatcher share, and the rule keeping ad-hoc bots off held slots (unreserved)
-//	bot_release.go       the release rules the bot and slot controllers both read
+//	bot_queue.go         a queued bot's timeouts (queueTimeout, queueDeadline)
+//	bot_reserve.go       the bot controller's reservation decision (reserve, reservationMoved)
 //	bot_retry.go         retried starts: which failed start goes back to the queue (judgeStart), recording the attempt
 //	bot_callback.go      handing a finished bot's callback to the notifier, recording its outcome
 //	bot_webhook.go       a webhook message per phase into the outbox, status.webhook, the signing Secret
-//	dispatcher.go        Dispatcher: binding waves (in queue order: keepOrder) and queue positions
 //
-//	coolify_api.go       CoolifyAPI, the Coolify calls the controllers make; which instance a client talks to
-//	coolify_reads.go     BulkReader: a pool's applications and active deployments, listed once for all slots (and a user's servers)
-//	coolify_tags.go      the pool's Coolify tag and the owner mark on application descriptions
-//	coolify_wait.go      Coolify asking to wait: coolifyWait, throttledMessage
-//	deploy_gate.go       DeployGate: a pool's deployments in flight, a server's over its pools, a new image pulled alone, server pauses
-//	server_limits.go     what each Coolify server runs at once (GET /servers, cached per user) and the pool's DeploymentsCapped
-//	server_failures.go   a server where a pool's own starts keep failing is Failing for that pool (StartEnded, markFailing)
-//	server_cleanup.go    when each server's Docker cleanup runs (GET /servers/{uuid}/docker-cleanup, cached per user), for the pre-pull's re-pulls
-//	coolify_priority.go  which Coolify requests are the start path and which housekeeping (slotPriority)
+// The dispatcher (dispatch).
+//
+//	dispatcher.go        Dispatcher: binding waves (in queue order: keepOrder) and queue positions
+//	dispatcher_ledger.go the reservation ledger the bot controller and the dispatcher share: the one declared edge between reconcilers
+//	dispatcher_reservations.go the rule keeping ad-hoc bots off held slots (unreserved)
 //
 // The RBAC markers below are the manager's whole contract with the API server; controller-gen
 // turns them into config/rbac/role.yaml and the Helm chart's ClusterRole.

@@ -1,17 +1,8 @@
 package controllers
 
 import (
-	"context"
 	"time"
-
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 )
-
-// heartbeatStore is the part of the liveness store that tells when bots last beat.
-type heartbeatStore interface {
-	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
-}
 
 // liveness is what the store said about one bot's heartbeats, the restart rule applied.
 type liveness struct {
@@ -26,32 +17,4 @@ type liveness struct {
 // beatWithin reports whether the bot beat within d before now.
 func (l liveness) beatWithin(now time.Time, d time.Duration) bool {
 	return l.lastBeat != nil && now.Sub(*l.lastBeat) <= d
-}
-
-// livenessReader is how the slot and bot controllers read a bot's heartbeats, so that both
-// apply the same rules to what the store says (invariant 10: nobody is failed for lack of
-// data).
-type livenessReader struct {
-	store   heartbeatStore
-	clock   clock.PassiveClock
-	started time.Time // when this process set the controller up
-}
-
-// read asks the store for bot's last heartbeat. A store that cannot answer makes it unknown.
-// So does a missing beat within restartGrace of this process's start (a restart, a new
-// leader): the in-memory store starts empty, so "no heartbeat" may only mean that it lost
-// the beats. Each controller passes the window over which it judges silence, so a bot that
-// did beat gets at least that long to beat again before its silence counts.
-func (l livenessReader) read(ctx context.Context, bot types.UID, restartGrace time.Duration) liveness {
-	beats, err := l.store.LastHeartbeats(ctx, []types.UID{bot})
-	if err != nil {
-		return liveness{storeDown: true}
-	}
-	if t, ok := beats[bot]; ok {
-		return liveness{known: true, lastBeat: &t}
-	}
-	if l.clock.Since(l.started) < restartGrace {
-		return liveness{}
-	}
-	return liveness{known: true}
 }

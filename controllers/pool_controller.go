@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -203,7 +204,7 @@ func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1
 	}
 	if o.stalled != nil {
 		s.stalled = o.stalled.reason
-		r.Recorder.Eventf(pool, nil, "Warning", s.stalled, "Connect", "%s", stalledMessage(s))
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, s.stalled, "Connect", "%s", stalledMessage(s))
 	}
 	if !pool.DeletionTimestamp.IsZero() {
 		if controllerutil.ContainsFinalizer(pool, poolFinalizer) {
@@ -274,7 +275,7 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 		}
 	}
 	if c := meta.FindStatusCondition(s.pool.Status.Conditions, v1.ConditionReconciling); (c == nil || c.Reason != v1.ReasonDraining) && s.draining > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonDraining, "Delete",
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonDraining, "Delete",
 			"Pool deleted: asking %d running bot(s) to leave before deleting their applications", s.draining)
 	}
 	for i := range s.slots {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -61,7 +62,7 @@ func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) 
 			continue
 		}
 		if app.State() != coolify.StateExited {
-			r.Recorder.Eventf(s.pool, nil, "Warning", v1.ReasonOrphanRunning, "Cleanup",
+			r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, v1.ReasonOrphanRunning, "Cleanup",
 				"Application %s (%s) carries the pool's tag but no slot owns it, and it is %s: not deleted; stop or delete it in Coolify if it is not in use",
 				app.Name, app.UUID, app.Status)
 			continue
@@ -76,7 +77,7 @@ func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) 
 			continue
 		}
 		r.Coolify.Deleted(tag, app.UUID)
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonOrphanDeleted, "Cleanup", "Deleted application %s (%s): no slot owns it", app.Name, app.UUID)
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonOrphanDeleted, "Cleanup", "Deleted application %s (%s): no slot owns it", app.Name, app.UUID)
 	}
 	return errors.Join(errs...)
 }

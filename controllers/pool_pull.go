@@ -44,11 +44,6 @@ const (
 	// minRePull is the least time between two pulls of an image on a server for its cleanup
 	// schedule: a schedule of every minute must not keep the puller deploying.
 	minRePull = cleanupRefresh
-	// pullRetry is how long after a first failure the pool tries a pre-pull of the same image
-	// again; each further failure in a row doubles it, up to maxPullRetry (pullBackoff).
-	pullRetry = 2 * time.Minute
-	// maxPullRetry bounds the wait between two pulls of an image that keeps failing.
-	maxPullRetry = 30 * time.Minute
 	// maxCached is how many images status.servers[].cached lists (the CRD's MaxItems).
 	maxCached = 3
 	// maxAppName is Coolify's limit on an application's name.
@@ -215,11 +210,6 @@ func poolHealth(s *poolScope, server string) v1.ServerHealth {
 		return h
 	}
 	return healthOf(s.pool, server)
-}
-
-// pullOf reports whether the pull is of ref under the restartedAt annotation restarted.
-func pullOf(p *v1.ImagePull, ref, restarted string) bool {
-	return p.Image == ref && p.RestartedAt == restarted
 }
 
 // needsPull reports whether the server must pull ref (under restarted): cached lacks it, a
@@ -526,17 +516,6 @@ func (r *BotPoolReconciler) failPull(s *poolScope, p *v1.ImagePull, msg string) 
 	s.after(pullBackoff(p.Failures))
 }
 
-// pullBackoff is the wait after failures pulls of an image failed in a row: pullRetry after
-// the first, doubled after each further one, at most maxPullRetry. A pull that cannot succeed
-// retried every two minutes held one of its server's builds three quarters of the time.
-func pullBackoff(failures int32) time.Duration {
-	d := pullRetry
-	for i := int32(1); i < failures && d < maxPullRetry; i++ {
-		d *= 2
-	}
-	return min(d, maxPullRetry)
-}
-
 // pullFailure says why a pull's deployment failed, with Coolify's error line when the token
 // may read the log.
 func pullFailure(p *v1.ImagePull, server string, dep *coolify.Deployment) string {
@@ -686,12 +665,12 @@ func (r *BotPoolReconciler) deletePullers(ctx context.Context, s *poolScope) err
 		api = r.Connector.LastKnown(types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name})
 	}
 	if api == nil {
-		if !pulledAny(s.images) || s.pool.Annotations[AnnotationOrphanApplication] == "true" {
+		if !pulledAny(s.images) || s.pool.Annotations[v1.AnnotationOrphanApplication] == "true" {
 			return nil
 		}
 		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, v1.ReasonCleanupBlocked, "Delete",
 			"Cannot reach Coolify to delete the pool's puller applications (%v); annotate the pool with %s=true to let them go",
-			err, AnnotationOrphanApplication)
+			err, v1.AnnotationOrphanApplication)
 		return waitFor(stalledRetry, "", "")
 	}
 	tag := r.tag(s.pool)

@@ -610,7 +610,7 @@ func TestPoolPassKeepsThePullsRequeue(t *testing.T) {
 	if len(st) != 1 || st[0].Pull != nil || len(st[0].Cached) != 1 || st[0].Cached[0].Image != "bot:v2" || !st[0].Cached[0].PulledAt.Time.Equal(clk.Now()) {
 		t.Fatalf("status.servers after the pull finished: %+v", st)
 	}
-	// What the slots read of it (pool_template.go): the server may give a slot the template.
+	// What the slots read of it (images.go): the server may give a slot the template.
 	tmpl := poolTemplate(stored, "", "")
 	if image, tag := splitRef(stored.Status.TemplateImage); image != "bot" || tag != "v2" {
 		t.Errorf("status.templateImage %q", stored.Status.TemplateImage)

@@ -24,9 +24,6 @@ const (
 	// unobservedRuns is what a server runs at once until its settings are read (Coolify's
 	// default concurrent_builds).
 	unobservedRuns = 2
-	// reservationMargin is added to every lead: the creation of the slots' applications
-	// (requests within Coolify's rate limit), status lag and a pass's delay.
-	reservationMargin = 2 * time.Minute
 )
 
 // leadModel is what the pool observed of how long its slots take to build.

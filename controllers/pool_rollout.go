@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -125,7 +126,7 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 	switch {
 	case v.outdated > 0 && pool.Status.Rollout == nil:
 		pool.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now), BaseSlots: int32(v.in.Total)}
-		r.Recorder.Eventf(pool, nil, "Normal", v1.ReasonRolloutStarted, "Rollout",
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, v1.ReasonRolloutStarted, "Rollout",
 			"Rolling %d slot(s) out to template %s (%s)", v.outdated, target, s.template.Ref())
 	case v.outdated == 0 && pool.Status.Rollout != nil && (!pool.Spec.Standby.Running() || v.replacing == 0):
 		// A standby pool's rollout ends once no slot it admitted is still replacing its
@@ -139,7 +140,7 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 		}
 		took := now.Sub(pool.Status.Rollout.StartedAt.Time).Round(time.Second)
 		pool.Status.Rollout = nil
-		r.Recorder.Eventf(pool, nil, "Normal", v1.ReasonRolloutComplete, "Rollout",
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, v1.ReasonRolloutComplete, "Rollout",
 			"Every slot runs template %s (%s); the rollout took %s", target, s.template.Ref(), took)
 		return nil
 	}
@@ -206,7 +207,7 @@ func (r *BotPoolReconciler) endRollout(ctx context.Context, s *poolScope, v *rol
 	}
 	removed, err := r.removeNotReadyFirst(ctx, s.pool, slots, excess)
 	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Rollout", "Removed %d surge slot(s) the rollout added: %s", len(removed), abbreviate(removed))
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "Rollout", "Removed %d surge slot(s) the rollout added: %s", len(removed), abbreviate(removed))
 	}
 	return err
 }
@@ -220,7 +221,7 @@ func (r *BotPoolReconciler) warnFloatingTag(s *poolScope) {
 	if c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionMutableTag); c != nil && c.ObservedGeneration == p.Generation {
 		return
 	}
-	r.Recorder.Eventf(p, nil, "Warning", v1.ReasonFloatingTag, "Rollout", "%s", mutableTagMessage(p))
+	r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1.ReasonFloatingTag, "Rollout", "%s", mutableTagMessage(p))
 }
 
 func mutableTagMessage(p *v1.BotPool) string {

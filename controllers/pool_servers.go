@@ -7,11 +7,13 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
 )
 
 // A pool spread over several Coolify servers (spec.coolify.servers) places each new slot on
@@ -31,46 +33,6 @@ import (
 //     busy ones as their bots end; so are slots above a server's maxSlots.
 //
 // A pool on one server (spec.coolify.serverUUID) is the same with a list of one.
-
-// slotServer is the uuid of the Coolify server the slot's application lives on: the one the
-// pool recorded when it created the slot, or, for a slot created before slots recorded it,
-// the pool's default server (the pool writes it on such slots: see recordServers).
-func slotServer(slot *v1.BotPoolSlot, pool *v1.BotPool) string {
-	if slot.Spec.Server != "" || pool == nil {
-		return slot.Spec.Server
-	}
-	return pool.Spec.Coolify.DefaultServer()
-}
-
-// serverState is how the pool treats the server uuid.
-func serverState(pool *v1.BotPool, uuid string) v1.ServerState {
-	srv, listed := pool.Spec.Coolify.Server(uuid)
-	switch {
-	case !listed:
-		return v1.ServerUnlisted
-	case srv.Cordoned:
-		return v1.ServerCordoned
-	}
-	return v1.ServerActive
-}
-
-// healthOf is the server's health as the pool's status last recorded it (Unknown when it has
-// none: never out).
-func healthOf(pool *v1.BotPool, uuid string) v1.ServerHealth {
-	for _, st := range pool.Status.Servers {
-		if st.UUID == uuid && st.Health != "" {
-			return st.Health
-		}
-	}
-	return v1.ServerHealthUnknown
-}
-
-// takesBots reports whether the slot's server takes new bots: Active, and its health (as the
-// pool's status last recorded it) not out.
-func takesBots(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
-	uuid := slotServer(slot, pool)
-	return serverState(pool, uuid) == v1.ServerActive && !healthOf(pool, uuid).Out()
-}
 
 // placement chooses servers for new slots from what the pool holds on each.
 type placement struct {
@@ -201,7 +163,7 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 			return err
 		}
 		if len(removed) > 0 {
-			r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "Drain", "Removed %d slot(s), %s: %s", len(removed), why, abbreviate(removed))
+			r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "Drain", "Removed %d slot(s), %s: %s", len(removed), why, abbreviate(removed))
 		}
 	}
 	return nil
@@ -289,18 +251,6 @@ func setServerOutCondition(p *v1.BotPool, now time.Time) {
 	}, now)
 }
 
-// outBecause says why a server with that health is out.
-func outBecause(h v1.ServerHealth) string {
-	switch h {
-	case v1.ServerNotFound:
-		return "is not among the servers the pool's Coolify token sees (NotFound: a wrong uuid, a server deleted in Coolify, or another team's)"
-	case v1.ServerFailing:
-		return fmt.Sprintf("failed the pool's last %d or more starts in a row while its other servers took bots (Failing, for %s after the last failure)",
-			failingAfter, failingCooldown)
-	}
-	return "is " + string(h) + " (Coolify reports it so)"
-}
-
 // whyNoRoom names, for ServersFull and NoUsableServer, why each listed server takes no new slot.
 func whyNoRoom(p *v1.BotPool) string {
 	var why []string
@@ -315,4 +265,29 @@ func whyNoRoom(p *v1.BotPool) string {
 		}
 	}
 	return strings.Join(why, ", ")
+}
+
+// readServerLimits refreshes the servers of the pool's Coolify user (housekeeping, at most
+// every serversRefresh) and notes what the pool's servers run, for its status, and their
+// health.
+func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) {
+	if s.api == nil || r.Coolify == nil {
+		return
+	}
+	r.Coolify.RefreshServers(ctx, s.api)
+	s.health = map[string]v1.ServerHealth{}
+	for _, srv := range s.pool.Spec.Coolify.ServerList() {
+		st, read, ok := r.Coolify.serverSeen(coolifyUser(s.api), srv.UUID)
+		if read && !ok && !r.Coolify.serverMissing(ctx, s.api, srv.UUID) {
+			st, read, ok = r.Coolify.serverSeen(coolifyUser(s.api), srv.UUID) // listed on a second look
+		}
+		s.health[srv.UUID] = serverHealth(st, read, ok)
+		if ok && !srv.Cordoned {
+			if s.servers == nil {
+				s.servers = map[string]coolify.ServerSettings{}
+			}
+			s.servers[srv.UUID] = st
+		}
+	}
+	r.Coolify.markFailing(s.pool, s.health, r.Clock.Now())
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/coolify"
 )
 
 // setPoolStatus computes the pool's status from what this pass observed. handled says the
@@ -109,7 +110,7 @@ func stalledMessage(s *poolScope) string {
 	case v1.ReasonCoolifyInstanceChanged:
 		return fmt.Sprintf("Secret %s now names another Coolify instance than the one holding %d of this pool's applications: "+
 			"restore its url; to move the pool, delete it (or its slots) with the old url in place, then switch. "+
-			"Annotate the pool with %s=true to let the old applications go", secret, s.moved, AnnotationOrphanApplication)
+			"Annotate the pool with %s=true to let the old applications go", secret, s.moved, v1.AnnotationOrphanApplication)
 	case v1.ReasonRequestRefused:
 		return "Coolify refused the operator's request as invalid (400/422); see the manager's log for the error"
 	case v1.ReasonDestinationRefused:
@@ -139,4 +140,41 @@ func setDrainingStatus(s *poolScope, now time.Time) {
 	}
 	set(v1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	set(v1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+}
+
+// setServerCondition says, in DeploymentsCapped, when the pool's maxConcurrentDeployments asks
+// for more than its Active servers run together: advice, not a fault, so Ready does not
+// change. It is absent when the pool asks for no more, or while a server's settings are
+// unknown. known holds the settings read of the pool's Active servers.
+func setServerCondition(p *v1.BotPool, known map[string]coolify.ServerSettings, now time.Time) {
+	want := int(p.Spec.MaxConcurrentDeployments) // unset follows the servers: no advice to give
+	runs, detail := 0, ""
+	var uuids []string
+	for _, srv := range p.Spec.Coolify.ServerList() {
+		if srv.Cordoned {
+			continue
+		}
+		st, ok := known[srv.UUID]
+		if !ok {
+			runs = 0 // one unknown: the sum is unknown
+			break
+		}
+		runs += serverRuns(st)
+		uuids = append(uuids, srv.UUID)
+		detail = fmt.Sprintf("concurrent_builds %d, deployment_queue_limit %d", st.ConcurrentBuilds, st.DeploymentQueueLimit)
+	}
+	if runs == 0 || want <= runs {
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionDeploymentsCapped)
+		return
+	}
+	where := fmt.Sprintf("Coolify server %s runs %d deployment(s) at once (%s)", uuids[0], runs, detail)
+	if len(uuids) > 1 {
+		where = fmt.Sprintf("Coolify servers %s run %d deployment(s) at once in all", strings.Join(uuids, ", "), runs)
+	}
+	v1.SetCondition(&p.Status.Conditions, metav1.Condition{
+		Type: v1.ConditionDeploymentsCapped, Status: metav1.ConditionTrue, Reason: v1.ReasonServerRunsFewer, ObservedGeneration: p.Generation,
+		Message: fmt.Sprintf("maxConcurrentDeployments is %d, but %s, "+
+			"shared by every pool there: at most %d of this pool's deployments run at once. Lower maxConcurrentDeployments, or raise concurrent_builds in Coolify",
+			want, where, runs),
+	}, now)
 }

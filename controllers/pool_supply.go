@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -114,7 +115,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		s.slots = append(s.slots, *slot)
 	}
 	if len(s.created) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created))
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created))
 		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
 	}
 	return nil
@@ -157,7 +158,7 @@ func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
 	}
 	removed, err := r.removeNotReadyFirst(ctx, s.pool, candidates, surplus)
 	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown",
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "ScaleDown",
 			"Removed %d slot(s): the pool held %d free for %s above its need of %d (minIdle in force %d, %d waiting bot(s), %d reservation(s) warming): %s",
 			len(removed), surplus, delay, need, s.warm.minIdle, s.waiting, s.warming, abbreviate(removed))
 		ctrl.LoggerFrom(ctx).Info("Removed surplus free slots", "count", len(removed), "need", need, "slots", removed)
@@ -208,7 +209,7 @@ func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int
 	}
 	removed, err := r.removeIdle(ctx, s.pool, slots, excess)
 	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, "Normal", v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed))
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed))
 	}
 	return err
 }
@@ -255,13 +256,4 @@ func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name, server string) *v1.B
 	// without its finalizer (which deletes them first, so their applications are cleaned).
 	_ = controllerutil.SetControllerReference(pool, slot, r.Client.Scheme())
 	return slot
-}
-
-// abbreviate names at most five slots for an Event, and counts the others.
-func abbreviate(names []string) string {
-	const limit = 5
-	if len(names) <= limit {
-		return fmt.Sprint(names)
-	}
-	return fmt.Sprintf("%v and %d more", names[:limit], len(names)-limit)
 }

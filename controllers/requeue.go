@@ -130,3 +130,24 @@ func removeFinalizer(ctx context.Context, c client.Client, obj client.Object, na
 	obj.SetResourceVersion(sent.GetResourceVersion())
 	return true, nil
 }
+
+const (
+	// DefaultGateRetry: a slot waiting for a deployment slot of its pool looks again this often.
+	DefaultGateRetry = 2 * time.Second
+)
+
+const (
+	// DefaultAppCheck: Idle and Busy slots confirm their application still exists this often
+	// (from the pool's shared list: one request per pool, not per slot).
+	DefaultAppCheck = time.Minute
+)
+
+const (
+	// stalledRetry: a slot that cannot reach Coolify (no pool, bad credentials) retries.
+	stalledRetry = time.Minute
+)
+
+const (
+	// cacheWait: how long a pass that read a version older than our own write waits.
+	cacheWait = 50 * time.Millisecond
+)

@@ -22,11 +22,7 @@ import (
 // every server out would only turn the bots' failures into queue timeouts that say less.
 // The runs live in the manager's memory: a restart forgets them, and the next failures tell
 // again.
-const (
-	failingAfter    = 3
-	failingCooldown = 5 * time.Minute
-	failingForget   = 30 * time.Minute
-)
+const ()
 
 // failRun is the run of failed starts of one pool on one server since a start last finished
 // there.

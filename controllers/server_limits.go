@@ -2,12 +2,8 @@ package controllers
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -23,7 +19,7 @@ import (
 // deployment back.
 //
 // The same read says whether each server is reachable and usable (its health, see
-// pool_servers.go): a failed deployment or a lost application on a server makes the next pool
+// server_state.go): a failed deployment or a lost application on a server makes the next pool
 // pass read again (ServersSuspect), so an outage takes the server out within seconds.
 const (
 	// serversRefresh is how long a user's list of servers is believed: settings change by
@@ -209,11 +205,6 @@ type coolifyServer struct {
 	runs int
 }
 
-// serverOf is the slot's server, with what its last read settings say it runs.
-func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
-	return serverFor(s.api, r.Coolify, slotServer(s.slot, s.pool))
-}
-
 // serverFor is server uuid as api's Coolify user sees it, with what its last read settings
 // (in bulk) say it runs.
 func serverFor(api CoolifyAPI, bulk *BulkReader, uuid string) coolifyServer {
@@ -226,47 +217,6 @@ func serverFor(api CoolifyAPI, bulk *BulkReader, uuid string) coolifyServer {
 		srv.runs = serverRuns(st)
 	}
 	return srv
-}
-
-// readServerLimits refreshes the servers of the pool's Coolify user (housekeeping, at most
-// every serversRefresh) and notes what the pool's servers run, for its status, and their
-// health.
-func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) {
-	if s.api == nil || r.Coolify == nil {
-		return
-	}
-	r.Coolify.RefreshServers(ctx, s.api)
-	s.health = map[string]v1.ServerHealth{}
-	for _, srv := range s.pool.Spec.Coolify.ServerList() {
-		st, read, ok := r.Coolify.serverSeen(coolifyUser(s.api), srv.UUID)
-		if read && !ok && !r.Coolify.serverMissing(ctx, s.api, srv.UUID) {
-			st, read, ok = r.Coolify.serverSeen(coolifyUser(s.api), srv.UUID) // listed on a second look
-		}
-		s.health[srv.UUID] = serverHealth(st, read, ok)
-		if ok && !srv.Cordoned {
-			if s.servers == nil {
-				s.servers = map[string]coolify.ServerSettings{}
-			}
-			s.servers[srv.UUID] = st
-		}
-	}
-	r.Coolify.markFailing(s.pool, s.health, r.Clock.Now())
-}
-
-// serverOut reads the servers of the slot's Coolify user again if due and says how the slot's
-// server is out ("Unreachable", "Unusable"), or "" when Coolify reports it functional or
-// does not say. A server the user does not see is not out here: no container of the slot can
-// run there, and deleting the slot must not wait for a server that will never be back.
-func (r *BotPoolSlotReconciler) serverOut(ctx context.Context, s *slotScope) string {
-	if s.pool == nil {
-		return ""
-	}
-	r.Coolify.RefreshServers(ctx, s.api)
-	st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), slotServer(s.slot, s.pool))
-	if h := serverHealth(st, ok, ok); h.Out() {
-		return string(h)
-	}
-	return ""
 }
 
 // serverHealth is what the settings read of a server say of its health: read is false before
@@ -283,41 +233,4 @@ func serverHealth(st coolify.ServerSettings, read, listed bool) v1.ServerHealth 
 		return v1.ServerUnusable
 	}
 	return v1.ServerHealthy
-}
-
-// setServerCondition says, in DeploymentsCapped, when the pool's maxConcurrentDeployments asks
-// for more than its Active servers run together: advice, not a fault, so Ready does not
-// change. It is absent when the pool asks for no more, or while a server's settings are
-// unknown. known holds the settings read of the pool's Active servers.
-func setServerCondition(p *v1.BotPool, known map[string]coolify.ServerSettings, now time.Time) {
-	want := int(p.Spec.MaxConcurrentDeployments) // unset follows the servers: no advice to give
-	runs, detail := 0, ""
-	var uuids []string
-	for _, srv := range p.Spec.Coolify.ServerList() {
-		if srv.Cordoned {
-			continue
-		}
-		st, ok := known[srv.UUID]
-		if !ok {
-			runs = 0 // one unknown: the sum is unknown
-			break
-		}
-		runs += serverRuns(st)
-		uuids = append(uuids, srv.UUID)
-		detail = fmt.Sprintf("concurrent_builds %d, deployment_queue_limit %d", st.ConcurrentBuilds, st.DeploymentQueueLimit)
-	}
-	if runs == 0 || want <= runs {
-		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionDeploymentsCapped)
-		return
-	}
-	where := fmt.Sprintf("Coolify server %s runs %d deployment(s) at once (%s)", uuids[0], runs, detail)
-	if len(uuids) > 1 {
-		where = fmt.Sprintf("Coolify servers %s run %d deployment(s) at once in all", strings.Join(uuids, ", "), runs)
-	}
-	v1.SetCondition(&p.Status.Conditions, metav1.Condition{
-		Type: v1.ConditionDeploymentsCapped, Status: metav1.ConditionTrue, Reason: v1.ReasonServerRunsFewer, ObservedGeneration: p.Generation,
-		Message: fmt.Sprintf("maxConcurrentDeployments is %d, but %s, "+
-			"shared by every pool there: at most %d of this pool's deployments run at once. Lower maxConcurrentDeployments, or raise concurrent_builds in Coolify",
-			want, where, runs),
-	}, now)
 }

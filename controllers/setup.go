@@ -175,16 +175,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		c.Bots.Webhooks, c.Bots.Secrets = outbox, deps.APIReader
 	}
 
-	if err := c.Pools.SetupWithManager(mgr); err != nil {
+	if err := setupPoolController(mgr, c.Pools); err != nil {
 		return nil, fmt.Errorf("setting up the BotPool controller: %w", err)
 	}
-	if err := c.Slots.SetupWithManager(mgr); err != nil {
+	if err := setupSlotController(mgr, c.Slots); err != nil {
 		return nil, fmt.Errorf("setting up the BotPoolSlot controller: %w", err)
 	}
-	if err := c.Bots.SetupWithManager(mgr); err != nil {
+	if err := setupBotController(mgr, c.Bots); err != nil {
 		return nil, fmt.Errorf("setting up the Bot controller: %w", err)
 	}
-	if err := c.Dispatcher.SetupWithManager(mgr); err != nil {
+	if err := setupDispatcher(mgr, c.Dispatcher); err != nil {
 		return nil, fmt.Errorf("setting up the dispatcher: %w", err)
 	}
 	return c, nil

@@ -29,23 +29,10 @@ import (
 const (
 	// slotFinalizer holds a slot until its Coolify application is stopped and deleted.
 	slotFinalizer = "botpool.dev/application"
-	// AnnotationOrphanApplication on a slot lets it go without cleaning Coolify, for when the
-	// instance or its credentials are gone for good.
-	AnnotationOrphanApplication = "botpool.dev/orphan-application"
 )
 
 // Default requeue intervals of the slot controller.
-const (
-	// DefaultGateRetry: a slot waiting for a deployment slot of its pool looks again this often.
-	DefaultGateRetry = 2 * time.Second
-	// DefaultAppCheck: Idle and Busy slots confirm their application still exists this often
-	// (from the pool's shared list: one request per pool, not per slot).
-	DefaultAppCheck = time.Minute
-	// stalledRetry: a slot that cannot reach Coolify (no pool, bad credentials) retries.
-	stalledRetry = time.Minute
-	// cacheWait: how long a pass that read a version older than our own write waits.
-	cacheWait = 50 * time.Millisecond
-)
+const ()
 
 // SlotStore is what the slot controller needs from the store.
 type SlotStore interface {
@@ -254,9 +241,6 @@ func (r *BotPoolSlotReconciler) setStalled(s *slotScope, reason, msg string) {
 		Reason: reason, Message: msg, ObservedGeneration: s.slot.Generation}, r.Clock.Now())
 }
 
-// errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
-var errSlotEnvNotFound = errors.New("not found")
-
 // setSlotConditions derives Ready and Reconciling from the phase (kstatus): Ready while the
 // slot serves or can serve, Reconciling while it moves between those states. They change
 // when the phase does, so they changed at phaseSince (a time of the injected clock).
@@ -286,7 +270,7 @@ func setSlotConditions(slot *v1.BotPoolSlot) {
 
 // deleteUnreachable deletes a slot whose pool or credentials are gone: with the last client
 // the pool used, if this process knows it; else only when the slot (or its pool) carries
-// AnnotationOrphanApplication, after a person decided the application may leak.
+// v1.AnnotationOrphanApplication, after a person decided the application may leak.
 func (r *BotPoolSlotReconciler) deleteUnreachable(ctx context.Context, s *slotScope, cause error) error {
 	key := types.NamespacedName{Namespace: s.slot.Namespace, Name: s.slot.Spec.Pool}
 	if api := r.Connector.LastKnown(key); api != nil {
@@ -299,18 +283,18 @@ func (r *BotPoolSlotReconciler) deleteUnreachable(ctx context.Context, s *slotSc
 	}
 	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonCleanupBlocked, "Delete",
 		"Cannot reach Coolify to delete application %s (%v); annotate the slot or its pool with %s=true to let it go",
-		s.slot.Status.ApplicationUUID, cause, AnnotationOrphanApplication)
+		s.slot.Status.ApplicationUUID, cause, v1.AnnotationOrphanApplication)
 	s.after(stalledRetry)
 	return nil
 }
 
 func (r *BotPoolSlotReconciler) orphanAllowed(ctx context.Context, slot *v1.BotPoolSlot) bool {
-	if slot.Annotations[AnnotationOrphanApplication] == "true" {
+	if slot.Annotations[v1.AnnotationOrphanApplication] == "true" {
 		return true
 	}
 	pool := &v1.BotPool{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool)
-	return err == nil && pool.Annotations[AnnotationOrphanApplication] == "true"
+	return err == nil && pool.Annotations[v1.AnnotationOrphanApplication] == "true"
 }
 
 // connect loads the slot's pool and the pool's Coolify client.
@@ -347,7 +331,7 @@ func (r *BotPoolSlotReconciler) appTag(s *slotScope) string {
 // current one. On another instance every call would answer 404, read as "deleted behind our
 // back": the slot would create a new application and the old one, with valid bot credentials
 // in its env, would leak. The slot stalls instead until a person restores the credentials or
-// lets the application go (AnnotationOrphanApplication).
+// lets the application go (v1.AnnotationOrphanApplication).
 func (r *BotPoolSlotReconciler) sameInstance(s *slotScope) bool {
 	st := &s.slot.Status
 	now := instanceOf(s.api)
@@ -367,7 +351,7 @@ func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScop
 	msg := "The pool's credentials Secret " + s.pool.Spec.Coolify.CredentialsSecretRef.Name +
 		" now names another Coolify instance than the one holding application " + s.slot.Status.ApplicationUUID +
 		": restore its url (the application is cleaned up, then the slot moves), or annotate the slot with " +
-		AnnotationOrphanApplication + "=true to let the old application go"
+		v1.AnnotationOrphanApplication + "=true to let the old application go"
 	if c := meta.FindStatusCondition(s.slot.Status.Conditions, v1.ConditionStalled); c == nil || c.Reason != v1.ReasonCoolifyInstanceChanged {
 		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonCoolifyInstanceChanged, "Connect", "%s", msg)
 	}

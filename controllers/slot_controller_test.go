@@ -707,7 +707,7 @@ func TestSlotDeletionBlockedUntilAnnotated(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&slot), &held); err != nil {
 			return err
 		}
-		held.Annotations = map[string]string{AnnotationOrphanApplication: "true"}
+		held.Annotations = map[string]string{v1.AnnotationOrphanApplication: "true"}
 		return env.Client.Update(ctx, &held)
 	})
 	slotGone(t, &slot)

@@ -193,9 +193,6 @@ func (r *BotPoolSlotReconciler) issueToken(ctx context.Context, slot *v1.BotPool
 	return token, nil
 }
 
-// errTokenSecretTaken: a Secret the operator did not make holds the slot's token Secret name.
-var errTokenSecretTaken = errors.New("the slot's token Secret name is taken")
-
 // madeForSlot reports whether secret carries the mark of a token Secret this controller made
 // for a slot named slot (the slot of that name now, or a retired one the pool replaced): the
 // labels it sets and a BotPoolSlot of that name as its controller. Anyone who may write
@@ -445,10 +442,6 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 	s.after(r.jittered(s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)))
 	return nil
 }
-
-// prePullFlight names a pre-pull in the deploy gate's view of a server (no slot has a name
-// with a space).
-const prePullFlight = "pre-pull "
 
 // poolDeploys reads, from the cache, what the deploy gate needs of the slot's pool: its other
 // slots in Deploying (all, and those on the slot's server), and whether the pool's image is
@@ -748,11 +741,6 @@ func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lost
 	return nil
 }
 
-// strayAfter is how long a free slot's application may still read running after the slot
-// stopped its container: Coolify's status lags the container by up to a minute, and the
-// shared list the slot reads is up to appCheck old.
-const strayAfter = 2 * time.Minute
-
 // strayContainer reports whether a free slot of a Stopped pool (no standby container, no
 // deploy request pending) has a container running well after it stopped it: a stop Coolify
 // lost, which it does when the server is not reachable (the job gives up, and the container
@@ -931,7 +919,7 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 					// Coolify deletes the application of a server it cannot reach but loses the
 					// container's removal: it would run on, unlisted, in whatever meeting.
 					s.slot.Status.Message = fmt.Sprintf("Coolify reports server %s %s: deleting application %s now would leave its container running there; "+
-						"waiting for the server (annotate the slot %s=true to let it go anyway)", slotServer(s.slot, s.pool), out, uuid, AnnotationOrphanApplication)
+						"waiting for the server (annotate the slot %s=true to let it go anyway)", slotServer(s.slot, s.pool), out, uuid, v1.AnnotationOrphanApplication)
 					s.after(serversRetry)
 					return nil
 				}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -298,23 +297,6 @@ func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) 
 	s.slot.Status.Message = "Bot " + s.bot.Name + " bound; its standby container takes it from the bot API"
 	s.after(r.standbyCheck(s, standbyAskWindow-r.Clock.Since(bound.Time)+time.Second))
 	return nil
-}
-
-// botStarted reports whether a bot's container reported or beat: the bot API records the
-// first report as startedAt, the bot controller a beat as Alive.
-func botStarted(bot *v1.Bot) bool {
-	c := meta.FindStatusCondition(bot.Status.Conditions, v1.ConditionAlive)
-	return bot.Status.StartedAt != nil || c != nil && c.Status == metav1.ConditionTrue
-}
-
-// boundSince is when the bot controller recorded the bot's binding (its Bound condition, on
-// the operator's clock); nil until it has.
-func boundSince(bot *v1.Bot) *metav1.Time {
-	c := meta.FindStatusCondition(bot.Status.Conditions, v1.ConditionBound)
-	if c == nil || c.Status != metav1.ConditionTrue {
-		return nil
-	}
-	return &c.LastTransitionTime
 }
 
 // deployingStandby follows the deployment of a fresh standby container: finished → Idle (the

@@ -77,14 +77,6 @@ func limitOrNone(v string) string {
 	return v
 }
 
-// outdated reports whether the slot is on another template than the pool's status names and
-// its server holds the image of the pool's: an update can start warm now. It reads only what
-// the cache holds; syncTemplate checks again on the template read now.
-func outdated(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
-	return pool.Status.TemplateHash != "" && slot.Status.TemplateHash != pool.Status.TemplateHash &&
-		cachedOn(pool, slotServer(slot, pool), pool.Status.TemplateImage, restartedAt(pool))
-}
-
 // updateInPlace gives an outdated slot without a running container the pool's template: its
 // env (with its current token, so the credential does not change) and then its image and
 // limits (setEnv). The next deployment, a bot's or a standby container's, runs it. done says

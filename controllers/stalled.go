@@ -96,3 +96,9 @@ func unreachableReason(err error) string {
 	}
 	return v1.ReasonCoolifyUnreachable
 }
+
+// errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
+var errSlotEnvNotFound = errors.New("not found")
+
+// errTokenSecretTaken: a Secret the operator did not make holds the slot's token Secret name.
+var errTokenSecretTaken = errors.New("the slot's token Secret name is taken")

@@ -218,3 +218,11 @@ func rolloutBudget(in rolloutInput) rolloutStep {
 	}
 	return b
 }
+
+// outdated reports whether the slot is on another template than the pool's status names and
+// its server holds the image of the pool's: an update can start warm now. It reads only what
+// the cache holds; syncTemplate checks again on the template read now.
+func outdated(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
+	return pool.Status.TemplateHash != "" && slot.Status.TemplateHash != pool.Status.TemplateHash &&
+		cachedOn(pool, slotServer(slot, pool), pool.Status.TemplateImage, restartedAt(pool))
+}

@@ -63,9 +63,9 @@ import (
 	"botpool.dev/botpool/callback"
 )
 
-// SetupWithManager registers the controller: pools, the slots they own, and bots whose pool
+// setupPoolController registers the pool controller: pools, the slots they own, and bots whose pool
 // or phase changed (a bot starting to wait may need a new slot).
-func (r *BotPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func setupPoolController(mgr ctrl.Manager, r *BotPoolReconciler) error {
 	share := newTenantShare(r, "botpool", workersOf(mgr), r.Metrics)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPool{}).
@@ -96,14 +96,14 @@ var botQueueChanged = predicate.Funcs{
 	},
 }
 
-// SetupWithManager registers the controller: slots, and the bots bound to them (a bot that
+// setupSlotController registers the slot controller: slots, and the bots bound to them (a bot that
 // ends or goes away releases its slot at once).
-func (r *BotPoolSlotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func setupSlotController(mgr ctrl.Manager, r *BotPoolSlotReconciler) error {
 	r.started = r.Clock.Now()
 	share := newTenantShare(r, "botpoolslot", workersOf(mgr), r.Metrics)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPoolSlot{}).
-		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(r.slotOfBot), builder.WithPredicates(botLetGo)).
+		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(slotsOfBot(r)), builder.WithPredicates(botLetGo)).
 		WithOptions(share.options(mgr, errorBackoff()))
 	if r.GateWake != nil {
 		b = b.WatchesRawSource(source.Channel(r.GateWake, &handler.EnqueueRequestForObject{}))
@@ -129,21 +129,24 @@ var botLetGo = predicate.Funcs{
 	DeleteFunc: func(event.DeleteEvent) bool { return true },
 }
 
-func (r *BotPoolSlotReconciler) slotOfBot(ctx context.Context, o client.Object) []reconcile.Request {
-	var slots v1.BotPoolSlotList
-	if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSlotBotUID: string(o.GetUID())}); err != nil {
-		return nil
+// slotsOfBot maps a bot to the slots bound to it (by the slot index on spec.botRef.uid).
+func slotsOfBot(r *BotPoolSlotReconciler) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var slots v1.BotPoolSlotList
+		if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSlotBotUID: string(o.GetUID())}); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(slots.Items))
+		for i := range slots.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&slots.Items[i])})
+		}
+		return reqs
 	}
-	reqs := make([]reconcile.Request, 0, len(slots.Items))
-	for i := range slots.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&slots.Items[i])})
-	}
-	return reqs
 }
 
-// SetupWithManager registers the controller: bots, the slots bound to them, and pools (a new
+// setupBotController registers the bot controller: bots, the slots bound to them, and pools (a new
 // pool may serve bots that found none).
-func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func setupBotController(mgr ctrl.Manager, r *BotReconciler) error {
 	r.started = r.Clock.Now()
 	share := newTenantShare(r, "bot", workersOf(mgr), r.Metrics)
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -151,7 +154,7 @@ func (r *BotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).
 		// A new or changed pool may serve bots that found none; its status updates cannot,
 		// and each would list every bot of the namespace.
-		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingBots), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(waitingBotsOf(r)), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(share.options(mgr, errorBackoff()))
 	if r.CallbackDone != nil {
 		b = b.WatchesRawSource(source.Channel(r.CallbackDone, &handler.EnqueueRequestForObject{}))
@@ -167,24 +170,26 @@ func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
 }
 
-// poolToWaitingBots wakes the bots of a namespace that have no pool yet.
-func (r *BotReconciler) poolToWaitingBots(ctx context.Context, o client.Object) []reconcile.Request {
-	var bots v1.BotList
-	if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range bots.Items {
-		if b := &bots.Items[i]; b.Status.Pool == "" && !b.Status.Phase.Terminal() {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+// waitingBotsOf maps a pool to the bots of its namespace that have no pool yet.
+func waitingBotsOf(r *BotReconciler) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var bots v1.BotList
+		if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+			return nil
 		}
+		var reqs []reconcile.Request
+		for i := range bots.Items {
+			if b := &bots.Items[i]; b.Status.Pool == "" && !b.Status.Phase.Terminal() {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+			}
+		}
+		return reqs
 	}
-	return reqs
 }
 
-// SetupWithManager registers the dispatcher: a wave runs when a pool's slot turns free or a
+// setupDispatcher registers the dispatcher: a wave runs when a pool's slot turns free or a
 // bot of the pool starts to wait.
-func (d *Dispatcher) SetupWithManager(mgr ctrl.Manager) error {
+func setupDispatcher(mgr ctrl.Manager, d *Dispatcher) error {
 	share := newTenantShare(d, "dispatcher", workersOf(mgr), d.Metrics)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("dispatcher").

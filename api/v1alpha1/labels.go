@@ -40,6 +40,11 @@ const (
 	// spec.updateStrategy. The pool takes it off again once the slot is Ready on that
 	// template.
 	AnnotationUpdate = "botpool.dev/update"
+	// AnnotationOrphanApplication set to "true" on a BotPoolSlot lets the slot go without
+	// cleaning Coolify up (its application may leak), for when the instance or its credentials
+	// are gone for good; on a BotPool it does so for every slot of the pool, and for the
+	// pool's puller applications.
+	AnnotationOrphanApplication = "botpool.dev/orphan-application"
 )
 
 // MaxRestartedAtLength is the longest botpool.dev/restartedAt value the pool records in its

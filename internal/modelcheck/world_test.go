@@ -238,7 +238,7 @@ func (w *world) pool(name string) *v1.BotPool {
 // newOperator builds the in-memory half of the manager, as a (re)start does: new
 // reconcilers, dispatcher, deploy gate, bulk reader, Coolify client and connector, bot API
 // server. controllers.Setup wires them as in main.go, on a manager that is never started, so
-// SetupWithManager runs (and notes the start time the liveness rules count from).
+// each controller's setup runs (and notes the start time the liveness rules count from).
 func (w *world) newOperator() *operator {
 	api, err := coolify.New("http://coolify.model", sim.DefaultToken,
 		coolify.WithHTTPClient(&http.Client{Transport: w.coolify}), coolify.WithClock(retryClock{w.clk}),

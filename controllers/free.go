@@ -1,14 +1,8 @@
 package controllers
 
-import v1 "botpool.dev/botpool/api/v1alpha1"
-
-// Three questions look alike ("is this slot free?") and are answered differently on purpose.
-// They sit side by side here so that a change to one is weighed against the others. Each
-// implies the next: isFree ⇒ removable ⇒ available.
-//
-//	isFree     dispatcher     may a bot be bound to it now?                        strictest
-//	removable  pool shrink    may it be deleted to bring the pool under maxSlots?
-//	available  pool supply    will it take a bot soon, without a new slot?         loosest
+import (
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
 
 // available reports whether a slot can take a bot now or soon without new capacity: it is
 // unbound and not failing (Creating and Releasing slots turn Idle by themselves).

@@ -7,16 +7,6 @@ import (
 	"botpool.dev/botpool/coolify"
 )
 
-// When a Coolify user's budget (200 requests a minute) is short, the client serves the start
-// path first (see coolify.Priority). The controllers mark what is housekeeping; a request
-// nobody marked counts as the start path, so a forgotten mark costs what it cost before
-// priorities existed, and never holds a waiting bot back.
-//
-//   - a slot's pass: see slotPriority;
-//   - the pool's orphan sweep and its reads of the servers' settings: housekeeping
-//     (pool_orphans.go, server_limits.go);
-//   - description updates: housekeeping, always (the client marks them, and coalesces them).
-
 // withSlotPriority marks ctx's Coolify requests with the class of the slot's pass.
 func withSlotPriority(ctx context.Context, s *slotScope) context.Context {
 	return coolify.WithPriority(ctx, slotPriority(s))

@@ -6,16 +6,6 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
-// The release of a bot's slot flows one way: the Bot controller writes the bot (its leave
-// request, its end), the BotPoolSlot controller writes the slot (spec.botRef cleared), and
-// each reacts to what the other wrote. The rules both read live here, so they cannot disagree.
-//
-// A bot lets go of its slot by ending, by being deleted (after its leave), or by going back to
-// the queue after the slot failed its start (the retry rule, judgeStart in bot_retry.go): then
-// Bot.LeftSlot (package v1alpha1, so the bot API reads the same rule) holds, the slot clears
-// spec.botRef as for a finished bot, and the bot controller, seeing the slot still bound,
-// treats the bot as waiting instead of counting the failure again.
-
 // leaveDeadline is when the slot of a deleted bot is released. A bot whose container does not
 // run in the slot (not Busy yet, or the bot already ended) has nothing to leave: at once. A
 // running bot is released leaveGracePeriod after the Bot controller recorded its leave request

@@ -1,0 +1,70 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// reservationRetry is how soon a decision that found its pool's lock taken tries again: the
+// bot controller's workers are shared by every namespace, and none waits on one pool.
+const reservationRetry = 50 * time.Millisecond
+
+// reserve decides a scheduled bot's reservation: its Reserved condition, True with the window
+// held (status.reservation) or False with why not. It is decided at the bot's first pass, and
+// again when a spec change moved the window outside the one granted.
+func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, now time.Time) error {
+	if m := r.reservations.poolLock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}); m != nil {
+		if !m.TryLock() {
+			return waitFor(reservationRetry, "", "")
+		}
+		defer m.Unlock()
+	}
+	var bots v1.BotList
+	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
+	}
+	bound, err := r.reservations.boundIn(ctx, r.Client, pool, bots.Items, now)
+	if err != nil {
+		return err
+	}
+	others := r.reservations.withPending(ctx, r.Client, bots.Items, bot.Namespace, pool.Name, now)
+	v := decideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
+	if st := pool.Status.Reservations; v.granted && st != nil && st.Lead.Duration > v.window.From.Sub(now) {
+		v.message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Round(time.Second),
+			v.window.From.Sub(now).Round(time.Second))
+	}
+	status := metav1.ConditionFalse
+	bot.Status.Reservation = nil
+	if v.granted {
+		status = metav1.ConditionTrue
+		bot.Status.Reservation = &v.window
+	}
+	v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: status, Reason: v.reason,
+		Message: v.message, ObservedGeneration: bot.Generation}, now)
+	if v.granted {
+		r.reservations.remember(bot, now)
+	}
+	return nil
+}
+
+// reservationMoved reports whether a granted reservation must be decided again: the bot's
+// spec now asks for a window outside the one granted (a shrunk one is kept, and recorded).
+func (r *BotReconciler) reservationMoved(bot *v1.Bot, pool *v1.BotPool) bool {
+	if !meta.IsStatusConditionTrue(bot.Status.Conditions, v1.ConditionReserved) || bot.Spec.StartTime == nil {
+		return false
+	}
+	w := reservationWindow(bot, pool, r.ScheduleLead)
+	if g := bot.Status.Reservation; g != nil && within(w, *g) {
+		bot.Status.Reservation = &w
+		return false
+	}
+	return true
+}

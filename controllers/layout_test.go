@@ -1,0 +1,248 @@
+package controllers
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The layout rules of issue 31 in their in-package form. Step 2 moves each file to the
+// package layoutHome names; until then the compiler cannot say what a file may touch, so this
+// test does: a reconciler's files use no other reconciler's names (except the bot reconciler
+// the dispatcher's reservation ledger), the shared layer uses no reconciler's, a method lives
+// with its type, and pure policy imports nothing that may do I/O. In step 3 it becomes a walk
+// over the packages' imports.
+
+// layoutHome is the package each non-test file of controllers/ moves to in step 2 of issue 31
+// (controllers/internal/... for the shared layer, controllers/<kind> for a reconciler, "root"
+// for what stays here). A file without an entry fails the test: a new file must say where it
+// belongs. Files named pool_*, slot_* and bot_* belong to their kind unless listed.
+var layoutHome = map[string]string{
+	"setup.go": "root", "watches.go": "root", "doc.go": "root",
+	"indexes.go": "index", "metrics.go": "metrics", "tenant_share.go": "tenantshare",
+	"requeue.go": "pass", "stalled.go": "pass", "coolify_wait.go": "pass", "liveness_reader.go": "pass",
+	"times.go": "policy", "secretuse.go": "policy", "template.go": "policy", "liveness.go": "policy",
+	"free.go": "policy", "release.go": "policy", "queue_order.go": "policy", "bot_state.go": "policy",
+	"images.go": "policy", "reservation_math.go": "policy", "server_state.go": "policy",
+	"text.go": "policy", "stray.go": "policy",
+	"coolify_api.go": "coolifyview", "coolify_reads.go": "coolifyview", "coolify_tags.go": "coolifyview",
+	"credentials.go": "coolifyview", "server_limits.go": "coolifyview", "server_failures.go": "coolifyview",
+	"server_cleanup.go": "coolifyview",
+	"deploy_gate.go":    "deploygate",
+	"dispatcher.go":     "dispatch", "dispatcher_ledger.go": "dispatch", "dispatcher_reservations.go": "dispatch",
+	"warm_schedule.go": "pool",
+}
+
+// layoutUses is what each future package may use besides itself. The root (Setup and the
+// wake-up graph) may use everything. bot → dispatch is the one declared edge between
+// reconcilers, and only to the reservation ledger (layoutLedger).
+var layoutUses = map[string][]string{
+	"policy": nil, "index": nil, "metrics": nil,
+	"coolifyview": {"policy"},
+	"pass":        {"policy", "coolifyview"},
+	"deploygate":  {"policy", "coolifyview"},
+	"tenantshare": {"metrics"},
+	"dispatch":    {"policy", "pass", "index", "metrics"},
+	"bot":         {"policy", "pass", "index", "metrics", "dispatch"},
+	"pool":        {"policy", "pass", "index", "metrics", "coolifyview", "deploygate"},
+	"slot":        {"policy", "pass", "index", "metrics", "coolifyview", "deploygate"},
+}
+
+const layoutLedger = "dispatcher_ledger.go"
+
+func layoutHomeOf(file string) string {
+	if h, ok := layoutHome[file]; ok {
+		return h
+	}
+	for _, kind := range []string{"pool", "slot", "bot"} {
+		if strings.HasPrefix(file, kind+"_") {
+			return kind
+		}
+	}
+	return ""
+}
+
+// policyMayImport: pure decisions import no I/O: no client, clock, store, Coolify client,
+// context or network; the API types and apimachinery's value types are data.
+func policyMayImport(path string) bool {
+	switch {
+	case path == "botpool.dev/botpool/api/v1alpha1", path == "k8s.io/api/core/v1",
+		strings.HasPrefix(path, "k8s.io/apimachinery/"):
+		return true
+	case strings.Contains(strings.SplitN(path, "/", 2)[0], "."):
+		return false // any other module
+	}
+	for _, io := range []string{"context", "net", "os", "io", "syscall", "database", "log"} {
+		if path == io || strings.HasPrefix(path, io+"/") {
+			return false
+		}
+	}
+	return true
+}
+
+// layoutProblems parses the package's non-test files in dir and reports every use of a
+// top-level name (type, func, const, var) declared in a file of a future package the user's
+// may not use, every method declared away from its type's future package, every file without
+// a home, and every import of a policy file that may do I/O. It resolves names the way the
+// parser does (a name no file-local declaration resolves is the package's), so it needs no
+// type checking.
+func layoutProblems(dir string) ([]string, error) {
+	fset := token.NewFileSet()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]*ast.File{}
+	declaredIn := map[string]string{}
+	consts := map[string]bool{}
+	var problems []string
+	for _, p := range paths {
+		name := filepath.Base(p)
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return nil, err
+		}
+		files[name] = f
+		if layoutHomeOf(name) == "" {
+			problems = append(problems, name+": no future package (add it to layoutHome)")
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					declaredIn[d.Name.Name] = name
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						declaredIn[s.Name.Name] = name
+					case *ast.ValueSpec:
+						for _, id := range s.Names {
+							declaredIn[id.Name] = name
+							consts[id.Name] = consts[id.Name] || d.Tok == token.CONST
+						}
+					}
+				}
+			}
+		}
+	}
+	for name, f := range files {
+		from := layoutHomeOf(name)
+		if from == "policy" {
+			for _, imp := range f.Imports {
+				if p, _ := strconv.Unquote(imp.Path.Value); !policyMayImport(p) {
+					problems = append(problems, fmt.Sprintf("%s (policy) imports %s, which may do I/O", name, p))
+				}
+			}
+		}
+		skip := map[*ast.Ident]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				skip[n.Sel] = true
+			case *ast.FuncDecl:
+				skip[n.Name] = true
+				if n.Recv == nil {
+					break
+				}
+				t := n.Recv.List[0].Type
+				if s, ok := t.(*ast.StarExpr); ok {
+					t = s.X
+				}
+				if id, ok := t.(*ast.Ident); ok {
+					if df, ok := declaredIn[id.Name]; ok && layoutHomeOf(df) != from {
+						problems = append(problems, fmt.Sprintf("%s (%s) declares %s.%s, a method of a type of %s (%s)",
+							name, from, id.Name, n.Name.Name, df, layoutHomeOf(df)))
+					}
+				}
+			case *ast.CompositeLit:
+				for _, e := range n.Elts {
+					if kv, ok := e.(*ast.KeyValueExpr); ok {
+						if id, ok := kv.Key.(*ast.Ident); ok && !consts[id.Name] {
+							skip[id] = true // a struct field's name, not a use
+						}
+					}
+				}
+			}
+			return true
+		})
+		reported := map[string]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			id, ok := n.(*ast.Ident)
+			if !ok || skip[id] || id.Obj != nil || id.Name == "_" {
+				return true
+			}
+			df, ok := declaredIn[id.Name]
+			if !ok || df == name {
+				return true
+			}
+			to := layoutHomeOf(df)
+			if to == from || from == "root" || reported[id.Name] {
+				return true
+			}
+			if slices.Contains(layoutUses[from], to) && (from != "bot" || to != "dispatch" || df == layoutLedger) {
+				return true
+			}
+			reported[id.Name] = true
+			problems = append(problems, fmt.Sprintf("%s (%s) uses %s of %s (%s)", name, from, id.Name, df, to))
+			return true
+		})
+	}
+	sort.Strings(problems)
+	return problems, nil
+}
+
+func TestLayoutRules(t *testing.T) {
+	problems, err := layoutProblems(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if len(layoutHome) < 30 {
+		t.Fatalf("layoutHome lists only %d files: the table was lost", len(layoutHome))
+	}
+}
+
+// The rules can fail: a pool file reaching a slot name, a method away from its type, a policy
+// file importing context, and a file without a home are each reported.
+func TestLayoutRulesReportBreaches(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("package controllers\n\n"+src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("slot_a.go", "type slotThing struct{}\n\nfunc slotHelper() int { return 1 }\n")
+	write("pool_b.go", "func (slotThing) poolMethod() {}\n\nfunc poolUse() int { return slotHelper() }\n")
+	write("free.go", "import \"context\"\n\nvar _ context.Context\n")
+	write("unplaced.go", "func unplaced() {}\n")
+	problems, err := layoutProblems(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"free.go (policy) imports context, which may do I/O",
+		"pool_b.go (pool) declares slotThing.poolMethod, a method of a type of slot_a.go (slot)",
+		"pool_b.go (pool) uses slotHelper of slot_a.go (slot)",
+		"pool_b.go (pool) uses slotThing of slot_a.go (slot)",
+		"unplaced.go: no future package (add it to layoutHome)",
+	}
+	if !slices.Equal(problems, want) {
+		t.Fatalf("problems = %q, want %q", problems, want)
+	}
+}

@@ -1,0 +1,26 @@
+package controllers
+
+import (
+	"context"
+)
+
+// serverOf is the slot's server, with what its last read settings say it runs.
+func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
+	return serverFor(s.api, r.Coolify, slotServer(s.slot, s.pool))
+}
+
+// serverOut reads the servers of the slot's Coolify user again if due and says how the slot's
+// server is out ("Unreachable", "Unusable"), or "" when Coolify reports it functional or
+// does not say. A server the user does not see is not out here: no container of the slot can
+// run there, and deleting the slot must not wait for a server that will never be back.
+func (r *BotPoolSlotReconciler) serverOut(ctx context.Context, s *slotScope) string {
+	if s.pool == nil {
+		return ""
+	}
+	r.Coolify.RefreshServers(ctx, s.api)
+	st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), slotServer(s.slot, s.pool))
+	if h := serverHealth(st, ok, ok); h.Out() {
+		return string(h)
+	}
+	return ""
+}
