@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -180,7 +181,7 @@ func TestBurstOfTenBotsPerSlot(t *testing.T) {
 func checkServedBefore(b *v1.Bot, all []v1.Bot) bool {
 	for i := range all {
 		o := &all[i]
-		if o.Status.Phase == v1.BotQueued && o.Status.QueuedAt != nil && b.Status.QueuedAt != nil && queueLess(o, b) {
+		if o.Status.Phase == v1.BotQueued && o.Status.QueuedAt != nil && b.Status.QueuedAt != nil && policy.QueueLess(o, b) {
 			return false
 		}
 	}

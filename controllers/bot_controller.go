@@ -22,6 +22,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 )
@@ -227,10 +228,10 @@ func (r *BotReconciler) running(ctx context.Context, s *botScope, slot *v1.BotPo
 	if !slot.DeletionTimestamp.IsZero() {
 		// The slot was deleted: the bot ends once the slot's drain is over, and its end
 		// lets the slot release it and delete the application.
-		if at, known := drainDeadline(slot, bot, pool); known {
+		if at, known := policy.DrainDeadline(slot, bot, pool); known {
 			left := at.Sub(now)
 			if left <= 0 {
-				r.fail(bot, v1.ReasonSlotLost, drainedMessage(slot, bot))
+				r.fail(bot, v1.ReasonSlotLost, policy.DrainedMessage(slot, bot))
 				return nil
 			}
 			s.after(left)
@@ -268,7 +269,7 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 			}
 		}
 		joins := start.Add(-r.ScheduleLead)
-		if reserved(bot) {
+		if policy.Reserved(bot) {
 			joins = st.Reservation.From.Time // bound then, from the slot held for it
 		}
 		if wait := joins.Sub(now); wait > 0 {
@@ -297,7 +298,7 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 			return nil
 		}
 		s.after(deadline.Sub(now))
-		if reserved(bot) && s.slot == nil {
+		if policy.Reserved(bot) && s.slot == nil {
 			s.late = r.lateReservation(s, pool, now)
 		}
 	}
@@ -436,7 +437,7 @@ func boundBefore(p v1.BotPhase) bool {
 
 // reconcileDelete lets a deleted bot leave gracefully: while it is bound, heartbeats answer
 // "leave" (the bot API sees the deletion), and leaveGracePeriod after the request recorded here
-// the slot controller releases the slot anyway (and stops the container); see leaveDeadline.
+// the slot controller releases the slot anyway (and stops the container); see LeaveDeadline.
 // The release brings the bot back, and the finalizer goes.
 func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error {
 	bot := s.bot
@@ -445,7 +446,7 @@ func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error 
 		return err
 	}
 	if slot != nil {
-		if botRunsIn(bot, slot) && bot.Status.LeaveRequestedAt == nil {
+		if policy.BotRunsIn(bot, slot) && bot.Status.LeaveRequestedAt == nil {
 			bot.Status.LeaveRequestedAt = &metav1.Time{Time: r.Clock.Now()}
 			bot.Status.Phase = v1.BotLeaving
 		}
@@ -455,7 +456,7 @@ func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error 
 			pool = nil // the default grace
 		}
 		wait := releaseWait
-		if at, known := leaveDeadline(bot, slot, pool); known {
+		if at, known := policy.LeaveDeadline(bot, slot, pool); known {
 			wait = max(at.Sub(r.Clock.Now()), releaseWait)
 		}
 		s.after(wait)
@@ -507,16 +508,16 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, s *botScope, pool *v1
 	// A bot that never beat is judged over heartbeatTimeout, so after a restart it waits one
 	// more timeout before its silence counts.
 	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, bot.UID, timeout)
-	if live.storeDown {
+	if live.StoreDown {
 		alive(metav1.ConditionUnknown, v1.ReasonLivenessUnknown, "The liveness store cannot answer; nobody is failed meanwhile")
 		s.after(min(grace, aliveRecheck))
 		return
 	}
 	var last time.Time
-	beat := live.lastBeat != nil
+	beat := live.LastBeat != nil
 	since := st.StartedAt.Time
 	if beat {
-		last = *live.lastBeat
+		last = *live.LastBeat
 		since = last
 	}
 	silent := now.Sub(since)
@@ -524,7 +525,7 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, s *botScope, pool *v1
 	case silent >= timeout && beat:
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat for %s", silent.Round(time.Second)))
 		return
-	case silent >= timeout && live.known:
+	case silent >= timeout && live.Known:
 		// Never beat since its container started, and past the restart grace: the in-memory
 		// store cannot have lost its beats.
 		r.fail(bot, v1.ReasonHeartbeatTimeout, fmt.Sprintf("No heartbeat since the container started %s ago", silent.Round(time.Second)))
@@ -573,7 +574,7 @@ func (r *BotReconciler) project(ctx context.Context, bot *v1.Bot) {
 func sameBotRecord(a, b store.BotRecord) bool {
 	return a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name && a.Platform == b.Platform &&
 		a.Phase == b.Phase && a.Pool == b.Pool && a.SlotName == b.SlotName && a.ApplicationUUID == b.ApplicationUUID &&
-		a.CreatedAt.Equal(b.CreatedAt) && sameTime(a.FinishedAt, b.FinishedAt)
+		a.CreatedAt.Equal(b.CreatedAt) && policy.SameTime(a.FinishedAt, b.FinishedAt)
 }
 
 func platformOf(bot *v1.Bot) v1.Platform {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // queueTimeout is how long a bot may wait: its own queueTimeout, else the pool's default,
@@ -19,7 +20,7 @@ func queueTimeout(bot *v1.Bot, pool *v1.BotPool) time.Duration {
 // after its last failed start when it went back (its queuedAt, kept for its place in the
 // queue, would end a retried bot's wait at once).
 func queueDeadline(bot *v1.Bot, pool *v1.BotPool) time.Time {
-	from := queuedAt(bot)
+	from := policy.QueuedAt(bot)
 	if n := len(bot.Status.StartAttempts); n > 0 && bot.Status.StartAttempts[n-1].At.After(from) {
 		from = bot.Status.StartAttempts[n-1].At.Time
 	}

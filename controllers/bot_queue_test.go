@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 func TestQueueOrder(t *testing.T) {
@@ -20,7 +21,7 @@ func TestQueueOrder(t *testing.T) {
 	}
 	q := []*v1.Bot{bot("late-low", 0, 3*time.Second), bot("vip", 100, 5*time.Second), bot("early-low", 0, time.Second),
 		bot("negative", -5, 0), bot("vip-earlier", 100, 4*time.Second), bot("b-tie", 0, time.Second)}
-	sortQueue(q)
+	policy.SortQueue(q)
 	var got []string
 	for _, b := range q {
 		got = append(got, b.Name)
@@ -45,7 +46,7 @@ func TestSlotOrder(t *testing.T) {
 	}
 	d := func(x time.Duration) *time.Duration { return &x }
 	slots := []*v1.BotPoolSlot{slot("c-recent", d(time.Hour)), slot("b-never", nil), slot("d-old", d(time.Minute)), slot("a-never", nil)}
-	sortSlots(slots)
+	policy.SortSlots(slots)
 	want := []string{"a-never", "b-never", "d-old", "c-recent"}
 	for i, s := range slots {
 		if s.Name != want[i] {
@@ -83,7 +84,7 @@ func TestPositionChanged(t *testing.T) {
 		{100, 95, false}, {100, 90, true}, {12, 10, true}, {5, 4, true},
 	}
 	for _, tt := range tests {
-		if got := positionChanged(tt.old, tt.updated); got != tt.want {
+		if got := policy.PositionChanged(tt.old, tt.updated); got != tt.want {
 			t.Errorf("positionChanged(%d, %d) = %v, want %v", tt.old, tt.updated, got, tt.want)
 		}
 	}

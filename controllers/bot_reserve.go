@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // reservationRetry is how soon a decision that found its pool's lock taken tries again: the
@@ -36,20 +37,20 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 		return err
 	}
 	others := r.reservations.withPending(ctx, r.Client, bots.Items, bot.Namespace, pool.Name, now)
-	v := decideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
-	if st := pool.Status.Reservations; v.granted && st != nil && st.Lead.Duration > v.window.From.Sub(now) {
-		v.message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Round(time.Second),
-			v.window.From.Sub(now).Round(time.Second))
+	v := policy.DecideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
+	if st := pool.Status.Reservations; v.Granted && st != nil && st.Lead.Duration > v.Window.From.Sub(now) {
+		v.Message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Round(time.Second),
+			v.Window.From.Sub(now).Round(time.Second))
 	}
 	status := metav1.ConditionFalse
 	bot.Status.Reservation = nil
-	if v.granted {
+	if v.Granted {
 		status = metav1.ConditionTrue
-		bot.Status.Reservation = &v.window
+		bot.Status.Reservation = &v.Window
 	}
-	v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: status, Reason: v.reason,
-		Message: v.message, ObservedGeneration: bot.Generation}, now)
-	if v.granted {
+	v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: status, Reason: v.Reason,
+		Message: v.Message, ObservedGeneration: bot.Generation}, now)
+	if v.Granted {
 		r.reservations.remember(bot, now)
 	}
 	return nil
@@ -61,8 +62,8 @@ func (r *BotReconciler) reservationMoved(bot *v1.Bot, pool *v1.BotPool) bool {
 	if !meta.IsStatusConditionTrue(bot.Status.Conditions, v1.ConditionReserved) || bot.Spec.StartTime == nil {
 		return false
 	}
-	w := reservationWindow(bot, pool, r.ScheduleLead)
-	if g := bot.Status.Reservation; g != nil && within(w, *g) {
+	w := policy.ReservationWindow(bot, pool, r.ScheduleLead)
+	if g := bot.Status.Reservation; g != nil && policy.Within(w, *g) {
 		bot.Status.Reservation = &w
 		return false
 	}

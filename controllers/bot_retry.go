@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/store"
 )
 
@@ -53,7 +54,7 @@ const (
 // the slot's reason, the bot's status (never started: no startedAt, never Alive; its binding
 // never claimed) and the number of its failed starts against its limit.
 func judgeStart(bot *v1.Bot, slot *v1.BotPoolSlot, pool *v1.BotPool) startVerdict {
-	if !retryableReasons[v1.BotReason(slot.Status.Reason)] || botStarted(bot) || bot.Status.Binding != nil {
+	if !retryableReasons[v1.BotReason(slot.Status.Reason)] || policy.BotStarted(bot) || bot.Status.Binding != nil {
 		return startRan
 	}
 	// A pool deleted or gone serves no queue to go back to.
@@ -88,7 +89,7 @@ func (r *BotReconciler) failedStart(s *botScope, slot *v1.BotPoolSlot, pool *v1.
 	if verdict == startRan {
 		return false
 	}
-	attempt := v1.StartAttempt{SlotName: slot.Name, Server: slotServer(slot, pool), Reason: v1.BotReason(slot.Status.Reason),
+	attempt := v1.StartAttempt{SlotName: slot.Name, Server: policy.SlotServer(slot, pool), Reason: v1.BotReason(slot.Status.Reason),
 		Message: v1.Truncate(slot.Status.Message, v1.MaxMessageLength), At: metav1.NewTime(now)}
 	st.StartAttempts = append(st.StartAttempts, attempt)
 	if n := len(st.StartAttempts); n > v1.MaxStartAttempts { // a status edited by hand

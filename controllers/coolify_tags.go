@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -66,7 +67,7 @@ func carriesTag(app *coolify.Application, tag string) bool {
 // adoptable reports whether an application found under the slot's name is the one this slot
 // created: it carries the exact owner mark (cluster, namespace, pool, project and server) and
 // runs the pool's image, the one a new slot on that server is created with mid-rollout
-// (createImage), or another image the pool's status lists as pulled there: createImage's
+// (CreateImage), or another image the pool's status lists as pulled there: CreateImage's
 // answer when the create went out, which a pull that finished since may have changed. (The
 // model check found a create whose answer was lost, then a pull finishing on the server, then
 // a second application of the slot's name.) A same-named application of another cluster, pool
@@ -75,9 +76,9 @@ func adoptable(app *coolify.Application, tag string, pool *v1.BotPool, server st
 	if !strings.HasSuffix(app.Description, ownerMark(tag, pool, server)) {
 		return false
 	}
-	got := app.DockerRegistryImageName + ":" + tagOrLatest(app.DockerRegistryImageTag)
-	image, imageTag := createImage(pool, server)
-	if got == pool.Spec.Image+":"+tagOrLatest(pool.Spec.ImageTag) || got == image+":"+tagOrLatest(imageTag) {
+	got := app.DockerRegistryImageName + ":" + policy.TagOrLatest(app.DockerRegistryImageTag)
+	image, imageTag := policy.CreateImage(pool, server)
+	if got == pool.Spec.Image+":"+policy.TagOrLatest(pool.Spec.ImageTag) || got == image+":"+policy.TagOrLatest(imageTag) {
 		return true
 	}
 	for i := range pool.Status.Servers {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -27,7 +28,7 @@ const (
 var (
 	errCredentialsNotFound = errors.New("credentials Secret not found")
 	errCredentialsInvalid  = errors.New("credentials Secret incomplete")
-	// errCredentialsNotAllowed: the Secret lacks the opt-in label (see allowedForPools).
+	// errCredentialsNotAllowed: the Secret lacks the opt-in label (see AllowedForPools).
 	errCredentialsNotAllowed = errors.New("credentials Secret not allowed")
 )
 
@@ -84,7 +85,7 @@ func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (Coolif
 		}
 		return nil, fmt.Errorf("reading credentials Secret %s: %w", key.Name, err)
 	}
-	if err := allowedForPools(&secret); err != nil {
+	if err := policy.AllowedForPools(&secret); err != nil {
 		return nil, fmt.Errorf("%w: %w", errCredentialsNotAllowed, err)
 	}
 	url, token := string(secret.Data[credentialsURLKey]), string(secret.Data[credentialsTokenKey])

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 )
 
@@ -224,8 +225,8 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 			d.reservations.bound(queue[i].UID, b)
 			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
 			d.Metrics.acquired(at[i].Sub(queue[i].CreationTimestamp.Time))
-			d.Metrics.queueWait(at[i].Sub(queuedAt(queue[i])))
-			if reserved(queue[i]) {
+			d.Metrics.queueWait(at[i].Sub(policy.QueuedAt(queue[i])))
+			if policy.Reserved(queue[i]) {
 				d.Metrics.reservationBound(at[i].Sub(queue[i].Spec.StartTime.Time))
 			}
 		case lostSlot(err):
@@ -284,7 +285,7 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 			}
 			delete(d.taken, s.UID)
 		}
-		if !offered(s, pool) {
+		if !policy.Offered(s, pool) {
 			continue
 		}
 		if d.Writes.Replaced(s.UID, s.ResourceVersion) {
@@ -293,7 +294,7 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 		}
 		free = append(free, s)
 	}
-	sortSlots(free)
+	policy.SortSlots(free)
 	return free, lagging, nil
 }
 
@@ -345,7 +346,7 @@ func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 		}
 	}
 	d.mu.Unlock()
-	sortQueue(queue)
+	policy.SortQueue(queue)
 	return queue, nil
 }
 
@@ -366,7 +367,7 @@ func pickSlots(head []*v1.Bot, free []*v1.BotPoolSlot, pool *v1.BotPool) []*v1.B
 			failed[a.Server] = true
 		}
 		for j, sl := range free {
-			if !used[j] && !failed[slotServer(sl, pool)] {
+			if !used[j] && !failed[policy.SlotServer(sl, pool)] {
 				picked[i], used[j] = sl, true
 				break
 			}
@@ -399,7 +400,7 @@ func lostSlot(err error) bool {
 	return apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err)
 }
 
-// updatePositions writes the queue positions that moved materially (see positionChanged),
+// updatePositions writes the queue positions that moved materially (see PositionChanged),
 // with the wait the pool's observed drain rate predicts for each. The writes go out
 // bindWorkers at a time: a wave holds its pool until they are done, and a slot freed
 // meanwhile waits for the next wave, so they must not take a round trip each.
@@ -420,7 +421,7 @@ func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedN
 	var conflicts atomic.Bool
 	for i, b := range queue {
 		pos := int32(i + 1)
-		if !positionChanged(b.Status.QueuePosition, pos) {
+		if !policy.PositionChanged(b.Status.QueuePosition, pos) {
 			continue
 		}
 		g.Go(func() error {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // bindingTTL bounds how long a binding of ours counts without the cache showing it.
@@ -26,7 +27,7 @@ type waveBinding struct {
 }
 
 // ended reports whether the binding is over though the cache never showed it: the bot's start
-// failed after it (failedSince), or the cache shows the slot in a version past the bind that
+// failed after it (FailedSince), or the cache shows the slot in a version past the bind that
 // names another bot or none, or no longer holds the slot. The cache showed the slot when the
 // wave bound it and only moves forward, and a version other than the one the bind replaced is
 // the bind's or a later one: the slot let the bot go. A slot lets a bot go without a new
@@ -34,7 +35,7 @@ type waveBinding struct {
 // own (Bot.LeftSlot); held for the rest of bindingTTL, the bot, reserved and due, waited
 // beside a free slot (the model check, seed 1579723300654347).
 func (b waveBinding) ended(bot *v1.Bot, slots map[types.UID]*v1.BotPoolSlot) bool {
-	if failedSince(bot, b.at) {
+	if policy.FailedSince(bot, b.at) {
 		return true
 	}
 	s, ok := slots[b.slot]
@@ -177,7 +178,7 @@ func (l *reservationLedger) bound(bot types.UID, b waveBinding) {
 }
 
 // boundIn is the bots of the pool bound to a slot by its botRef (the cache) or by a wave the
-// cache may not show yet: what holdsOf counts as bound whatever the bot's own phase says.
+// cache may not show yet: what HoldsOf counts as bound whatever the bot's own phase says.
 //
 // A wave's binding that ended since is not one (waveBinding.ended): a bot whose start failed
 // after it was bound, or whose slot let it go, is back in the queue, and holds nothing until

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // unreserved counts how many bots at the head of the queue may be bound now, and is called
@@ -16,7 +17,7 @@ import (
 // other takes a slot only if the free slots the pool warms for reservations due soon stay
 // free (status.reservations.warming) unless its meeting ends well before the next of them is
 // bound, and if, as long as its meeting may last, every reservation not yet bound keeps its
-// slot (keepsReservations), counting the bots bound before it in the wave: a meeting is never
+// slot (KeepsReservations), counting the bots bound before it in the wave: a meeting is never
 // cut short, so this is how a granted reservation finds its slot at its start. The first bot
 // that does not fit ends the wave, so the queue's order holds.
 //
@@ -30,7 +31,9 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 	}
 	now := d.Clock.Now()
 	bots := d.reservations.withPending(ctx, d.Client, list.Items, pool.Namespace, pool.Name, now)
-	waiting := func(b *v1.Bot) bool { return reserved(b) && waitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal() }
+	waiting := func(b *v1.Bot) bool {
+		return policy.Reserved(b) && policy.WaitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal()
+	}
 	promised := false
 	for i := range bots {
 		promised = promised || waiting(&bots[i])
@@ -43,17 +46,17 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		return 0, err
 	}
 	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
-	pending := map[types.UID]hold{} // the reservations not yet bound
-	var promises []string           // their bots, for the log
-	ahead := 0                      // those of them not yet at their binding time
-	var next time.Time              // the earliest of those
+	pending := map[types.UID]policy.Hold{} // the reservations not yet bound
+	var promises []string                  // their bots, for the log
+	ahead := 0                             // those of them not yet at their binding time
+	var next time.Time                     // the earliest of those
 	for i := range bots {
 		b := &bots[i]
 		if !waiting(b) || bound[b.UID] {
 			continue
 		}
 		w := b.Status.Reservation
-		pending[b.UID] = hold{from: w.From.Time, until: w.Until.Add(leave)}
+		pending[b.UID] = policy.Hold{From: w.From.Time, Until: w.Until.Add(leave)}
 		promises = append(promises, b.Name)
 		if b.Status.Phase != v1.BotQueued {
 			ahead++
@@ -71,9 +74,9 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		// its slot as a reserved bot): never more than are still ahead.
 		spare -= min(int(st.Warming), ahead)
 	}
-	holds := holdsOf(bots, bound, "", now, leave)
+	holds := policy.HoldsOf(bots, bound, "", now, leave)
 	for i, b := range head {
-		if reserved(b) {
+		if policy.Reserved(b) {
 			// It takes a free slot in this wave; its hold is among holds already, and it
 			// promises nothing more to the bots behind it (seed 3457702266237803).
 			spare--
@@ -83,14 +86,14 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		until := now.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + leave)
 		// A warmed slot may serve a meeting that ends, with the margin to make the slot ready
 		// again, before the next reservation is bound.
-		warmedFor := !next.IsZero() && until.Add(reservationMargin).After(next)
-		if warmedFor && spare <= 0 || !keepsReservations(holds, pending, now, until, int(pool.Spec.MaxSlots)) {
+		warmedFor := !next.IsZero() && until.Add(policy.ReservationMargin).After(next)
+		if warmedFor && spare <= 0 || !policy.KeepsReservations(holds, pending, now, until, int(pool.Spec.MaxSlots)) {
 			ctrl.LoggerFrom(ctx).V(1).Info("Queue held for reservations", "bot", b.Name, "until", until, "spare", spare,
-				"atOnce", peakHolds(holds, now, until), "maxSlots", pool.Spec.MaxSlots, "holds", len(holds), "pending", abbreviate(promises))
+				"atOnce", policy.PeakHolds(holds, now, until), "maxSlots", pool.Spec.MaxSlots, "holds", len(holds), "pending", policy.Abbreviate(promises))
 			return i, nil
 		}
 		spare--
-		holds = append(holds, hold{from: now, until: until})
+		holds = append(holds, policy.Hold{From: now, Until: until})
 	}
 	return len(head), nil
 }

@@ -33,21 +33,8 @@
 //	setup.go             Setup: the one wiring of the four reconcilers and what they share (main, tests, model check)
 //	watches.go           the wake-up graph: the four setup functions, every map func and predicate, drawn on top
 //
-// Pure decisions two or more controllers read (internal/policy: no I/O).
-//
-//	free.go              the "is this slot free?" predicates side by side (isFree, removable, available, offered)
-//	release.go           the release rules the bot and slot controllers both read (leaveDeadline, drainDeadline)
-//	queue_order.go       the order of a queue and of free slots (queueLess, slotLess, reserved, positionChanged)
-//	bot_state.go         what a Bot's status says that several controllers read (botStarted, boundSince, failedSince)
-//	template.go          the slot template and its hash (slotTemplate, secretDigest, floatingTag), rollout arithmetic (rolloutBudget), outdated
-//	images.go            the images each server may give a slot (imagesOf, freshCached, cachedOn, createImage, templateReady), the pull back-off
-//	server_state.go      a pool's servers as its spec and status say (slotServer, serverState, healthOf, takesBots, outBecause), the Failing rule's constants
-//	reservation_math.go  reservations' arithmetic and decision (holds, peakHolds, roomFor, holdsOf, decideReservation, keepsReservations)
-//	liveness.go          what the store said of a bot's heartbeats (liveness, beatWithin)
-//	secretuse.go         the opt-in label a Secret needs before a pool may use it
-//	stray.go             strayAfter: how long a free slot's application may still read running after its container stopped
-//	text.go              abbreviate: a list of names cut for an Event or a log line
-//	times.go             orDefault and sameTime, used by several controllers
+// Pure decisions two or more controllers read live in package policy
+// (controllers/internal/policy: no I/O), with their own file map.
 //
 // How a pass ends (internal/pass).
 //

@@ -3,6 +3,7 @@ package controllers
 import (
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,28 +57,51 @@ func TestControllersReachTokensWithoutBotAPI(t *testing.T) {
 	}
 }
 
-// TestDocSaysWhereEveryFileIs: the package doc's "Where things are" names every file of the
-// package, so a newcomer's map does not go stale when a file is added or renamed.
+// TestDocSaysWhereEveryFileIs: each package's doc.go under controllers/ names every file of
+// its package in "Where things are", so a newcomer's map does not go stale when a file is
+// added, moved or renamed.
 func TestDocSaysWhereEveryFileIs(t *testing.T) {
-	doc, err := os.ReadFile("doc.go")
+	var dirs []string
+	err := filepath.WalkDir(".", func(dir string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			dirs = append(dirs, dir)
+		}
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listed := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") || f == "doc.go" {
+	packages := 0
+	for _, dir := range dirs {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) == 0 {
 			continue
 		}
-		if !strings.Contains(string(doc), "//\t"+f+" ") {
-			t.Errorf("controllers/doc.go does not say what %s holds (add it under \"Where things are\")", f)
+		packages++
+		doc, err := os.ReadFile(filepath.Join(dir, "doc.go"))
+		if err != nil {
+			t.Errorf("%s has no doc.go with its file map: %v", dir, err)
+			continue
 		}
-		listed++
+		listed := 0
+		for _, f := range files {
+			f = filepath.Base(f)
+			if strings.HasSuffix(f, "_test.go") || f == "doc.go" {
+				continue
+			}
+			if !strings.Contains(string(doc), "//\t"+f+" ") {
+				t.Errorf("%s does not say what %s holds (add it under \"Where things are\")", filepath.Join(dir, "doc.go"), f)
+			}
+			listed++
+		}
+		if listed < 2 {
+			t.Errorf("%s: found only %d files", dir, listed)
+		}
 	}
-	if listed < 20 {
-		t.Fatalf("found only %d files: the test runs in the wrong directory", listed)
+	if packages < 2 {
+		t.Fatalf("found only %d packages: the test runs in the wrong directory", packages)
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // heartbeatStore is the part of the liveness store that tells when bots last beat.
@@ -27,16 +29,16 @@ type livenessReader struct {
 // leader): the in-memory store starts empty, so "no heartbeat" may only mean that it lost
 // the beats. Each controller passes the window over which it judges silence, so a bot that
 // did beat gets at least that long to beat again before its silence counts.
-func (l livenessReader) read(ctx context.Context, bot types.UID, restartGrace time.Duration) liveness {
+func (l livenessReader) read(ctx context.Context, bot types.UID, restartGrace time.Duration) policy.Liveness {
 	beats, err := l.store.LastHeartbeats(ctx, []types.UID{bot})
 	if err != nil {
-		return liveness{storeDown: true}
+		return policy.Liveness{StoreDown: true}
 	}
 	if t, ok := beats[bot]; ok {
-		return liveness{known: true, lastBeat: &t}
+		return policy.Liveness{Known: true, LastBeat: &t}
 	}
 	if l.clock.Since(l.started) < restartGrace {
-		return liveness{}
+		return policy.Liveness{}
 	}
-	return liveness{known: true}
+	return policy.Liveness{Known: true}
 }

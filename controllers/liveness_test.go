@@ -75,14 +75,14 @@ func TestLivenessReader(t *testing.T) {
 			if !slices.Equal(store.asked, []types.UID{bot}) {
 				t.Errorf("the store was asked for %v, want [%s]", store.asked, bot)
 			}
-			if got.known != tc.known || got.storeDown != tc.storeDown || (got.lastBeat != nil) != tc.beat {
+			if got.Known != tc.known || got.StoreDown != tc.storeDown || (got.LastBeat != nil) != tc.beat {
 				t.Fatalf("read = {known %v, storeDown %v, lastBeat %v}, want {known %v, storeDown %v, a beat %v}",
-					got.known, got.storeDown, got.lastBeat, tc.known, tc.storeDown, tc.beat)
+					got.Known, got.StoreDown, got.LastBeat, tc.known, tc.storeDown, tc.beat)
 			}
-			if tc.beat && !got.lastBeat.Equal(store.beats[bot]) {
-				t.Errorf("lastBeat %s, want the store's %s", got.lastBeat, store.beats[bot])
+			if tc.beat && !got.LastBeat.Equal(store.beats[bot]) {
+				t.Errorf("lastBeat %s, want the store's %s", got.LastBeat, store.beats[bot])
 			}
-			if w := got.beatWithin(clk.Now(), fresh); w != tc.beatWithin {
+			if w := got.BeatWithin(clk.Now(), fresh); w != tc.beatWithin {
 				t.Errorf("beatWithin(now, %s) = %v, want %v", fresh, w, tc.beatWithin)
 			}
 		})
@@ -92,11 +92,11 @@ func TestLivenessReader(t *testing.T) {
 	// the start and known once the clock passed the grace.
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 	r := livenessReader{store: &beatsFake{}, clock: clk, started: clk.Now()}
-	if got := r.read(context.Background(), bot, grace); got.known {
+	if got := r.read(context.Background(), bot, grace); got.Known {
 		t.Errorf("right after the start: known, want unknown")
 	}
 	clk.Step(grace)
-	if got := r.read(context.Background(), bot, grace); !got.known || got.lastBeat != nil {
+	if got := r.read(context.Background(), bot, grace); !got.Known || got.LastBeat != nil {
 		t.Errorf("after the restart grace: %+v, want known without a beat", got)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -109,11 +110,11 @@ type poolScope struct {
 
 	// template is the slot template the pool asks for now; nil when it could not be read
 	// (templateErr says why), and the status keeps the template it named.
-	template    *slotTemplate
+	template    *policy.SlotTemplate
 	templateErr error
 	// images is what the pool knows of its images on each server (status.servers[].cached
 	// and pull), read from the status and updated by this pass's pre-pulls.
-	images map[string]*serverImages
+	images map[string]*policy.ServerImages
 	// rolloutView is what the pass observed of the slots against the template (nil when it
 	// did not look); surge is how many slots above its need supply may add for a rollout.
 	rolloutView *rolloutView
@@ -133,7 +134,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	if err := addFinalizer(ctx, r.Client, pool, poolFinalizer); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	s := &poolScope{pool: pool, images: imagesOf(pool), warm: warmAt(pool.Spec, r.Clock.Now(), &r.zones)}
+	s := &poolScope{pool: pool, images: policy.ImagesOf(pool), warm: warmAt(pool.Spec, r.Clock.Now(), &r.zones)}
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -175,7 +176,7 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	if err := r.deleteOrphanApps(ctx, s); err != nil {
 		return errors.Join(err, pullErr)
 	}
-	s.after(min(healthRecheck, orDefault(r.OrphanCheck, DefaultAppCheck)))
+	s.after(min(healthRecheck, policy.OrDefault(r.OrphanCheck, DefaultAppCheck)))
 	if !s.warm.next.IsZero() {
 		// A window opens or closes; a pass that runs past the moment looks again at once.
 		s.after(max(s.warm.next.Sub(r.Clock.Now()), time.Millisecond))

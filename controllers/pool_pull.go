@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -135,17 +136,17 @@ func (r *BotPoolReconciler) notePull(s *poolScope, uuid string, listed bool) {
 func (r *BotPoolReconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.PoolServer, replacing *int) error {
 	im := s.images[srv.UUID]
 	if im == nil {
-		im = &serverImages{}
+		im = &policy.ServerImages{}
 		s.images[srv.UUID] = im
 	}
-	active := serverState(s.pool, srv.UUID) == v1.ServerActive && !poolHealth(s, srv.UUID).Out()
+	active := policy.ServerState(s.pool, srv.UUID) == v1.ServerActive && !poolHealth(s, srv.UUID).Out()
 	var ref, restarted string
 	if s.template != nil { // unreadable: pulls in flight are followed, none is started
-		ref, restarted = s.template.Ref(), restartedAt(s.pool)
+		ref, restarted = s.template.Ref(), policy.RestartedAt(s.pool)
 	}
 	if p := im.Pull; p != nil && p.State == v1.ImagePulling {
 		wasReplacing := len(im.Cached) > 0
-		if active && ref != "" && !pullOf(p, ref, restarted) {
+		if active && ref != "" && !policy.PullOf(p, ref, restarted) {
 			// The template changed under the pull: it is not wanted any more, and the next one
 			// starts now instead of after it (the puller runs one deployment at a time).
 			if err := r.cancelLive(ctx, s.api, p.ApplicationUUID, p.DeploymentUUID); err != nil {
@@ -173,12 +174,12 @@ func (r *BotPoolReconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.
 	if !needsPull(im.Cached, ref, restarted, now, cleanup) {
 		return nil
 	}
-	if p := im.Pull; p != nil && p.State == v1.ImagePullFailed && pullOf(p, ref, restarted) {
-		wait := pullBackoff(p.Failures)
+	if p := im.Pull; p != nil && p.State == v1.ImagePullFailed && policy.PullOf(p, ref, restarted) {
+		wait := policy.PullBackoff(p.Failures)
 		if s.pool.Spec.Standby.Running() && len(im.Cached) == 0 {
-			// Its standby containers wait for this pull (failedPull) with no other image to
+			// Its standby containers wait for this pull (FailedPull) with no other image to
 			// run: the pull is the only probe of a fixed tag, and must not wait 30 minutes.
-			wait = pullRetry
+			wait = policy.PullRetry
 		}
 		if retry := p.Since.Add(wait); now.Before(retry) {
 			s.after(retry.Sub(now))
@@ -209,7 +210,7 @@ func poolHealth(s *poolScope, server string) v1.ServerHealth {
 	if h, ok := s.health[server]; ok {
 		return h
 	}
-	return healthOf(s.pool, server)
+	return policy.HealthOf(s.pool, server)
 }
 
 // needsPull reports whether the server must pull ref (under restarted): cached lacks it, a
@@ -252,7 +253,7 @@ func withCached(cached []v1.CachedImage, c v1.CachedImage) []v1.CachedImage {
 }
 
 // startPull deploys the server's puller with the template's image and records the pull.
-func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.PoolServer, im *serverImages, ref, restarted string) error {
+func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.PoolServer, im *policy.ServerImages, ref, restarted string) error {
 	known := ""
 	if im.Pull != nil {
 		known = im.Pull.ApplicationUUID
@@ -323,7 +324,7 @@ func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.
 	}
 	now := r.Clock.Now()
 	var failures int32 // carried from the failed pulls of the same image before it
-	if p := im.Pull; p != nil && p.State == v1.ImagePullFailed && pullOf(p, ref, restarted) {
+	if p := im.Pull; p != nil && p.State == v1.ImagePullFailed && policy.PullOf(p, ref, restarted) {
 		failures = p.Failures
 	}
 	im.Pull = &v1.ImagePull{Image: ref, State: v1.ImagePulling, ApplicationUUID: app.UUID, DeploymentUUID: dep,
@@ -381,7 +382,7 @@ func (r *BotPoolReconciler) findOrCreatePuller(ctx context.Context, s *poolScope
 		ProjectUUID: p.ProjectUUID, ServerUUID: srv.UUID,
 		EnvironmentName: p.EnvironmentName, EnvironmentUUID: p.EnvironmentUUID,
 		DestinationUUID: srv.DestinationUUID,
-		Image:           t.Image, Tag: t.tag(), PortsExposes: "3000", Name: pullerName(srv.UUID),
+		Image:           t.Image, Tag: t.EffectiveTag(), PortsExposes: "3000", Name: pullerName(srv.UUID),
 		Description: marked(pullerDescription, ownerMark(tag, s.pool, srv.UUID)),
 		LimitsCPUs:  t.CPUs, LimitsMemory: t.Memory, Tags: []string{tag},
 	})
@@ -391,19 +392,19 @@ func (r *BotPoolReconciler) findOrCreatePuller(ctx context.Context, s *poolScope
 		return nil, fmt.Errorf("creating the puller application: %w", err)
 	}
 	return &coolify.Application{UUID: uuid, Name: pullerName(srv.UUID), DockerRegistryImageName: t.Image,
-		DockerRegistryImageTag: t.tag(), LimitsCPUs: t.CPUs, LimitsMemory: t.Memory}, nil
+		DockerRegistryImageTag: t.EffectiveTag(), LimitsCPUs: t.CPUs, LimitsMemory: t.Memory}, nil
 }
 
 // pullerUpdate is what the puller needs changed to pull the template: its image and tag, and
 // its limits (the pool's, which bound the container until it is stopped). Zero when nothing.
-func pullerUpdate(app *coolify.Application, t *slotTemplate) coolify.AppUpdate {
+func pullerUpdate(app *coolify.Application, t *policy.SlotTemplate) coolify.AppUpdate {
 	var u coolify.AppUpdate
 	tag := app.DockerRegistryImageTag
 	if tag == "" {
 		tag = v1.DefaultImageTag
 	}
-	if app.DockerRegistryImageName != t.Image || tag != t.tag() {
-		u.Image, u.Tag = t.Image, t.tag()
+	if app.DockerRegistryImageName != t.Image || tag != t.EffectiveTag() {
+		u.Image, u.Tag = t.Image, t.EffectiveTag()
 	}
 	limit := func(want string) string {
 		if want == "" {
@@ -423,7 +424,7 @@ func pullerUpdate(app *coolify.Application, t *slotTemplate) coolify.AppUpdate {
 
 // followPull looks at the server's pull in flight, at most once per deploymentPollInterval:
 // done says it is no longer in flight (cached, failed, or lost, then im.Pull is nil).
-func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server string, im *serverImages) (done bool, err error) {
+func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server string, im *policy.ServerImages) (done bool, err error) {
 	p := im.Pull
 	timing := s.pool.Spec.Timing
 	poll := timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)
@@ -465,11 +466,11 @@ func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server
 		r.pullPolls.forget(p.DeploymentUUID)
 		took := &metav1.Duration{Duration: now.Sub(p.Since.Time)}
 		im.PullDuration, im.Pull = took, nil
-		if p.RestartedAt != restartedAt(s.pool) {
+		if p.RestartedAt != policy.RestartedAt(s.pool) {
 			// The annotation changed while it ran (a pull followed to its end on a server
 			// cordoned or out, which is not cancelled): it announced a new push of the tag the
 			// pool had then, perhaps this very one, which the pull started before. Recorded,
-			// it was not filtered as stale once the pool had moved to another tag (freshCached
+			// it was not filtered as stale once the pool had moved to another tag (FreshCached
 			// knows only the pool's own image), and a slot created on it pulled cold (the
 			// model check, seed 2574853505207255). Not recorded: the next pass pulls again.
 			ctrl.LoggerFrom(ctx).Info("Pre-pull finished under an earlier restartedAt; not recorded", "server", server, "image", p.Image, "restartedAt", p.RestartedAt)
@@ -500,20 +501,20 @@ func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server
 
 // lostPull forgets a pull whose deployment Coolify does not know (a phantom or a purged one):
 // the server pulls again in this pass if it still needs to.
-func (r *BotPoolReconciler) lostPull(ctx context.Context, server string, im *serverImages) {
+func (r *BotPoolReconciler) lostPull(ctx context.Context, server string, im *policy.ServerImages) {
 	ctrl.LoggerFrom(ctx).Info("Pre-pull lost: Coolify does not know its deployment; pulling again", "server", server,
 		"image", im.Pull.Image, "deploymentUUID", im.Pull.DeploymentUUID)
 	r.pullPolls.forget(im.Pull.DeploymentUUID)
 	im.Pull = nil
 }
 
-// failPull records a failed pull, one more in a row; it is retried pullBackoff from now.
+// failPull records a failed pull, one more in a row; it is retried PullBackoff from now.
 func (r *BotPoolReconciler) failPull(s *poolScope, p *v1.ImagePull, msg string) {
 	r.pullPolls.forget(p.DeploymentUUID)
 	p.State, p.Since, p.Message = v1.ImagePullFailed, metav1.NewTime(r.Clock.Now()), v1.Truncate(msg, v1.MaxMessageLength)
 	p.Failures++
 	r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, v1.ReasonImagePullFailed, "PrePull", "%s", p.Message)
-	s.after(pullBackoff(p.Failures))
+	s.after(policy.PullBackoff(p.Failures))
 }
 
 // pullFailure says why a pull's deployment failed, with Coolify's error line when the token
@@ -575,7 +576,7 @@ func (r *BotPoolReconciler) dropUnlisted(ctx context.Context, s *poolScope) erro
 		delete(s.images, server)
 	}
 	tag := r.tag(s.pool)
-	apps, err := r.Coolify.Apps(ctx, s.api, tag, orDefault(r.OrphanCheck, DefaultAppCheck))
+	apps, err := r.Coolify.Apps(ctx, s.api, tag, policy.OrDefault(r.OrphanCheck, DefaultAppCheck))
 	if err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed; no puller cleanup this time", "error", err.Error())
 		return errors.Join(errs...)
@@ -592,7 +593,7 @@ func (r *BotPoolReconciler) dropUnlisted(ctx context.Context, s *poolScope) erro
 		}
 		if r.strayPuller(s, server, &app) {
 			// Coolify drops a stop sent while it cannot reach the server: the container would
-			// run on, for nothing. Stopped again, at most once per strayAfter.
+			// run on, for nothing. Stopped again, at most once per StrayAfter.
 			ctrl.LoggerFrom(ctx).Info("The puller's container still runs after its pull; stopping it again", "server", server, "appUUID", app.UUID, "status", app.Status)
 			r.pullPolls.mark("stop/"+app.UUID, r.Clock.Now())
 			if err := s.api.Stop(ctx, app.UUID); err != nil && !errors.Is(err, coolify.ErrNotFound) {
@@ -604,8 +605,8 @@ func (r *BotPoolReconciler) dropUnlisted(ctx context.Context, s *poolScope) erro
 }
 
 // strayPuller reports whether the listed puller's container runs though no pull is in flight
-// on its server, strayAfter after the server's last pull ended (its stop had time to show in a
-// list), and it was not stopped again within strayAfter.
+// on its server, StrayAfter after the server's last pull ended (its stop had time to show in a
+// list), and it was not stopped again within StrayAfter.
 func (r *BotPoolReconciler) strayPuller(s *poolScope, server string, app *coolify.Application) bool {
 	status := app.Status
 	if !strings.HasPrefix(status, "running") && !strings.HasPrefix(status, "restarting") && !strings.HasPrefix(status, "starting") {
@@ -623,11 +624,11 @@ func (r *BotPoolReconciler) strayPuller(s *poolScope, server string, app *coolif
 		if len(im.Cached) > 0 && im.Cached[0].PulledAt.After(last) {
 			last = im.Cached[0].PulledAt.Time
 		}
-		if now.Sub(last) < strayAfter {
+		if now.Sub(last) < policy.StrayAfter {
 			return false
 		}
 	}
-	return r.pullPolls.wait("stop/"+app.UUID, now, strayAfter) == 0
+	return r.pullPolls.wait("stop/"+app.UUID, now, policy.StrayAfter) == 0
 }
 
 // deletePuller cancels the puller's deployment in flight (a deleted application's deployment
@@ -699,7 +700,7 @@ func (r *BotPoolReconciler) deletePullers(ctx context.Context, s *poolScope) err
 }
 
 // pulledAny reports whether the status records a pre-pull on any server.
-func pulledAny(images map[string]*serverImages) bool {
+func pulledAny(images map[string]*policy.ServerImages) bool {
 	for _, im := range images {
 		if len(im.Cached) > 0 || im.Pull != nil {
 			return true

@@ -218,7 +218,7 @@ func TestPoolPrePullsItsImageOnEachServer(t *testing.T) {
 }
 
 // TestPoolPrePullFailsThenRetries: a pull of a tag the registry lacks is recorded Failed with
-// Docker's message from Coolify's log; once the tag exists, the retry after pullRetry ends
+// Docker's message from Coolify's log; once the tag exists, the retry after PullRetry ends
 // with the image cached.
 func TestPoolPrePullFailsThenRetries(t *testing.T) {
 	sc := newScenario(t, "pullfails", sim.Config{}, noSlots)

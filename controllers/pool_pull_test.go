@@ -21,6 +21,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
@@ -105,7 +106,7 @@ func TestPrePullInOnePass(t *testing.T) {
 	tests := []struct {
 		name    string
 		pool    func(*v1.BotPool)
-		images  map[string]*serverImages
+		images  map[string]*policy.ServerImages
 		health  map[string]v1.ServerHealth
 		noTmpl  bool
 		polled  time.Duration // the pull's deployment was polled this long ago in this process
@@ -116,49 +117,49 @@ func TestPrePullInOnePass(t *testing.T) {
 		live *v1.ImagePull
 	}{{
 		name:    "cached, and no scheduled cleanup of the server since its pull: nothing to pull",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", time.Hour)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", time.Hour)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("0 0 * * *")},
 		want:    pullPass{Cached: []string{"bot:v2@ 08:00:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
 	}, {
 		name:    "the server's scheduled cleanup ran since the pull (midnight): pulled again, and listed meanwhile",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed, GetServerDockerCleanupFn: schedule("0 0 * * *")},
 		want: pullPass{Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Pull: started, Requeue: poll, Events: startEvents,
 			Calls: append([]string{"ListApplications " + tag, readSchedule}, startCalls[1:]...)},
 	}, {
 		name:    "a schedule by Coolify's name for it (@hourly) ran since the pull: pulled again",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 90*time.Minute)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 90*time.Minute)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed, GetServerDockerCleanupFn: schedule("@hourly")},
 		want: pullPass{Cached: []string{"bot:v2@ 07:30:00"}, Pull: started, Requeue: poll, Events: startEvents,
 			Calls: append([]string{"ListApplications " + tag, readSchedule}, startCalls[1:]...)},
 	}, {
 		name:    "a run due just now is given cleanupSettle to end before the pull is repeated",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 30*time.Minute)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 30*time.Minute)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("hourly")},
 		want:    pullPass{Cached: []string{"bot:v2@ 08:30:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
 	}, {
 		name:    "pulled 5 minutes ago: not repeated for a cleanup of every minute (minRePull), nor read",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 5*time.Minute)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 5*time.Minute)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("every_minute")},
 		want:    pullPass{Cached: []string{"bot:v2@ 08:55:00"}, Calls: []string{"ListApplications " + tag}},
 	}, {
 		name:    "the schedule cannot be read (a Coolify without the endpoint: 404): no pull before 24 hours, and the pass goes on",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: unread(fmt.Errorf("%w: the path is unknown", coolify.ErrNotFound))},
 		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
 	}, {
 		name:    "the schedule cannot be read (Coolify fails): no pull before 24 hours, and the pass goes on",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: unread(coolify.ErrServer)},
 		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
 	}, {
 		name:    "a frequency this operator cannot read: no pull before 24 hours",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetServerDockerCleanupFn: schedule("0 0 L * *")},
 		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 23:00:00"}, Calls: []string{"ListApplications " + tag, readSchedule}},
 	}, {
 		name:    "the schedule unknown and the pull 24 hours old: pulled again, without reading the schedule",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", rePullAge)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", rePullAge)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed, GetServerDockerCleanupFn: unread(coolify.ErrNotFound)},
 		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 09:00:00"}, Pull: started, Requeue: poll, Events: startEvents, Calls: startCalls},
 	}, {
@@ -166,7 +167,7 @@ func TestPrePullInOnePass(t *testing.T) {
 		pool: func(p *v1.BotPool) {
 			p.Spec.Coolify.ServerUUID, p.Spec.Coolify.Servers = "", []v1.PoolServer{{UUID: srv}, {UUID: "srv-2"}}
 		},
-		images: map[string]*serverImages{
+		images: map[string]*policy.ServerImages{
 			srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}},
 			"srv-2": {Cached: []v1.CachedImage{cached("bot:v1", time.Hour)}, Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling,
 				ApplicationUUID: "app-2", DeploymentUUID: "dep-2", Since: at(-time.Minute)}},
@@ -179,7 +180,7 @@ func TestPrePullInOnePass(t *testing.T) {
 		pool: func(p *v1.BotPool) {
 			p.Spec.Coolify.ServerUUID, p.Spec.Coolify.Servers = "", []v1.PoolServer{{UUID: "srv-2"}, {UUID: srv}}
 		},
-		images: map[string]*serverImages{
+		images: map[string]*policy.ServerImages{
 			srv: {Cached: []v1.CachedImage{cached("bot:v2", 10*time.Hour)}},
 			"srv-2": {Cached: []v1.CachedImage{cached("bot:v1", time.Hour)}, Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling,
 				ApplicationUUID: "app-2", DeploymentUUID: "dep-2", Since: at(-time.Minute)}},
@@ -279,52 +280,52 @@ func TestPrePullInOnePass(t *testing.T) {
 		want: pullPass{Err: true, Calls: append(startCalls[:4:4], "ListApplicationDeployments "+app)},
 	}, {
 		name:    "finished: the puller is stopped and the image listed first, replacing its older entry",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v1", time.Hour), cached("bot:v2", 30*time.Hour)}, Pull: pulling("bot:v2", -5*time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v1", time.Hour), cached("bot:v2", 30*time.Hour)}, Pull: pulling("bot:v2", -5*time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), GetDeploymentFn: deployment(coolify.DeploymentFinished), StopFn: ok},
 		want: pullPass{Cached: []string{"bot:v2@ 09:00:00", "bot:v1@ 08:00:00"}, Events: []string{"Normal/" + v1.ReasonImagePulled},
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old", "Stop " + app}},
 	}, {
 		name:    "finished: at most three images are listed",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v1", time.Hour), cached("bot:v0", 2*time.Hour), cached("bot:v-1", 3*time.Hour)}, Pull: pulling("bot:v2", -5*time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v1", time.Hour), cached("bot:v0", 2*time.Hour), cached("bot:v-1", 3*time.Hour)}, Pull: pulling("bot:v2", -5*time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentFinished), StopFn: ok},
 		want: pullPass{Cached: []string{"bot:v2@ 09:00:00", "bot:v1@ 08:00:00", "bot:v0@ 07:00:00"}, Events: []string{"Normal/" + v1.ReasonImagePulled},
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old", "Stop " + app}},
 	}, {
 		name:   "finished, but the stop fails: still Pulling, and the next pass stops again",
-		images: map[string]*serverImages{srv: {Pull: pulling("bot:v2", -5*time.Minute)}},
+		images: map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -5*time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentFinished),
 			StopFn: func(context.Context, string) error { return coolify.ErrServer }},
 		want: pullPass{Pull: "Pulling bot:v2 " + app + " dep-old  08:55:00", Err: true,
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old", "Stop " + app}},
 	}, {
 		name:    "failed: Failed with Coolify's error line, retried after pullRetry",
-		images:  map[string]*serverImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentFailed, manifest)},
-		want: pullPass{Pull: "Failed bot:v2 " + app + " dep-old  09:00:00", Requeue: pullRetry, Events: []string{"Warning/" + v1.ReasonImagePullFailed},
+		want: pullPass{Pull: "Failed bot:v2 " + app + " dep-old  09:00:00", Requeue: policy.PullRetry, Events: []string{"Warning/" + v1.ReasonImagePullFailed},
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old"}},
 		message: "Pulling bot:v2 on server srv-1 failed: Error response from daemon: manifest for bot:v2 not found: manifest unknown",
 	}, {
 		name:    "failed, and the token may not read the log: the message says why there is no reason",
-		images:  map[string]*serverImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentFailed)},
-		want: pullPass{Pull: "Failed bot:v2 " + app + " dep-old  09:00:00", Requeue: pullRetry, Events: []string{"Warning/" + v1.ReasonImagePullFailed},
+		want: pullPass{Pull: "Failed bot:v2 " + app + " dep-old  09:00:00", Requeue: policy.PullRetry, Events: []string{"Warning/" + v1.ReasonImagePullFailed},
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old"}},
 		message: "deployment dep-old is failed; its log is hidden, since the pool's Coolify token lacks the read:sensitive ability",
 	}, {
 		name:    "cancelled by someone in Coolify: Failed",
-		images:  map[string]*serverImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentCancelled, "[]")},
-		want: pullPass{Pull: "Failed bot:v2 " + app + " dep-old  09:00:00", Requeue: pullRetry, Events: []string{"Warning/" + v1.ReasonImagePullFailed},
+		want: pullPass{Pull: "Failed bot:v2 " + app + " dep-old  09:00:00", Requeue: policy.PullRetry, Events: []string{"Warning/" + v1.ReasonImagePullFailed},
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old"}},
 		message: "deployment dep-old was cancelled",
 	}, {
 		name:    "failed a minute ago: not retried before pullRetry",
-		images:  map[string]*serverImages{srv: {Pull: failed("bot:v2", -time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: failed("bot:v2", -time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing()},
 		want:    pullPass{Pull: "Failed bot:v2 " + app + " dep-old  08:59:00", Requeue: time.Minute, Calls: []string{"ListApplications " + tag}},
 	}, {
 		name: "failed three times in a row, five minutes ago: not retried before 8 minutes",
-		images: map[string]*serverImages{srv: {Pull: func() *v1.ImagePull {
+		images: map[string]*policy.ServerImages{srv: {Pull: func() *v1.ImagePull {
 			p := failed("bot:v2", -5*time.Minute)
 			p.Failures = 3
 			return p
@@ -334,7 +335,7 @@ func TestPrePullInOnePass(t *testing.T) {
 	}, {
 		name: "failed three times in a row, five minutes ago, a standby pool with no other image there: retried after pullRetry",
 		pool: func(p *v1.BotPool) { p.Spec.Standby = v1.StandbyRunning },
-		images: map[string]*serverImages{srv: {Pull: func() *v1.ImagePull {
+		images: map[string]*policy.ServerImages{srv: {Pull: func() *v1.ImagePull {
 			p := failed("bot:v2", -time.Minute)
 			p.Failures = 3
 			return p
@@ -344,7 +345,7 @@ func TestPrePullInOnePass(t *testing.T) {
 	}, {
 		name: "failed three times in a row, a standby pool with an older image there: the longer wait",
 		pool: func(p *v1.BotPool) { p.Spec.Standby = v1.StandbyRunning },
-		images: map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v1", time.Hour)}, Pull: func() *v1.ImagePull {
+		images: map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v1", time.Hour)}, Pull: func() *v1.ImagePull {
 			p := failed("bot:v2", -time.Minute)
 			p.Failures = 3
 			return p
@@ -354,62 +355,62 @@ func TestPrePullInOnePass(t *testing.T) {
 			Calls: []string{"ListApplications " + tag}},
 	}, {
 		name:    "failed pullRetry ago: pulled again",
-		images:  map[string]*serverImages{srv: {Pull: failed("bot:v2", -pullRetry)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: failed("bot:v2", -policy.PullRetry)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed},
 		want:    pullPass{Pull: started, Requeue: poll, Events: startEvents, Calls: startCalls},
 	}, {
 		name:    "a failed pull of another image (the template changed): the new one is pulled at once",
-		images:  map[string]*serverImages{srv: {Pull: failed("bot:bad", -10*time.Second)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: failed("bot:bad", -10*time.Second)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "bad")), UpsertEnvsFn: envs, DeployFn: deployed, UpdateApplicationFn: func(context.Context, string, coolify.AppUpdate) error { return nil }},
 		want: pullPass{Pull: started, Requeue: poll, Events: startEvents,
 			Calls: []string{"ListApplications " + tag, "ListApplications " + tag, "UpsertEnvs " + app, "UpdateApplication " + app, "Deploy " + app}},
 	}, {
 		name:    "a failed pull under another restartedAt: pulled at once",
 		pool:    func(p *v1.BotPool) { p.Annotations = map[string]string{v1.AnnotationRestartedAt: "b"} },
-		images:  map[string]*serverImages{srv: {Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePullFailed, ApplicationUUID: app, RestartedAt: "a", Since: at(-10 * time.Second)}}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePullFailed, ApplicationUUID: app, RestartedAt: "a", Since: at(-10 * time.Second)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed},
 		want:    pullPass{Pull: "Pulling bot:v2 " + app + " " + dep + " b 09:00:00", Requeue: poll, Events: startEvents, Calls: startCalls},
 	}, {
 		name:    "a new restartedAt: the cached image is pulled again",
 		pool:    func(p *v1.BotPool) { p.Annotations = map[string]string{v1.AnnotationRestartedAt: "b"} },
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{{Image: "bot:v2", PulledAt: at(-time.Hour), RestartedAt: "a"}}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{{Image: "bot:v2", PulledAt: at(-time.Hour), RestartedAt: "a"}}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed},
 		want: pullPass{Cached: []string{"bot:v2@a 08:00:00"}, Pull: "Pulling bot:v2 " + app + " " + dep + " b 09:00:00", Requeue: poll,
 			Events: startEvents, Calls: startCalls},
 	}, {
 		name:   "a pull of another image in flight (the template changed): cancelled, and the new one starts",
-		images: map[string]*serverImages{srv: {Pull: pulling("bot:v1", -time.Minute)}},
+		images: map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v1", -time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v1")), UpsertEnvsFn: envs, DeployFn: deployed,
 			CancelDeploymentFn: ok, UpdateApplicationFn: func(context.Context, string, coolify.AppUpdate) error { return nil }},
 		want: pullPass{Pull: started, Requeue: poll, Events: startEvents,
 			Calls: []string{"ListApplications " + tag, "CancelDeployment dep-old", "ListApplications " + tag, "UpsertEnvs " + app, "UpdateApplication " + app, "Deploy " + app}},
 	}, {
 		name:    "pulled a day ago: pulled again, and listed meanwhile",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", rePullAge)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", rePullAge)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed},
 		want:    pullPass{Cached: []string{"bot:v2@ 2026-01-14 09:00:00"}, Pull: started, Requeue: poll, Events: startEvents, Calls: startCalls},
 	}, {
 		name:    "in flight: followed, and the pool looks again at the poll interval",
-		images:  map[string]*serverImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentInProgress)},
 		want:    pullPass{Pull: "Pulling bot:v2 " + app + " dep-old  08:59:00", Requeue: poll, Calls: []string{"ListApplications " + tag, "GetDeployment dep-old"}},
 	}, {
 		name:    "in flight and polled 5 s ago: no request before the poll interval",
-		images:  map[string]*serverImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
 		polled:  5 * time.Second,
 		coolify: &bt.Coolify{ListApplicationsFn: listing()},
 		want:    pullPass{Pull: "Pulling bot:v2 " + app + " dep-old  08:59:00", Requeue: poll - 5*time.Second, Calls: []string{"ListApplications " + tag}},
 	}, {
 		name:    "in flight past deploymentTimeout: cancelled and Failed",
-		images:  map[string]*serverImages{srv: {Pull: pulling("bot:v2", -v1.DefaultDeploymentTimeout)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -v1.DefaultDeploymentTimeout)}},
 		polled:  time.Second, // the timeout is kept whatever the poll
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentInProgress), CancelDeploymentFn: ok},
-		want: pullPass{Pull: "Failed bot:v2 " + app + " dep-old  09:00:00", Requeue: pullRetry, Events: []string{"Warning/" + v1.ReasonImagePullFailed},
+		want: pullPass{Pull: "Failed bot:v2 " + app + " dep-old  09:00:00", Requeue: policy.PullRetry, Events: []string{"Warning/" + v1.ReasonImagePullFailed},
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old", "CancelDeployment dep-old"}},
 		message: "did not finish within the pool's deploymentTimeout 25m0s (deployment dep-old cancelled)",
 	}, {
 		name:   "Coolify lost the deployment (404): pulled again",
-		images: map[string]*serverImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
+		images: map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(puller("bot", "v2")), UpsertEnvsFn: envs, DeployFn: deployed,
 			GetDeploymentFn: func(context.Context, string) (*coolify.Deployment, error) { return nil, coolify.ErrNotFound }},
 		want: pullPass{Pull: started, Requeue: poll, Events: startEvents,
@@ -422,7 +423,7 @@ func TestPrePullInOnePass(t *testing.T) {
 	}, {
 		name:    "a cordoned server's pull in flight is followed to its end",
 		pool:    func(p *v1.BotPool) { cordon(p, srv) },
-		images:  map[string]*serverImages{srv: {Pull: pulling("bot:v2", -5*time.Minute)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: pulling("bot:v2", -5*time.Minute)}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(), GetDeploymentFn: deployment(coolify.DeploymentFinished), StopFn: ok},
 		want: pullPass{Cached: []string{"bot:v2@ 09:00:00"}, Events: []string{"Normal/" + v1.ReasonImagePulled},
 			Calls: []string{"ListApplications " + tag, "GetDeployment dep-old", "Stop " + app}},
@@ -434,7 +435,7 @@ func TestPrePullInOnePass(t *testing.T) {
 			cordon(p, srv)
 			p.Annotations = map[string]string{v1.AnnotationRestartedAt: "b"}
 		},
-		images: map[string]*serverImages{srv: {Pull: func() *v1.ImagePull {
+		images: map[string]*policy.ServerImages{srv: {Pull: func() *v1.ImagePull {
 			p := pulling("bot:v2", -5*time.Minute)
 			p.RestartedAt = "a"
 			return p
@@ -448,13 +449,13 @@ func TestPrePullInOnePass(t *testing.T) {
 		want:    pullPass{Servers: []string{srv}, Calls: []string{"ListApplications " + tag}},
 	}, {
 		name:    "a pull of an unreachable server's status is not retried while it is out",
-		images:  map[string]*serverImages{srv: {Pull: failed("bot:v2", -time.Hour)}},
+		images:  map[string]*policy.ServerImages{srv: {Pull: failed("bot:v2", -time.Hour)}},
 		pool:    func(p *v1.BotPool) { p.Status.Servers = []v1.ServerStatus{{UUID: srv, Health: v1.ServerUnusable}} },
 		coolify: &bt.Coolify{ListApplicationsFn: listing()},
 		want:    pullPass{Pull: "Failed bot:v2 " + app + " dep-old  08:00:00", Calls: []string{"ListApplications " + tag}},
 	}, {
 		name:   "a puller whose container still runs after its pull (Coolify lost the stop) is stopped again",
-		images: map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", strayAfter)}}},
+		images: map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", policy.StrayAfter)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(func() coolify.Application {
 			a := puller("bot", "v2")
 			a.Status = "running:unknown"
@@ -463,7 +464,7 @@ func TestPrePullInOnePass(t *testing.T) {
 		want: pullPass{Cached: []string{"bot:v2@ 08:58:00"}, Calls: []string{"ListApplications " + tag, "Stop " + app}},
 	}, {
 		name:    "a puller that runs a moment after its pull is left to the stop on its way",
-		images:  map[string]*serverImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", time.Minute)}}},
+		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", time.Minute)}}},
 		coolify: &bt.Coolify{ListApplicationsFn: listing(coolify.Application{UUID: app, Name: pullerName(srv), Description: marked(pullerDescription, mark), Status: "running:unknown"})},
 		want:    pullPass{Cached: []string{"bot:v2@ 08:59:00"}, Calls: []string{"ListApplications " + tag}},
 	}, {
@@ -473,7 +474,7 @@ func TestPrePullInOnePass(t *testing.T) {
 		want:    pullPass{Servers: []string{srv}, Calls: []string{"ListApplications " + tag}},
 	}, {
 		name: "a server no longer listed: its puller (recorded, or found by name) is deleted, its images forgotten",
-		images: map[string]*serverImages{
+		images: map[string]*policy.ServerImages{
 			srv:   {Cached: []v1.CachedImage{cached("bot:v2", time.Hour)}},
 			"old": {Cached: []v1.CachedImage{cached("bot:v2", time.Hour)}, Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: "app-old", DeploymentUUID: "dep-old", Since: at(-time.Minute)}},
 		},
@@ -503,10 +504,10 @@ func TestPrePullInOnePass(t *testing.T) {
 			r := &BotPoolReconciler{Clock: clk, Recorder: events, Coolify: &BulkReader{Clock: clk}, APIReader: fakeAPIServer(t, interceptor.Funcs{}, live)}
 			s := &poolScope{pool: pool, api: tt.coolify, images: tt.images, health: tt.health}
 			if s.images == nil {
-				s.images = map[string]*serverImages{}
+				s.images = map[string]*policy.ServerImages{}
 			}
 			if !tt.noTmpl {
-				tmpl := poolTemplate(pool, "", "http://botapi")
+				tmpl := policy.PoolTemplate(pool, "", "http://botapi")
 				s.template = &tmpl
 			}
 			if p := s.images[srv]; p != nil && p.Pull != nil && tt.polled > 0 {
@@ -611,13 +612,13 @@ func TestPoolPassKeepsThePullsRequeue(t *testing.T) {
 		t.Fatalf("status.servers after the pull finished: %+v", st)
 	}
 	// What the slots read of it (images.go): the server may give a slot the template.
-	tmpl := poolTemplate(stored, "", "")
-	if image, tag := splitRef(stored.Status.TemplateImage); image != "bot" || tag != "v2" {
+	tmpl := policy.PoolTemplate(stored, "", "")
+	if image, tag := policy.SplitRef(stored.Status.TemplateImage); image != "bot" || tag != "v2" {
 		t.Errorf("status.templateImage %q", stored.Status.TemplateImage)
 	}
-	if !cachedOn(stored, "srv-1", "bot:v2", "") || newestCached(stored, "srv-1") != "bot:v2" || !templateReady(stored, "srv-1", tmpl) {
+	if !policy.CachedOn(stored, "srv-1", "bot:v2", "") || policy.NewestCached(stored, "srv-1") != "bot:v2" || !policy.TemplateReady(stored, "srv-1", tmpl) {
 		t.Errorf("after the pull, cachedOn %v, newestCached %q, templateReady %v; want the template's image ready on srv-1",
-			cachedOn(stored, "srv-1", "bot:v2", ""), newestCached(stored, "srv-1"), templateReady(stored, "srv-1", tmpl))
+			policy.CachedOn(stored, "srv-1", "bot:v2", ""), policy.NewestCached(stored, "srv-1"), policy.TemplateReady(stored, "srv-1", tmpl))
 	}
 }
 
@@ -752,12 +753,12 @@ func TestPrePullReplacesOneServerAtATime(t *testing.T) {
 		StopFn: func(context.Context, string) error { return nil },
 	}
 	old := []v1.CachedImage{{Image: "bot:v1", PulledAt: metav1.NewTime(now.Add(-time.Hour))}}
-	images := map[string]*serverImages{
+	images := map[string]*policy.ServerImages{
 		"a": {Cached: slices.Clone(old), Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: "app-a", DeploymentUUID: "dep-a", Since: metav1.NewTime(now)}},
 		"b": {Cached: slices.Clone(old)},
 	}
 	r := &BotPoolReconciler{Clock: clk, Recorder: &recordedEvents{}, Coolify: &BulkReader{Clock: clk}}
-	tmpl := poolTemplate(pool, "", "http://botapi")
+	tmpl := policy.PoolTemplate(pool, "", "http://botapi")
 	pass := func() map[string]string {
 		t.Helper()
 		s := &poolScope{pool: pool, api: api, images: images, template: &tmpl}
@@ -769,7 +770,7 @@ func TestPrePullReplacesOneServerAtATime(t *testing.T) {
 			switch {
 			case im.Pull != nil:
 				got[srv] = string(im.Pull.State)
-			case hasCached(im.Cached, "bot:v2", ""):
+			case policy.HasCached(im.Cached, "bot:v2", ""):
 				got[srv] = "cached"
 			default:
 				got[srv] = "waiting"
@@ -811,7 +812,7 @@ func deleteKeepingImages(_ context.Context, uuid string, opts coolify.DeleteOpti
 func TestPullBackoff(t *testing.T) {
 	for failures, want := range map[int32]time.Duration{0: 2 * time.Minute, 1: 2 * time.Minute, 2: 4 * time.Minute, 3: 8 * time.Minute,
 		4: 16 * time.Minute, 5: 30 * time.Minute, 40: 30 * time.Minute} {
-		if got := pullBackoff(failures); got != want {
+		if got := policy.PullBackoff(failures); got != want {
 			t.Errorf("pullBackoff(%d) = %s, want %s", failures, got, want)
 		}
 	}
@@ -833,10 +834,10 @@ func TestPullPollsForgetOldMarks(t *testing.T) {
 	if n, most := len(p.at), int((pollMemory+pollMemory/4)/time.Second)+1; n > most {
 		t.Fatalf("%d marks kept after 100,000 over %s, want at most %d", n, now.Sub(start), most)
 	}
-	if w := p.wait("stop/app-99999", now.Add(time.Minute), strayAfter); w != strayAfter-time.Minute {
-		t.Fatalf("the newest mark waits %s a minute later, want %s: it still bounds the stops", w, strayAfter-time.Minute)
+	if w := p.wait("stop/app-99999", now.Add(time.Minute), policy.StrayAfter); w != policy.StrayAfter-time.Minute {
+		t.Fatalf("the newest mark waits %s a minute later, want %s: it still bounds the stops", w, policy.StrayAfter-time.Minute)
 	}
-	if w := p.wait("stop/app-0", now, strayAfter); w != 0 {
+	if w := p.wait("stop/app-0", now, policy.StrayAfter); w != 0 {
 		t.Fatalf("the oldest mark still waits %s", w)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // A granted reservation (reservations.go) is bound at its bot's start from a free slot, and
@@ -40,7 +41,7 @@ func (m leadModel) lead(n int) time.Duration {
 	}
 	parallel := max(m.parallel, 1)
 	batches := (n + parallel - 1) / parallel
-	return m.pull + time.Duration(batches)*m.start + reservationMargin
+	return m.pull + time.Duration(batches)*m.start + policy.ReservationMargin
 }
 
 // observedLead reads the model from the pass: the pulls recorded per server
@@ -49,7 +50,7 @@ func (m leadModel) lead(n int) time.Duration {
 // count; with none, the unobserved values stand.
 func observedLead(s *poolScope, servers []v1.ServerStatus, now time.Time) leadModel {
 	m := leadModel{}
-	ref, restarted := "", restartedAt(s.pool)
+	ref, restarted := "", policy.RestartedAt(s.pool)
 	if s.template != nil {
 		ref = s.template.Ref()
 	}
@@ -60,7 +61,7 @@ func observedLead(s *poolScope, servers []v1.ServerStatus, now time.Time) leadMo
 			continue
 		}
 		usable++
-		if ref == "" || !hasCached(freshCached(s.pool, st.Cached), ref, restarted) {
+		if ref == "" || !policy.HasCached(policy.FreshCached(s.pool, st.Cached), ref, restarted) {
 			// The last pull observed here: status.servers[].pullDuration, which outlives its
 			// cached entry (a restartedAt drops it while the tag is pulled again, and the
 			// lead fell back to unobservedPull one pass into the pull), or, in a status
@@ -139,7 +140,7 @@ func pendingStarts(bots []v1.Bot) []time.Time {
 	var out []time.Time
 	for i := range bots {
 		b := &bots[i]
-		if reserved(b) && b.DeletionTimestamp.IsZero() && (b.Status.Phase == v1.BotPending || b.Status.Phase == v1.BotScheduled) {
+		if policy.Reserved(b) && b.DeletionTimestamp.IsZero() && (b.Status.Phase == v1.BotPending || b.Status.Phase == v1.BotScheduled) {
 			out = append(out, b.Status.Reservation.From.Time)
 		}
 	}

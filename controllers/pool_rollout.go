@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // A rollout: the pool's template (image, tag, limits, slotEnvFrom content, bot API URL,
@@ -24,7 +25,7 @@ import (
 //     SlotsUpdated, Reconciling and Stalled, and the Events RolloutStarted and RolloutComplete;
 //   - in a pool with standby Running, the pace: a free slot's update replaces its ready
 //     container, so the pool admits outdated ready slots (annotation botpool.dev/update) only
-//     as spec.updateStrategy allows (rolloutBudget), and may create surge slots meanwhile,
+//     as spec.updateStrategy allows (RolloutBudget), and may create surge slots meanwhile,
 //     removed when the rollout ends. A Stopped pool's free slots have no container to take
 //     away, and update at once.
 
@@ -34,8 +35,8 @@ type rolloutView struct {
 	// updated counts the slots on the target; outdated the others that have an application
 	// (a slot being created takes the template, or its server's newest image, on its own).
 	updated, outdated int
-	// in counts, for rolloutBudget, a standby pool's free slots by where their containers are.
-	in rolloutInput
+	// in counts, for RolloutBudget, a standby pool's free slots by where their containers are.
+	in policy.RolloutInput
 	// candidates are the outdated ready free slots an admission may take, in admission order.
 	candidates []*v1.BotPoolSlot
 	// replacing counts the free slots admitted for the target whose container is not Ready on
@@ -79,7 +80,7 @@ func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting, minIdle i
 		if admitted && !arrived {
 			v.replacing++
 		}
-		ready := sl.Status.Standby == v1.StandbyReady && offered(sl, pool) // a standby slot a bot starts on at once
+		ready := sl.Status.Standby == v1.StandbyReady && policy.Offered(sl, pool) // a standby slot a bot starts on at once
 		switch {
 		case ready && current:
 			v.in.ReadyFree++
@@ -87,11 +88,11 @@ func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting, minIdle i
 			v.in.InFlight++
 		case ready:
 			v.in.ReadyFree++
-			if outdated(sl, pool) {
+			if policy.Outdated(sl, pool) {
 				v.in.Outdated++
 				v.candidates = append(v.candidates, sl)
 			}
-		case available(sl) && (current || sl.Status.ApplicationUUID == "" && cachedOn(pool, slotServer(sl, pool), pool.Status.TemplateImage, restartedAt(pool))):
+		case policy.Available(sl) && (current || sl.Status.ApplicationUUID == "" && policy.CachedOn(pool, policy.SlotServer(sl, pool), pool.Status.TemplateImage, policy.RestartedAt(pool))):
 			// On its way to Ready on the target: a slot being created counts too (a surge slot
 			// just made), since its server holds the image and it is created with it. Missing
 			// it, the pool saw no room and admitted a ready slot below the floor.
@@ -158,7 +159,7 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 	if free := v.in.MaxSlots - v.in.Total; free > 0 {
 		v.in.MaxSlots = v.in.Total + room(pool, s.slots, s.health, free)
 	}
-	step := rolloutBudget(v.in)
+	step := policy.RolloutBudget(v.in)
 	s.surge = step.Surge
 	for _, sl := range v.candidates[:min(step.Admit, len(v.candidates))] {
 		before := sl.DeepCopy()
@@ -207,7 +208,7 @@ func (r *BotPoolReconciler) endRollout(ctx context.Context, s *poolScope, v *rol
 	}
 	removed, err := r.removeNotReadyFirst(ctx, s.pool, slots, excess)
 	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "Rollout", "Removed %d surge slot(s) the rollout added: %s", len(removed), abbreviate(removed))
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "Rollout", "Removed %d surge slot(s) the rollout added: %s", len(removed), policy.Abbreviate(removed))
 	}
 	return err
 }
@@ -215,7 +216,7 @@ func (r *BotPoolReconciler) endRollout(ctx context.Context, s *poolScope, v *rol
 // warnFloatingTag sends the MutableTag Warning once per generation of a pool on a floating tag.
 func (r *BotPoolReconciler) warnFloatingTag(s *poolScope) {
 	p := s.pool
-	if !floatingTag(p.Spec.ImageTag) {
+	if !policy.FloatingTag(p.Spec.ImageTag) {
 		return
 	}
 	if c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionMutableTag); c != nil && c.ObservedGeneration == p.Generation {
@@ -227,19 +228,19 @@ func (r *BotPoolReconciler) warnFloatingTag(s *poolScope) {
 func mutableTagMessage(p *v1.BotPool) string {
 	return fmt.Sprintf("imageTag %q is a tag registries move: any deployment, a bot's start included, may pull a new push of it cold. "+
 		"Pin a version to keep starts warm; to roll a new push of the same tag out, set the annotation %s to a new value",
-		tagOrLatest(p.Spec.ImageTag), v1.AnnotationRestartedAt)
+		policy.TagOrLatest(p.Spec.ImageTag), v1.AnnotationRestartedAt)
 }
 
 // imageProgress says, of the pool's Active servers Coolify does not report out, on which the
 // template's image is not pulled yet (pulling) and on which its pre-pull failed (failed, with
 // the pull's message); how many there are (usable), and whether any of them holds an image of
 // the pool at all (warm).
-func imageProgress(p *v1.BotPool, t *slotTemplate, health map[string]v1.ServerHealth, images map[string]*serverImages) (pulling, failed []string, usable int, warm bool) {
-	ref, restarted := t.Ref(), restartedAt(p)
+func imageProgress(p *v1.BotPool, t *policy.SlotTemplate, health map[string]v1.ServerHealth, images map[string]*policy.ServerImages) (pulling, failed []string, usable int, warm bool) {
+	ref, restarted := t.Ref(), policy.RestartedAt(p)
 	for _, srv := range p.Spec.Coolify.ServerList() {
 		h, ok := health[srv.UUID]
 		if !ok {
-			h = healthOf(p, srv.UUID)
+			h = policy.HealthOf(p, srv.UUID)
 		}
 		if srv.Cordoned || h.Out() {
 			continue
@@ -247,14 +248,14 @@ func imageProgress(p *v1.BotPool, t *slotTemplate, health map[string]v1.ServerHe
 		usable++
 		im := images[srv.UUID]
 		if im == nil {
-			im = &serverImages{}
+			im = &policy.ServerImages{}
 		}
 		if len(im.Cached) > 0 {
 			warm = true
 		}
 		switch {
-		case hasCached(im.Cached, ref, restarted):
-		case im.Pull != nil && im.Pull.State == v1.ImagePullFailed && pullOf(im.Pull, ref, restarted):
+		case policy.HasCached(im.Cached, ref, restarted):
+		case im.Pull != nil && im.Pull.State == v1.ImagePullFailed && policy.PullOf(im.Pull, ref, restarted):
 			msg := im.Pull.Message
 			if msg == "" {
 				msg = "pulling " + ref + " on server " + srv.UUID + " failed"
@@ -276,7 +277,7 @@ func setRolloutStatus(s *poolScope, now time.Time) (r rolloutConditions) {
 			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
 		}, now)
 	}
-	if floatingTag(p.Spec.ImageTag) {
+	if policy.FloatingTag(p.Spec.ImageTag) {
 		set(v1.ConditionMutableTag, metav1.ConditionTrue, v1.ReasonFloatingTag, mutableTagMessage(p))
 	} else {
 		meta.RemoveStatusCondition(&p.Status.Conditions, v1.ConditionMutableTag)
@@ -304,8 +305,8 @@ func setRolloutStatus(s *poolScope, now time.Time) (r rolloutConditions) {
 	switch {
 	case len(failed) > 0:
 		r.reason, r.stalled = v1.ReasonImagePullFailed, true
-		r.message = strings.Join(failed, "; ") + ". No slot is given " + ref + " until it is pulled (retried after " + pullRetry.String() +
-			", then less and less often, at least every " + maxPullRetry.String() + "); the slots keep serving on what they run. Fix the image, tag or registry login, or revert the change"
+		r.message = strings.Join(failed, "; ") + ". No slot is given " + ref + " until it is pulled (retried after " + policy.PullRetry.String() +
+			", then less and less often, at least every " + policy.MaxPullRetry.String() + "); the slots keep serving on what they run. Fix the image, tag or registry login, or revert the change"
 	case len(pulling) > 0:
 		r.reason = v1.ReasonPullingImage
 		r.message = fmt.Sprintf("Pulling %s on server(s) %s before any slot there is given it", ref, strings.Join(pulling, ", "))

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
@@ -28,19 +29,19 @@ func TestRolloutConditions(t *testing.T) {
 	pool := func() *bt.PoolWrapper {
 		return bt.MakePool("ns", "pool").Image("bot", "2").Servers("a", "b")
 	}
-	tmpl := poolTemplate(pool().Obj(), "", "")
+	tmpl := policy.PoolTemplate(pool().Obj(), "", "")
 	target := tmpl.Hash()
 	slot := func(name, server, hash string) v1.BotPoolSlot {
 		return *bt.MakeSlot("ns", name, "pool").Server(server).App("app-"+name).Phase(v1.SlotIdle).Template(hash, "").Obj()
 	}
-	cached := func(refs ...string) *serverImages {
-		im := &serverImages{}
+	cached := func(refs ...string) *policy.ServerImages {
+		im := &policy.ServerImages{}
 		for _, r := range refs {
 			im.Cached = append(im.Cached, v1.CachedImage{Image: r, PulledAt: metav1.NewTime(now)})
 		}
 		return im
 	}
-	failed := &serverImages{Cached: []v1.CachedImage{{Image: "bot:1"}}, Pull: &v1.ImagePull{Image: "bot:2", State: v1.ImagePullFailed,
+	failed := &policy.ServerImages{Cached: []v1.CachedImage{{Image: "bot:1"}}, Pull: &v1.ImagePull{Image: "bot:2", State: v1.ImagePullFailed,
 		Message: "Pulling bot:2 on server b failed: manifest for bot:2 not found"}}
 	type want struct {
 		updated                    int32
@@ -51,36 +52,36 @@ func TestRolloutConditions(t *testing.T) {
 		name   string
 		pool   *v1.BotPool
 		slots  []v1.BotPoolSlot
-		images map[string]*serverImages
+		images map[string]*policy.ServerImages
 		want   want
 	}{{
 		name:   "every slot on the template, pulled everywhere",
 		pool:   pool().Obj(),
 		slots:  []v1.BotPoolSlot{slot("s1", "a", target), slot("s2", "b", target)},
-		images: map[string]*serverImages{"a": cached("bot:2"), "b": cached("bot:2")},
+		images: map[string]*policy.ServerImages{"a": cached("bot:2"), "b": cached("bot:2")},
 		want:   want{updated: 2, slotsUpdated: v1.ReasonUpToDate},
 	}, {
 		name:   "pulling on one server: the slots wait for it",
 		pool:   pool().Obj(),
 		slots:  []v1.BotPoolSlot{slot("s1", "a", "t1-old"), slot("s2", "b", "t1-old")},
-		images: map[string]*serverImages{"a": cached("bot:2", "bot:1"), "b": cached("bot:1")},
+		images: map[string]*policy.ServerImages{"a": cached("bot:2", "bot:1"), "b": cached("bot:1")},
 		want:   want{updated: 0, slotsUpdated: v1.ReasonPullingImage, reconciling: v1.ReasonPullingImage},
 	}, {
 		name:   "pulled everywhere, slots still differ: rolling out",
 		pool:   pool().Obj(),
 		slots:  []v1.BotPoolSlot{slot("s1", "a", target), slot("s2", "b", "t1-old")},
-		images: map[string]*serverImages{"a": cached("bot:2"), "b": cached("bot:2")},
+		images: map[string]*policy.ServerImages{"a": cached("bot:2"), "b": cached("bot:2")},
 		want:   want{updated: 1, slotsUpdated: v1.ReasonRollingOut, reconciling: v1.ReasonRollingOut},
 	}, {
 		name:   "a failed pull stalls the rollout; the old image serves, so the pool stays Ready",
 		pool:   pool().Obj(),
 		slots:  []v1.BotPoolSlot{slot("s1", "a", "t1-old")},
-		images: map[string]*serverImages{"a": cached("bot:2"), "b": failed},
+		images: map[string]*policy.ServerImages{"a": cached("bot:2"), "b": failed},
 		want:   want{slotsUpdated: v1.ReasonImagePullFailed, stalled: v1.ReasonImagePullFailed},
 	}, {
 		name:   "a new pool with nothing pulled anywhere is not Ready",
 		pool:   pool().Obj(),
-		images: map[string]*serverImages{},
+		images: map[string]*policy.ServerImages{},
 		want:   want{slotsUpdated: v1.ReasonPullingImage, reconciling: v1.ReasonPullingImage, cold: v1.ReasonPullingImage},
 	}, {
 		name: "a server Coolify reports out is not waited for",
@@ -90,7 +91,7 @@ func TestRolloutConditions(t *testing.T) {
 			return p
 		}(),
 		slots:  []v1.BotPoolSlot{slot("s1", "a", target)},
-		images: map[string]*serverImages{"a": cached("bot:2")},
+		images: map[string]*policy.ServerImages{"a": cached("bot:2")},
 		want:   want{updated: 1, slotsUpdated: v1.ReasonUpToDate},
 	}, {
 		// Seen by the model check: a tag the registry lacks looked up to date on no slot.
@@ -101,7 +102,7 @@ func TestRolloutConditions(t *testing.T) {
 			p.Status.Servers = []v1.ServerStatus{{UUID: "b", Health: v1.ServerNotFound}}
 			return p
 		}(),
-		images: map[string]*serverImages{},
+		images: map[string]*policy.ServerImages{},
 		want:   want{slotsUpdated: v1.ReasonNoUsableServer, reconciling: v1.ReasonNoUsableServer},
 	}}
 	for _, tt := range tests {
@@ -140,7 +141,7 @@ func TestRolloutConditions(t *testing.T) {
 func TestMutableTagCondition(t *testing.T) {
 	for tag, want := range map[string]bool{"": true, "latest": true, "Main": true, "v1.2.3": false, "2026-11-27": false} {
 		p := bt.MakePool("ns", "pool").Image("bot", tag).Obj()
-		tmpl := poolTemplate(p, "", "")
+		tmpl := policy.PoolTemplate(p, "", "")
 		setPoolStatus(&poolScope{pool: p, template: &tmpl}, time.Now(), true)
 		c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionMutableTag)
 		if got := c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1.ReasonFloatingTag; got != want {
@@ -161,7 +162,7 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 		p := bt.MakePool("ns", "pool").Image("bot", "2").Standby(v1.StandbyRunning).Placement("proj", "srv", "production").
 			MinIdle(minIdle).MaxSlots(maxSlots).Cached("srv", "bot:2", "", now).Obj()
 		p.Spec.UpdateStrategy = v1.UpdateStrategy{MaxUnavailable: &maxUnavailable, MaxSurge: &maxSurge}
-		t := poolTemplate(p, "", "")
+		t := policy.PoolTemplate(p, "", "")
 		p.Status.TemplateHash, p.Status.TemplateImage = t.Hash(), t.Ref()
 		return p
 	}
@@ -220,9 +221,9 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 				t.Fatal(err)
 			}
 			slots = list.Items
-			tmpl := poolTemplate(tt.pool, "", "")
+			tmpl := policy.PoolTemplate(tt.pool, "", "")
 			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
-			s := &poolScope{pool: tt.pool, slots: slots, template: &tmpl, images: imagesOf(tt.pool), warm: warmAt(tt.pool.Spec, now, nil)}
+			s := &poolScope{pool: tt.pool, slots: slots, template: &tmpl, images: policy.ImagesOf(tt.pool), warm: warmAt(tt.pool.Spec, now, nil)}
 			if err := r.rollout(ctx, s); err != nil {
 				t.Fatal(err)
 			}
@@ -292,7 +293,7 @@ func TestRolloutEndKeepsReadySlots(t *testing.T) {
 type standbyRollout struct {
 	now  time.Time
 	pool *v1.BotPool
-	tmpl slotTemplate
+	tmpl policy.SlotTemplate
 }
 
 // newStandbyRollout makes the pool, its rollout begun ago with base slots.
@@ -300,7 +301,7 @@ func newStandbyRollout(minIdle, maxSlots int32, ago time.Duration, base int32) *
 	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	p := bt.MakePool("ns", "pool").Image("bot", "2").Standby(v1.StandbyRunning).Placement("proj", "srv", "production").
 		MinIdle(minIdle).MaxSlots(maxSlots).Cached("srv", "bot:2", "", now).Obj()
-	tmpl := poolTemplate(p, "", "")
+	tmpl := policy.PoolTemplate(p, "", "")
 	p.Status.TemplateHash, p.Status.TemplateImage = tmpl.Hash(), tmpl.Ref()
 	p.Status.Rollout = &v1.RolloutStatus{StartedAt: metav1.NewTime(now.Add(-ago)), BaseSlots: base}
 	return &standbyRollout{now: now, pool: p, tmpl: tmpl}
@@ -327,7 +328,7 @@ func (rp *standbyRollout) pass(t *testing.T, slots ...*v1.BotPoolSlot) []v1.BotP
 		t.Fatal(err)
 	}
 	r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(rp.now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
-	s := &poolScope{pool: rp.pool, slots: list.Items, template: &rp.tmpl, images: imagesOf(rp.pool), warm: warmAt(rp.pool.Spec, rp.now, nil)}
+	s := &poolScope{pool: rp.pool, slots: list.Items, template: &rp.tmpl, images: policy.ImagesOf(rp.pool), warm: warmAt(rp.pool.Spec, rp.now, nil)}
 	if err := r.rollout(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +348,7 @@ func TestUnreadableTemplateStallsTheRollout(t *testing.T) {
 		reason string // "" for no stall
 	}{
 		{fmt.Errorf("slotEnvFrom Secret env: %w", errSlotEnvNotFound), v1.ReasonSlotEnvNotFound},
-		{fmt.Errorf("slotEnvFrom Secret env: %w", errSecretNotAllowed), v1.ReasonSlotEnvNotAllowed},
+		{fmt.Errorf("slotEnvFrom Secret env: %w", policy.ErrSecretNotAllowed), v1.ReasonSlotEnvNotAllowed},
 		{errors.New("the server was unable to return a response in the time allotted"), ""},
 	} {
 		p := bt.MakePool("ns", "pool").Image("bot", "v1").Obj()

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -49,13 +50,13 @@ func newPlacement(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]v1
 	for _, srv := range p.servers {
 		h, ok := health[srv.UUID]
 		if !ok {
-			h = healthOf(pool, srv.UUID)
+			h = policy.HealthOf(pool, srv.UUID)
 		}
 		p.out[srv.UUID] = h.Out()
 	}
 	for i := range slots {
 		sl := &slots[i]
-		srv := slotServer(sl, pool)
+		srv := policy.SlotServer(sl, pool)
 		p.slots[srv]++
 		if sl.Status.Phase == v1.SlotBusy || sl.Status.Standby == v1.StandbyReady {
 			p.warm[srv] = true
@@ -135,7 +136,7 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 	for i := range s.slots {
 		sl := &s.slots[i]
 		if sl.DeletionTimestamp.IsZero() {
-			byServer[slotServer(sl, s.pool)] = append(byServer[slotServer(sl, s.pool)], sl)
+			byServer[policy.SlotServer(sl, s.pool)] = append(byServer[policy.SlotServer(sl, s.pool)], sl)
 		}
 	}
 	servers := make([]string, 0, len(byServer))
@@ -147,7 +148,7 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 		slots := byServer[uuid]
 		excess := 0
 		why := ""
-		switch state := serverState(s.pool, uuid); {
+		switch state := policy.ServerState(s.pool, uuid); {
 		case state != v1.ServerActive:
 			excess, why = len(slots), "server "+uuid+" is "+string(state)
 		default:
@@ -163,7 +164,7 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 			return err
 		}
 		if len(removed) > 0 {
-			r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "Drain", "Removed %d slot(s), %s: %s", len(removed), why, abbreviate(removed))
+			r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "Drain", "Removed %d slot(s), %s: %s", len(removed), why, policy.Abbreviate(removed))
 		}
 	}
 	return nil
@@ -173,21 +174,21 @@ func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
 // pool's order, then unlisted ones that still hold slots. health is this pass's read (nil:
 // each server keeps the health the status had); images is what the pool knows of its images
 // on each server (a server it no longer lists and holds no slot on is forgotten).
-func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]v1.ServerHealth, images map[string]*serverImages) []v1.ServerStatus {
+func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]v1.ServerHealth, images map[string]*policy.ServerImages) []v1.ServerStatus {
 	var out []v1.ServerStatus
 	index := map[string]int{}
 	for _, srv := range pool.Spec.Coolify.ServerList() {
 		h, ok := health[srv.UUID]
 		if !ok {
-			h = healthOf(pool, srv.UUID)
+			h = policy.HealthOf(pool, srv.UUID)
 		}
 		index[srv.UUID] = len(out)
-		out = append(out, v1.ServerStatus{UUID: srv.UUID, State: serverState(pool, srv.UUID), Health: h, MaxSlots: srv.MaxSlots})
+		out = append(out, v1.ServerStatus{UUID: srv.UUID, State: policy.ServerState(pool, srv.UUID), Health: h, MaxSlots: srv.MaxSlots})
 	}
 	var unlisted []string
 	for i := range slots {
 		sl := &slots[i]
-		uuid := slotServer(sl, pool)
+		uuid := policy.SlotServer(sl, pool)
 		j, ok := index[uuid]
 		if !ok {
 			j = len(out)
@@ -200,7 +201,7 @@ func serverStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, health map[string]
 		if sl.Status.Phase == v1.SlotBusy {
 			st.Busy++
 		}
-		if st.State == v1.ServerActive && !st.Health.Out() && isFree(sl) {
+		if st.State == v1.ServerActive && !st.Health.Out() && policy.IsFree(sl) {
 			st.Free++
 		}
 		if d := sl.Status.LastDeployDuration; d != nil && (st.SlotStart == nil || d.Duration > st.SlotStart.Duration) {
@@ -238,7 +239,7 @@ func setServerOutCondition(p *v1.BotPool, now time.Time) {
 	var out []string
 	for _, st := range p.Status.Servers {
 		if st.State == v1.ServerActive && st.Health.Out() {
-			out = append(out, "server "+st.UUID+" "+outBecause(st.Health))
+			out = append(out, "server "+st.UUID+" "+policy.OutBecause(st.Health))
 		}
 	}
 	if len(out) == 0 {
@@ -255,7 +256,7 @@ func setServerOutCondition(p *v1.BotPool, now time.Time) {
 func whyNoRoom(p *v1.BotPool) string {
 	var why []string
 	for _, srv := range p.Spec.Coolify.ServerList() {
-		switch h := healthOf(p, srv.UUID); {
+		switch h := policy.HealthOf(p, srv.UUID); {
 		case srv.Cordoned:
 			why = append(why, srv.UUID+" is cordoned")
 		case h.Out():

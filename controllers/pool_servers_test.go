@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -260,7 +261,7 @@ func (sc *scenario) serverHealthIs(uuid string, h v1.ServerHealth) *v1.BotPool {
 	steps := 0
 	kubetest.Eventually(sc.t, 15*time.Second, func() error {
 		p = sc.poolNow()
-		if got := healthOf(p, uuid); got != h {
+		if got := policy.HealthOf(p, uuid); got != h {
 			if steps < 3 {
 				clk.Step(serversRefresh)
 				steps++
@@ -381,7 +382,7 @@ func TestLostStopIsSentAgain(t *testing.T) {
 	sc.sim.SetServerReachable(server, true)
 	kubetest.Eventually(t, 30*time.Second, func() error {
 		if a, _ := sc.sim.App(app); a.Running {
-			clk.Step(20 * time.Second) // the application list's age, then strayAfter
+			clk.Step(20 * time.Second) // the application list's age, then StrayAfter
 			sc.nudge()
 			return fmt.Errorf("the container of the released slot still runs (%s)", a.Status)
 		}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -98,7 +99,7 @@ func stalledMessage(s *poolScope) string {
 		return "Secret " + secret + " with the keys url and token does not exist in this namespace"
 	case v1.ReasonCredentialsNotAllowed:
 		return "Secret " + secret + " lacks the label " + v1.LabelAllowPoolUse + "=true, which lets BotPools send its data to Coolify; if that is what it is for, run: " +
-			allowCommand(s.pool.Namespace, secret)
+			policy.AllowCommand(s.pool.Namespace, secret)
 	case v1.ReasonCredentialsInvalid:
 		return "Secret " + secret + " must hold a Coolify base URL under url and an API token under token"
 	case v1.ReasonCredentialsRejected:

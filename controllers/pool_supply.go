@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // slotsToCreate is the supply rule: every waiting bot gets a slot, minIdle slots stay free,
@@ -85,13 +86,13 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		if sl.Spec.Pool == s.pool.Name {
 			total++
 			mine = append(mine, *sl)
-			if available(sl) && takesBots(sl, s.pool) {
+			if policy.Available(sl) && policy.TakesBots(sl, s.pool) {
 				free++
 			}
 		}
 	}
 	want := slotsToCreate(int(spec.MaxSlots), minIdle, total, free, waiting)
-	if s.surge > 0 { // a rollout's surge (rolloutBudget keeps it within maxSlots)
+	if s.surge > 0 { // a rollout's surge (RolloutBudget keeps it within maxSlots)
 		want = min(want+s.surge, max(int(spec.MaxSlots)-total, 0))
 	}
 	place := newPlacement(s.pool, mine, s.health)
@@ -115,7 +116,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		s.slots = append(s.slots, *slot)
 	}
 	if len(s.created) > 0 {
-		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), abbreviate(s.created))
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsCreated, "ScaleUp", "Created %d slot(s): %s", len(s.created), policy.Abbreviate(s.created))
 		ctrl.LoggerFrom(ctx).Info("Created slots", "count", len(s.created), "waiting", s.waiting, "slots", s.created)
 	}
 	return nil
@@ -152,7 +153,7 @@ func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
 	}
 	var candidates []*v1.BotPoolSlot
 	for i := range s.slots {
-		if sl := &s.slots[i]; takesBots(sl, s.pool) {
+		if sl := &s.slots[i]; policy.TakesBots(sl, s.pool) {
 			candidates = append(candidates, sl)
 		}
 	}
@@ -160,7 +161,7 @@ func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
 	if len(removed) > 0 {
 		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "ScaleDown",
 			"Removed %d slot(s): the pool held %d free for %s above its need of %d (minIdle in force %d, %d waiting bot(s), %d reservation(s) warming): %s",
-			len(removed), surplus, delay, need, s.warm.minIdle, s.waiting, s.warming, abbreviate(removed))
+			len(removed), surplus, delay, need, s.warm.minIdle, s.waiting, s.warming, policy.Abbreviate(removed))
 		ctrl.LoggerFrom(ctx).Info("Removed surplus free slots", "count", len(removed), "need", need, "slots", removed)
 	}
 	return err
@@ -170,7 +171,7 @@ func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
 // bots), and says whether one of them is still being created.
 func countFree(s *poolScope) (free int, creating bool) {
 	for i := range s.slots {
-		if sl := &s.slots[i]; available(sl) && takesBots(sl, s.pool) {
+		if sl := &s.slots[i]; policy.Available(sl) && policy.TakesBots(sl, s.pool) {
 			free++
 			creating = creating || sl.Status.Phase == "" || sl.Status.Phase == v1.SlotCreating
 		}
@@ -209,7 +210,7 @@ func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int
 	}
 	removed, err := r.removeIdle(ctx, s.pool, slots, excess)
 	if len(removed) > 0 {
-		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), abbreviate(removed))
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, v1.ReasonSlotsRemoved, "ScaleDown", "Removed %d slot(s) above maxSlots: %s", len(removed), policy.Abbreviate(removed))
 	}
 	return err
 }
@@ -220,7 +221,7 @@ func (r *BotPoolReconciler) removeIdle(ctx context.Context, pool *v1.BotPool, sl
 	prefix := slotPrefix(pool.Spec.Platform)
 	var idle []*v1.BotPoolSlot
 	for _, sl := range slots {
-		if removable(sl) {
+		if policy.Removable(sl) {
 			idle = append(idle, sl)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
@@ -48,7 +49,7 @@ func TestAvailableCountsAStandbyContainerOnItsWay(t *testing.T) {
 		{"a standby container deploying on a deleted slot", slot().Standby(v1.StandbyStarting, at).Deleting(at).Obj(), false},
 	}
 	for _, tt := range tests {
-		if got := available(tt.slot); got != tt.want {
+		if got := policy.Available(tt.slot); got != tt.want {
 			t.Errorf("%s: available = %v, want %v", tt.name, got, tt.want)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // The pool's side of the slot template (template.go): which template the pool rolls out now,
@@ -40,7 +42,7 @@ type envDigestEntry struct {
 	at     time.Time
 }
 
-// digest returns the digest of the Secret's data (secretDigest), read past the cache. A
+// digest returns the digest of the Secret's data (SecretDigest), read past the cache. A
 // missing Secret or one without the opt-in label is an error: the slots stall on it, and the
 // pool keeps the template it had.
 func (d *envDigests) digest(ctx context.Context, r client.Reader, clk clock.PassiveClock, key types.NamespacedName) (string, error) {
@@ -58,10 +60,10 @@ func (d *envDigests) digest(ctx context.Context, r client.Reader, clk clock.Pass
 		}
 		return "", fmt.Errorf("slotEnvFrom Secret %s: %w", key.Name, err)
 	}
-	if err := allowedForPools(&secret); err != nil {
+	if err := policy.AllowedForPools(&secret); err != nil {
 		return "", err
 	}
-	sum := secretDigest(secret.Data)
+	sum := policy.SecretDigest(secret.Data)
 	d.mu.Lock()
 	if d.seen == nil {
 		d.seen = map[types.NamespacedName]envDigestEntry{}
@@ -91,6 +93,6 @@ func (r *BotPoolReconciler) readTemplate(ctx context.Context, s *poolScope) {
 		}
 		digest = d
 	}
-	t := poolTemplate(s.pool, digest, r.BotAPIURL)
+	t := policy.PoolTemplate(s.pool, digest, r.BotAPIURL)
 	s.template = &t
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/simbot"
@@ -198,7 +199,7 @@ func (rs *resvScenario) createBots(t time.Time) {
 // due is the instant the bot controller waits for with a Scheduled bot: its start when it
 // holds a reservation on this standby pool, ScheduleLead before it otherwise.
 func due(b *v1.Bot) time.Time {
-	if reserved(b) {
+	if policy.Reserved(b) {
 		return b.Status.Reservation.From.Time
 	}
 	return b.Spec.StartTime.Add(-suiteScheduleLead)
@@ -282,7 +283,7 @@ func (rs *resvScenario) record() {
 	// reports, and one of two on the other.
 	first := p.Spec.Coolify.ServerList()[0].UUID
 	ref := p.Spec.Image + ":" + p.Spec.ImageTag
-	if !res.sawCached && cachedOn(p, first, ref, "") {
+	if !res.sawCached && policy.CachedOn(p, first, ref, "") {
 		res.cached, res.sawCached = at, true
 	}
 	ready, warm := 0, 0
@@ -296,7 +297,7 @@ func (rs *resvScenario) record() {
 		if s.Spec.BotRef != nil {
 			state += "+bot"
 			warm++
-		} else if offered(s, p) {
+		} else if policy.Offered(s, p) {
 			ready++
 			warm++
 		}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -87,20 +88,20 @@ func TestReservationWarmedByTheObservedLead(t *testing.T) {
 				r.NextStart != nil && r.NextStart.Time.Equal(bind)
 		})
 	}
-	reservations("two pending, the margin ahead", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: reservationMargin}})
+	reservations("two pending, the margin ahead", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: policy.ReservationMargin}})
 
 	// A new push of the tag: the server must pull again, and the lead waits for that pull as
 	// long as the last one took (the clock stands still while it is requested).
 	sc.updatePool(func(p *v1.BotPool) { p.Annotations = map[string]string{v1.AnnotationRestartedAt: "push-2"} })
-	reservations("the observed pull ahead while it runs (rounded up to the minute)", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: ceilMinute(pull + reservationMargin)}})
+	reservations("the observed pull ahead while it runs (rounded up to the minute)", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: ceilMinute(pull + policy.ReservationMargin)}})
 	sc.prePulled()
-	reservations("the margin again", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: reservationMargin}})
+	reservations("the margin again", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: policy.ReservationMargin}})
 	if n := len(listLiveSlots(t, sc.ns)); n != 0 {
 		t.Fatalf("%d slots before the lead, want none", n)
 	}
 
-	clk.SetTime(bind.Add(-reservationMargin))
-	reservations("warming both at the lead", v1.ReservationStatus{Pending: 2, Warming: 2, Lead: metav1.Duration{Duration: reservationMargin}})
+	clk.SetTime(bind.Add(-policy.ReservationMargin))
+	reservations("warming both at the lead", v1.ReservationStatus{Pending: 2, Warming: 2, Lead: metav1.Duration{Duration: policy.ReservationMargin}})
 	waitPool(t, key, "two free slots for them", func(p *v1.BotPool) bool { return p.Status.Slots != nil && p.Status.Slots.Idle == 2 })
 	for _, b := range bots {
 		if got := sc.bot(b.Name); got.Status.Phase != v1.BotScheduled || got.Status.SlotName != "" {
@@ -136,7 +137,7 @@ func TestReservationsAcrossAManagerRestart(t *testing.T) {
 	waitPool(t, client.ObjectKeyFromObject(sc.pool), "one reservation pending after the restart", func(p *v1.BotPool) bool {
 		return p.Status.Reservations != nil && p.Status.Reservations.Pending == 1
 	})
-	clk.SetTime(start.Add(-suiteScheduleLead - reservationMargin))
+	clk.SetTime(start.Add(-suiteScheduleLead - policy.ReservationMargin))
 	waitPool(t, client.ObjectKeyFromObject(sc.pool), "its slot warmed at the lead", func(p *v1.BotPool) bool {
 		return p.Status.Slots != nil && p.Status.Slots.Idle == 1 && p.Status.Reservations.Warming == 1
 	})

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
@@ -27,29 +28,29 @@ import (
 func TestRoomFor(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 14, 0, 0, 0, time.UTC)
 	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
-	h := func(from, until int) hold { return hold{from: at(from), until: at(until)} }
+	h := func(from, until int) policy.Hold { return policy.Hold{From: at(from), Until: at(until)} }
 	tests := []struct {
 		name        string
-		holds       []hold
+		holds       []policy.Hold
 		from, until int
 		maxSlots    int
 		want        bool
 		peak        int
 	}{
 		{"an empty pool", nil, 0, 60, 1, true, 0},
-		{"full at the start", []hold{h(0, 60), h(-30, 30)}, 0, 60, 2, false, 2},
-		{"full only later in the hold: a reservation at 14:30", []hold{h(30, 90), h(30, 90)}, 0, 60, 2, false, 2},
-		{"a hold that ends as this one starts does not count", []hold{h(-60, 0), h(-60, 0)}, 0, 60, 1, true, 0},
-		{"one that starts as this one ends does not count", []hold{h(60, 120)}, 0, 60, 1, true, 0},
-		{"holds that never overlap each other count one at a time", []hold{h(0, 20), h(20, 40), h(40, 60)}, 0, 60, 2, true, 1},
-		{"the peak, not the sum", []hold{h(0, 30), h(10, 40), h(20, 50), h(45, 60)}, 0, 60, 3, false, 3},
+		{"full at the start", []policy.Hold{h(0, 60), h(-30, 30)}, 0, 60, 2, false, 2},
+		{"full only later in the hold: a reservation at 14:30", []policy.Hold{h(30, 90), h(30, 90)}, 0, 60, 2, false, 2},
+		{"a hold that ends as this one starts does not count", []policy.Hold{h(-60, 0), h(-60, 0)}, 0, 60, 1, true, 0},
+		{"one that starts as this one ends does not count", []policy.Hold{h(60, 120)}, 0, 60, 1, true, 0},
+		{"holds that never overlap each other count one at a time", []policy.Hold{h(0, 20), h(20, 40), h(40, 60)}, 0, 60, 2, true, 1},
+		{"the peak, not the sum", []policy.Hold{h(0, 30), h(10, 40), h(20, 50), h(45, 60)}, 0, 60, 3, false, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := peakHolds(tt.holds, at(tt.from), at(tt.until)); got != tt.peak {
+			if got := policy.PeakHolds(tt.holds, at(tt.from), at(tt.until)); got != tt.peak {
 				t.Errorf("peak %d, want %d", got, tt.peak)
 			}
-			if got := roomFor(tt.holds, at(tt.from), at(tt.until), tt.maxSlots); got != tt.want {
+			if got := policy.RoomFor(tt.holds, at(tt.from), at(tt.until), tt.maxSlots); got != tt.want {
 				t.Errorf("roomFor %v, want %v", got, tt.want)
 			}
 		})
@@ -104,8 +105,8 @@ func TestDecideReservation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := decideReservation(&tt.bot, pool, tt.others, tt.bound, now, v1.DefaultReservationMinLead, 0)
-			if v.reason != tt.want || v.granted != (tt.want == v1.ReasonCapacityReserved) || v.message == "" {
+			v := policy.DecideReservation(&tt.bot, pool, tt.others, tt.bound, now, v1.DefaultReservationMinLead, 0)
+			if v.Reason != tt.want || v.Granted != (tt.want == v1.ReasonCapacityReserved) || v.Message == "" {
 				t.Errorf("verdict %+v, want %s", v, tt.want)
 			}
 		})
@@ -485,7 +486,7 @@ func TestObservedLead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := bt.MakePool("ns", "pool").Image("ghcr.io/acme/bot", "v2").Standby(tt.mode).MaxConcurrentDeployments(tt.limit).Obj()
-			tmpl := poolTemplate(pool, "", "")
+			tmpl := policy.PoolTemplate(pool, "", "")
 			s := &poolScope{pool: pool, template: &tmpl, servers: tt.known}
 			if got := observedLead(s, tt.servers, now); got != tt.want {
 				t.Errorf("lead model %+v, want %+v", got, tt.want)
@@ -500,7 +501,7 @@ func TestObservedLead(t *testing.T) {
 		st.Pull = &v1.ImagePull{Image: ref, State: v1.ImagePulling, Since: metav1.NewTime(at.Truncate(time.Second))}
 	})
 	pool := bt.MakePool("ns", "pool").Image("ghcr.io/acme/bot", "v2").Obj()
-	tmpl := poolTemplate(pool, "", "")
+	tmpl := policy.PoolTemplate(pool, "", "")
 	if got := observedLead(&poolScope{pool: pool, template: &tmpl, servers: settings}, []v1.ServerStatus{pulling}, at); got.pull != 6*time.Minute {
 		t.Errorf("a pull just requested at a fraction of a second has %s left, want all of its 6m", got.pull)
 	}
@@ -512,15 +513,15 @@ func TestPeakHoldsAgreesWithCountingEveryInstant(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 14, 0, 0, 0, time.UTC)
 	rng := rand.New(rand.NewPCG(18, 1))
 	at := func() time.Time { return t0.Add(time.Duration(rng.IntN(24)) * 5 * time.Minute) }
-	counted := func(holds []hold, from, until time.Time) int {
+	counted := func(holds []policy.Hold, from, until time.Time) int {
 		most := 0
-		for _, i := range append([]hold{{from: from}}, holds...) {
-			if i.from.Before(from) || !i.from.Before(until) {
+		for _, i := range append([]policy.Hold{{From: from}}, holds...) {
+			if i.From.Before(from) || !i.From.Before(until) {
 				continue
 			}
 			n := 0
 			for _, h := range holds {
-				if !i.from.Before(h.from) && i.from.Before(h.until) {
+				if !i.From.Before(h.From) && i.From.Before(h.Until) {
 					n++
 				}
 			}
@@ -529,19 +530,19 @@ func TestPeakHoldsAgreesWithCountingEveryInstant(t *testing.T) {
 		return most
 	}
 	for round := range 2000 {
-		holds := make([]hold, rng.IntN(12))
+		holds := make([]policy.Hold, rng.IntN(12))
 		for i := range holds {
 			a, b := at(), at()
 			if b.Before(a) {
 				a, b = b, a
 			}
-			holds[i] = hold{from: a, until: b}
+			holds[i] = policy.Hold{From: a, Until: b}
 		}
 		from, until := at(), at()
 		if !from.Before(until) {
 			continue
 		}
-		if got, want := peakHolds(holds, from, until), counted(holds, from, until); got != want {
+		if got, want := policy.PeakHolds(holds, from, until), counted(holds, from, until); got != want {
 			t.Fatalf("round %d: peak %d, counting every instant %d; holds %v over [%s, %s)", round, got, want, holds, from, until)
 		}
 	}
@@ -563,8 +564,8 @@ func TestReservationWindow(t *testing.T) {
 	start := time.Date(2026, 11, 27, 14, 0, 0, 0, time.UTC)
 	bot := bt.MakeBot("ns", "b").MaxDuration("30m").Obj()
 	bot.Spec.StartTime = &metav1.Time{Time: start}
-	running := reservationWindow(bot, bt.MakePool("ns", "warm").Standby(v1.StandbyRunning).Obj(), 2*time.Minute)
-	stopped := reservationWindow(bot, bt.MakePool("ns", "cold").Obj(), 2*time.Minute)
+	running := policy.ReservationWindow(bot, bt.MakePool("ns", "warm").Standby(v1.StandbyRunning).Obj(), 2*time.Minute)
+	stopped := policy.ReservationWindow(bot, bt.MakePool("ns", "cold").Obj(), 2*time.Minute)
 	if !running.From.Time.Equal(start) || !running.Until.Time.Equal(start.Add(30*time.Minute)) || running.Pool != "warm" {
 		t.Errorf("Running pool: %+v, want from its start for 30m", running)
 	}
@@ -586,7 +587,7 @@ func TestReservationWindow(t *testing.T) {
 		{"an earlier start", shift(running, -time.Minute, 0), false},
 		{"another pool", v1.BotReservation{Pool: "cold", From: running.From, Until: running.Until}, false},
 	} {
-		if got := within(tt.w, running); got != tt.keep {
+		if got := policy.Within(tt.w, running); got != tt.keep {
 			t.Errorf("%s: kept %v, want %v", tt.name, got, tt.keep)
 		}
 	}
@@ -629,7 +630,7 @@ func TestReservationDecidedAgainWhenItsWindowMoves(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"x", "y"} {
-		if got := pass(name); !reserved(got) {
+		if got := pass(name); !policy.Reserved(got) {
 			t.Fatalf("bot %s not reserved: %+v", name, got.Status.Conditions)
 		}
 	}
@@ -642,8 +643,8 @@ func TestReservationDecidedAgainWhenItsWindowMoves(t *testing.T) {
 
 	change("x", func(b *v1.Bot) { b.Spec.MaxDuration = "20m" })
 	got = pass("x")
-	if !reserved(got) || !got.Status.Reservation.Until.Time.Equal(x.Spec.StartTime.Add(20*time.Minute)) {
-		t.Errorf("x shortened: reserved %v, window %+v; want kept, until 20m after its start", reserved(got), got.Status.Reservation)
+	if !policy.Reserved(got) || !got.Status.Reservation.Until.Time.Equal(x.Spec.StartTime.Add(20*time.Minute)) {
+		t.Errorf("x shortened: reserved %v, window %+v; want kept, until 20m after its start", policy.Reserved(got), got.Status.Reservation)
 	}
 }
 

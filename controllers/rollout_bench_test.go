@@ -18,6 +18,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/simbot"
@@ -340,7 +341,7 @@ func newRolloutScenario(tb testing.TB, name string, c rolloutCase, pulls *pullLo
 func readyFree(slots []v1.BotPoolSlot, pool *v1.BotPool) int {
 	n := 0
 	for i := range slots {
-		if offered(&slots[i], pool) {
+		if policy.Offered(&slots[i], pool) {
 			n++
 		}
 	}
@@ -452,7 +453,7 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 		p := bs.poolOf()
 		res.minReadyDuring = min(res.minReadyDuring, readyFree(slots, p))
 		for _, srv := range servers {
-			if _, seen := res.pulled[srv.UUID]; !seen && cachedOn(p, srv.UUID, newRef, "") {
+			if _, seen := res.pulled[srv.UUID]; !seen && policy.CachedOn(p, srv.UUID, newRef, "") {
 				res.pulled[srv.UUID] = clk.Since(t0)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/simbot"
@@ -241,7 +242,7 @@ func (st *meetingStream) drive() (hold, busy bool) {
 	}
 	sb := &streamBot{name: fmt.Sprintf("stream-%02d", len(st.bots)), window: st.window}
 	if st.newRef != "" {
-		sb.duringPull = !cachedOn(st.sc.poolNow(), fixture.ServerUUID, st.newRef, "")
+		sb.duringPull = !policy.CachedOn(st.sc.poolNow(), fixture.ServerUUID, st.newRef, "")
 	}
 	newBot(st.t, st.sc.ns, sb.name, st.sc.pool.Name)
 	st.bots = append(st.bots, sb)
@@ -287,7 +288,7 @@ func (st *meetingStream) follow(cur *streamBot, slots []v1.BotPoolSlot) (hold bo
 		if s.Spec.BotRef != nil && s.Spec.BotRef.UID == b.UID {
 			bound = s
 		}
-		free = free || isFree(s)
+		free = free || policy.IsFree(s)
 	}
 	switch {
 	case bound == nil:

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/simbot"
@@ -129,7 +130,7 @@ func TestRolloutOfAStoppedPool(t *testing.T) {
 
 	// The pull finishes; the free slot moves over at once, the busy ones stay.
 	sc.waitPool("pulled with the free slot on tag 2", time.Second, 60, func(p *v1.BotPool) bool {
-		return cachedOn(p, fixture.ServerUUID, image+":2", "") && p.Status.UpdatedSlots >= 1
+		return policy.CachedOn(p, fixture.ServerUUID, image+":2", "") && p.Status.UpdatedSlots >= 1
 	})
 	for _, s := range listSlots(t, sc.ns) {
 		if s.Spec.BotRef != nil && s.Status.TemplateHash != h1 {

@@ -6,15 +6,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // Coolify may report a server reachable and usable while every deployment there fails: its
 // registry or disk is gone, its Docker is broken. GET /servers does not tell; the pool's own
-// starts do. A server on which the pool's last failingAfter starts failed in a row (no start
+// starts do. A server on which the pool's last FailingAfter starts failed in a row (no start
 // finished there in between) is Failing for that pool: out, like an unreachable one, until
-// failingCooldown after its last failure. Then it takes bots again; a start that fails there
+// FailingCooldown after its last failure. Then it takes bots again; a start that fails there
 // takes it out again at once (the run is not forgotten until a start finishes there or
-// failingForget passes).
+// FailingForget passes).
 //
 // The mark is per pool: a tenant whose starts fail (its image, its registry login) never takes
 // a server from another tenant. And it is never put on every Active server of a pool at once:
@@ -51,7 +52,7 @@ func (b *BulkReader) StartEnded(pool types.UID, server string, failed bool, now 
 		b.failing = map[string]*failRun{}
 	}
 	for k, run := range b.failing {
-		if now.Sub(run.last) > failingForget {
+		if now.Sub(run.last) > policy.FailingForget {
 			delete(b.failing, k)
 		}
 	}
@@ -70,7 +71,7 @@ func (b *BulkReader) failingRun(pool types.UID, server string, now time.Time) (f
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	run, ok := b.failing[failKey(pool, server)]
-	if !ok || run.failures < failingAfter || now.Sub(run.last) >= failingCooldown {
+	if !ok || run.failures < policy.FailingAfter || now.Sub(run.last) >= policy.FailingCooldown {
 		return failRun{}, false
 	}
 	return *run, true

@@ -13,13 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
 // TestServerFailing: a server where a pool's last starts failed in a row is Failing for that
-// pool only, for failingCooldown after the last failure; a start that finished there clears
+// pool only, for FailingCooldown after the last failure; a start that finished there clears
 // it; and it is never put on every server of the pool at once.
 func TestServerFailing(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
@@ -38,20 +39,20 @@ func TestServerFailing(t *testing.T) {
 		}
 	}
 
-	fail(pool, "b", failingAfter-1)
+	fail(pool, "b", policy.FailingAfter-1)
 	if h := health(pool); h["b"] != v1.ServerHealthy {
-		t.Fatalf("after %d failures b is %s, want Healthy (it takes %d)", failingAfter-1, h["b"], failingAfter)
+		t.Fatalf("after %d failures b is %s, want Healthy (it takes %d)", policy.FailingAfter-1, h["b"], policy.FailingAfter)
 	}
 	fail(pool, "b", 1)
 	if h := health(pool); h["b"] != v1.ServerFailing || h["a"] != v1.ServerHealthy {
-		t.Fatalf("after %d failures on b: %v, want b Failing, a Healthy", failingAfter, h)
+		t.Fatalf("after %d failures on b: %v, want b Failing, a Healthy", policy.FailingAfter, h)
 	}
 	if h := health(other); h["b"] != v1.ServerHealthy {
 		t.Fatalf("another tenant's pool sees b %s: one pool's failures must not take a server from another", h["b"])
 	}
 
 	// Every server failing: the pool's own image is the likelier cause; none is taken out.
-	fail(pool, "a", failingAfter)
+	fail(pool, "a", policy.FailingAfter)
 	if h := health(pool); h["a"] != v1.ServerHealthy || h["b"] != v1.ServerHealthy {
 		t.Fatalf("both servers failing: %v, want neither taken out", h)
 	}
@@ -63,13 +64,13 @@ func TestServerFailing(t *testing.T) {
 		t.Fatalf("b Failing while a is Unreachable: the pool would have no server left (%v)", h)
 	}
 
-	// The mark lasts failingCooldown after the last failure; one more failure renews it.
+	// The mark lasts FailingCooldown after the last failure; one more failure renews it.
 	if h := health(pool); h["b"] != v1.ServerFailing {
 		t.Fatalf("b is %s, want Failing", h["b"])
 	}
-	clk.Step(failingCooldown)
+	clk.Step(policy.FailingCooldown)
 	if h := health(pool); h["b"] != v1.ServerHealthy {
-		t.Fatalf("b is %s %s after its last failure, want Healthy again", h["b"], failingCooldown)
+		t.Fatalf("b is %s %s after its last failure, want Healthy again", h["b"], policy.FailingCooldown)
 	}
 	fail(pool, "b", 1)
 	if h := health(pool); h["b"] != v1.ServerFailing {
@@ -82,18 +83,18 @@ func TestServerFailing(t *testing.T) {
 	}
 	// Failures while Coolify reports the server out are the outage's: once it is back, they
 	// do not keep it out.
-	fail(pool, "b", failingAfter)
+	fail(pool, "b", policy.FailingAfter)
 	b.markFailing(pool, map[string]v1.ServerHealth{"a": v1.ServerHealthy, "b": v1.ServerUnreachable}, clk.Now())
 	if h := health(pool); h["b"] != v1.ServerHealthy {
 		t.Fatalf("b is %s once Coolify has it back, want Healthy: its failures were the outage's", h["b"])
 	}
-	// A run is forgotten failingForget after its last failure.
-	fail(pool, "b", failingAfter-1)
-	clk.Step(failingForget + time.Second)
+	// A run is forgotten FailingForget after its last failure.
+	fail(pool, "b", policy.FailingAfter-1)
+	clk.Step(policy.FailingForget + time.Second)
 	fail(other, "a", 1) // any record sweeps
 	fail(pool, "b", 1)
 	if h := health(pool); h["b"] != v1.ServerHealthy {
-		t.Fatalf("b is %s: failures older than %s still counted", h["b"], failingForget)
+		t.Fatalf("b is %s: failures older than %s still counted", h["b"], policy.FailingForget)
 	}
 }
 
@@ -127,7 +128,7 @@ func TestServerHealthOfARead(t *testing.T) {
 // TestSlotFailuresMarkTheirServer: the slot controller feeds the runs: a deployment that
 // failed counts against the slot's server for its pool, one that finished ends the run. One
 // pass each, on the fake client and clock; the pool's next read (markFailing) turns the
-// server Failing after failingAfter of them, while the pool's other server is in.
+// server Failing after FailingAfter of them, while the pool's other server is in.
 func TestSlotFailuresMarkTheirServer(t *testing.T) {
 	const slotN, app, token = "pool-zoom-001", "app-1", "0000000000000000000000000000000000000000000000000000000000000000"
 	ctx := context.Background()
@@ -167,13 +168,13 @@ func TestSlotFailuresMarkTheirServer(t *testing.T) {
 		return h["b"]
 	}
 
-	for i := range failingAfter {
+	for i := range policy.FailingAfter {
 		if got := pass(coolify.DeploymentFailed); got != v1.SlotError {
 			t.Fatalf("pass %d: slot %s, want Error", i, got)
 		}
 	}
 	if got := healthB(); got != v1.ServerFailing {
-		t.Fatalf("after %d failed deployments on b it is %s, want Failing", failingAfter, got)
+		t.Fatalf("after %d failed deployments on b it is %s, want Failing", policy.FailingAfter, got)
 	}
 	if got := pass(coolify.DeploymentFinished); got != v1.SlotBusy {
 		t.Fatalf("slot %s, want Busy", got)

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 )
@@ -85,10 +86,10 @@ type BotPoolSlotReconciler struct {
 }
 
 func (r *BotPoolSlotReconciler) gateRetry() time.Duration {
-	return orDefault(r.GateRetry, DefaultGateRetry)
+	return policy.OrDefault(r.GateRetry, DefaultGateRetry)
 }
 func (r *BotPoolSlotReconciler) appCheck() time.Duration {
-	return orDefault(r.AppCheck, DefaultAppCheck)
+	return policy.OrDefault(r.AppCheck, DefaultAppCheck)
 }
 
 // slotScope is what one reconcile of a slot observed and decided.
@@ -361,7 +362,7 @@ func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScop
 
 // releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6),
 // went back to the queue from this failed slot (Bot.LeftSlot), or is deleted and past its
-// leave (see leaveDeadline). Releasing is the slot controller's alone: the
+// leave (see LeaveDeadline). Releasing is the slot controller's alone: the
 // Bot controller of a deleted bot waits for it.
 func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope) (bool, error) {
 	ref := s.slot.Spec.BotRef
@@ -388,7 +389,7 @@ func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope)
 			}
 			pool = nil // the default leave grace
 		}
-		at, known := leaveDeadline(bot, s.slot, pool)
+		at, known := policy.LeaveDeadline(bot, s.slot, pool)
 		if now := r.Clock.Now(); !known || now.Before(at) {
 			// Its container runs and was told to leave (or will be, once the Bot controller
 			// records the request: that write brings the slot back).
@@ -485,7 +486,7 @@ func (r *BotPoolSlotReconciler) project(ctx context.Context, namespace, name str
 // sameSlotRecord compares two projections of a slot, its write time aside.
 func sameSlotRecord(a, b store.SlotRecord) bool {
 	return a.Namespace == b.Namespace && a.Name == b.Name && a.Pool == b.Pool && a.Phase == b.Phase &&
-		a.ApplicationUUID == b.ApplicationUUID && a.BotUID == b.BotUID && a.BotName == b.BotName && sameTime(a.LastUsedAt, b.LastUsedAt)
+		a.ApplicationUUID == b.ApplicationUUID && a.BotUID == b.BotUID && a.BotName == b.BotName && policy.SameTime(a.LastUsedAt, b.LastUsedAt)
 }
 
 // unproject removes a slot's projection.

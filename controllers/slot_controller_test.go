@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -738,7 +739,7 @@ func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
 	}
 	sc.nudge() // a stalled slot looks again every stalledRetry of real time: do not wait for it
 	refused := sc.slot("Stalled "+v1.ReasonSlotEnvNotAllowed, stalledFor(v1.ReasonSlotEnvNotAllowed))
-	if c := meta.FindStatusCondition(refused.Status.Conditions, v1.ConditionStalled); !strings.Contains(c.Message, allowCommand(sc.ns, "bot-env")) {
+	if c := meta.FindStatusCondition(refused.Status.Conditions, v1.ConditionStalled); !strings.Contains(c.Message, policy.AllowCommand(sc.ns, "bot-env")) {
 		t.Errorf("Stalled message %q does not say the command that opts in", c.Message)
 	}
 	botEnv.Labels = map[string]string{v1.LabelAllowPoolUse: "true"}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -27,11 +28,11 @@ const (
 //	exists        | ≤ freshness  | ≥ max          | the bot is alive: Busy
 //
 // A store that cannot answer never fails a bot (invariant 10).
-func decideStale(now, since time.Time, t v1.Timing, live liveness, skipped int32) staleAction {
-	if now.Sub(since) <= t.DeployingTimeout.OrDefault(v1.DefaultDeployingTimeout) || !live.known {
+func decideStale(now, since time.Time, t v1.Timing, live policy.Liveness, skipped int32) staleAction {
+	if now.Sub(since) <= t.DeployingTimeout.OrDefault(v1.DefaultDeployingTimeout) || !live.Known {
 		return staleWait
 	}
-	if !live.beatWithin(now, t.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)) {
+	if !live.BeatWithin(now, t.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)) {
 		return staleRecover
 	}
 	if skipped < t.SkipLimit() {

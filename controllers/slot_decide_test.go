@@ -6,32 +6,33 @@ import (
 	"time"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
 func TestDecideStale(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
 	timing := v1.Timing{DeployingTimeout: "15m", HeartbeatFreshness: "5m"} // three skips by default
-	beat := func(ago time.Duration) liveness {
+	beat := func(ago time.Duration) policy.Liveness {
 		b := t0.Add(16*time.Minute - ago)
-		return liveness{known: true, lastBeat: &b}
+		return policy.Liveness{Known: true, LastBeat: &b}
 	}
 	now := t0.Add(16 * time.Minute)
 	tests := []struct {
 		name    string
 		now     time.Time
-		live    liveness
+		live    policy.Liveness
 		skipped int32
 		want    staleAction
 	}{
-		{"not stale yet", t0.Add(14 * time.Minute), liveness{known: true}, 0, staleWait},
-		{"exactly at the timeout is not stale", t0.Add(15 * time.Minute), liveness{known: true}, 0, staleWait},
-		{"stale, the bot never beat", now, liveness{known: true}, 0, staleRecover},
+		{"not stale yet", t0.Add(14 * time.Minute), policy.Liveness{Known: true}, 0, staleWait},
+		{"exactly at the timeout is not stale", t0.Add(15 * time.Minute), policy.Liveness{Known: true}, 0, staleWait},
+		{"stale, the bot never beat", now, policy.Liveness{Known: true}, 0, staleRecover},
 		{"stale, last beat too old", now, beat(6 * time.Minute), 0, staleRecover},
 		{"stale, the bot beats: skip", now, beat(30 * time.Second), 0, staleSkip},
 		{"stale, the bot beats, two skips so far", now, beat(30 * time.Second), 2, staleSkip},
 		{"stale, the bot beat through every skip: Busy", now, beat(30 * time.Second), 3, staleBusy},
-		{"stale, but the store is down: never fail for lack of data", now, liveness{known: false}, 0, staleWait},
+		{"stale, but the store is down: never fail for lack of data", now, policy.Liveness{Known: false}, 0, staleWait},
 	}
 	for _, tt := range tests {
 		if got := decideStale(tt.now, t0, timing, tt.live, tt.skipped); got != tt.want {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/slottoken"
 )
@@ -28,11 +29,11 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 		return err
 	}
 	st := &s.slot.Status
-	if srv := slotServer(s.slot, s.pool); st.ApplicationUUID == "" && healthOf(s.pool, srv) == v1.ServerNotFound {
+	if srv := policy.SlotServer(s.slot, s.pool); st.ApplicationUUID == "" && policy.HealthOf(s.pool, srv) == v1.ServerNotFound {
 		// Coolify would refuse the application (Server not found): say why the slot waits
 		// instead of retrying a create that cannot succeed. The pool offers it no bot, and
 		// a fixed server list (or Coolify seeing the server again) lets it go on.
-		st.Message = "Waiting: server " + srv + " " + outBecause(v1.ServerNotFound)
+		st.Message = "Waiting: server " + srv + " " + policy.OutBecause(v1.ServerNotFound)
 		s.after(r.jittered(serversRefresh))
 		return nil
 	}
@@ -74,7 +75,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		if app.Name != s.slot.Name || r.Coolify.Deleting(tag, app.UUID) {
 			continue
 		}
-		if !adoptable(app, tag, s.pool, slotServer(s.slot, s.pool)) {
+		if !adoptable(app, tag, s.pool, policy.SlotServer(s.slot, s.pool)) {
 			if carriesTag(app, tag) {
 				if err := r.replaceUnadoptable(ctx, s, tag, app); err != nil {
 					return "", err
@@ -85,14 +86,14 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		ctrl.LoggerFrom(ctx).Info("Adopting existing application", "appUUID", app.UUID)
 		// Made by this slot in a pass that crashed before recording it: as good as created now
 		// (its env may never have been set).
-		s.createdFrom = app.DockerRegistryImageName + ":" + tagOrLatest(app.DockerRegistryImageTag)
+		s.createdFrom = app.DockerRegistryImageName + ":" + policy.TagOrLatest(app.DockerRegistryImageTag)
 		s.slot.Status.Image = s.createdFrom
 		return app.UUID, nil
 	}
 	p := s.pool.Spec
-	server := slotServer(s.slot, s.pool)
+	server := policy.SlotServer(s.slot, s.pool)
 	entry, _ := p.Coolify.Server(server) // unlisted (draining): no destination, the server's default
-	image, imageTag := createImage(s.pool, server)
+	image, imageTag := policy.CreateImage(s.pool, server)
 	uuid, err := s.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
 		ProjectUUID: p.Coolify.ProjectUUID, ServerUUID: server,
 		EnvironmentName: p.Coolify.EnvironmentName, EnvironmentUUID: p.Coolify.EnvironmentUUID,
@@ -106,7 +107,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		// A create that failed with a 5xx may have happened: the next pass adopts it by name.
 		return "", fmt.Errorf("creating the application: %w", err)
 	}
-	s.createdFrom = image + ":" + tagOrLatest(imageTag)
+	s.createdFrom = image + ":" + policy.TagOrLatest(imageTag)
 	s.slot.Status.Image = s.createdFrom
 	return uuid, nil
 }
@@ -250,7 +251,7 @@ const (
 )
 
 // slotEnv is the environment of every container of the slot, and the digest of the pool's
-// slotEnvFrom data in it (secretDigest: part of the slot template).
+// slotEnvFrom data in it (SecretDigest: part of the slot template).
 func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([]coolify.EnvVar, string, error) {
 	env := map[string]string{}
 	digest := ""
@@ -262,10 +263,10 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 			}
 			return nil, "", fmt.Errorf("slotEnvFrom Secret %s: %w", ref.Name, err)
 		}
-		if err := allowedForPools(&secret); err != nil {
+		if err := policy.AllowedForPools(&secret); err != nil {
 			return nil, "", fmt.Errorf("the pool's slotEnvFrom: %w", err)
 		}
-		digest = secretDigest(secret.Data)
+		digest = policy.SecretDigest(secret.Data)
 		for k, v := range secret.Data {
 			env[k] = string(v)
 		}
@@ -453,12 +454,12 @@ func (r *BotPoolSlotReconciler) poolDeploys(ctx context.Context, s *slotScope) (
 	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, false
 	}
-	server := slotServer(s.slot, s.pool)
+	server := policy.SlotServer(s.slot, s.pool)
 	// The pool's pre-pull there is a deployment on the server too: it holds one of the builds
 	// the server runs at once for minutes. It counts for the server, not the pool's own bound
 	// (it starts no bot); and the image the slot's application runs is warm there once a
 	// pre-pull of it finished, so a rollout's pull never makes a start on the old image wait.
-	if im := imagesOf(s.pool)[server]; im != nil {
+	if im := policy.ImagesOf(s.pool)[server]; im != nil {
 		if im.Pull != nil && im.Pull.State == v1.ImagePulling {
 			here = append(here, prePullFlight+server)
 		}
@@ -468,7 +469,7 @@ func (r *BotPoolSlotReconciler) poolDeploys(ctx context.Context, s *slotScope) (
 	}
 	for i := range slots.Items {
 		sl := &slots.Items[i]
-		same := slotServer(sl, s.pool) == server
+		same := policy.SlotServer(sl, s.pool) == server
 		if sl.Status.Phase == v1.SlotDeploying && sl.Name != s.slot.Name {
 			deploying = append(deploying, sl.Name)
 			if same {
@@ -517,7 +518,7 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, s.bot.UID, freshness)
 	// A store that cannot answer counts as a fresh beat: no deployment is failed for lack of
 	// liveness data (invariant 10), only delayed until the store answers again.
-	fresh := !live.known || live.beatWithin(now, freshness)
+	fresh := !live.Known || live.BeatWithin(now, freshness)
 	stale := decideStale(now, st.DeployingSince.Time, timing, live, st.SkippedRecoveries)
 	verdict, listed, err := r.judge(ctx, s, poll, fresh)
 	if err == nil && listed && (verdict.phase == v1.SlotError || verdict.phase == "" && stale == staleRecover) {
@@ -606,7 +607,7 @@ func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg st
 	s.slot.Status.RecoveryAttempts = 0
 	r.setStandby(s, "") // the container is the bot's now
 	if s.pool != nil {
-		r.Coolify.StartEnded(s.pool.UID, slotServer(s.slot, s.pool), false, r.Clock.Now())
+		r.Coolify.StartEnded(s.pool.UID, policy.SlotServer(s.slot, s.pool), false, r.Clock.Now())
 	}
 	r.describe(ctx, s, v1.SlotBusy, r.Clock.Now())
 	r.recordDeployDuration(s)
@@ -751,7 +752,7 @@ func (r *BotPoolSlotReconciler) strayContainer(s *slotScope, status string) bool
 		return false
 	}
 	running := strings.HasPrefix(status, "running") || strings.HasPrefix(status, "restarting") || strings.HasPrefix(status, "starting")
-	return running && r.Clock.Since(st.PhaseSince.Time) > strayAfter
+	return running && r.Clock.Since(st.PhaseSince.Time) > policy.StrayAfter
 }
 
 // releasing stops the container and returns the slot to the pool.
@@ -828,7 +829,7 @@ func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reaso
 		// against the server for itself (server_failures.go).
 		r.Coolify.ServersSuspect(s.api)
 		if s.pool != nil {
-			r.Coolify.StartEnded(s.pool.UID, slotServer(s.slot, s.pool), true, r.Clock.Now())
+			r.Coolify.StartEnded(s.pool.UID, policy.SlotServer(s.slot, s.pool), true, r.Clock.Now())
 		}
 	}
 	s.slot.Status.RecoveryAttempts++
@@ -895,7 +896,7 @@ func (r *BotPoolSlotReconciler) describe(ctx context.Context, s *slotScope, phas
 	if len(msg) > 0 {
 		m = msg[0]
 	}
-	if err := s.api.SetDescription(ctx, uuid, marked(description(phase, bot, at, m), ownerMark(r.appTag(s), s.pool, slotServer(s.slot, s.pool)))); err != nil {
+	if err := s.api.SetDescription(ctx, uuid, marked(description(phase, bot, at, m), ownerMark(r.appTag(s), s.pool, policy.SlotServer(s.slot, s.pool)))); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Setting the application's description failed")
 	}
 }
@@ -919,7 +920,7 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 					// Coolify deletes the application of a server it cannot reach but loses the
 					// container's removal: it would run on, unlisted, in whatever meeting.
 					s.slot.Status.Message = fmt.Sprintf("Coolify reports server %s %s: deleting application %s now would leave its container running there; "+
-						"waiting for the server (annotate the slot %s=true to let it go anyway)", slotServer(s.slot, s.pool), out, uuid, v1.AnnotationOrphanApplication)
+						"waiting for the server (annotate the slot %s=true to let it go anyway)", policy.SlotServer(s.slot, s.pool), out, uuid, v1.AnnotationOrphanApplication)
 					s.after(serversRetry)
 					return nil
 				}
@@ -974,7 +975,7 @@ func (r *BotPoolSlotReconciler) claimUnrecorded(ctx context.Context, s *slotScop
 		if app.Name != s.slot.Name {
 			continue
 		}
-		if s.pool != nil && !strings.HasSuffix(app.Description, ownerMark(tag, s.pool, slotServer(s.slot, s.pool))) ||
+		if s.pool != nil && !strings.HasSuffix(app.Description, ownerMark(tag, s.pool, policy.SlotServer(s.slot, s.pool))) ||
 			s.pool == nil && !carriesTag(app, tag) {
 			continue
 		}
@@ -1011,14 +1012,14 @@ func (r *BotPoolSlotReconciler) drain(ctx context.Context, s *slotScope) (done b
 		r.Recorder.Eventf(s.slot, bot, corev1.EventTypeNormal, v1.ReasonDraining, "Delete",
 			"Slot deleted: asking bot %s to leave before deleting application %s", bot.Name, st.ApplicationUUID)
 	}
-	// The bot leaves, or the Bot controller ends it when the drain is over (drainDeadline);
+	// The bot leaves, or the Bot controller ends it when the drain is over (DrainDeadline);
 	// either brings the slot back, and releaseOrphan lets the ended bot go.
 	s.bot = bot
 	poll := v1.DefaultDeploymentPollInterval
 	if s.pool != nil {
 		poll = s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(poll)
 	}
-	if at, known := drainDeadline(s.slot, bot, s.pool); known && r.Clock.Now().Before(at) {
+	if at, known := policy.DrainDeadline(s.slot, bot, s.pool); known && r.Clock.Now().Before(at) {
 		left := at.Sub(r.Clock.Now())
 		st.Message = "Deleted: waiting up to " + left.Round(time.Second).String() + " for bot " + bot.Name + " to leave its meeting"
 		// Look again at the poll cadence (a Get from the cache): a bot reporting Leaving

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -191,7 +192,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 				PullFailed(pool().(*v1.BotPool).Spec.Coolify.DefaultServer(), "bot:1", 1, now.Add(-30*time.Second)).Obj(),
 			slot().App(app).Template("h1", "bot:1").Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()},
 		coolify: &bt.Coolify{},
-		want:    onePassResult{Phase: v1.SlotIdle, Requeue: pullRetry - 30*time.Second},
+		want:    onePassResult{Phase: v1.SlotIdle, Requeue: policy.PullRetry - 30*time.Second},
 	}, {
 		// The model check's seed 881256409367165: a slot created on a tag whose pulls all
 		// failed was bound after the pool had moved on and pulled another tag, and its
@@ -450,7 +451,7 @@ func TestAStrandedSlotKeepsItsEnvUntilItTakesTheTemplate(t *testing.T) {
 	clk := clocktesting.NewFakeClock(now)
 	base := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "3").Obj()
 	server := base.Spec.Coolify.DefaultServer()
-	hash := poolTemplate(base, "", "").Hash()
+	hash := policy.PoolTemplate(base, "", "").Hash()
 	pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "3").Template(hash, "bot:3").
 		Cached(server, "bot:2", "", now.Add(-time.Hour)).Obj()
 	slot := bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).

@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"context"
+
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // serverOf is the slot's server, with what its last read settings say it runs.
 func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
-	return serverFor(s.api, r.Coolify, slotServer(s.slot, s.pool))
+	return serverFor(s.api, r.Coolify, policy.SlotServer(s.slot, s.pool))
 }
 
 // serverOut reads the servers of the slot's Coolify user again if due and says how the slot's
@@ -18,7 +20,7 @@ func (r *BotPoolSlotReconciler) serverOut(ctx context.Context, s *slotScope) str
 		return ""
 	}
 	r.Coolify.RefreshServers(ctx, s.api)
-	st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), slotServer(s.slot, s.pool))
+	st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), policy.SlotServer(s.slot, s.pool))
 	if h := serverHealth(st, ok, ok); h.Out() {
 		return string(h)
 	}

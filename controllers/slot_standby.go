@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/store"
 )
@@ -27,7 +28,7 @@ import (
 //	Deploying, Starting  … is being deployed …
 //	Idle,      Starting  … runs, and has not asked for work yet
 //	Idle,      Ready     its current container asked for work within standbyAskWindow:
-//	                     the only standby slot the dispatcher binds (isFree)
+//	                     the only standby slot the dispatcher binds (IsFree)
 //	Idle,      Lost      it stopped asking: a fresh one is deployed
 //	Idle → Busy          the bound bot's first report or beat
 //	Busy → Releasing     the bot let go: the container is stopped and the slot credential
@@ -128,26 +129,26 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 		}
 		r.setStandby(s, v1.StandbyStarting)
 	}
-	if srv := slotServer(s.slot, s.pool); healthOf(s.pool, srv).Out() {
+	if srv := policy.SlotServer(s.slot, s.pool); policy.HealthOf(s.pool, srv).Out() {
 		// Coolify would fail the deployment (or the pool's starts there keep failing): the
 		// container waits for the server to be back, instead of failing, recovering and
 		// failing again until the slot is retired.
-		st.Message = fmt.Sprintf("Standby container to start once server %s is back (%s)", srv, healthOf(s.pool, srv))
+		st.Message = fmt.Sprintf("Standby container to start once server %s is back (%s)", srv, policy.HealthOf(s.pool, srv))
 		s.after(r.jittered(serversRetry))
 		return nil
 	}
 	if done, err := r.updateInPlace(ctx, s); err != nil || done { // no container yet: it starts on the template
 		return err
 	}
-	if srv := slotServer(s.slot, s.pool); st.Image != "" {
-		if p := failedPull(s.pool, srv, st.Image); p != nil {
+	if srv := policy.SlotServer(s.slot, s.pool); st.Image != "" {
+		if p := policy.FailedPull(s.pool, srv, st.Image); p != nil {
 			// The pool's pre-pull of this very image failed on the server (a tag the registry
 			// lacks, a pull longer than deploymentTimeout): the container's deployment would
 			// fail the same way, the slot retire after maxRecoveryAttempts, and the pool
 			// create it again, forever (found by the model check). The container waits for
 			// the pool's next pull instead; the pool's Stalled condition says why.
 			st.Message = fmt.Sprintf("Standby container to start once the pool pulls %s on server %s (its last pull failed)", st.Image, srv)
-			s.after(r.jittered(min(max(p.Since.Add(pullBackoff(p.Failures)).Sub(r.Clock.Now()), serversRetry), pullRetry)))
+			s.after(r.jittered(min(max(p.Since.Add(policy.PullBackoff(p.Failures)).Sub(r.Clock.Now()), serversRetry), policy.PullRetry)))
 			return nil
 		}
 	}
@@ -251,11 +252,11 @@ func (r *BotPoolSlotReconciler) standbyLost(s *slotScope, msg string) {
 // report or beat. A container that does not take the bot within standbyAskWindow is gone:
 // the slot fails (the bot ends with ReasonStandbyLost) and gets a fresh container.
 func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) error {
-	if botStarted(s.bot) {
+	if policy.BotStarted(s.bot) {
 		r.toBusy(ctx, s, "Bot "+s.bot.Name+" runs on the standby container")
 		return nil
 	}
-	bound := boundSince(s.bot)
+	bound := policy.BoundSince(s.bot)
 	if bound == nil {
 		// The bot controller has not mirrored the binding yet: its write brings us back.
 		s.after(r.standbyCheck(s, standbyStartCheck))
@@ -330,7 +331,7 @@ func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotSco
 	case dep != nil && dep.Status == coolify.DeploymentFinished:
 		// The deployment is over: no request is pending that a later pass must look for.
 		st.DeployingSince = nil
-		r.Coolify.StartEnded(s.pool.UID, slotServer(s.slot, s.pool), false, r.Clock.Now())
+		r.Coolify.StartEnded(s.pool.UID, policy.SlotServer(s.slot, s.pool), false, r.Clock.Now())
 		r.recordDeployDuration(s)
 		r.moveTo(s, v1.SlotIdle, "", "Standby container deployed (deployment "+dep.DeploymentUUID+"); waiting for it to ask for work")
 		return nil
@@ -407,12 +408,12 @@ func (r *BotPoolSlotReconciler) setEnv(ctx context.Context, s *slotScope, token 
 		return err
 	}
 	st := &s.slot.Status
-	t := poolTemplate(s.pool, digest, r.BotAPIURL)
+	t := policy.PoolTemplate(s.pool, digest, r.BotAPIURL)
 	// An application created (or adopted) in this pass, or by an operator before templates,
 	// has no template's env to keep: it gets the current one, whatever image its server
-	// could give it (createImage).
+	// could give it (CreateImage).
 	fresh := s.createdFrom != "" || st.TemplateHash == ""
-	follows := fresh || st.TemplateHash == t.Hash() || templateReady(s.pool, slotServer(s.slot, s.pool), t)
+	follows := fresh || st.TemplateHash == t.Hash() || policy.TemplateReady(s.pool, policy.SlotServer(s.slot, s.pool), t)
 	// A slot moving from one template to another drops the keys the new one lacks; one that
 	// never recorded a template has none of its own to drop.
 	takes := st.TemplateHash != "" && st.TemplateHash != t.Hash() && s.createdFrom == ""

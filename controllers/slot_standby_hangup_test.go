@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -58,7 +59,7 @@ func TestStandbyContainerThatHangsUpIsLost(t *testing.T) {
 		}
 		return s.Status.Standby == v1.StandbyLost || s.Status.DeploymentUUID != first.Status.DeploymentUUID
 	})
-	if isFree(lost) {
+	if policy.IsFree(lost) {
 		t.Fatalf("a slot whose container hung up is offered to bots: %+v", lost.Status)
 	}
 	if message != "" && !strings.Contains(message, "hung up its wait for work at") {

@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -351,7 +352,7 @@ func TestStandbyContainerThatStopsAsking(t *testing.T) {
 		clk.Step(5 * time.Second)
 		return false
 	})
-	if isFree(lost) {
+	if policy.IsFree(lost) {
 		t.Fatalf("a slot whose container stopped asking is offered to bots: %+v", lost.Status)
 	}
 	again := sc.standbyReady()

@@ -14,12 +14,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
 
 // The slot's side of a rollout: its application is given the pool's current template (image,
 // tag and limits by PATCH, env by upsert) only while no container of it runs for anyone, and
-// only once its server pre-pulled the template's image (templateReady), so that the next
+// only once its server pre-pulled the template's image (TemplateReady), so that the next
 // deployment starts warm. Where that happens:
 //
 //   - every time the slot's env is set (setEnv): when its application is created, and before
@@ -40,7 +41,7 @@ import (
 // syncTemplate gives the slot's application the pool's current template t, whose env setEnv
 // just wrote, and records it. A template the server has not pulled yet leaves the image and
 // limits as they are: the slot stays on its template, outdated, until the pull finishes.
-func (r *BotPoolSlotReconciler) syncTemplate(ctx context.Context, s *slotScope, t slotTemplate) error {
+func (r *BotPoolSlotReconciler) syncTemplate(ctx context.Context, s *slotScope, t policy.SlotTemplate) error {
 	st := &s.slot.Status
 	hash := t.Hash()
 	switch {
@@ -51,10 +52,10 @@ func (r *BotPoolSlotReconciler) syncTemplate(ctx context.Context, s *slotScope, 
 		// the template, pulled or not (nothing better was on the server).
 		st.TemplateHash, st.Image = hash, t.Ref()
 		return nil
-	case !templateReady(s.pool, slotServer(s.slot, s.pool), t):
+	case !policy.TemplateReady(s.pool, policy.SlotServer(s.slot, s.pool), t):
 		return nil
 	}
-	u := coolify.AppUpdate{Image: t.Image, Tag: t.tag(), CPUs: limitOrNone(t.CPUs), Memory: limitOrNone(t.Memory)}
+	u := coolify.AppUpdate{Image: t.Image, Tag: t.EffectiveTag(), CPUs: limitOrNone(t.CPUs), Memory: limitOrNone(t.Memory)}
 	if err := s.api.UpdateApplication(ctx, st.ApplicationUUID, u); err != nil {
 		if errors.Is(err, coolify.ErrNotFound) {
 			st.ApplicationUUID = "" // deleted behind our back: create it again
@@ -84,9 +85,9 @@ func limitOrNone(v string) string {
 // and left Idle, every later pass tried the update again on no application).
 //
 // A slot whose image its server does not hold, while the pool pulled another there
-// (strandedImage), is then given that one, as a slot created now would be (createImage).
+// (strandedImage), is then given that one, as a slot created now would be (CreateImage).
 func (r *BotPoolSlotReconciler) updateInPlace(ctx context.Context, s *slotScope) (done bool, err error) {
-	if outdated(s.slot, s.pool) {
+	if policy.Outdated(s.slot, s.pool) {
 		token, err := r.ensureToken(ctx, s.slot)
 		if err != nil {
 			return false, err
@@ -113,7 +114,7 @@ func (r *BotPoolSlotReconciler) updateInPlace(ctx context.Context, s *slotScope)
 
 // strandedImage is the image a slot's application should leave its own for, or "": its
 // server holds no finished pull of the slot's image (status.image) that the pool recorded
-// (freshCached), and the pool pulled another there. Such a slot was created with its pool's
+// (FreshCached), and the pool pulled another there. Such a slot was created with its pool's
 // image while nothing was pulled on its server, and that pull failed; or its image was
 // pushed again (restartedAt) since its pull. Its next deployment would pull cold while the
 // server holds a warm image of the pool (invariant 16; the model check found a slot created
@@ -124,10 +125,10 @@ func strandedImage(slot *v1.BotPoolSlot, pool *v1.BotPool) string {
 	if image == "" || slot.Status.ApplicationUUID == "" {
 		return ""
 	}
-	server := slotServer(slot, pool)
+	server := policy.SlotServer(slot, pool)
 	for i := range pool.Status.Servers {
 		if st := &pool.Status.Servers[i]; st.UUID == server {
-			fresh := freshCached(pool, st.Cached)
+			fresh := policy.FreshCached(pool, st.Cached)
 			if len(fresh) == 0 || slices.ContainsFunc(fresh, func(c v1.CachedImage) bool { return c.Image == image }) {
 				return ""
 			}
@@ -153,7 +154,7 @@ func (r *BotPoolSlotReconciler) leaveStrandedImage(ctx context.Context, s *slotS
 	if warm == "" {
 		return nil
 	}
-	image, tag := splitRef(warm)
+	image, tag := policy.SplitRef(warm)
 	u := coolify.AppUpdate{Image: image, Tag: tag}
 	if err := s.api.UpdateApplication(ctx, st.ApplicationUUID, u); err != nil {
 		if errors.Is(err, coolify.ErrNotFound) {
@@ -165,7 +166,7 @@ func (r *BotPoolSlotReconciler) leaveStrandedImage(ctx context.Context, s *slotS
 	st.TemplateHash, st.Image = strandedTemplate, warm
 	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeNormal, v1.ReasonSlotUpdated, "Update",
 		"Application %s given image %s, which server %s holds, instead of %s, which it does not; the pool's template follows once pulled there",
-		st.ApplicationUUID, warm, slotServer(s.slot, s.pool), from)
+		st.ApplicationUUID, warm, policy.SlotServer(s.slot, s.pool), from)
 	ctrl.LoggerFrom(ctx).Info("Slot left an image its server does not hold", "image", warm, "was", from)
 	return nil
 }
@@ -173,7 +174,7 @@ func (r *BotPoolSlotReconciler) leaveStrandedImage(ctx context.Context, s *slotS
 // admittedForUpdate reports whether the pool admitted the slot to replace its ready standby
 // container with one of its current template.
 func admittedForUpdate(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
-	return slot.Annotations[v1.AnnotationUpdate] == pool.Status.TemplateHash && outdated(slot, pool)
+	return slot.Annotations[v1.AnnotationUpdate] == pool.Status.TemplateHash && policy.Outdated(slot, pool)
 }
 
 // claimForUpdate takes a Ready standby slot the pool admitted off offer before anything else

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -36,8 +37,8 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 	poolW := func(mode v1.StandbyMode) *bt.PoolWrapper {
 		return bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(3).Image("bot", "2").Standby(mode).Placement("proj", server, "production")
 	}
-	target := poolTemplate(poolW("").Obj(), "", "").Hash()
-	oldHash := poolTemplate(bt.MakePool(ns, "pool").Image("bot", "1").Obj(), "", "").Hash()
+	target := policy.PoolTemplate(poolW("").Obj(), "", "").Hash()
+	oldHash := policy.PoolTemplate(bt.MakePool(ns, "pool").Image("bot", "1").Obj(), "", "").Hash()
 	// pulled: the pool's status names the template, and its image finished pulling on the
 	// slot's server; pulling: the template is named, its image is only on the server's old list.
 	pulled := func(mode v1.StandbyMode) client.Object {
@@ -212,13 +213,13 @@ func TestNewSlotStartsOnTheImageItsServerHolds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			image, tag := createImage(tt.pool, "srv")
+			image, tag := policy.CreateImage(tt.pool, "srv")
 			if image != tt.image || tag != tt.tag {
 				t.Errorf("createImage = %s:%s, want %s:%s", image, tag, tt.image, tt.tag)
 			}
 			tagName := clusterPoolTag("", "ns", "pool")
 			for _, ref := range []string{"reg:5000/team/bot:1", "reg:5000/team/bot:2", "reg:5000/team/other:2"} {
-				img, tg := splitRef(ref)
+				img, tg := policy.SplitRef(ref)
 				app := &coolify.Application{Description: marked("x", ownerMark(tagName, tt.pool, "srv")), DockerRegistryImageName: img, DockerRegistryImageTag: tg}
 				if got, want := adoptable(app, tagName, tt.pool, "srv"), slices.Contains(tt.adoptable, ref); got != want {
 					t.Errorf("adoptable(%s) = %v, want %v", ref, got, want)

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/slottoken"
 )
@@ -156,7 +157,7 @@ func (o *soakObserver) snapshot() (*soakSnapshot, error) {
 func (s *soakSnapshot) free() []*v1.BotPoolSlot {
 	var out []*v1.BotPoolSlot
 	for i := range s.slots {
-		if s.pool != nil && offered(&s.slots[i], s.pool) || s.pool == nil && isFree(&s.slots[i]) {
+		if s.pool != nil && policy.Offered(&s.slots[i], s.pool) || s.pool == nil && policy.IsFree(&s.slots[i]) {
 			out = append(out, &s.slots[i])
 		}
 	}
@@ -286,9 +287,9 @@ func (o *soakObserver) queueOrder(snap *soakSnapshot, now time.Time) {
 				!now.Before(ahead.Status.QueuedAt.Add(queueTimeout(ahead, o.pool))) {
 				continue
 			}
-			if queueLess(ahead, b) {
+			if policy.QueueLess(ahead, b) {
 				o.violate("invariant 4: bot %s (priority %d, queued %s) was served while %s (priority %d, queued %s) waited ahead of it",
-					b.Name, b.Spec.Priority, queuedAt(b).Format(time.TimeOnly), ahead.Name, ahead.Spec.Priority, queuedAt(ahead).Format(time.TimeOnly))
+					b.Name, b.Spec.Priority, policy.QueuedAt(b).Format(time.TimeOnly), ahead.Name, ahead.Spec.Priority, policy.QueuedAt(ahead).Format(time.TimeOnly))
 			}
 		}
 	}
@@ -552,12 +553,12 @@ func (o *soakObserver) explainFailures(step time.Duration, outages []*soakOutage
 		case v1.ReasonStandbyLost:
 			// Bound to a Ready slot whose container did not take it: legal only when that
 			// container died (a crash the soak injected) or the clock outran it.
-			if !o.bots.lostBetween(b.Status.ApplicationUUID, queuedAt(b).Add(-standbyAskWindow), end) {
+			if !o.bots.lostBetween(b.Status.ApplicationUUID, policy.QueuedAt(b).Add(-standbyAskWindow), end) {
 				o.violate("bot %s failed %s (%s), but the container of its application %s neither crashed nor fell behind the clock",
 					b.Name, reason, b.Status.Message, b.Status.ApplicationUUID)
 			}
 		case v1.ReasonDeploymentFailed:
-			if !deployFailedFor(failedDeploys[b.Status.ApplicationUUID], queuedAt(b), end) {
+			if !deployFailedFor(failedDeploys[b.Status.ApplicationUUID], policy.QueuedAt(b), end) {
 				o.violate("bot %s failed %s (%s), but no deployment of its application %s failed in Coolify",
 					b.Name, reason, b.Status.Message, b.Status.ApplicationUUID)
 			}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // The soak's pools are spread over two simulated Coolify servers, and the chaos takes one of
@@ -128,7 +129,7 @@ func (s *soak) mostFree(drawn string) string {
 			return drawn
 		}
 		for _, sl := range snap.free() {
-			free[slotServer(sl, l.pool)]++
+			free[policy.SlotServer(sl, l.pool)]++
 		}
 	}
 	best := drawn
@@ -149,7 +150,7 @@ func (s *soak) slotsOn(server string) string {
 			return err.Error()
 		}
 		for i := range snap.slots {
-			if sl := &snap.slots[i]; slotServer(sl, l.pool) == server {
+			if sl := &snap.slots[i]; policy.SlotServer(sl, l.pool) == server {
 				phases[l.pool.Name+" "+string(sl.Status.Phase)]++
 			}
 		}
@@ -251,12 +252,12 @@ func (o *soakObserver) checkServers(snap *soakSnapshot) {
 	count := map[string]int{}
 	for i := range snap.slots {
 		sl := &snap.slots[i]
-		server := slotServer(sl, o.pool)
+		server := policy.SlotServer(sl, o.pool)
 		if sl.DeletionTimestamp.IsZero() {
 			count[server]++
 		}
 		if ref := sl.Spec.BotRef; ref != nil {
-			if st := serverState(o.pool, server); st != v1.ServerActive {
+			if st := policy.ServerState(o.pool, server); st != v1.ServerActive {
 				o.violate("invariant 14: bot %s is bound to slot %s on server %s, which is %s", ref.Name, sl.Name, server, st)
 			}
 		}
@@ -313,7 +314,7 @@ func (o *soakObserver) checkStarts(snap *soakSnapshot) {
 // bot is such a failed start (explained by its attempts).
 func (o *soakObserver) checkFailedStart(b *v1.Bot) bool {
 	st := &b.Status
-	if st.Phase != v1.BotFatal || !retryableReasons[st.Reason] || botStarted(b) || st.Binding != nil {
+	if st.Phase != v1.BotFatal || !retryableReasons[st.Reason] || policy.BotStarted(b) || st.Binding != nil {
 		return false
 	}
 	n, limit := len(st.StartAttempts), maxStartAttempts(b, o.pool)
@@ -357,7 +358,7 @@ func (o *soakObserver) outageExplains(b *v1.Bot, outages []*soakOutage) bool {
 	if n := len(b.Status.StartAttempts); n > 0 {
 		servers[b.Status.StartAttempts[n-1].Server] = true
 	}
-	from, end := queuedAt(b), b.Status.FinishedAt.Time
+	from, end := policy.QueuedAt(b), b.Status.FinishedAt.Time
 	for _, out := range outages {
 		if servers[out.server] && !out.from.IsZero() && !out.from.After(end) && (out.to.IsZero() || !out.to.Add(soakOutageSlack).Before(from)) {
 			return true

@@ -6,6 +6,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/egress"
 )
@@ -77,7 +78,7 @@ func needsPerson(err error) (reason string, ok bool) {
 		return v1.ReasonTokenSecretTaken, true
 	case errors.Is(err, errSlotEnvNotFound):
 		return v1.ReasonSlotEnvNotFound, true
-	case errors.Is(err, errSecretNotAllowed): // the only Secret besides the credentials a slot reads
+	case errors.Is(err, policy.ErrSecretNotAllowed): // the only Secret besides the credentials a slot reads
 		return v1.ReasonSlotEnvNotAllowed, true
 	case errors.Is(err, egress.ErrRefused):
 		return v1.ReasonDestinationRefused, true

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
@@ -302,8 +303,8 @@ func TestPoolStatusShowsTheMinIdleInForce(t *testing.T) {
 		{Schedule: "55 * * * 1-5", Duration: "10m", MinIdle: 40},
 		{Schedule: "0 9 * * *", Duration: "1h", TimeZone: "Atlantis/Capital", MinIdle: 90},
 	}
-	tmpl := poolTemplate(p, "", "")
-	s := &poolScope{pool: p, template: &tmpl, images: imagesOf(p), warm: warmAt(p.Spec, now, nil)}
+	tmpl := policy.PoolTemplate(p, "", "")
+	s := &poolScope{pool: p, template: &tmpl, images: policy.ImagesOf(p), warm: warmAt(p.Spec, now, nil)}
 	setPoolStatus(s, now, true)
 	if p.Status.MinIdle != 40 || !slices.Equal(p.Status.WarmWindows, []string{`0: "55 * * * 1-5" in UTC`}) || p.Status.Selector != "botpool.dev/pool=pool" {
 		t.Errorf("status minIdle %d, warmWindows %q, selector %q", p.Status.MinIdle, p.Status.WarmWindows, p.Status.Selector)

@@ -32,7 +32,7 @@ package controllers
 //
 //	BotPool spec change                     ──▶  dispatcher (For)               limits and queue order changed
 //	BotPool server healthy again            ──▶  dispatcher (For, serverBackIn) its free slots are offered again
-//	BotPoolSlot turns free (isFree)         ──▶  its pool's dispatcher          a free slot takes the head of
+//	BotPoolSlot turns free (IsFree)         ──▶  its pool's dispatcher          a free slot takes the head of
 //	                                             (slotToPool, slotFreed)        the queue
 //	BotPoolSlot in Error lets go of a bot   ──▶  its pool's dispatcher          the requeued bot takes a free
 //	                                             (slotToPool, slotFreed)        slot
@@ -61,6 +61,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // setupPoolController registers the pool controller: pools, the slots they own, and bots whose pool
@@ -92,7 +93,7 @@ var botQueueChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
 		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.Status.Pool != n.Status.Pool ||
-			reserved(o) != reserved(n)
+			policy.Reserved(o) != policy.Reserved(n)
 	},
 }
 
@@ -123,8 +124,8 @@ var botLetGo = predicate.Funcs{
 		return n.Status.Phase.Terminal() && !o.Status.Phase.Terminal() ||
 			!n.DeletionTimestamp.IsZero() && o.DeletionTimestamp.IsZero() ||
 			len(n.Status.StartAttempts) != len(o.Status.StartAttempts) ||
-			botStarted(n) && !botStarted(o) ||
-			boundSince(n) != nil && boundSince(o) == nil
+			policy.BotStarted(n) && !policy.BotStarted(o) ||
+			policy.BoundSince(n) != nil && policy.BoundSince(o) == nil
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return true },
 }
@@ -208,10 +209,10 @@ func slotToPool(_ context.Context, o client.Object) []reconcile.Request {
 // failed slot letting go of its bot: a bot that went back to the queue after a failed start
 // is offered from then on, and another slot may be free for it already.
 var slotFreed = predicate.Funcs{
-	CreateFunc: func(e event.CreateEvent) bool { return isFree(e.Object.(*v1.BotPoolSlot)) },
+	CreateFunc: func(e event.CreateEvent) bool { return policy.IsFree(e.Object.(*v1.BotPoolSlot)) },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.BotPoolSlot), e.ObjectNew.(*v1.BotPoolSlot)
-		return isFree(n) && !isFree(o) ||
+		return policy.IsFree(n) && !policy.IsFree(o) ||
 			n.Status.Phase == v1.SlotError && o.Spec.BotRef != nil && n.Spec.BotRef == nil
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
@@ -224,7 +225,7 @@ var serverBackIn = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		old, cur := e.ObjectOld.(*v1.BotPool), e.ObjectNew.(*v1.BotPool)
 		for _, st := range old.Status.Servers {
-			if st.Health.Out() && !healthOf(cur, st.UUID).Out() {
+			if st.Health.Out() && !policy.HealthOf(cur, st.UUID).Out() {
 				return true
 			}
 		}

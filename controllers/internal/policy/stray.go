@@ -1,8 +1,8 @@
-package controllers
+package policy
 
 import "time"
 
-// strayAfter is how long a free slot's application may still read running after the slot
+// StrayAfter is how long a free slot's application may still read running after the slot
 // stopped its container: Coolify's status lags the container by up to a minute, and the
 // shared list the slot reads is up to appCheck old.
-const strayAfter = 2 * time.Minute
+const StrayAfter = 2 * time.Minute

@@ -1,4 +1,4 @@
-package controllers
+package policy
 
 import (
 	"sort"
@@ -9,18 +9,18 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
-// queueLess orders a pool's queue: bots with a reservation first (they are served from the
+// QueueLess orders a pool's queue: bots with a reservation first (they are served from the
 // slot held for them, not from the queue's turn), then higher priority, then first come first
 // served (the time the bot entered the queue), then creation and name so the order is total
 // and stable.
-func queueLess(a, b *v1.Bot) bool {
-	if ra, rb := reserved(a), reserved(b); ra != rb {
+func QueueLess(a, b *v1.Bot) bool {
+	if ra, rb := Reserved(a), Reserved(b); ra != rb {
 		return ra
 	}
 	if a.Spec.Priority != b.Spec.Priority {
 		return a.Spec.Priority > b.Spec.Priority
 	}
-	ta, tb := queuedAt(a), queuedAt(b)
+	ta, tb := QueuedAt(a), QueuedAt(b)
 	if !ta.Equal(tb) {
 		return ta.Before(tb)
 	}
@@ -30,12 +30,12 @@ func queueLess(a, b *v1.Bot) bool {
 	return a.Name < b.Name
 }
 
-// reserved reports whether the bot holds a reservation (Reserved True, its window recorded).
-func reserved(b *v1.Bot) bool {
+// Reserved reports whether the bot holds a reservation (Reserved True, its window recorded).
+func Reserved(b *v1.Bot) bool {
 	return b.Spec.StartTime != nil && b.Status.Reservation != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1.ConditionReserved)
 }
 
-func queuedAt(b *v1.Bot) time.Time {
+func QueuedAt(b *v1.Bot) time.Time {
 	if b.Status.QueuedAt != nil {
 		return b.Status.QueuedAt.Time
 	}
@@ -56,18 +56,18 @@ func slotLess(a, b *v1.BotPoolSlot) bool {
 	return a.Name < b.Name
 }
 
-func sortQueue(bots []*v1.Bot) {
-	sort.SliceStable(bots, func(i, j int) bool { return queueLess(bots[i], bots[j]) })
+func SortQueue(bots []*v1.Bot) {
+	sort.SliceStable(bots, func(i, j int) bool { return QueueLess(bots[i], bots[j]) })
 }
 
-func sortSlots(slots []*v1.BotPoolSlot) {
+func SortSlots(slots []*v1.BotPoolSlot) {
 	sort.SliceStable(slots, func(i, j int) bool { return slotLess(slots[i], slots[j]) })
 }
 
-// positionChanged reports whether a queue position moved enough to be worth a status write:
+// PositionChanged reports whether a queue position moved enough to be worth a status write:
 // always on entry and for the first ten places, else by a tenth. A queue of a thousand bots
 // draining one by one thus costs tens of writes per waiter over its whole wait, not a thousand.
-func positionChanged(old, updated int32) bool {
+func PositionChanged(old, updated int32) bool {
 	if old == updated {
 		return false
 	}

@@ -1,4 +1,4 @@
-package controllers
+package policy
 
 import (
 	"regexp"
@@ -13,10 +13,10 @@ import (
 )
 
 // fullTemplate sets every field, so each case below can change one.
-func fullTemplate() slotTemplate {
-	return slotTemplate{
+func fullTemplate() SlotTemplate {
+	return SlotTemplate{
 		Image: "ghcr.io/example/bot", Tag: "v1", CPUs: "1", Memory: "2g",
-		EnvDigest: secretDigest(map[string][]byte{"KEY": []byte("value")}), APIURL: "http://botpool-api.botpool-system:8082",
+		EnvDigest: SecretDigest(map[string][]byte{"KEY": []byte("value")}), APIURL: "http://botpool-api.botpool-system:8082",
 		RestartedAt: "2026-11-25T20:00:00Z",
 	}
 }
@@ -30,10 +30,10 @@ func fullTemplate() slotTemplate {
 func TestTemplateHashPinned(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		tmpl slotTemplate
+		tmpl SlotTemplate
 		want string
 	}{
-		{"image only", slotTemplate{Image: "ghcr.io/example/bot"}, "t1-73d7434857aee7fb"},
+		{"image only", SlotTemplate{Image: "ghcr.io/example/bot"}, "t1-73d7434857aee7fb"},
 		{"every field", fullTemplate(), "t1-0d785b6669dff1e6"},
 	} {
 		if got := tt.tmpl.Hash(); got != tt.want {
@@ -53,17 +53,19 @@ func TestTemplateHash(t *testing.T) {
 	}
 
 	// Every field is part of the template: changing any one changes the hash.
-	changes := map[string]func(*slotTemplate){
-		"image":              func(t *slotTemplate) { t.Image = "ghcr.io/example/other" },
-		"tag":                func(t *slotTemplate) { t.Tag = "v2" },
-		"cpus":               func(t *slotTemplate) { t.CPUs = "2" },
-		"cpus unset":         func(t *slotTemplate) { t.CPUs = "" },
-		"memory":             func(t *slotTemplate) { t.Memory = "4g" },
-		"env":                func(t *slotTemplate) { t.EnvDigest = secretDigest(map[string][]byte{"KEY": []byte("other")}) },
-		"env removed":        func(t *slotTemplate) { t.EnvDigest = "" },
-		"bot API URL":        func(t *slotTemplate) { t.APIURL = "https://bots.example.com" },
-		"restart annotation": func(t *slotTemplate) { t.RestartedAt = "2026-11-25T21:00:00Z" },
-		"restart removed":    func(t *slotTemplate) { t.RestartedAt = "" },
+	changes := map[string]func(*SlotTemplate){
+		"image":      func(t *SlotTemplate) { t.Image = "ghcr.io/example/other" },
+		"tag":        func(t *SlotTemplate) { t.Tag = "v2" },
+		"cpus":       func(t *SlotTemplate) { t.CPUs = "2" },
+		"cpus unset": func(t *SlotTemplate) { t.CPUs = "" },
+		"memory":     func(t *SlotTemplate) { t.Memory = "4g" },
+		"env": func(t *SlotTemplate) {
+			t.EnvDigest = SecretDigest(map[string][]byte{"KEY": []byte("other")})
+		},
+		"env removed":        func(t *SlotTemplate) { t.EnvDigest = "" },
+		"bot API URL":        func(t *SlotTemplate) { t.APIURL = "https://bots.example.com" },
+		"restart annotation": func(t *SlotTemplate) { t.RestartedAt = "2026-11-25T21:00:00Z" },
+		"restart removed":    func(t *SlotTemplate) { t.RestartedAt = "" },
 	}
 	seen := map[string]string{base.Hash(): "base"}
 	for name, change := range changes {
@@ -77,7 +79,7 @@ func TestTemplateHash(t *testing.T) {
 	}
 
 	// Values are framed with their field's name and length: nothing runs into its neighbour.
-	for _, pair := range [][2]slotTemplate{
+	for _, pair := range [][2]SlotTemplate{
 		{{Image: "a", Tag: "bc"}, {Image: "ab", Tag: "c"}},
 		{{Image: "x", CPUs: "1"}, {Image: "x", Memory: "1"}},
 		{{Image: "x", Memory: "2g;env=x"}, {Image: "x", Memory: "2g", EnvDigest: "x"}},
@@ -89,7 +91,7 @@ func TestTemplateHash(t *testing.T) {
 	}
 
 	// An empty tag is latest, as Coolify and Docker read it.
-	if (slotTemplate{Image: "x"}).Hash() != (slotTemplate{Image: "x", Tag: "latest"}).Hash() {
+	if (SlotTemplate{Image: "x"}).Hash() != (SlotTemplate{Image: "x", Tag: "latest"}).Hash() {
 		t.Error(`tag "" and "latest" hash differently`)
 	}
 }
@@ -100,8 +102,8 @@ func TestTemplateRefAndPoolTemplate(t *testing.T) {
 		Spec: v1.BotPoolSpec{Image: "ghcr.io/example/bot", ImageTag: "v2",
 			Resources: v1.SlotResources{CPUs: "1.5", Memory: "2048m"}},
 	}
-	got := poolTemplate(p, "digest", "http://api:8082")
-	want := slotTemplate{Image: "ghcr.io/example/bot", Tag: "v2", CPUs: "1.5", Memory: "2048m",
+	got := PoolTemplate(p, "digest", "http://api:8082")
+	want := SlotTemplate{Image: "ghcr.io/example/bot", Tag: "v2", CPUs: "1.5", Memory: "2048m",
 		EnvDigest: "digest", APIURL: "http://api:8082", RestartedAt: "2026-11-25T20:00:00Z"}
 	if got != want {
 		t.Errorf("poolTemplate = %+v, want %+v", got, want)
@@ -109,7 +111,7 @@ func TestTemplateRefAndPoolTemplate(t *testing.T) {
 	if ref := got.Ref(); ref != "ghcr.io/example/bot:v2" {
 		t.Errorf("Ref() = %q", ref)
 	}
-	if ref := (slotTemplate{Image: "registry:5000/bot"}).Ref(); ref != "registry:5000/bot:latest" {
+	if ref := (SlotTemplate{Image: "registry:5000/bot"}).Ref(); ref != "registry:5000/bot:latest" {
 		t.Errorf("Ref() without a tag = %q, want the latest tag", ref)
 	}
 	// A restartedAt longer than the status records counts by what the pulls record: a value
@@ -117,9 +119,9 @@ func TestTemplateRefAndPoolTemplate(t *testing.T) {
 	// pull of their image).
 	long := strings.Repeat("x", v1.MaxRestartedAtLength)
 	p.Annotations[v1.AnnotationRestartedAt] = long + "-a"
-	a := poolTemplate(p, "", "")
+	a := PoolTemplate(p, "", "")
 	p.Annotations[v1.AnnotationRestartedAt] = long + "-b"
-	if b := poolTemplate(p, "", ""); a.Hash() != b.Hash() || a.RestartedAt != long || a.RestartedAt != restartedAt(p) {
+	if b := PoolTemplate(p, "", ""); a.Hash() != b.Hash() || a.RestartedAt != long || a.RestartedAt != RestartedAt(p) {
 		t.Errorf("restartedAt past %d characters: templates %q and %q, hashes %s and %s", v1.MaxRestartedAtLength, a.RestartedAt, b.RestartedAt, a.Hash(), b.Hash())
 	}
 }
@@ -130,9 +132,9 @@ func TestSecretDigest(t *testing.T) {
 		for i := 0; i < len(kv); i += 2 {
 			m[kv[i]] = []byte(kv[i+1])
 		}
-		return secretDigest(m)
+		return SecretDigest(m)
 	}
-	if d() != "" || secretDigest(nil) != "" {
+	if d() != "" || SecretDigest(nil) != "" {
 		t.Error("an empty or missing Secret must digest to \"\" (the same environment as no slotEnvFrom)")
 	}
 	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(d("a", "b")) {
@@ -171,7 +173,7 @@ func TestFloatingTag(t *testing.T) {
 		"v1": false, "1.2.3": false, "sha-3f2a9c1": false, "latest-2026": false, "development": false,
 		"stable-1.4": false, "main-abc123": false,
 	} {
-		if got := floatingTag(tag); got != want {
+		if got := FloatingTag(tag); got != want {
 			t.Errorf("floatingTag(%q) = %v, want %v", tag, got, want)
 		}
 	}
@@ -202,7 +204,7 @@ func TestRolloutIntOrPercent(t *testing.T) {
 		{v: intstr.FromString("a quarter"), base: 10, wantErr: true},
 		{v: intstr.FromString("%"), base: 10, wantErr: true},
 	} {
-		got, err := resolveIntOrPercent(tt.v, tt.base, tt.up)
+		got, err := ResolveIntOrPercent(tt.v, tt.base, tt.up)
 		if (err != nil) != tt.wantErr || got != tt.want {
 			t.Errorf("resolveIntOrPercent(%s, %d, up=%v) = %d, %v; want %d, error %v", tt.v.String(), tt.base, tt.up, got, err, tt.want, tt.wantErr)
 		}
@@ -224,84 +226,84 @@ func TestRolloutBudget(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		in   rolloutInput
-		want rolloutStep
+		in   RolloutInput
+		want RolloutStep
 	}{
 		{name: "defaults: minIdle stays ready, so surge a quarter of minIdle first",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
 		{name: "surge slots warming: wait for them",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Total: 13, BaseSlots: 10, ReadyFree: 10, Outdated: 10, Warming: 3},
-			want: rolloutStep{Floor: 10, MaxSurge: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Total: 13, BaseSlots: 10, ReadyFree: 10, Outdated: 10, Warming: 3},
+			want: RolloutStep{Floor: 10, MaxSurge: 3}},
 		{name: "surge slots ready: admit as many outdated ones",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Total: 13, BaseSlots: 10, ReadyFree: 13, Outdated: 10},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Admit: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Total: 13, BaseSlots: 10, ReadyFree: 13, Outdated: 10},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Admit: 3}},
 		{name: "admitted slots in flight are out of readyFree: nothing more until they are back",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Total: 13, BaseSlots: 10, ReadyFree: 10, Outdated: 7, InFlight: 3},
-			want: rolloutStep{Floor: 10, MaxSurge: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Total: 13, BaseSlots: 10, ReadyFree: 10, Outdated: 7, InFlight: 3},
+			want: RolloutStep{Floor: 10, MaxSurge: 3}},
 		{name: "maxUnavailable as a count lowers the floor",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy(2, nil), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 8, MaxSurge: 3, Admit: 2}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy(2, nil), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 8, MaxSurge: 3, Admit: 2}},
 		{name: "maxUnavailable percent rounds down (25% of 10 is 2)",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy("25%", nil), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 8, MaxSurge: 3, Admit: 2}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy("25%", nil), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 8, MaxSurge: 3, Admit: 2}},
 		{name: "maxUnavailable percent below one slot is none (9% of 10)",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy("9%", nil), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy("9%", nil), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
 		{name: "maxSurge percent rounds up (1% of 10 is one slot)",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy(nil, "1%"), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 10, MaxSurge: 1, Surge: 1}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy(nil, "1%"), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 10, MaxSurge: 1, Surge: 1}},
 		{name: "maxUnavailable above minIdle: the floor stops at 0",
-			in:   rolloutInput{MinIdle: 2, MaxSlots: 100, Strategy: strategy(5, nil), Total: 4, BaseSlots: 4, ReadyFree: 4, Outdated: 4},
-			want: rolloutStep{Floor: 0, MaxSurge: 1, Admit: 4}},
+			in:   RolloutInput{MinIdle: 2, MaxSlots: 100, Strategy: strategy(5, nil), Total: 4, BaseSlots: 4, ReadyFree: 4, Outdated: 4},
+			want: RolloutStep{Floor: 0, MaxSurge: 1, Admit: 4}},
 		{name: "ready slots above minIdle are admitted, no more than are outdated",
-			in:   rolloutInput{MinIdle: 2, MaxSlots: 100, Total: 12, BaseSlots: 12, ReadyFree: 10, Outdated: 3},
-			want: rolloutStep{Floor: 2, MaxSurge: 1, Admit: 3}},
+			in:   RolloutInput{MinIdle: 2, MaxSlots: 100, Total: 12, BaseSlots: 12, ReadyFree: 10, Outdated: 3},
+			want: RolloutStep{Floor: 2, MaxSurge: 1, Admit: 3}},
 		{name: "minIdle 0: every ready slot may go, percents resolve to 0",
-			in:   rolloutInput{MinIdle: 0, MaxSlots: 100, Total: 3, BaseSlots: 3, ReadyFree: 2, Outdated: 2},
-			want: rolloutStep{Floor: 0, MaxSurge: 0, Admit: 2}},
+			in:   RolloutInput{MinIdle: 0, MaxSlots: 100, Total: 3, BaseSlots: 3, ReadyFree: 2, Outdated: 2},
+			want: RolloutStep{Floor: 0, MaxSurge: 0, Admit: 2}},
 		{name: "minIdle 0, nothing ready: nothing to do",
-			in:   rolloutInput{MinIdle: 0, MaxSlots: 100, Total: 3, BaseSlots: 3, ReadyFree: 0, Outdated: 0},
-			want: rolloutStep{Floor: 0, MaxSurge: 0}},
+			in:   RolloutInput{MinIdle: 0, MaxSlots: 100, Total: 3, BaseSlots: 3, ReadyFree: 0, Outdated: 0},
+			want: RolloutStep{Floor: 0, MaxSurge: 0}},
 		{name: "nothing outdated left: no admission, no surge",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Total: 13, BaseSlots: 10, ReadyFree: 13, Outdated: 0},
-			want: rolloutStep{Floor: 10, MaxSurge: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Total: 13, BaseSlots: 10, ReadyFree: 13, Outdated: 0},
+			want: RolloutStep{Floor: 10, MaxSurge: 3}},
 		{name: "surge never past maxSlots",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 11, Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Surge: 1}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 11, Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Surge: 1}},
 		{name: "surge no larger than the outdated slots it replaces",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 1},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Surge: 1}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 1},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Surge: 1}},
 		{name: "slots grown for bots are not surge",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Total: 15, BaseSlots: 10, Needed: 15, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Total: 15, BaseSlots: 10, Needed: 15, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
 		{name: "ready below the floor (bots took slots): surge, admit nothing",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Total: 10, BaseSlots: 10, Needed: 10, ReadyFree: 6, Outdated: 6},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Total: 10, BaseSlots: 10, Needed: 10, ReadyFree: 6, Outdated: 6},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
 		{name: "maxSlots reached: one slot at a time below the floor",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 10, Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Admit: 1, NoRoom: true}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 10, Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Admit: 1, NoRoom: true}},
 		{name: "maxSlots reached, the one slot in flight: wait for it",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 10, Total: 10, BaseSlots: 10, ReadyFree: 9, Outdated: 9, InFlight: 1},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, NoRoom: true}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 10, Total: 10, BaseSlots: 10, ReadyFree: 9, Outdated: 9, InFlight: 1},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, NoRoom: true}},
 		{name: "maxSlots lowered below the slots: no surge, one at a time",
-			in:   rolloutInput{MinIdle: 5, MaxSlots: 8, Total: 12, BaseSlots: 12, ReadyFree: 5, Outdated: 5},
-			want: rolloutStep{Floor: 5, MaxSurge: 2, Admit: 1, NoRoom: true}},
+			in:   RolloutInput{MinIdle: 5, MaxSlots: 8, Total: 12, BaseSlots: 12, ReadyFree: 5, Outdated: 5},
+			want: RolloutStep{Floor: 5, MaxSurge: 2, Admit: 1, NoRoom: true}},
 		{name: "maxSurge 0 and maxUnavailable 0: one at a time, or it would never end",
-			in:   rolloutInput{MinIdle: 4, MaxSlots: 100, Strategy: strategy(0, 0), Total: 4, BaseSlots: 4, ReadyFree: 4, Outdated: 4},
-			want: rolloutStep{Floor: 4, MaxSurge: 0, Admit: 1, NoRoom: true}},
+			in:   RolloutInput{MinIdle: 4, MaxSlots: 100, Strategy: strategy(0, 0), Total: 4, BaseSlots: 4, ReadyFree: 4, Outdated: 4},
+			want: RolloutStep{Floor: 4, MaxSurge: 0, Admit: 1, NoRoom: true}},
 		{name: "surge used up, none warming: one at a time",
-			in:   rolloutInput{MinIdle: 4, MaxSlots: 100, Total: 5, BaseSlots: 4, ReadyFree: 4, Outdated: 3},
-			want: rolloutStep{Floor: 4, MaxSurge: 1, Admit: 1, NoRoom: true}},
+			in:   RolloutInput{MinIdle: 4, MaxSlots: 100, Total: 5, BaseSlots: 4, ReadyFree: 4, Outdated: 3},
+			want: RolloutStep{Floor: 4, MaxSurge: 1, Admit: 1, NoRoom: true}},
 		{name: "a slot warming that will not lift readyFree above the floor: one at a time already",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 10, Total: 10, BaseSlots: 10, ReadyFree: 8, Outdated: 8, Warming: 1},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Admit: 1, NoRoom: true}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 10, Total: 10, BaseSlots: 10, ReadyFree: 8, Outdated: 8, Warming: 1},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Admit: 1, NoRoom: true}},
 		{name: "values the CRD refuses fall back to the defaults",
-			in:   rolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy("many", -1), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
-			want: rolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
+			in:   RolloutInput{MinIdle: 10, MaxSlots: 100, Strategy: strategy("many", -1), Total: 10, BaseSlots: 10, ReadyFree: 10, Outdated: 10},
+			want: RolloutStep{Floor: 10, MaxSurge: 3, Surge: 3}},
 	}
 	for _, tt := range tests {
-		if got := rolloutBudget(tt.in); got != tt.want {
+		if got := RolloutBudget(tt.in); got != tt.want {
 			t.Errorf("%s:\n  rolloutBudget(%+v)\n  = %+v\n  want %+v", tt.name, tt.in, got, tt.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package controllers
+package policy
 
 import (
 	"errors"
@@ -9,23 +9,23 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
-// errSecretNotAllowed: a Secret a pool names lacks the opt-in label v1.LabelAllowPoolUse. A
+// ErrSecretNotAllowed: a Secret a pool names lacks the opt-in label v1.LabelAllowPoolUse. A
 // person must label it (or point the pool elsewhere); the slot or pool reports Stalled.
-var errSecretNotAllowed = errors.New("not allowed for use by BotPools")
+var ErrSecretNotAllowed = errors.New("not allowed for use by BotPools")
 
-// allowedForPools refuses a Secret that does not carry v1.LabelAllowPoolUse="true". A pool
+// AllowedForPools refuses a Secret that does not carry v1.LabelAllowPoolUse="true". A pool
 // sends its credentials Secret to a URL and its slotEnvFrom Secret into an image, both chosen
 // by whoever edits the pool: without the opt-in, anyone allowed to edit a BotPool could read
 // every Secret of the namespace through it. The error says the exact command that opts in.
-func allowedForPools(secret *corev1.Secret) error {
+func AllowedForPools(secret *corev1.Secret) error {
 	if secret.Labels[v1.LabelAllowPoolUse] == "true" {
 		return nil
 	}
 	return fmt.Errorf("%w: Secret %s lacks the label %s=true, which lets BotPools send its data to Coolify and into bot containers; if that is what it is for, run: %s",
-		errSecretNotAllowed, secret.Name, v1.LabelAllowPoolUse, allowCommand(secret.Namespace, secret.Name))
+		ErrSecretNotAllowed, secret.Name, v1.LabelAllowPoolUse, AllowCommand(secret.Namespace, secret.Name))
 }
 
-// allowCommand is the command that opts a Secret in.
-func allowCommand(namespace, name string) string {
+// AllowCommand is the command that opts a Secret in.
+func AllowCommand(namespace, name string) string {
 	return fmt.Sprintf("kubectl label secret %s -n %s %s=true", name, namespace, v1.LabelAllowPoolUse)
 }

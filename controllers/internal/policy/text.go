@@ -1,11 +1,11 @@
-package controllers
+package policy
 
 import (
 	"fmt"
 )
 
-// abbreviate names at most five slots for an Event, and counts the others.
-func abbreviate(names []string) string {
+// Abbreviate names at most five slots for an Event, and counts the others.
+func Abbreviate(names []string) string {
 	const limit = 5
 	if len(names) <= limit {
 		return fmt.Sprint(names)

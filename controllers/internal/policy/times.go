@@ -1,20 +1,20 @@
-package controllers
+package policy
 
 import "time"
 
 // Small helpers on times and durations that several controllers use.
 
-// orDefault is d, or def when d is unset (zero or negative): the reconcilers' interval fields
+// OrDefault is d, or def when d is unset (zero or negative): the reconcilers' interval fields
 // are optional, zero meaning the default.
-func orDefault(d, def time.Duration) time.Duration {
+func OrDefault(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
 	}
 	return def
 }
 
-// sameTime reports whether two optional times are both unset or the same instant (Equal, not
+// SameTime reports whether two optional times are both unset or the same instant (Equal, not
 // ==: one instant may carry another location or monotonic reading).
-func sameTime(a, b *time.Time) bool {
+func SameTime(a, b *time.Time) bool {
 	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
 }

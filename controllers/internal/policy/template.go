@@ -1,4 +1,4 @@
-package controllers
+package policy
 
 import (
 	"crypto/sha256"
@@ -15,18 +15,18 @@ import (
 // The slot template: what a slot's application is built from, hashed so that a pool and its
 // slots can tell in one string comparison whether a slot is up to date (the pool's
 // status.templateHash against the slot's). Pure functions, shared by the pool and the slot
-// controllers; the rollout's arithmetic (rolloutBudget) lives here too.
+// controllers; the rollout's arithmetic (RolloutBudget) lives here too.
 
-// slotTemplate is everything of a pool that reaches its slots' applications and can change
+// SlotTemplate is everything of a pool that reaches its slots' applications and can change
 // after they were created. Server and destination are left out (a slot never changes its
 // server), and so are standby mode, timings and description: switching modes has its own
 // mechanism, and the others are not part of the container.
-type slotTemplate struct {
+type SlotTemplate struct {
 	Image string // spec.image
 	Tag   string // spec.imageTag, "" read as "latest"
 	// CPUs and Memory are spec.resources, in Docker's notation; "" is unlimited.
 	CPUs, Memory string
-	// EnvDigest is secretDigest of the slotEnvFrom Secret's data; "" without slotEnvFrom (or
+	// EnvDigest is SecretDigest of the slotEnvFrom Secret's data; "" without slotEnvFrom (or
 	// with an empty Secret: the same environment).
 	EnvDigest string
 	// APIURL is the bot API URL the slots' containers are given (the manager's --bot-api-url).
@@ -36,26 +36,26 @@ type slotTemplate struct {
 	RestartedAt string
 }
 
-// poolTemplate is the template a pool asks for now, given its slotEnvFrom Secret's digest and
+// PoolTemplate is the template a pool asks for now, given its slotEnvFrom Secret's digest and
 // the manager's bot API URL (neither is in the pool object).
-func poolTemplate(pool *v1.BotPool, envDigest, apiURL string) slotTemplate {
-	return slotTemplate{
+func PoolTemplate(pool *v1.BotPool, envDigest, apiURL string) SlotTemplate {
+	return SlotTemplate{
 		Image:       pool.Spec.Image,
 		Tag:         pool.Spec.ImageTag,
 		CPUs:        pool.Spec.Resources.CPUs,
 		Memory:      pool.Spec.Resources.Memory,
 		EnvDigest:   envDigest,
 		APIURL:      apiURL,
-		RestartedAt: restartedAt(pool), // as the pulls record it: the two must agree
+		RestartedAt: RestartedAt(pool), // as the pulls record it: the two must agree
 	}
 }
 
-// tag is Tag with Coolify's and Docker's reading of an empty tag.
-func (t slotTemplate) tag() string { return tagOrLatest(t.Tag) }
+// EffectiveTag is Tag with Coolify's and Docker's reading of an empty tag.
+func (t SlotTemplate) EffectiveTag() string { return TagOrLatest(t.Tag) }
 
 // Ref is the template's image reference, image:tag: what a server pulls, and what the pool's
 // status.templateImage and servers[].cached name.
-func (t slotTemplate) Ref() string { return t.Image + ":" + t.tag() }
+func (t SlotTemplate) Ref() string { return t.Image + ":" + t.EffectiveTag() }
 
 // templateHashPrefix versions the hash. A change to how existing fields are hashed must take a
 // new prefix, and rolls every pool once; a new field does not need one (see Hash).
@@ -66,11 +66,11 @@ const templateHashPrefix = "t1-"
 // templates share an input (a value cannot run into the next field). A field added later is
 // hashed only when set, so an operator upgrade that adds one leaves every existing pool's hash
 // as it was and rolls nothing.
-func (t slotTemplate) Hash() string {
+func (t SlotTemplate) Hash() string {
 	h := sha256.New()
 	for _, f := range []struct{ name, value string }{
 		{"image", t.Image},
-		{"tag", t.tag()},
+		{"tag", t.EffectiveTag()},
 		{"cpus", t.CPUs},
 		{"memory", t.Memory},
 		{"env", t.EnvDigest},
@@ -85,11 +85,11 @@ func (t slotTemplate) Hash() string {
 	return templateHashPrefix + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// secretDigest is a SHA-256 (hex) of a Secret's data: keys sorted, each key and value framed
+// SecretDigest is a SHA-256 (hex) of a Secret's data: keys sorted, each key and value framed
 // with its length, so that {"a": "bc"} and {"ab": "c"} differ. It hashes content, not the
 // Secret's resourceVersion, so a label edit or a restore of the same data rolls nothing. An
 // empty or missing Secret gives "": it adds no variable, the same environment as none.
-func secretDigest(data map[string][]byte) string {
+func SecretDigest(data map[string][]byte) string {
 	if len(data) == 0 {
 		return ""
 	}
@@ -110,20 +110,20 @@ func secretDigest(data map[string][]byte) string {
 // floatingTags are tags that registries and CI pipelines conventionally move to newer images.
 var floatingTags = []string{"latest", "main", "master", "stable", "edge", "nightly", "dev", "develop"}
 
-// floatingTag reports whether tag is one registries move ("" is latest): any deployment of it,
+// FloatingTag reports whether tag is one registries move ("" is latest): any deployment of it,
 // a bot's start included, may pull a new image cold. Tags are compared without case, since a
 // push of "Latest" moves as readily: the cost of a false warning is one condition.
-func floatingTag(tag string) bool {
+func FloatingTag(tag string) bool {
 	if tag == "" {
 		return true
 	}
 	return slices.Contains(floatingTags, strings.ToLower(tag))
 }
 
-// resolveIntOrPercent turns a count or a percent of base into a count: a percent is rounded up
+// ResolveIntOrPercent turns a count or a percent of base into a count: a percent is rounded up
 // or down as asked, a count is taken as it is. A negative value, or a string that is not a
 // percent, is an error (the CRD refuses both; the caller falls back to the default).
-func resolveIntOrPercent(v intstr.IntOrString, base int, roundUp bool) (int, error) {
+func ResolveIntOrPercent(v intstr.IntOrString, base int, roundUp bool) (int, error) {
 	if v.Type == intstr.String && !strings.HasSuffix(v.StrVal, "%") {
 		return 0, fmt.Errorf("%q is neither a count nor a percent", v.StrVal)
 	}
@@ -137,10 +137,10 @@ func resolveIntOrPercent(v intstr.IntOrString, base int, roundUp bool) (int, err
 	return n, nil
 }
 
-// rolloutInput is what the pool observed of a rollout in a pool with standby Running, where
+// RolloutInput is what the pool observed of a rollout in a pool with standby Running, where
 // updating a free slot replaces its ready container. Every slot counts in at most one of
 // ReadyFree, InFlight and Warming.
-type rolloutInput struct {
+type RolloutInput struct {
 	MinIdle, MaxSlots int
 	Strategy          v1.UpdateStrategy
 	// Total is the pool's slots now. BaseSlots is its slots when the rollout began
@@ -161,8 +161,8 @@ type rolloutInput struct {
 	Warming int
 }
 
-// rolloutStep is what a rollout may do in this pass.
-type rolloutStep struct {
+// RolloutStep is what a rollout may do in this pass.
+type RolloutStep struct {
 	// Floor is how few ready free slots the rollout may leave: minIdle - maxUnavailable
 	// (maxUnavailable a count, or a percent of minIdle rounded down), never below 0.
 	Floor int
@@ -182,22 +182,22 @@ type rolloutStep struct {
 	NoRoom bool
 }
 
-// rolloutBudget applies spec.updateStrategy to a standby Running pool's rollout: admit as many
+// RolloutBudget applies spec.updateStrategy to a standby Running pool's rollout: admit as many
 // outdated ready slots as keep the floor (readyFree - floor, the slots in flight already out
 // of readyFree); when that admits nothing, surge up to maxSurge above the pool's size, within
 // maxSlots; when neither is possible and nothing is warming, one slot at a time below the
 // floor. Values the CRD would refuse fall back to the defaults.
-func rolloutBudget(in rolloutInput) rolloutStep {
+func RolloutBudget(in RolloutInput) RolloutStep {
 	minIdle := max(in.MinIdle, 0)
-	maxUnavailable, err := resolveIntOrPercent(in.Strategy.MaxUnavailableOrDefault(), minIdle, false)
+	maxUnavailable, err := ResolveIntOrPercent(in.Strategy.MaxUnavailableOrDefault(), minIdle, false)
 	if err != nil {
-		maxUnavailable, _ = resolveIntOrPercent(intstr.FromInt32(v1.DefaultMaxUnavailable), minIdle, false)
+		maxUnavailable, _ = ResolveIntOrPercent(intstr.FromInt32(v1.DefaultMaxUnavailable), minIdle, false)
 	}
-	maxSurge, err := resolveIntOrPercent(in.Strategy.MaxSurgeOrDefault(), minIdle, true)
+	maxSurge, err := ResolveIntOrPercent(in.Strategy.MaxSurgeOrDefault(), minIdle, true)
 	if err != nil {
-		maxSurge, _ = resolveIntOrPercent(intstr.FromString(v1.DefaultMaxSurge), minIdle, true)
+		maxSurge, _ = ResolveIntOrPercent(intstr.FromString(v1.DefaultMaxSurge), minIdle, true)
 	}
-	b := rolloutStep{Floor: max(minIdle-maxUnavailable, 0), MaxSurge: maxSurge}
+	b := RolloutStep{Floor: max(minIdle-maxUnavailable, 0), MaxSurge: maxSurge}
 	outdated := max(in.Outdated, 0)
 	if outdated == 0 {
 		return b
@@ -219,10 +219,10 @@ func rolloutBudget(in rolloutInput) rolloutStep {
 	return b
 }
 
-// outdated reports whether the slot is on another template than the pool's status names and
+// Outdated reports whether the slot is on another template than the pool's status names and
 // its server holds the image of the pool's: an update can start warm now. It reads only what
 // the cache holds; syncTemplate checks again on the template read now.
-func outdated(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
+func Outdated(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
 	return pool.Status.TemplateHash != "" && slot.Status.TemplateHash != pool.Status.TemplateHash &&
-		cachedOn(pool, slotServer(slot, pool), pool.Status.TemplateImage, restartedAt(pool))
+		CachedOn(pool, SlotServer(slot, pool), pool.Status.TemplateImage, RestartedAt(pool))
 }
