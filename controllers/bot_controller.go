@@ -22,6 +22,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
@@ -636,7 +637,7 @@ func (r *BotReconciler) resolvePool(ctx context.Context, bot *v1.Bot) (*v1.BotPo
 // boundSlot is the slot whose spec.botRef names this bot (the single source of truth).
 func (r *BotReconciler) boundSlot(ctx context.Context, bot *v1.Bot) (*v1.BotPoolSlot, error) {
 	var slots v1.BotPoolSlotList
-	if err := r.Client.List(ctx, &slots, client.InNamespace(bot.Namespace), client.MatchingFields{indexSlotBotUID: string(bot.UID)}); err != nil {
+	if err := r.Client.List(ctx, &slots, client.InNamespace(bot.Namespace), client.MatchingFields{index.SlotBotUID: string(bot.UID)}); err != nil {
 		return nil, err
 	}
 	if len(slots.Items) == 0 {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -29,7 +30,7 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 		defer m.Unlock()
 	}
 	var bots v1.BotList
-	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
 	}
 	bound, err := r.reservations.boundIn(ctx, r.Client, pool, bots.Items, now)

@@ -26,6 +26,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/coolify/sim"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
@@ -462,7 +463,7 @@ func TestWebhookDeletedBotSendsItsLastPhase(t *testing.T) {
 	bot.Status.Reason = v1.ReasonHeartbeatTimeout
 	bot.Spec.Webhook = &v1.Webhook{URL: "https://hooks.example.com/x", Events: v1.WebhookFinal}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.Bot{}).WithObjects(bot).
-		WithIndex(&v1.BotPoolSlot{}, indexSlotBotUID, func(o client.Object) []string {
+		WithIndex(&v1.BotPoolSlot{}, index.SlotBotUID, func(o client.Object) []string {
 			if ref := o.(*v1.BotPoolSlot).Spec.BotRef; ref != nil {
 				return []string{string(ref.UID)}
 			}

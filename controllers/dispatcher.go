@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 )
@@ -266,7 +267,7 @@ func (d *Dispatcher) positionsDue(pool types.NamespacedName) bool {
 // that was really free would be bound first (invariant 4). lagging says one was left out.
 func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v1.BotPoolSlot, lagging bool, err error) {
 	var slots v1.BotPoolSlotList
-	if err := d.Client.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}); err != nil {
+	if err := d.Client.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{index.SlotPool: pool.Name}); err != nil {
 		return nil, false, err
 	}
 	now := d.Clock.Now()
@@ -305,11 +306,11 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 // writes one copies it first.
 func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, error) {
 	var bots v1.BotList
-	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	var bound v1.BotPoolSlotList
-	if err := d.Client.List(ctx, &bound, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := d.Client.List(ctx, &bound, client.InNamespace(pool.Namespace), client.MatchingFields{index.SlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	held := map[types.UID]bool{}

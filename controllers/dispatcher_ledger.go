@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -187,7 +188,7 @@ func (l *reservationLedger) bound(bot types.UID, b waveBinding) {
 // 881256409367164 and 1579723300654347). bots are the pool's bots as the caller read them.
 func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *v1.BotPool, bots []v1.Bot, now time.Time) (map[types.UID]bool, error) {
 	var slots v1.BotPoolSlotList
-	if err := c.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{indexSlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{index.SlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the pool's slots: %w", err)
 	}
 	out := map[types.UID]bool{}

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -26,7 +27,7 @@ import (
 // check found a queue held for a reserved bot bound a moment before, seed 3457702266237806).
 func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v1.Bot, free int) (int, error) {
 	var list v1.BotList
-	if err := d.Client.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{indexBotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := d.Client.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, err
 	}
 	now := d.Clock.Now()

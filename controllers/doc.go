@@ -53,10 +53,10 @@
 //	server_failures.go   a server where a pool's own starts keep failing is Failing for that pool (StartEnded, markFailing)
 //	server_cleanup.go    when each server's Docker cleanup runs (GET /servers/{uuid}/docker-cleanup, cached per user), for the pre-pull's re-pulls
 //
-// Shared machinery, one package each (internal/deploygate, index, metrics, tenantshare).
+// Shared machinery, one package each (internal/deploygate, metrics, tenantshare; the cache
+// indexes are package index, controllers/internal/index).
 //
 //	deploy_gate.go       DeployGate: a pool's deployments in flight, a server's over its pools, a new image pulled alone, server pauses, pulls in turn
-//	indexes.go           the cache indexes (SetupIndexes)
 //	metrics.go           the controllers' Prometheus series
 //	tenant_share.go      tenantShare: each namespace's own places in a controller, and a pool they share
 //

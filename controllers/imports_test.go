@@ -97,8 +97,8 @@ func TestDocSaysWhereEveryFileIs(t *testing.T) {
 			}
 			listed++
 		}
-		if listed < 2 {
-			t.Errorf("%s: found only %d files", dir, listed)
+		if dir == "." && listed < 20 {
+			t.Errorf("found only %d files in controllers/", listed)
 		}
 	}
 	if packages < 2 {

@@ -28,7 +28,7 @@ import (
 // belongs. Files named pool_*, slot_* and bot_* belong to their kind unless listed.
 var layoutHome = map[string]string{
 	"setup.go": "root", "watches.go": "root", "doc.go": "root",
-	"indexes.go": "index", "metrics.go": "metrics", "tenant_share.go": "tenantshare",
+	"metrics.go": "metrics", "tenant_share.go": "tenantshare",
 	"requeue.go": "pass", "stalled.go": "pass", "coolify_wait.go": "pass", "liveness_reader.go": "pass",
 	"coolify_api.go": "coolifyview", "coolify_reads.go": "coolifyview", "coolify_tags.go": "coolifyview",
 	"credentials.go": "coolifyview", "server_limits.go": "coolifyview", "server_failures.go": "coolifyview",
@@ -229,6 +229,47 @@ func TestPolicyDoesNoIO(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Error(p)
+	}
+}
+
+// TestMovedPackagesImportOnlyWhatTheyMay: a package already moved under controllers/ imports
+// of the others only what layoutUses allows it (the compiler already keeps them from
+// importing this package: that would be a cycle).
+func TestMovedPackagesImportOnlyWhatTheyMay(t *testing.T) {
+	const prefix = "botpool.dev/botpool/controllers/"
+	dirs, err := filepath.Glob("internal/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := filepath.Glob("[a-z]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for _, dir := range append(dirs, more...) {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() || dir == "internal" {
+			continue
+		}
+		name := filepath.Base(dir)
+		allowed, known := layoutUses[name]
+		if !known {
+			t.Errorf("%s: a package layoutUses does not know", dir)
+			continue
+		}
+		moved++
+		problems, err := importProblems(dir, func(path string) bool {
+			rest, ok := strings.CutPrefix(path, prefix)
+			return !ok || slices.Contains(allowed, strings.TrimPrefix(rest, "internal/"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("%s: %s", dir, strings.Replace(p, "which may do I/O", "which layoutUses does not allow", 1))
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no moved package found: the test runs in the wrong directory")
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -96,14 +97,14 @@ func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) *ownersh
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
 	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, slot, bot).
 		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
-		WithIndex(&v1.BotPoolSlot{}, indexSlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
-		WithIndex(&v1.BotPoolSlot{}, indexSlotBotUID, func(o client.Object) []string {
+		WithIndex(&v1.BotPoolSlot{}, index.SlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
+		WithIndex(&v1.BotPoolSlot{}, index.SlotBotUID, func(o client.Object) []string {
 			if ref := o.(*v1.BotPoolSlot).Spec.BotRef; ref != nil {
 				return []string{string(ref.UID)}
 			}
 			return nil
 		}).
-		WithIndex(&v1.Bot{}, indexBotPool, func(o client.Object) []string { return []string{o.(*v1.Bot).Status.Pool} }).
+		WithIndex(&v1.Bot{}, index.BotPool, func(o client.Object) []string { return []string{o.(*v1.Bot).Status.Pool} }).
 		Build()
 	w := &ownershipWorld{t: t, clk: clk, base: base, writes: map[string][]string{},
 		api:  &ownershipAPI{app: coolify.Application{UUID: slot.Status.ApplicationUUID, Name: slot.Name, Status: "running:healthy"}},

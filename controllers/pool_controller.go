@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -225,12 +226,12 @@ func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1
 // observe reads the pool's slots and waiting bots from the cache.
 func (r *BotPoolReconciler) observe(ctx context.Context, s *poolScope) error {
 	var slots v1.BotPoolSlotList
-	if err := r.Client.List(ctx, &slots, client.InNamespace(s.pool.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}); err != nil {
+	if err := r.Client.List(ctx, &slots, client.InNamespace(s.pool.Namespace), client.MatchingFields{index.SlotPool: s.pool.Name}); err != nil {
 		return fmt.Errorf("listing slots: %w", err)
 	}
 	s.slots = slots.Items
 	var bots v1.BotList // only counted: read from the cache without copying each bot
-	if err := r.Client.List(ctx, &bots, client.InNamespace(s.pool.Namespace), client.MatchingFields{indexBotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &bots, client.InNamespace(s.pool.Namespace), client.MatchingFields{index.BotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing bots: %w", err)
 	}
 	for i := range bots.Items {

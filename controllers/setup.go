@@ -15,6 +15,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
@@ -104,7 +105,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 	if deps.Metrics == nil {
 		deps.Metrics = NewMetrics(nil)
 	}
-	if err := SetupIndexes(ctx, deps.Indexer); err != nil {
+	if err := index.Setup(ctx, deps.Indexer); err != nil {
 		return nil, fmt.Errorf("indexing for the controllers: %w", err)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/slottoken"
@@ -451,7 +452,7 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 // may have let go during a cold pull that never completed.
 func (r *BotPoolSlotReconciler) poolDeploys(ctx context.Context, s *slotScope) (deploying, here []string, warm bool) {
 	var slots v1.BotPoolSlotList // read only: no copy of each slot
-	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{indexSlotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{index.SlotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, false
 	}
 	server := policy.SlotServer(s.slot, s.pool)

@@ -18,13 +18,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
 
-// builderIndexer registers the controllers' own indexes (SetupIndexes) on a fake client
+// builderIndexer registers the controllers' own indexes (index.Setup) on a fake client
 // builder, so the table runs against the indexes the manager has rather than copies.
 // fakeAPIServer is controller-runtime's fake client holding objs, with the status subresource
 // of the three kinds, the controllers' cache indexes and funcs to inject errors: the API server
@@ -34,7 +35,7 @@ func fakeAPIServer(t *testing.T, funcs interceptor.Funcs, objs ...client.Object)
 	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
 		WithInterceptorFuncs(funcs)
-	if err := SetupIndexes(context.Background(), builderIndexer{b}); err != nil {
+	if err := index.Setup(context.Background(), builderIndexer{b}); err != nil {
 		t.Fatal(err)
 	}
 	return b.Build()

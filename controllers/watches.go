@@ -61,6 +61,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -134,7 +135,7 @@ var botLetGo = predicate.Funcs{
 func slotsOfBot(r *BotPoolSlotReconciler) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var slots v1.BotPoolSlotList
-		if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSlotBotUID: string(o.GetUID())}); err != nil {
+		if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{index.SlotBotUID: string(o.GetUID())}); err != nil {
 			return nil
 		}
 		reqs := make([]reconcile.Request, 0, len(slots.Items))

@@ -1,0 +1,42 @@
+package index
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// Cache indexes the controllers look objects up by.
+const (
+	// SlotPool indexes BotPoolSlots by spec.pool.
+	SlotPool = "spec.pool"
+	// BotPool indexes Bots by status.pool, the pool the bot controller resolved.
+	BotPool = "status.pool"
+	// SlotBotUID indexes BotPoolSlots by spec.botRef.uid: the slot a bot is bound to.
+	SlotBotUID = "spec.botRef.uid"
+)
+
+// Setup registers the controllers' cache indexes; call it before the cache starts.
+func Setup(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &v1.BotPoolSlot{}, SlotPool, func(o client.Object) []string {
+		return []string{o.(*v1.BotPoolSlot).Spec.Pool}
+	}); err != nil {
+		return err
+	}
+	if err := indexer.IndexField(ctx, &v1.BotPoolSlot{}, SlotBotUID, func(o client.Object) []string {
+		if ref := o.(*v1.BotPoolSlot).Spec.BotRef; ref != nil {
+			return []string{string(ref.UID)}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &v1.Bot{}, BotPool, func(o client.Object) []string {
+		if pool := o.(*v1.Bot).Status.Pool; pool != "" {
+			return []string{pool}
+		}
+		return nil
+	})
+}
