@@ -23,6 +23,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
@@ -60,7 +61,7 @@ type BotReconciler struct {
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	// Metrics counts the bots this controller fails; nil counts nothing.
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	// Callbacks delivers a finished bot's callbackURL; nil delivers none.
 	Callbacks CallbackQueue
 	// CallbackDone wakes the bot whose callback the notifier finished (WakeOnCallback), so its
@@ -353,7 +354,7 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 		switch perr := r.Client.Status().Patch(ctx, bot, patch); {
 		case perr == nil:
 			if bot.Status.Phase == v1.BotFatal && before.Status.Phase != v1.BotFatal && r.Metrics != nil {
-				r.Metrics.botFailed(bot.Status.Reason) // once: the write that made it Fatal
+				r.Metrics.BotFailed(bot.Status.Reason) // once: the write that made it Fatal
 			}
 			if s.newSlot != nil {
 				r.Recorder.Eventf(bot, s.newSlot, corev1.EventTypeNormal, v1.ReasonBound, "Bind", "Bound to slot %s", s.newSlot.Name)

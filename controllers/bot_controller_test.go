@@ -324,7 +324,7 @@ func TestHeartbeatLossAndReturn(t *testing.T) {
 	}
 	sc.beat(bot)
 	alive(metav1.ConditionTrue)
-	timeouts := suiteMetrics.botsFailed.WithLabelValues(string(v1.ReasonHeartbeatTimeout))
+	timeouts := suiteMetrics.BotsFailed.WithLabelValues(string(v1.ReasonHeartbeatTimeout))
 	before := testutil.ToFloat64(timeouts)
 	step(6 * time.Minute)
 	touch(t, bot)

@@ -16,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 )
@@ -39,7 +40,7 @@ type Dispatcher struct {
 	// the slot moved on, and bound and taken keep it from offering its own bindings again.
 	Client  client.Client
 	Clock   clock.PassiveClock
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	// Writes is the record Client keeps of the versions this process's writes replaced. The
 	// dispatcher asks it about slots only (see freeSlots), never about bots (above), and with
 	// Replaced, which leaves the record to the slot controller.
@@ -225,10 +226,10 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 			d.bound[queue[i].UID] = b
 			d.reservations.bound(queue[i].UID, b)
 			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
-			d.Metrics.acquired(at[i].Sub(queue[i].CreationTimestamp.Time))
-			d.Metrics.queueWait(at[i].Sub(policy.QueuedAt(queue[i])))
+			d.Metrics.Acquired(at[i].Sub(queue[i].CreationTimestamp.Time))
+			d.Metrics.QueueWait(at[i].Sub(policy.QueuedAt(queue[i])))
 			if policy.Reserved(queue[i]) {
-				d.Metrics.reservationBound(at[i].Sub(queue[i].Spec.StartTime.Time))
+				d.Metrics.ReservationBound(at[i].Sub(queue[i].Spec.StartTime.Time))
 			}
 		case lostSlot(err):
 			// The slot changed under us (taken, or going away): the next wave retries.

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/cachelag"
 )
@@ -52,7 +53,7 @@ func TestAWaveSkipsASlotTheCacheShowsFreeTooLate(t *testing.T) {
 	writes := &cachelag.Tracker{}
 	writes.Wrote(cached.UID, cached.ResourceVersion) // the slot controller's write replaced it
 
-	d := &Dispatcher{Client: c, Clock: clk, Metrics: NewMetrics(nil), Writes: writes}
+	d := &Dispatcher{Client: c, Clock: clk, Metrics: metrics.New(nil), Writes: writes}
 	res, err := d.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func waveAfterAFailedStart(t *testing.T, recorded bool) {
 		Phase(v1.BotQueued).Created(clk.Now().Add(-time.Minute)).Obj()
 	first := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("s1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Hour)).App("a1").Obj()
 	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, first)
-	d := &Dispatcher{Client: c, Clock: clk, Metrics: NewMetrics(nil)}
+	d := &Dispatcher{Client: c, Clock: clk, Metrics: metrics.New(nil)}
 	key := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)}
 	must := func(err error) {
 		t.Helper()
@@ -204,7 +205,7 @@ func TestAWaveForgetsTheGrantOfABotDeletedBeforeItShowed(t *testing.T) {
 			ledger.remember(granted, clk.Now())
 			clk.Step(20 * time.Second)
 
-			d := &Dispatcher{Client: c, Clock: clk, Metrics: NewMetrics(nil), reservations: ledger}
+			d := &Dispatcher{Client: c, Clock: clk, Metrics: metrics.New(nil), reservations: ledger}
 			if _, err := d.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)}); err != nil {
 				t.Fatal(err)
 			}

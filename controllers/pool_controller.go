@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -53,7 +54,7 @@ type BotPoolReconciler struct {
 	Gate     *DeployGate
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
-	Metrics  *Metrics
+	Metrics  *metrics.Metrics
 	// OrphanCheck is how old the application list may be for the orphan check
 	// (default DefaultAppCheck).
 	OrphanCheck time.Duration
@@ -214,7 +215,7 @@ func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1
 		}
 	} else {
 		setPoolStatus(s, r.Clock.Now(), o.handled())
-		r.Metrics.observePool(pool)
+		r.Metrics.ObservePool(pool)
 	}
 	v1.TruncateConditions(pool.Status.Conditions)
 	if controllerutil.ContainsFinalizer(pool, poolFinalizer) && !equality.Semantic.DeepEqual(before.Status, pool.Status) {
@@ -322,7 +323,7 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 // application lists and its Coolify client. The maps would otherwise only grow as pools come
 // and go.
 func (r *BotPoolReconciler) forget(pool types.NamespacedName) {
-	r.Metrics.forgetPool(pool.Namespace, pool.Name)
+	r.Metrics.ForgetPool(pool.Namespace, pool.Name)
 	if r.Coolify != nil {
 		r.Coolify.Invalidate(clusterPoolTag(r.ClusterID, pool.Namespace, pool.Name))
 		r.Coolify.Invalidate(poolTagOf(pool.Namespace, pool.Name))

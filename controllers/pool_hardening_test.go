@@ -15,6 +15,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -386,7 +387,7 @@ func TestPoolDeletionForgetsPerPoolState(t *testing.T) {
 	sc := &SecretConnector{clients: map[types.NamespacedName]cachedClient{key: {}}}
 	bulk := &BulkReader{Clock: clk, apps: map[string]snapshot[map[string]coolify.Application]{
 		clusterPoolTag("uid:x", key.Namespace, key.Name): {}, poolTagOf(key.Namespace, key.Name): {}}}
-	r := &BotPoolReconciler{Connector: sc, Coolify: bulk, Metrics: NewMetrics(nil), ClusterID: "uid:x"}
+	r := &BotPoolReconciler{Connector: sc, Coolify: bulk, Metrics: metrics.New(nil), ClusterID: "uid:x"}
 	r.forget(key)
 	if len(sc.clients) != 0 || len(bulk.apps) != 0 {
 		t.Errorf("kept %d clients and %d application lists of a deleted pool", len(sc.clients), len(bulk.apps))

@@ -21,6 +21,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -591,7 +592,7 @@ func TestPoolPassKeepsThePullsRequeue(t *testing.T) {
 	}
 	c := fakeAPIServer(t, interceptor.Funcs{}, pool)
 	r := &BotPoolReconciler{Client: c, APIReader: c, Connector: &bt.Connector[CoolifyAPI]{API: api}, Coolify: &BulkReader{Clock: clk},
-		Clock: clk, Recorder: discardEvents{}, Metrics: NewMetrics(nil), OrphanCheck: time.Minute}
+		Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil), OrphanCheck: time.Minute}
 	key := client.ObjectKeyFromObject(pool)
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
 	if err != nil || res.RequeueAfter != v1.DefaultDeploymentPollInterval {
@@ -701,7 +702,7 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 			pool := deleted(tt.pulls)
 			c := fakeAPIServer(t, interceptor.Funcs{}, pool)
 			r := &BotPoolReconciler{Client: c, APIReader: c, Connector: tt.connector, Coolify: &BulkReader{Clock: clk},
-				Clock: clk, Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
+				Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil)}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
 			if err != nil {
 				t.Fatal(err)

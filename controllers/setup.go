@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -16,6 +17,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
@@ -27,6 +29,10 @@ type Store interface {
 	SlotStore
 	BotLiveness
 }
+
+// NewMetrics registers the controllers' Prometheus series on reg (nil: registered nowhere),
+// for Deps.Metrics.
+func NewMetrics(reg prometheus.Registerer) *metrics.Metrics { return metrics.New(reg) }
 
 // Deps are the systems the controllers talk to. The manager builds the real ones; the envtest
 // suites and the model check hand in their fakes, so all three wire the controllers through
@@ -45,7 +51,7 @@ type Deps struct {
 	// Recorder defaults to the manager's recorder named "botpool".
 	Recorder events.EventRecorder
 	// Metrics defaults to series registered nowhere.
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 }
 
 // Options are the controllers' settings.
@@ -103,7 +109,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		deps.Recorder = mgr.GetEventRecorder("botpool")
 	}
 	if deps.Metrics == nil {
-		deps.Metrics = NewMetrics(nil)
+		deps.Metrics = metrics.New(nil)
 	}
 	if err := index.Setup(ctx, deps.Indexer); err != nil {
 		return nil, fmt.Errorf("indexing for the controllers: %w", err)

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
@@ -54,7 +55,7 @@ type BotPoolSlotReconciler struct {
 	Store     SlotStore
 	Clock     clock.PassiveClock
 	Recorder  events.EventRecorder
-	Metrics   *Metrics
+	Metrics   *metrics.Metrics
 	Coolify   *BulkReader
 	Gate      *DeployGate
 	// GateWake carries the slots the deploy gate wakes when a deployment ends (the gate's
@@ -452,7 +453,7 @@ func (r *BotPoolSlotReconciler) flush(ctx context.Context, s *slotScope) {
 		if err := r.Store.RecordTransition(ctx, t); !store.Accepted(err) {
 			log.Error(err, "Recording a slot transition failed")
 		}
-		r.Metrics.slotTransition(t.From, t.To, t.Reason)
+		r.Metrics.SlotTransition(t.From, t.To, t.Reason)
 	}
 	r.project(ctx, s.slot.Namespace, s.slot.Name, s.slot)
 }

@@ -613,7 +613,7 @@ func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg st
 	r.describe(ctx, s, v1.SlotBusy, r.Clock.Now())
 	r.recordDeployDuration(s)
 	if since := s.slot.Status.DeployingSince; since != nil { // a standby slot deployed before its bot
-		r.Metrics.timeToBusy(r.Clock.Since(since.Time))
+		r.Metrics.TimeToBusy(r.Clock.Since(since.Time))
 	}
 	r.moveTo(s, v1.SlotBusy, "", msg)
 	s.after(r.appCheck())
@@ -836,7 +836,7 @@ func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reaso
 	s.slot.Status.RecoveryAttempts++
 	r.describe(ctx, s, v1.SlotError, time.Time{}, msg)
 	r.moveTo(s, v1.SlotError, reason, msg)
-	r.Metrics.recovery(reason) // the status update brings the slot back to recover
+	r.Metrics.Recovery(reason) // the status update brings the slot back to recover
 }
 
 // recover stops the container of a failed slot and returns it to Idle. A bound bot is ended

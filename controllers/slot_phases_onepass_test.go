@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -54,7 +55,7 @@ func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field s
 // applies.
 func onePassSlots(c client.Client, reader client.Reader, clk *clocktesting.FakeClock, api coolify.API, st SlotStore) *BotPoolSlotReconciler {
 	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector[CoolifyAPI]{API: api},
-		Store: st, Clock: clk, Recorder: discardEvents{}, Metrics: NewMetrics(nil),
+		Store: st, Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil),
 		Coolify: &BulkReader{Clock: clk}, Gate: &DeployGate{Clock: clk}, Jitter: func() float64 { return 0.5 },
 		started: clk.Now().Add(-time.Hour)}
 }

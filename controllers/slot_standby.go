@@ -193,7 +193,7 @@ func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) 
 			// retire the slot with a Warning Event, as any failing slot.
 			st.DeploymentUUID = ""
 			r.setStandby(s, v1.StandbyLost)
-			r.Metrics.standbyLostOne()
+			r.Metrics.StandbyLostOne()
 			r.toError(ctx, s, string(v1.ReasonStandbyLost), fmt.Sprintf("The fresh standby container did not ask the bot API for work within %s of its deployment (its image must wait for its binding: docs/pools-and-slots.md)", limit))
 			return nil
 		}
@@ -244,7 +244,7 @@ func (r *BotPoolSlotReconciler) standbyLost(s *slotScope, msg string) {
 	s.slot.Status.DeploymentUUID = ""
 	s.slot.Status.Message = msg + "; deploying a fresh one"
 	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, string(v1.ReasonStandbyLost), "Standby", "%s", s.slot.Status.Message)
-	r.Metrics.standbyLostOne()
+	r.Metrics.StandbyLostOne()
 }
 
 // standbyBound is the step of a standby slot a bot was bound to: no Coolify request, the

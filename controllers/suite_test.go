@@ -22,6 +22,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -45,7 +46,7 @@ var (
 	// Postgres) swaps in another for its run and puts liveStore back when it ends.
 	managerStore store.Store = liveStore
 	// suiteMetrics are the series of every manager the suite runs (registered nowhere).
-	suiteMetrics = NewMetrics(nil)
+	suiteMetrics = metrics.New(nil)
 )
 
 // botAPIAddr is where the suite's bot API listens, the same across manager restarts.

@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"botpool.dev/botpool/controllers/internal/metrics"
 )
 
 // One controller's reconcile workers serve every namespace, and a pass may hold its worker for
@@ -48,7 +50,7 @@ type tenantShare struct {
 	controller string // the metric's label
 	pool       int    // the places all namespaces share: the workers
 	share      int    // each namespace's own places
-	metrics    *Metrics
+	metrics    *metrics.Metrics
 
 	mu     sync.Mutex
 	queue  workqueue.TypedInterface[reconcile.Request] // set by the controller's NewQueue, before its first pass
@@ -66,7 +68,7 @@ type parkedReq struct {
 	seq uint64
 }
 
-func newTenantShare(inner reconcile.Reconciler, controller string, workers int, m *Metrics) *tenantShare {
+func newTenantShare(inner reconcile.Reconciler, controller string, workers int, m *metrics.Metrics) *tenantShare {
 	workers = max(workers, 1)
 	return &tenantShare{inner: inner, controller: controller, pool: workers, share: shareOf(workers), metrics: m,
 		held: map[string]int{}, parked: map[string]*list.List{}, isIn: map[reconcile.Request]*list.Element{},
@@ -106,7 +108,7 @@ func workersOf(mgr ctrl.Manager) int {
 
 func (t *tenantShare) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if !t.enter(req) {
-		t.metrics.deferredOne(t.controller)
+		t.metrics.DeferredOne(t.controller)
 		return reconcile.Result{}, nil
 	}
 	defer t.leave(req.Namespace) // a panic too: controller-runtime recovers it above

@@ -248,5 +248,5 @@ func (a *workerAttack) stop(tb testing.TB) {
 
 // deferredOf is how many requests the suite's controller parked for their namespace's share.
 func deferredOf(controller string) float64 {
-	return testutil.ToFloat64(suiteMetrics.deferred.WithLabelValues(controller))
+	return testutil.ToFloat64(suiteMetrics.Deferred.WithLabelValues(controller))
 }

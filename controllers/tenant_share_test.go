@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"botpool.dev/botpool/controllers/internal/metrics"
 )
 
 func shareReq(ns string, i int) reconcile.Request {
@@ -19,7 +21,7 @@ func shareReq(ns string, i int) reconcile.Request {
 // newTestShare is a share of 8 workers (a share of 2 each) over inner, whose queue records what
 // is put back on it.
 func newTestShare(inner reconcile.Reconciler) (*tenantShare, *addLog) {
-	share := newTenantShare(inner, "botpool", 8, NewMetrics(nil))
+	share := newTenantShare(inner, "botpool", 8, metrics.New(nil))
 	queue := &addLog{}
 	share.queue = queue
 	return share, queue

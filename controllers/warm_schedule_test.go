@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
@@ -260,7 +261,7 @@ func TestScaleDownInOnePass(t *testing.T) {
 			if tt.warm != nil {
 				warm = *tt.warm
 			}
-			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: NewMetrics(nil)}
+			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: metrics.New(nil)}
 			s := &poolScope{pool: tt.pool, slots: list.Items, waiting: tt.waiting, warm: warm}
 			if tt.shrinkFirst {
 				if err := r.supply(ctx, s); err != nil {

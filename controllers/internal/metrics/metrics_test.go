@@ -1,4 +1,4 @@
-package controllers
+package metrics
 
 import (
 	"testing"
@@ -14,28 +14,28 @@ import (
 // with the pool; botpool_bots_failed_total counts by reason. The chart's alerts read both.
 func TestPoolStalledGauge(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	m := NewMetrics(reg)
+	m := New(reg)
 	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "meet"}}
-	stalled := m.poolStalled.WithLabelValues("team", "meet")
+	stalled := m.PoolStalled.WithLabelValues("team", "meet")
 
-	m.observePool(pool)
+	m.ObservePool(pool)
 	if got := testutil.ToFloat64(stalled); got != 0 {
 		t.Errorf("a pool without Stalled: %v, want 0", got)
 	}
 	v1.SetCondition(&pool.Status.Conditions, metav1.Condition{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
 		Reason: v1.ReasonInvalidWarmSchedule, Message: "x"}, metav1.Now().Time)
-	m.observePool(pool)
+	m.ObservePool(pool)
 	if got := testutil.ToFloat64(stalled); got != 1 {
 		t.Errorf("a Stalled pool: %v, want 1", got)
 	}
-	m.forgetPool("team", "meet")
-	if n := testutil.CollectAndCount(m.poolStalled); n != 0 {
+	m.ForgetPool("team", "meet")
+	if n := testutil.CollectAndCount(m.PoolStalled); n != 0 {
 		t.Errorf("%d series left after the pool went", n)
 	}
 
-	m.botFailed(v1.ReasonQueueTimeout)
-	m.botFailed(v1.ReasonQueueTimeout)
-	if got := testutil.ToFloat64(m.botsFailed.WithLabelValues(string(v1.ReasonQueueTimeout))); got != 2 {
+	m.BotFailed(v1.ReasonQueueTimeout)
+	m.BotFailed(v1.ReasonQueueTimeout)
+	if got := testutil.ToFloat64(m.BotsFailed.WithLabelValues(string(v1.ReasonQueueTimeout))); got != 2 {
 		t.Errorf("botpool_bots_failed_total{reason=QueueTimeout} = %v, want 2", got)
 	}
 	if _, err := reg.Gather(); err != nil {

@@ -1,4 +1,4 @@
-package controllers
+package metrics
 
 import (
 	"time"
@@ -25,17 +25,17 @@ type Metrics struct {
 	poolReserved    *prometheus.GaugeVec
 	reservedLate    prometheus.Histogram
 	standbyLost     prometheus.Counter
-	// poolStalled and botsFailed feed the chart's alerts (docs/runbooks.md).
-	poolStalled *prometheus.GaugeVec
-	botsFailed  *prometheus.CounterVec
-	// deferred counts requests a controller parked because their namespace held all its
+	// PoolStalled and botsFailed feed the chart's alerts (docs/runbooks.md).
+	PoolStalled *prometheus.GaugeVec
+	BotsFailed  *prometheus.CounterVec
+	// Deferred counts requests a controller parked because their namespace held all its
 	// places (tenant_share.go).
-	deferred *prometheus.CounterVec
+	Deferred *prometheus.CounterVec
 }
 
-// NewMetrics creates the series and registers them with reg (nil: none), reusing series
+// New creates the series and registers them with reg (nil: none), reusing series
 // already registered under the same names.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		poolSlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "botpool_pool_slots",
@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "botpool_slot_transitions_total",
 		Help: "Slot phase transitions.",
 	}, []string{"from", "to", "reason"}))
-	m.deferred = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.Deferred = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "botpool_reconciles_deferred_total",
 		Help: "Requests a controller parked because their namespace held all its places (its share and the shared pool); each runs when a place is handed on to it.",
 	}, []string{"controller"}))
@@ -94,17 +94,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "botpool_standby_lost_total",
 		Help: "Standby containers that stopped asking for work (crashed, restarting, unreachable) and were replaced.",
 	}))
-	m.poolStalled = promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.PoolStalled = promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "botpool_pool_stalled",
 		Help: "1 while a pool's Stalled condition is True (progress needs a human: its reason is on the condition), else 0.",
 	}, []string{"namespace", "pool"}))
-	m.botsFailed = botfailures.Register(reg)
+	m.BotsFailed = botfailures.Register(reg)
 	m.poolSlots = promreg.Register(reg, m.poolSlots)
 	m.poolQueued = promreg.Register(reg, m.poolQueued)
 	return m
 }
 
-func (m *Metrics) observePool(p *v1.BotPool) {
+func (m *Metrics) ObservePool(p *v1.BotPool) {
 	var c v1.SlotCounts
 	if p.Status.Slots != nil {
 		c = *p.Status.Slots
@@ -129,38 +129,38 @@ func (m *Metrics) observePool(p *v1.BotPool) {
 	if meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionStalled) {
 		stalled = 1
 	}
-	m.poolStalled.WithLabelValues(p.Namespace, p.Name).Set(stalled)
+	m.PoolStalled.WithLabelValues(p.Namespace, p.Name).Set(stalled)
 }
 
-func (m *Metrics) forgetPool(namespace, name string) {
+func (m *Metrics) ForgetPool(namespace, name string) {
 	labels := prometheus.Labels{"namespace": namespace, "pool": name}
 	m.poolSlots.DeletePartialMatch(labels)
 	m.poolQueued.DeletePartialMatch(labels)
 	m.poolStandby.DeletePartialMatch(labels)
 	m.poolMinIdle.DeletePartialMatch(labels)
 	m.poolReserved.DeletePartialMatch(labels)
-	m.poolStalled.DeletePartialMatch(labels)
+	m.PoolStalled.DeletePartialMatch(labels)
 }
 
-func (m *Metrics) slotTransition(from, to, reason string) {
+func (m *Metrics) SlotTransition(from, to, reason string) {
 	m.slotTransitions.WithLabelValues(from, to, reason).Inc()
 }
 
-func (m *Metrics) standbyLostOne() { m.standbyLost.Inc() }
+func (m *Metrics) StandbyLostOne() { m.standbyLost.Inc() }
 
-func (m *Metrics) deferredOne(controller string) {
+func (m *Metrics) DeferredOne(controller string) {
 	if m != nil {
-		m.deferred.WithLabelValues(controller).Inc()
+		m.Deferred.WithLabelValues(controller).Inc()
 	}
 }
 
-func (m *Metrics) recovery(reason string) { m.recoveries.WithLabelValues(reason).Inc() }
+func (m *Metrics) Recovery(reason string) { m.recoveries.WithLabelValues(reason).Inc() }
 
-func (m *Metrics) timeToBusy(d time.Duration) { m.toBusy.Observe(d.Seconds()) }
+func (m *Metrics) TimeToBusy(d time.Duration) { m.toBusy.Observe(d.Seconds()) }
 
-func (m *Metrics) acquired(d time.Duration) { m.acquire.Observe(d.Seconds()) }
+func (m *Metrics) Acquired(d time.Duration) { m.acquire.Observe(d.Seconds()) }
 
-func (m *Metrics) queueWait(d time.Duration) { m.waited.Observe(d.Seconds()) }
+func (m *Metrics) QueueWait(d time.Duration) { m.waited.Observe(d.Seconds()) }
 
-func (m *Metrics) reservationBound(d time.Duration) { m.reservedLate.Observe(max(d, 0).Seconds()) }
-func (m *Metrics) botFailed(reason v1.BotReason)    { m.botsFailed.WithLabelValues(string(reason)).Inc() }
+func (m *Metrics) ReservationBound(d time.Duration) { m.reservedLate.Observe(max(d, 0).Seconds()) }
+func (m *Metrics) BotFailed(reason v1.BotReason)    { m.BotsFailed.WithLabelValues(string(reason)).Inc() }
