@@ -53,11 +53,11 @@
 //	server_failures.go   a server where a pool's own starts keep failing is Failing for that pool (StartEnded, markFailing)
 //	server_cleanup.go    when each server's Docker cleanup runs (GET /servers/{uuid}/docker-cleanup, cached per user), for the pre-pull's re-pulls
 //
-// Shared machinery, one package each (internal/deploygate, tenantshare; the cache indexes are
-// package index, the Prometheus series package metrics, both under controllers/internal).
+// Shared machinery (internal/deploygate). The cache indexes are package index, the Prometheus
+// series package metrics, and each namespace's share of a controller's workers package
+// tenantshare, all under controllers/internal.
 //
 //	deploy_gate.go       DeployGate: a pool's deployments in flight, a server's over its pools, a new image pulled alone, server pauses, pulls in turn
-//	tenant_share.go      tenantShare: each namespace's own places in a controller, and a pool they share
 //
 // The pool reconciler (pool).
 //

@@ -28,8 +28,8 @@ import (
 // belongs. Files named pool_*, slot_* and bot_* belong to their kind unless listed.
 var layoutHome = map[string]string{
 	"setup.go": "root", "watches.go": "root", "doc.go": "root",
-	"tenant_share.go": "tenantshare",
-	"requeue.go":      "pass", "stalled.go": "pass", "coolify_wait.go": "pass", "liveness_reader.go": "pass",
+
+	"requeue.go": "pass", "stalled.go": "pass", "coolify_wait.go": "pass", "liveness_reader.go": "pass",
 	"coolify_api.go": "coolifyview", "coolify_reads.go": "coolifyview", "coolify_tags.go": "coolifyview",
 	"credentials.go": "coolifyview", "server_limits.go": "coolifyview", "server_failures.go": "coolifyview",
 	"server_cleanup.go": "coolifyview",

@@ -63,18 +63,19 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
+	"botpool.dev/botpool/controllers/internal/tenantshare"
 )
 
 // setupPoolController registers the pool controller: pools, the slots they own, and bots whose pool
 // or phase changed (a bot starting to wait may need a new slot).
 func setupPoolController(mgr ctrl.Manager, r *BotPoolReconciler) error {
-	share := newTenantShare(r, "botpool", workersOf(mgr), r.Metrics)
+	share := tenantshare.New(r, "botpool", tenantshare.WorkersOf(mgr), r.Metrics)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPool{}).
 		Owns(&v1.BotPoolSlot{}).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool),
 			builder.WithPredicates(botQueueChanged)).
-		WithOptions(share.options(mgr, errorBackoff())).
+		WithOptions(share.Options(mgr, errorBackoff())).
 		Complete(share)
 }
 
@@ -102,11 +103,11 @@ var botQueueChanged = predicate.Funcs{
 // ends or goes away releases its slot at once).
 func setupSlotController(mgr ctrl.Manager, r *BotPoolSlotReconciler) error {
 	r.started = r.Clock.Now()
-	share := newTenantShare(r, "botpoolslot", workersOf(mgr), r.Metrics)
+	share := tenantshare.New(r, "botpoolslot", tenantshare.WorkersOf(mgr), r.Metrics)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPoolSlot{}).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(slotsOfBot(r)), builder.WithPredicates(botLetGo)).
-		WithOptions(share.options(mgr, errorBackoff()))
+		WithOptions(share.Options(mgr, errorBackoff()))
 	if r.GateWake != nil {
 		b = b.WatchesRawSource(source.Channel(r.GateWake, &handler.EnqueueRequestForObject{}))
 	}
@@ -150,14 +151,14 @@ func slotsOfBot(r *BotPoolSlotReconciler) handler.MapFunc {
 // pool may serve bots that found none).
 func setupBotController(mgr ctrl.Manager, r *BotReconciler) error {
 	r.started = r.Clock.Now()
-	share := newTenantShare(r, "bot", workersOf(mgr), r.Metrics)
+	share := tenantshare.New(r, "bot", tenantshare.WorkersOf(mgr), r.Metrics)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.Bot{}).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).
 		// A new or changed pool may serve bots that found none; its status updates cannot,
 		// and each would list every bot of the namespace.
 		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(waitingBotsOf(r)), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(share.options(mgr, errorBackoff()))
+		WithOptions(share.Options(mgr, errorBackoff()))
 	if r.CallbackDone != nil {
 		b = b.WatchesRawSource(source.Channel(r.CallbackDone, &handler.EnqueueRequestForObject{}))
 	}
@@ -192,13 +193,13 @@ func waitingBotsOf(r *BotReconciler) handler.MapFunc {
 // setupDispatcher registers the dispatcher: a wave runs when a pool's slot turns free or a
 // bot of the pool starts to wait.
 func setupDispatcher(mgr ctrl.Manager, d *Dispatcher) error {
-	share := newTenantShare(d, "dispatcher", workersOf(mgr), d.Metrics)
+	share := tenantshare.New(d, "dispatcher", tenantshare.WorkersOf(mgr), d.Metrics)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("dispatcher").
 		For(&v1.BotPool{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, serverBackIn))).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToPool), builder.WithPredicates(slotFreed)).
 		Watches(&v1.Bot{}, handler.EnqueueRequestsFromMapFunc(botToPool), builder.WithPredicates(botQueueChanged)).
-		WithOptions(share.options(mgr, errorBackoff())).
+		WithOptions(share.Options(mgr, errorBackoff())).
 		Complete(share)
 }
 

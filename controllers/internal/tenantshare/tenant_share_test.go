@@ -1,10 +1,11 @@
-package controllers
+package tenantshare
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -20,15 +21,15 @@ func shareReq(ns string, i int) reconcile.Request {
 
 // newTestShare is a share of 8 workers (a share of 2 each) over inner, whose queue records what
 // is put back on it.
-func newTestShare(inner reconcile.Reconciler) (*tenantShare, *addLog) {
-	share := newTenantShare(inner, "botpool", 8, metrics.New(nil))
+func newTestShare(inner reconcile.Reconciler) (*Share, *addLog) {
+	share := New(inner, "botpool", 8, metrics.New(nil))
 	queue := &addLog{}
 	share.queue = queue
 	return share, queue
 }
 
 // entered asks n passes of ns, from request from on, and counts those that started.
-func entered(share *tenantShare, ns string, from, n int) int {
+func entered(share *Share, ns string, from, n int) int {
 	got := 0
 	for i := range n {
 		if share.enter(shareReq(ns, from+i)) {
@@ -159,7 +160,7 @@ func TestTenantShareReconcile(t *testing.T) {
 // them until it runs.
 func TestTenantShareKeepsAParkedRequestsBackoff(t *testing.T) {
 	share, _ := newTestShare(reconcile.Func(func(context.Context, ctrl.Request) (ctrl.Result, error) { return ctrl.Result{}, nil }))
-	limiter := keepBackoff{TypedRateLimiter: errorBackoff(), share: share}
+	limiter := keepBackoff{TypedRateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](50*time.Millisecond, 30*time.Second), share: share}
 	parked, other := shareReq("a1", 10), shareReq("a1", 11)
 	for range 3 {
 		limiter.When(parked)

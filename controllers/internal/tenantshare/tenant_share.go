@@ -1,4 +1,4 @@
-package controllers
+package tenantshare
 
 import (
 	"container/list"
@@ -22,7 +22,7 @@ import (
 // new pool waited 36 s for its first slot, against 2 s alone (issue 30); and a bound per
 // namespace alone on a fixed set is beaten by a second namespace.
 //
-// tenantShare gives every namespace places of its own. Each namespace may always have its
+// Share gives every namespace places of its own. Each namespace may always have its
 // share in flight (a quarter of --max-concurrent-reconciles, at least one); beyond it, its
 // passes take places of a pool that all namespaces share, as large as the workers. So one
 // namespace holds at most its share and the pool (10 of the default 8 + 2), a namespace alone
@@ -44,8 +44,8 @@ func shareOf(workers int) int { return max(1, workers/4) }
 // goroutinesPerWorker: the goroutines a controller runs per worker (see above).
 const goroutinesPerWorker = 4
 
-// tenantShare wraps a controller's reconciler (see above).
-type tenantShare struct {
+// Share wraps a controller's reconciler (see above).
+type Share struct {
 	inner      reconcile.Reconciler
 	controller string // the metric's label
 	pool       int    // the places all namespaces share: the workers
@@ -68,17 +68,17 @@ type parkedReq struct {
 	seq uint64
 }
 
-func newTenantShare(inner reconcile.Reconciler, controller string, workers int, m *metrics.Metrics) *tenantShare {
+func New(inner reconcile.Reconciler, controller string, workers int, m *metrics.Metrics) *Share {
 	workers = max(workers, 1)
-	return &tenantShare{inner: inner, controller: controller, pool: workers, share: shareOf(workers), metrics: m,
+	return &Share{inner: inner, controller: controller, pool: workers, share: shareOf(workers), metrics: m,
 		held: map[string]int{}, parked: map[string]*list.List{}, isIn: map[reconcile.Request]*list.Element{},
 		handed: map[reconcile.Request]bool{}}
 }
 
-// options are the controller's: the goroutines, a rate limiter whose backoff a parked request
+// Options are the controller's: the goroutines, a rate limiter whose backoff a parked request
 // keeps, and controller-runtime's own queue, of which the share keeps a handle to put parked
 // requests back.
-func (t *tenantShare) options(mgr ctrl.Manager, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) controller.Options {
+func (t *Share) Options(mgr ctrl.Manager, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) controller.Options {
 	usePriority := ptr.Deref(mgr.GetControllerOptions().UsePriorityQueue, true)
 	log := mgr.GetLogger().WithValues("controller", t.controller)
 	return controller.Options{
@@ -100,13 +100,13 @@ func (t *tenantShare) options(mgr ctrl.Manager, rateLimiter workqueue.TypedRateL
 	}
 }
 
-// workersOf is --max-concurrent-reconciles: the pool of each controller's tenantShare
+// WorkersOf is --max-concurrent-reconciles: the pool of each controller's Share
 // (controller-runtime's default is one).
-func workersOf(mgr ctrl.Manager) int {
+func WorkersOf(mgr ctrl.Manager) int {
 	return max(1, mgr.GetControllerOptions().MaxConcurrentReconciles)
 }
 
-func (t *tenantShare) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (t *Share) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if !t.enter(req) {
 		t.metrics.DeferredOne(t.controller)
 		return reconcile.Result{}, nil
@@ -116,7 +116,7 @@ func (t *tenantShare) Reconcile(ctx context.Context, req reconcile.Request) (rec
 }
 
 // enter starts a pass of req, or parks req and reports false.
-func (t *tenantShare) enter(req reconcile.Request) bool {
+func (t *Share) enter(req reconcile.Request) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.handed[req] {
@@ -143,7 +143,7 @@ func (t *tenantShare) enter(req reconcile.Request) bool {
 }
 
 // take counts a place for a pass of ns. Callers hold t.mu.
-func (t *tenantShare) take(ns string) {
+func (t *Share) take(ns string) {
 	if t.held[ns] >= t.share {
 		t.inPool++
 	}
@@ -151,7 +151,7 @@ func (t *tenantShare) take(ns string) {
 }
 
 // leave ends a pass of ns and hands its place on (see above).
-func (t *tenantShare) leave(ns string) {
+func (t *Share) leave(ns string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ofPool := t.held[ns] > t.share
@@ -177,7 +177,7 @@ func (t *tenantShare) leave(ns string) {
 
 // neediest is the namespace with requests parked and the fewest passes in flight, on a tie the
 // one whose request has waited longest; "" when none is parked. Callers hold t.mu.
-func (t *tenantShare) neediest() string {
+func (t *Share) neediest() string {
 	best, bestSeq := "", uint64(0)
 	for ns, l := range t.parked {
 		seq := l.Front().Value.(parkedReq).seq
@@ -189,7 +189,7 @@ func (t *tenantShare) neediest() string {
 }
 
 // unpark takes e off namespace ns's parked requests. Callers hold t.mu.
-func (t *tenantShare) unpark(ns string, e *list.Element) reconcile.Request {
+func (t *Share) unpark(ns string, e *list.Element) reconcile.Request {
 	req := t.parked[ns].Remove(e).(parkedReq).req
 	delete(t.isIn, req)
 	if t.parked[ns].Len() == 0 {
@@ -199,7 +199,7 @@ func (t *tenantShare) unpark(ns string, e *list.Element) reconcile.Request {
 }
 
 // waiting reports whether req is parked or on its way back with a place.
-func (t *tenantShare) waiting(req reconcile.Request) bool {
+func (t *Share) waiting(req reconcile.Request) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.isIn[req] != nil || t.handed[req]
@@ -210,7 +210,7 @@ func (t *tenantShare) waiting(req reconcile.Request) bool {
 // request that keeps failing in a busy namespace would retry at the first step of its backoff.
 type keepBackoff struct {
 	workqueue.TypedRateLimiter[reconcile.Request]
-	share *tenantShare
+	share *Share
 }
 
 func (k keepBackoff) Forget(req reconcile.Request) {
