@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -38,19 +39,19 @@ func TestDeployGatePauseIsPerInstanceAndCapped(t *testing.T) {
 	b := gatePool("tenant-b", "pool", "srv-0") // the same uuid, on another instance
 	const instA, instB = "https://coolify-a.example/api/v1", "https://coolify-b.example/api/v1"
 
-	g.Pause(coolifyServer{instance: instA}, true, fc.Now().Add(365*24*time.Hour))
-	if g.Admit(a, coolifyServer{instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
+	g.Pause(coolifyview.CoolifyServer{Instance: instA}, true, fc.Now().Add(365*24*time.Hour))
+	if g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
 		t.Fatal("the paused server admitted a deployment")
 	}
-	if !g.Admit(b, coolifyServer{instance: instB}, deployAsk{slot: "slot-b", warm: true}) {
+	if !g.Admit(b, coolifyview.CoolifyServer{Instance: instB}, deployAsk{slot: "slot-b", warm: true}) {
 		t.Fatal("another instance's server with the same uuid was paused too")
 	}
 	fc.Step(coolify.MaxPause - time.Second)
-	if g.Admit(a, coolifyServer{instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
+	if g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
 		t.Fatal("admitted before the pause ended")
 	}
 	fc.Step(time.Second)
-	if !g.Admit(a, coolifyServer{instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
+	if !g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
 		t.Fatal("still paused after MaxPause: the year-long Retry-After was not capped")
 	}
 }
@@ -62,8 +63,8 @@ func TestDeployGateForgets(t *testing.T) {
 	g := &DeployGate{Clock: fc}
 	for i := range 50 {
 		p := gatePool("ns", fmt.Sprintf("pool-%d", i), "srv")
-		g.Pause(coolifyServer{instance: fmt.Sprintf("https://c%d.example/api/v1", i)}, true, fc.Now().Add(time.Minute))
-		if !g.Admit(p, coolifyServer{}, deployAsk{slot: "slot", warm: true}) {
+		g.Pause(coolifyview.CoolifyServer{Instance: fmt.Sprintf("https://c%d.example/api/v1", i)}, true, fc.Now().Add(time.Minute))
+		if !g.Admit(p, coolifyview.CoolifyServer{}, deployAsk{slot: "slot", warm: true}) {
 			t.Fatalf("pool %d not admitted", i)
 		}
 		g.Done(p, "slot", true)
@@ -73,7 +74,7 @@ func TestDeployGateForgets(t *testing.T) {
 	}
 	fc.Step(warmTTL + time.Minute)
 	live := gatePool("ns", "live", "srv")
-	g.Admit(live, coolifyServer{}, deployAsk{slot: "slot", warm: false})
+	g.Admit(live, coolifyview.CoolifyServer{}, deployAsk{slot: "slot", warm: false})
 	if adm, warm, paused := g.size(); adm != 1 || warm != 0 || paused != 0 {
 		t.Fatalf("after warmTTL: %d admitted, %d warm, %d paused; want 1, 0, 0", adm, warm, paused)
 	}
@@ -86,12 +87,12 @@ func TestMalformedCredentialsURLIsRedacted(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "coolify",
 		Labels: map[string]string{v1.LabelAllowPoolUse: "true"}},
 		Data: map[string][]byte{"url": []byte("https://admin:hunter2-secret@coolify.example:port"), "token": []byte("t")}}
-	c := &SecretConnector{Reader: fake.NewClientBuilder().WithObjects(secret).Build(), Registry: coolify.NewRegistry(0),
+	c := &coolifyview.SecretConnector{Reader: fake.NewClientBuilder().WithObjects(secret).Build(), Registry: coolify.NewRegistry(0),
 		Clock: clocktesting.NewFakeClock(time.Now()), RefreshAfter: time.Minute}
 	pool := gatePool("ns", "pool", "srv")
 	pool.Spec.Coolify.CredentialsSecretRef.Name = "coolify"
 	_, err := c.ForPool(context.Background(), pool)
-	if !errors.Is(err, errCredentialsInvalid) {
+	if !errors.Is(err, coolifyview.ErrCredentialsInvalid) {
 		t.Fatalf("err = %v, want errCredentialsInvalid", err)
 	}
 	if strings.Contains(err.Error(), "hunter2") {

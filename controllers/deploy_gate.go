@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -48,10 +49,10 @@ type DeployGate struct {
 	admitted map[types.NamespacedName]map[string]admission // pool → slot → its admission
 	warm     map[string]time.Time                          // imageKey → last seen warm
 	paused   map[string]time.Time                          // pauseKey → no deploys before
-	// starts: coolifyServer.key → slot → when a deployment a bot waits for was last refused
+	// starts: CoolifyServer.key → slot → when a deployment a bot waits for was last refused
 	// for want of room on the server. While one waits, recycles there are refused (see Admit).
 	starts map[string]map[types.NamespacedName]time.Time
-	// onServer: coolifyServer.key → pool → its deployments in flight there, as the pool's
+	// onServer: CoolifyServer.key → pool → its deployments in flight there, as the pool's
 	// last Admit saw them.
 	onServer map[string]map[types.NamespacedName]poolFlight
 	// done: slot (namespace/name) → its Done, for admissionTTL: a cache that still shows the
@@ -60,10 +61,10 @@ type DeployGate struct {
 	// refused: slot → what it was last refused for room on (its pool and server) and when,
 	// the slots a Done wakes.
 	refused map[types.NamespacedName]refusal
-	// pulls: coolifyServer.key → pool → when the pool last saw its pre-pull there in flight
+	// pulls: CoolifyServer.key → pool → when the pool last saw its pre-pull there in flight
 	// (AdmitPull, Pulling). Pulls hold builds of the server like the slots' deployments do.
 	pulls map[string]map[types.NamespacedName]time.Time
-	// pullAsks: coolifyServer.key → pool → its pull refused for room there, waiting its turn.
+	// pullAsks: CoolifyServer.key → pool → its pull refused for room there, waiting its turn.
 	pullAsks map[string]map[types.NamespacedName]pullAsk
 	pruned   time.Time
 }
@@ -81,14 +82,14 @@ type pullAsk struct{ first, last time.Time }
 const pullAskTTL = 2 * time.Minute
 
 // refusal is what a slot the gate refused waits for: room in its pool or on its server
-// (coolifyServer.key).
+// (CoolifyServer.key).
 type refusal struct {
 	pool   types.NamespacedName
 	server string
 	at     time.Time
 }
 
-// admission is one the cache may not show yet: when, and on which server (coolifyServer.key).
+// admission is one the cache may not show yet: when, and on which server (CoolifyServer.key).
 type admission struct {
 	at     time.Time
 	server string
@@ -129,11 +130,11 @@ const startWaitTTL = 15 * time.Second
 // unique only within one instance, and a pool on another instance, another tenant's maybe,
 // must not pause this one's). A rate limit is the Coolify user's own budget: it pauses that
 // user's deployments to the server, and no other tenant's (srv.key holds the user).
-func pauseKey(srv coolifyServer, queueFull bool) string {
+func pauseKey(srv coolifyview.CoolifyServer, queueFull bool) string {
 	if queueFull {
-		return srv.instance + "|" + srv.uuid
+		return srv.Instance + "|" + srv.UUID
 	}
-	return "user|" + srv.key
+	return "user|" + srv.Key
 }
 
 // deployAsk is what a slot asks the gate for.
@@ -152,7 +153,7 @@ type deployAsk struct {
 }
 
 // Admit reports whether a slot may start a deployment now on srv, its pool's server.
-func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) bool {
+func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyview.CoolifyServer, ask deployAsk) bool {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	slot, deploying := ask.slot, ask.deploying
 	now := g.Clock.Now()
@@ -204,7 +205,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 		case s == slot:
 		default:
 			inFlight[s] = true
-			if a.server == srv.key {
+			if a.server == srv.Key {
 				inFlightHere[s] = true
 				admHere[s] = true
 			}
@@ -215,17 +216,17 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 	// Pulls in flight are not counted: they take only builds the slots left free, never more
 	// than all but one (AdmitPull), and a deployment admitted beside one queues in Coolify for
 	// at most that pull, as it would behind another slot's.
-	onServer := g.serverView(srv.key, key, admHere, ask.here, slot, now)
+	onServer := g.serverView(srv.Key, key, admHere, ask.here, slot, now)
 	// The pool's own bound: maxConcurrentDeployments over all its servers. Unset, the
 	// servers' bounds are the pool's, or 4 while the server's settings are unknown.
 	limit := int(pool.Spec.MaxConcurrentDeployments)
-	if limit < 1 && srv.runs == 0 {
+	if limit < 1 && srv.Runs == 0 {
 		limit = v1.DefaultMaxConcurrentDeployments
 	}
 	if ask.warm {
-		g.warm[imageKey(pool, srv.key)] = now
+		g.warm[imageKey(pool, srv.Key)] = now
 	}
-	_, known := g.warm[imageKey(pool, srv.key)]
+	_, known := g.warm[imageKey(pool, srv.Key)]
 	// The first pull of the image on a server runs alone there; another server's runs beside.
 	if limit > 0 && len(inFlight) >= limit || !known && len(inFlightHere) >= 1 {
 		// The pool's own bound: its own deployments hold it, no other pool's recycles.
@@ -233,21 +234,21 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 		g.refuse(slotKey, key, srv, now)
 		return false
 	}
-	if srv.runs > 0 && onServer >= srv.runs || !ask.start && g.startWaiting(srv, slotKey, now) {
+	if srv.Runs > 0 && onServer >= srv.Runs || !ask.start && g.startWaiting(srv, slotKey, now) {
 		g.startWaits(srv, slotKey, ask.start, now)
 		g.refuse(slotKey, key, srv, now)
 		return false
 	}
 	g.startWaits(srv, slotKey, false, now)
 	delete(g.refused, slotKey)
-	adm[slot] = admission{at: now, server: srv.key}
-	if f, ok := g.onServer[srv.key][key]; ok {
+	adm[slot] = admission{at: now, server: srv.Key}
+	if f, ok := g.onServer[srv.Key][key]; ok {
 		f.slots[slot] = true
 	} else {
-		if g.onServer[srv.key] == nil {
-			g.onServer[srv.key] = map[types.NamespacedName]poolFlight{}
+		if g.onServer[srv.Key] == nil {
+			g.onServer[srv.Key] = map[types.NamespacedName]poolFlight{}
 		}
-		g.onServer[srv.key][key] = poolFlight{slots: map[string]bool{slot: true}, seen: now}
+		g.onServer[srv.Key][key] = poolFlight{slots: map[string]bool{slot: true}, seen: now}
 	}
 	delete(g.done, slotKey)
 	return true
@@ -255,12 +256,12 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyServer, ask deployAsk) b
 
 // startWaits records (waits) or forgets that slot's start waits for room on srv. Callers hold
 // g.mu.
-func (g *DeployGate) startWaits(srv coolifyServer, slot types.NamespacedName, waits bool, now time.Time) {
+func (g *DeployGate) startWaits(srv coolifyview.CoolifyServer, slot types.NamespacedName, waits bool, now time.Time) {
 	if !waits {
-		if m := g.starts[srv.key]; m != nil {
+		if m := g.starts[srv.Key]; m != nil {
 			delete(m, slot)
 			if len(m) == 0 {
-				delete(g.starts, srv.key)
+				delete(g.starts, srv.Key)
 			}
 		}
 		return
@@ -268,19 +269,19 @@ func (g *DeployGate) startWaits(srv coolifyServer, slot types.NamespacedName, wa
 	if g.starts == nil {
 		g.starts = map[string]map[types.NamespacedName]time.Time{}
 	}
-	if g.starts[srv.key] == nil {
-		g.starts[srv.key] = map[types.NamespacedName]time.Time{}
+	if g.starts[srv.Key] == nil {
+		g.starts[srv.Key] = map[types.NamespacedName]time.Time{}
 	}
-	g.starts[srv.key][slot] = now
+	g.starts[srv.Key][slot] = now
 }
 
 // refuse remembers that slot of pool waits for room in the pool or on srv, for the Done that
 // frees it to wake the slot. Callers hold g.mu.
-func (g *DeployGate) refuse(slot, pool types.NamespacedName, srv coolifyServer, now time.Time) {
+func (g *DeployGate) refuse(slot, pool types.NamespacedName, srv coolifyview.CoolifyServer, now time.Time) {
 	if g.refused == nil {
 		g.refused = map[types.NamespacedName]refusal{}
 	}
-	g.refused[slot] = refusal{pool: pool, server: srv.key, at: now}
+	g.refused[slot] = refusal{pool: pool, server: srv.Key, at: now}
 }
 
 // doneSince reports whether slot's deployment ended (Done) within admissionTTL. Callers hold
@@ -308,8 +309,8 @@ func (g *DeployGate) waiters(pool types.NamespacedName, server string, now time.
 
 // startWaiting reports whether a start other than slot waits for room on srv. Callers hold
 // g.mu.
-func (g *DeployGate) startWaiting(srv coolifyServer, slot types.NamespacedName, now time.Time) bool {
-	for s, at := range g.starts[srv.key] {
+func (g *DeployGate) startWaiting(srv coolifyview.CoolifyServer, slot types.NamespacedName, now time.Time) bool {
+	for s, at := range g.starts[srv.Key] {
 		if s != slot && now.Sub(at) <= startWaitTTL {
 			return true
 		}
@@ -410,22 +411,22 @@ func (g *DeployGate) prune(now time.Time) {
 //
 // Pulls refused for room take their turns in the order they first asked: a pool whose pulls
 // keep failing (and retry) must not keep another pool's rollout from ever pulling.
-func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyServer) bool {
+func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyview.CoolifyServer) bool {
 	now := g.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.prune(now)
 	if now.Before(g.paused[pauseKey(srv, true)]) || now.Before(g.paused[pauseKey(srv, false)]) || !g.pullRoom(pool, srv, now) {
-		g.askPull(pool, srv.key, now)
+		g.askPull(pool, srv.Key, now)
 		return false
 	}
-	if m := g.pullAsks[srv.key]; m != nil {
+	if m := g.pullAsks[srv.Key]; m != nil {
 		delete(m, pool)
 		if len(m) == 0 {
-			delete(g.pullAsks, srv.key)
+			delete(g.pullAsks, srv.Key)
 		}
 	}
-	g.pulling(pool, srv.key, now)
+	g.pulling(pool, srv.Key, now)
 	return true
 }
 
@@ -433,24 +434,24 @@ func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyServer) boo
 // before it still waits. On a server of one build a pull also waits while a start does. A
 // pull never has a build kept for it: the slots' deployments, a standby pool's recycles
 // included, go first, and the pull takes a build they leave free. Callers hold g.mu.
-func (g *DeployGate) pullRoom(pool types.NamespacedName, srv coolifyServer, now time.Time) bool {
-	mine, asked := g.pullAsks[srv.key][pool]
-	for p, a := range g.pullAsks[srv.key] {
+func (g *DeployGate) pullRoom(pool types.NamespacedName, srv coolifyview.CoolifyServer, now time.Time) bool {
+	mine, asked := g.pullAsks[srv.Key][pool]
+	for p, a := range g.pullAsks[srv.Key] {
 		if p != pool && now.Sub(a.last) <= pullAskTTL && (!asked || a.first.Before(mine.first)) {
 			return false
 		}
 	}
-	if srv.runs == 0 {
+	if srv.Runs == 0 {
 		return true
 	}
-	if srv.runs == 1 && g.startWaiting(srv, types.NamespacedName{}, now) {
+	if srv.Runs == 1 && g.startWaiting(srv, types.NamespacedName{}, now) {
 		return false
 	}
-	pulls := g.pullsOn(srv.key, now)
-	if _, in := g.pulls[srv.key][pool]; in {
+	pulls := g.pullsOn(srv.Key, now)
+	if _, in := g.pulls[srv.Key][pool]; in {
 		pulls-- // its own pull, recorded as in flight, ended or is asked for again
 	}
-	return pulls < max(srv.runs-1, 1) && pulls+g.slotsOn(srv.key, now) < srv.runs
+	return pulls < max(srv.Runs-1, 1) && pulls+g.slotsOn(srv.Key, now) < srv.Runs
 }
 
 // slotsOn counts the slots' deployments in flight on server, over every pool, as each pool's
@@ -481,7 +482,7 @@ func (g *DeployGate) askPull(pool types.NamespacedName, server string, now time.
 	g.pullAsks[server][pool] = a
 }
 
-// Pulling records whether pool's pre-pull on the server (coolifyServer.key) is in flight: the
+// Pulling records whether pool's pre-pull on the server (CoolifyServer.key) is in flight: the
 // pool says so at every pass that follows it (a new process learns it so), and when it ended.
 //
 // An ended pull also leaves the server's view of the pool's deployments (prePullFlight, which
@@ -557,7 +558,7 @@ func pruneNested[K, K2 comparable, V any](m map[K]map[K2]V, expired func(V) bool
 // than coolify.MaxPause (a server that asks for a year is asked again after MaxPause): Coolify
 // answered a deploy with 429 and a Retry-After. A full queue pauses every deployment to the
 // server on that instance, a rate limit only those of the pool's Coolify user (pauseKey).
-func (g *DeployGate) Pause(srv coolifyServer, queueFull bool, until time.Time) {
+func (g *DeployGate) Pause(srv coolifyview.CoolifyServer, queueFull bool, until time.Time) {
 	if limit := g.Clock.Now().Add(coolify.MaxPause); until.After(limit) {
 		until = limit
 	}

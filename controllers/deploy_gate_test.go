@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -27,7 +28,7 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 	g := &DeployGate{Clock: fc}
 	one, two := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
 	const instA, instB = "https://coolify-a.example/api/v1", "https://coolify-b.example/api/v1"
-	srv := coolifyServer{instance: instA, key: instA + "|user:a|srv-0", runs: 2}
+	srv := coolifyview.CoolifyServer{Instance: instA, Key: instA + "|user:a|srv-0", Runs: 2}
 
 	if !g.Admit(one, srv, deployAsk{slot: "meet-1", warm: true}) || !g.Admit(two, srv, deployAsk{slot: "zoom-1", deploying: nil, warm: true}) {
 		t.Fatal("the server's two builds were not given")
@@ -36,16 +37,16 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 		t.Fatal("a third deployment on a server that runs two: the pools do not share the server's bound")
 	}
 	other := gatePool("tenant-b", "meet", "srv-0")
-	for _, elsewhere := range []coolifyServer{
-		{instance: instB, key: instB + "|user:a|srv-0", runs: 2}, // same uuid, another instance
-		{instance: instA, key: instA + "|user:b|srv-0", runs: 2}, // another user's token
+	for _, elsewhere := range []coolifyview.CoolifyServer{
+		{Instance: instB, Key: instB + "|user:a|srv-0", Runs: 2}, // same uuid, another instance
+		{Instance: instA, Key: instA + "|user:b|srv-0", Runs: 2}, // another user's token
 	} {
 		if !g.Admit(other, elsewhere, deployAsk{slot: "meet-1", warm: true}) {
-			t.Fatalf("%s shares the gate of another tenant's server", elsewhere.key)
+			t.Fatalf("%s shares the gate of another tenant's server", elsewhere.Key)
 		}
 		g.Done(other, "meet-1", true)
 	}
-	if !g.Admit(two, coolifyServer{instance: instA, key: srv.key}, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true}) {
+	if !g.Admit(two, coolifyview.CoolifyServer{Instance: instA, Key: srv.Key}, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true}) {
 		t.Fatal("settings unknown: the pool's own bound (5) should apply")
 	}
 	g.Done(two, "zoom-2", false)
@@ -64,7 +65,7 @@ func TestDeployGateLearnsAServerFromEachPoolsCache(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	g := &DeployGate{Clock: fc}
 	one, two := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
-	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
+	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 2}
 
 	// meet's cache shows two deployments: the server is full, for meet and for zoom.
 	if g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, here: []string{"meet-1", "meet-2"}, warm: true}) {
@@ -102,7 +103,7 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	g := &DeployGate{Clock: fc}
 	standby, stopped := gatePool("team", "warm", "srv-0"), gatePool("team", "cold", "srv-0")
-	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
+	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 2}
 	recycle := func(slot string) bool { return g.Admit(standby, srv, deployAsk{slot: slot, warm: true}) }
 	start := func(slot string) bool { return g.Admit(stopped, srv, deployAsk{slot: slot, warm: true, start: true}) }
 
@@ -171,7 +172,7 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 		return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	}
 	third := types.NamespacedName{Namespace: "team", Name: "third"}
-	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
+	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 2}
 	start := func(slot string, deploying ...string) bool {
 		return g.Admit(zoom, srv, deployAsk{slot: slot, deploying: deploying, here: deploying, warm: true, start: true})
 	}
@@ -182,14 +183,14 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	if g.AdmitPull(key(zoom), srv) {
 		t.Fatal("a second pull took the server's last build")
 	}
-	if !g.AdmitPull(key(zoom), coolifyServer{instance: "i", key: "i|u|srv-1", runs: 2}) {
+	if !g.AdmitPull(key(zoom), coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-1", Runs: 2}) {
 		t.Fatal("a pull on another server was held back")
 	}
 	g.Pulling(key(zoom), "i|u|srv-1", false)
 	if !start("zoom-1") || !start("zoom-2", "zoom-1") {
 		t.Fatal("the slots' deployments were held back by a pull")
 	}
-	g.Pulling(key(meet), srv.key, false) // the pull ended
+	g.Pulling(key(meet), srv.Key, false) // the pull ended
 	if g.AdmitPull(key(zoom), srv) {
 		t.Fatal("a pull admitted beside two deployments on a server that runs two")
 	}
@@ -208,18 +209,18 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 		t.Fatal("a second pull on a server that runs two")
 	}
 	fc.Step(15 * time.Second)
-	g.Pulling(key(zoom), srv.key, false) // zoom's pull failed
+	g.Pulling(key(zoom), srv.Key, false) // zoom's pull failed
 	if g.AdmitPull(key(zoom), srv) {
 		t.Fatal("a pool's pull went again before the pulls that waited for it")
 	}
 	if !g.AdmitPull(key(meet), srv) {
 		t.Fatal("the pull that waited longest did not get the room")
 	}
-	g.Pulling(key(meet), srv.key, false)
+	g.Pulling(key(meet), srv.Key, false)
 	if g.AdmitPull(key(zoom), srv) || !g.AdmitPull(third, srv) {
 		t.Fatal("the pulls did not go in the order they asked")
 	}
-	g.Pulling(third, srv.key, false)
+	g.Pulling(third, srv.Key, false)
 	// zoom asked above, and waits its turn; one that stopped asking loses it after pullAskTTL.
 	if g.AdmitPull(key(meet), srv) {
 		t.Fatal("meet's pull went before zoom's, which asked before")
@@ -233,10 +234,10 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	if !g.AdmitPull(key(zoom), srv) {
 		t.Fatal("a pull nobody confirmed for serverHeldTTL still holds the server's build")
 	}
-	g.Pulling(key(zoom), srv.key, false)
+	g.Pulling(key(zoom), srv.Key, false)
 
 	// A server of one build: the starts go first, a pull waits while one waits.
-	one := coolifyServer{instance: "i", key: "i|u|srv-3", runs: 1}
+	one := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-3", Runs: 1}
 	if !g.Admit(zoom, one, deployAsk{slot: "zoom-5", warm: true, start: true}) ||
 		g.Admit(zoom, one, deployAsk{slot: "zoom-6", deploying: []string{"zoom-5"}, here: []string{"zoom-5"}, warm: true, start: true}) {
 		t.Fatal("setup: one start on a server of one build")
@@ -246,7 +247,7 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 		t.Fatal("a pull took a one-build server from the start waiting for it")
 	}
 	// Unknown settings: only a pause holds a pull back.
-	unknown := coolifyServer{instance: "i", key: "i|u|srv-2"}
+	unknown := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-2"}
 	if !g.AdmitPull(key(meet), unknown) || !g.AdmitPull(key(zoom), unknown) {
 		t.Fatal("pulls refused on a server whose settings are unknown")
 	}
@@ -261,7 +262,7 @@ func TestDeployGateForgetsAnEndedPull(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	g := &DeployGate{Clock: fc}
 	stalled, other := gatePool("team", "gamma", "srv-0"), gatePool("team", "alpha", "srv-0")
-	srv := coolifyServer{instance: "i", key: "i|u|srv-0", runs: 2}
+	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 2}
 	pulling := []string{prePullFlight + "srv-0"}
 	if !g.Admit(stalled, srv, deployAsk{slot: "gamma-1", here: pulling, warm: true, start: true}) {
 		t.Fatal("setup: a start beside the pool's own pull on a server of two builds")
@@ -271,7 +272,7 @@ func TestDeployGateForgetsAnEndedPull(t *testing.T) {
 		t.Fatal("two pulls in flight on a server of two builds, and another deployment was admitted")
 	}
 	fc.Step(time.Minute)
-	g.Pulling(types.NamespacedName{Namespace: "team", Name: "gamma"}, srv.key, false) // its pull failed; its slots ask no more
+	g.Pulling(types.NamespacedName{Namespace: "team", Name: "gamma"}, srv.Key, false) // its pull failed; its slots ask no more
 	if !g.Admit(other, srv, deployAsk{slot: "alpha-1", here: pulling, warm: true}) {
 		t.Fatal("a pull that ended still holds a build of its server")
 	}
@@ -284,8 +285,8 @@ func TestDeployGateRateLimitPausesOnlyItsUser(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	g := &DeployGate{Clock: fc}
 	a, b := gatePool("tenant-a", "pool", "srv-0"), gatePool("tenant-b", "pool", "srv-0")
-	srvA := coolifyServer{instance: "i", key: "i|user:a|srv-0"}
-	srvB := coolifyServer{instance: "i", key: "i|user:b|srv-0"}
+	srvA := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:a|srv-0"}
+	srvB := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:b|srv-0"}
 
 	g.Pause(srvA, false, fc.Now().Add(time.Minute))
 	if g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) {
@@ -370,7 +371,7 @@ func TestDeployGateUnsetBoundFollowsTheServer(t *testing.T) {
 	g := &DeployGate{Clock: fc}
 	pool := gatePool("team", "meet", "srv-0")
 	pool.Spec.MaxConcurrentDeployments = 0
-	admitted := func(srv coolifyServer) int {
+	admitted := func(srv coolifyview.CoolifyServer) int {
 		var deploying []string
 		for i := range 10 {
 			slot := fmt.Sprintf("meet-%d", i)
@@ -383,10 +384,10 @@ func TestDeployGateUnsetBoundFollowsTheServer(t *testing.T) {
 		}
 		return len(deploying)
 	}
-	if n := admitted(coolifyServer{instance: "i", key: "i|u|srv-0", runs: 6}); n != 6 {
+	if n := admitted(coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 6}); n != 6 {
 		t.Fatalf("%d deployments at once on a server that runs 6, want 6", n)
 	}
-	if n := admitted(coolifyServer{instance: "i", key: "i|u|srv-0"}); n != v1.DefaultMaxConcurrentDeployments {
+	if n := admitted(coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0"}); n != v1.DefaultMaxConcurrentDeployments {
 		t.Fatalf("%d deployments at once while the server is unknown, want %d", n, v1.DefaultMaxConcurrentDeployments)
 	}
 }
@@ -400,15 +401,15 @@ func TestDeployGateSpreadsOverServers(t *testing.T) {
 	g := &DeployGate{Clock: fc}
 	pool := gatePool("team", "meet", "")
 	pool.Spec.MaxConcurrentDeployments = 0
-	a := coolifyServer{instance: "i", key: "i|u|srv-a", uuid: "srv-a", runs: 2}
-	b := coolifyServer{instance: "i", key: "i|u|srv-b", uuid: "srv-b", runs: 2}
+	a := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-a", UUID: "srv-a", Runs: 2}
+	b := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-b", UUID: "srv-b", Runs: 2}
 	var deploying []string
 	here := map[string][]string{}
-	admit := func(srv coolifyServer, slot string, warm bool) bool {
-		ok := g.Admit(pool, srv, deployAsk{slot: slot, deploying: deploying, here: here[srv.key], warm: warm, start: true})
+	admit := func(srv coolifyview.CoolifyServer, slot string, warm bool) bool {
+		ok := g.Admit(pool, srv, deployAsk{slot: slot, deploying: deploying, here: here[srv.Key], warm: warm, start: true})
 		if ok {
 			deploying = append(deploying, slot)
-			here[srv.key] = append(here[srv.key], slot)
+			here[srv.Key] = append(here[srv.Key], slot)
 		}
 		return ok
 	}
@@ -466,8 +467,8 @@ func TestDeployGateWakesRefusedSlotsOnDone(t *testing.T) {
 	}
 	meet, zoom := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
 	other := gatePool("tenant-b", "meet", "srv-0")
-	srv := coolifyServer{instance: "i", key: "i|user:a|srv-0", runs: 2}
-	otherSrv := coolifyServer{instance: "i", key: "i|user:b|srv-0", runs: 1}
+	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:a|srv-0", Runs: 2}
+	otherSrv := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:b|srv-0", Runs: 1}
 	ask := func(slot string, deploying ...string) deployAsk {
 		return deployAsk{slot: slot, deploying: deploying, here: deploying, warm: true, start: true}
 	}
@@ -506,7 +507,7 @@ func TestDeployGateWakesRefusedSlotsOnDone(t *testing.T) {
 	// The pool's own bound (maxConcurrentDeployments 1, the server's settings unknown).
 	one := gatePool("team", "one", "srv-1")
 	one.Spec.MaxConcurrentDeployments = 1
-	unknown := coolifyServer{instance: "i", key: "i|user:a|srv-1"}
+	unknown := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:a|srv-1"}
 	if !g.Admit(one, unknown, ask("one-1")) || g.Admit(one, unknown, ask("one-2", "one-1")) {
 		t.Fatal("a pool that deploys one at a time did not admit one and refuse the second")
 	}

@@ -43,15 +43,8 @@
 //	coolify_wait.go      Coolify asking to wait: coolifyWait, throttledMessage
 //	liveness_reader.go   the heartbeat reader (livenessReader): a bot's beats from the store, the restart-grace rule
 //
-// The controllers' Coolify access (internal/coolifyview).
-//
-//	coolify_api.go       CoolifyAPI, the Coolify calls the controllers make; which instance a client talks to
-//	coolify_reads.go     BulkReader: a pool's applications and active deployments, listed once for all slots (and a user's servers)
-//	coolify_tags.go      the pool's Coolify tag and the owner mark on application descriptions
-//	credentials.go       a pool's Coolify credentials (Connector, SecretConnector)
-//	server_limits.go     what each Coolify server runs at once (GET /servers, cached per user): serverFor, coolifyServer
-//	server_failures.go   a server where a pool's own starts keep failing is Failing for that pool (StartEnded, markFailing)
-//	server_cleanup.go    when each server's Docker cleanup runs (GET /servers/{uuid}/docker-cleanup, cached per user), for the pre-pull's re-pulls
+// The controllers' Coolify access is package coolifyview (controllers/internal/coolifyview);
+// setup.go names its CoolifyAPI, Connector and SecretConnector for the callers.
 //
 // Shared machinery (internal/deploygate). The cache indexes are package index, the Prometheus
 // series package metrics, and each namespace's share of a controller's workers package

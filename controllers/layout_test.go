@@ -30,11 +30,8 @@ var layoutHome = map[string]string{
 	"setup.go": "root", "watches.go": "root", "doc.go": "root",
 
 	"requeue.go": "pass", "stalled.go": "pass", "coolify_wait.go": "pass", "liveness_reader.go": "pass",
-	"coolify_api.go": "coolifyview", "coolify_reads.go": "coolifyview", "coolify_tags.go": "coolifyview",
-	"credentials.go": "coolifyview", "server_limits.go": "coolifyview", "server_failures.go": "coolifyview",
-	"server_cleanup.go": "coolifyview",
-	"deploy_gate.go":    "deploygate",
-	"dispatcher.go":     "dispatch", "dispatcher_ledger.go": "dispatch", "dispatcher_reservations.go": "dispatch",
+	"deploy_gate.go": "deploygate",
+	"dispatcher.go":  "dispatch", "dispatcher_ledger.go": "dispatch", "dispatcher_reservations.go": "dispatch",
 	"warm_schedule.go": "pool",
 }
 

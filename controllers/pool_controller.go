@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -46,9 +47,9 @@ type BotPoolReconciler struct {
 	// APIReader lists slots past the cache before creating any, so a stale cache never makes
 	// the pool exceed maxSlots.
 	APIReader client.Reader
-	Connector Connector
+	Connector coolifyview.Connector
 	// Coolify is the bulk reader shared with the slot controller.
-	Coolify *BulkReader
+	Coolify *coolifyview.BulkReader
 	// Gate is the deploy gate shared with the slot controller: the pool's pre-pulls take a
 	// server's builds only where no deployment a bot waits for needs them (AdmitPull).
 	Gate     *DeployGate
@@ -58,7 +59,7 @@ type BotPoolReconciler struct {
 	// OrphanCheck is how old the application list may be for the orphan check
 	// (default DefaultAppCheck).
 	OrphanCheck time.Duration
-	// ClusterID is this cluster's identity, part of every pool tag (see clusterPoolTag).
+	// ClusterID is this cluster's identity, part of every pool tag (see ClusterPoolTag).
 	ClusterID string
 	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL: part of the slot template.
 	BotAPIURL string
@@ -70,13 +71,13 @@ type BotPoolReconciler struct {
 
 // tag is the Coolify tag of the pool's applications created by this cluster.
 func (r *BotPoolReconciler) tag(pool *v1.BotPool) string {
-	return clusterPoolTag(r.ClusterID, pool.Namespace, pool.Name)
+	return coolifyview.ClusterPoolTag(r.ClusterID, pool.Namespace, pool.Name)
 }
 
 // poolScope is what one reconcile of a pool observed and did; status is computed from it.
 type poolScope struct {
 	pool    *v1.BotPool
-	api     CoolifyAPI
+	api     coolifyview.CoolifyAPI
 	slots   []v1.BotPoolSlot // this pool's slots, from the cache
 	waiting int              // bots of this pool in Queued
 	created []string         // slots created in this pass
@@ -255,7 +256,7 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 	}
 	s.connErr = err
 	if err == nil {
-		if s.moved = movedSlots(s.slots, instanceOf(api)); s.moved > 0 {
+		if s.moved = movedSlots(s.slots, coolifyview.InstanceOf(api)); s.moved > 0 {
 			return stall(v1.ReasonCoolifyInstanceChanged, "", nil)
 		}
 		return nil
@@ -325,8 +326,8 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 func (r *BotPoolReconciler) forget(pool types.NamespacedName) {
 	r.Metrics.ForgetPool(pool.Namespace, pool.Name)
 	if r.Coolify != nil {
-		r.Coolify.Invalidate(clusterPoolTag(r.ClusterID, pool.Namespace, pool.Name))
-		r.Coolify.Invalidate(poolTagOf(pool.Namespace, pool.Name))
+		r.Coolify.Invalidate(coolifyview.ClusterPoolTag(r.ClusterID, pool.Namespace, pool.Name))
+		r.Coolify.Invalidate(coolifyview.PoolTagOf(pool.Namespace, pool.Name))
 	}
 	if f, ok := r.Connector.(interface{ Forget(types.NamespacedName) }); ok {
 		f.Forget(pool)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -162,9 +163,9 @@ func TestPoolStallsOnCredentialProblems(t *testing.T) {
 		err    error
 		reason string
 	}{
-		{fmt.Errorf("%w: coolify", errCredentialsNotFound), v1.ReasonCredentialsNotFound},
-		{fmt.Errorf("%w: no token", errCredentialsInvalid), v1.ReasonCredentialsInvalid},
-		{fmt.Errorf("%w: no opt-in label", errCredentialsNotAllowed), v1.ReasonCredentialsNotAllowed},
+		{fmt.Errorf("%w: coolify", coolifyview.ErrCredentialsNotFound), v1.ReasonCredentialsNotFound},
+		{fmt.Errorf("%w: no token", coolifyview.ErrCredentialsInvalid), v1.ReasonCredentialsInvalid},
+		{fmt.Errorf("%w: no opt-in label", coolifyview.ErrCredentialsNotAllowed), v1.ReasonCredentialsNotAllowed},
 		{fmt.Errorf("get-version: %w", coolify.ErrUnauthorized), v1.ReasonCredentialsRejected},
 		{fmt.Errorf("get-version: %w", coolify.ErrAPIDisabled), v1.ReasonAPIDisabled},
 	}
@@ -296,7 +297,7 @@ func TestPoolDeletionDeletesItsSlots(t *testing.T) {
 	// Through the slots' finalizers, the pool's applications are gone from Coolify too.
 	step(11 * time.Second)
 	for _, app := range coolifySim.Apps() {
-		if slices.Contains(app.Tags, clusterPoolTag(suiteCluster, pool.Namespace, pool.Name)) {
+		if slices.Contains(app.Tags, coolifyview.ClusterPoolTag(suiteCluster, pool.Namespace, pool.Name)) {
 			t.Errorf("application %s (%s) of the deleted pool still exists", app.Name, app.UUID)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
@@ -23,7 +24,9 @@ import (
 )
 
 // tag is the Coolify tag this suite's cluster gives the scenario's pool.
-func (sc *scenario) tag() string { return clusterPoolTag(suiteCluster, sc.ns, sc.pool.Name) }
+func (sc *scenario) tag() string {
+	return coolifyview.ClusterPoolTag(suiteCluster, sc.ns, sc.pool.Name)
+}
 
 // ignoringFilter is a Coolify whose list ignores the tag filter, as servers before tags did:
 // every list answers the whole team.
@@ -47,12 +50,12 @@ func (sc *scenario) createApp(name string, tags []string, desc string) string {
 }
 
 func TestClusterPoolTag(t *testing.T) {
-	staging, production := clusterPoolTag("uid:a", "bots", "zoom"), clusterPoolTag("uid:b", "bots", "zoom")
+	staging, production := coolifyview.ClusterPoolTag("uid:a", "bots", "zoom"), coolifyview.ClusterPoolTag("uid:b", "bots", "zoom")
 	if staging == production {
 		t.Errorf("two clusters share the tag %s", staging)
 	}
-	if legacy := clusterPoolTag("", "bots", "zoom"); legacy != poolTagOf("bots", "zoom") {
-		t.Errorf("without an identity the tag is %s, want the legacy %s", legacy, poolTagOf("bots", "zoom"))
+	if legacy := coolifyview.ClusterPoolTag("", "bots", "zoom"); legacy != coolifyview.PoolTagOf("bots", "zoom") {
+		t.Errorf("without an identity the tag is %s, want the legacy %s", legacy, coolifyview.PoolTagOf("bots", "zoom"))
 	}
 	if !strings.HasPrefix(staging, "botpool-zoom-") || len(staging) > 70 {
 		t.Errorf("tag %q: want readable and short", staging)
@@ -61,30 +64,30 @@ func TestClusterPoolTag(t *testing.T) {
 
 func TestOwnerMarkAndAdoption(t *testing.T) {
 	pool := newPool("bots", "zoom", func(p *v1.BotPool) { p.Spec.ImageTag = "1.2" })
-	tag := clusterPoolTag("uid:a", "bots", "zoom")
-	mine := coolify.Application{Description: marked(strings.Repeat("x", 300), ownerMark(tag, pool, pool.Spec.Coolify.ServerUUID)),
+	tag := coolifyview.ClusterPoolTag("uid:a", "bots", "zoom")
+	mine := coolify.Application{Description: coolifyview.Marked(strings.Repeat("x", 300), coolifyview.OwnerMark(tag, pool, pool.Spec.Coolify.ServerUUID)),
 		DockerRegistryImageName: pool.Spec.Image, DockerRegistryImageTag: "1.2"}
-	if len(mine.Description) > maxDescription {
-		t.Errorf("description of %d characters: Coolify answers 500 above %d", len(mine.Description), maxDescription)
+	if len(mine.Description) > coolifyview.MaxDescription {
+		t.Errorf("description of %d characters: Coolify answers 500 above %d", len(mine.Description), coolifyview.MaxDescription)
 	}
-	if !adoptable(&mine, tag, pool, pool.Spec.Coolify.ServerUUID) || !carriesTag(&mine, tag) {
+	if !coolifyview.Adoptable(&mine, tag, pool, pool.Spec.Coolify.ServerUUID) || !coolifyview.CarriesTag(&mine, tag) {
 		t.Error("the slot's own application is not adoptable")
 	}
 	otherImage := mine
 	otherImage.DockerRegistryImageTag = "1.1"
 	moved := newPool("bots", "zoom", func(p *v1.BotPool) { p.Spec.ImageTag = "1.2"; p.Spec.Coolify.ServerUUID = "srv-2" })
-	otherCluster := clusterPoolTag("uid:b", "bots", "zoom")
+	otherCluster := coolifyview.ClusterPoolTag("uid:b", "bots", "zoom")
 	for what, ok := range map[string]bool{
-		"another image":          adoptable(&otherImage, tag, pool, pool.Spec.Coolify.ServerUUID),
-		"another server":         adoptable(&mine, tag, moved, moved.Spec.Coolify.ServerUUID),
-		"another cluster's mark": adoptable(&mine, otherCluster, pool, pool.Spec.Coolify.ServerUUID),
-		"no mark":                adoptable(&coolify.Application{DockerRegistryImageName: pool.Spec.Image, DockerRegistryImageTag: "1.2"}, tag, pool, pool.Spec.Coolify.ServerUUID),
+		"another image":          coolifyview.Adoptable(&otherImage, tag, pool, pool.Spec.Coolify.ServerUUID),
+		"another server":         coolifyview.Adoptable(&mine, tag, moved, moved.Spec.Coolify.ServerUUID),
+		"another cluster's mark": coolifyview.Adoptable(&mine, otherCluster, pool, pool.Spec.Coolify.ServerUUID),
+		"no mark":                coolifyview.Adoptable(&coolify.Application{DockerRegistryImageName: pool.Spec.Image, DockerRegistryImageTag: "1.2"}, tag, pool, pool.Spec.Coolify.ServerUUID),
 	} {
 		if ok {
 			t.Errorf("an application with %s is adoptable", what)
 		}
 	}
-	if carriesTag(&mine, otherCluster) {
+	if coolifyview.CarriesTag(&mine, otherCluster) {
 		t.Error("another cluster's sweep would take the application for its own")
 	}
 }
@@ -106,11 +109,11 @@ func TestOrphanSweepChecksOwnershipItself(t *testing.T) {
 	connector.use(sc.pool.Name, ignoringFilter{sc.api})
 	sc.phase(v1.SlotIdle)
 	sc.sim.SetFault("list-applications", sim.Fault{ErrorRate: 1}) // no sweep while we set up
-	other := clusterPoolTag("uid:another-cluster", sc.ns, sc.pool.Name)
-	foreign := sc.createApp(slotName(v1.PlatformZoom, 7), []string{other}, marked("[IDLE]", ownerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	other := coolifyview.ClusterPoolTag("uid:another-cluster", sc.ns, sc.pool.Name)
+	foreign := sc.createApp(slotName(v1.PlatformZoom, 7), []string{other}, coolifyview.Marked("[IDLE]", coolifyview.OwnerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	unmarked := sc.createApp(slotName(v1.PlatformZoom, 8), nil, "")
-	orphan := sc.createApp(slotName(v1.PlatformZoom, 9), []string{sc.tag()}, marked("[IDLE]", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
-	running := sc.createApp(slotName(v1.PlatformZoom, 6), []string{sc.tag()}, marked("[BUSY]", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	orphan := sc.createApp(slotName(v1.PlatformZoom, 9), []string{sc.tag()}, coolifyview.Marked("[IDLE]", coolifyview.OwnerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	running := sc.createApp(slotName(v1.PlatformZoom, 6), []string{sc.tag()}, coolifyview.Marked("[BUSY]", coolifyview.OwnerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	sc.warm()
 	if _, err := sc.api.Deploy(context.Background(), running); err != nil {
 		t.Fatal(err)
@@ -146,10 +149,10 @@ func TestOrphanSweepChecksOwnershipItself(t *testing.T) {
 func TestSlotNeverAdoptsAnotherClustersApplication(t *testing.T) {
 	sc := newScenario(t, "twoclusters", sim.Config{}, func(p *v1.BotPool) { p.Spec.MinIdle = 0 })
 	connector.use(sc.pool.Name, ignoringFilter{sc.api})
-	other := clusterPoolTag("uid:production", sc.ns, sc.pool.Name)
-	theirs := sc.createApp(slotName(v1.PlatformZoom, 1), []string{other}, marked("[IDLE] Available - never used", ownerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
-	legacy := clusterPoolTag("", sc.ns, sc.pool.Name)
-	oldOnes := sc.createApp(slotName(v1.PlatformZoom, 1), []string{legacy}, marked("[IDLE] Available - never used", ownerMark(legacy, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	other := coolifyview.ClusterPoolTag("uid:production", sc.ns, sc.pool.Name)
+	theirs := sc.createApp(slotName(v1.PlatformZoom, 1), []string{other}, coolifyview.Marked("[IDLE] Available - never used", coolifyview.OwnerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	legacy := coolifyview.ClusterPoolTag("", sc.ns, sc.pool.Name)
+	oldOnes := sc.createApp(slotName(v1.PlatformZoom, 1), []string{legacy}, coolifyview.Marked("[IDLE] Available - never used", coolifyview.OwnerMark(legacy, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	patch := client.MergeFrom(sc.pool.DeepCopy())
 	sc.pool.Spec.MinIdle = 1
 	if err := env.Client.Patch(context.Background(), sc.pool, patch); err != nil {
@@ -162,7 +165,7 @@ func TestSlotNeverAdoptsAnotherClustersApplication(t *testing.T) {
 	if idle.Status.ApplicationTag != sc.tag() {
 		t.Errorf("applicationTag %q, want %q", idle.Status.ApplicationTag, sc.tag())
 	}
-	if app, _ := sc.sim.App(idle.Status.ApplicationUUID); !carriesTag(&coolify.Application{Description: app.Description}, sc.tag()) {
+	if app, _ := sc.sim.App(idle.Status.ApplicationUUID); !coolifyview.CarriesTag(&coolify.Application{Description: app.Description}, sc.tag()) {
 		t.Errorf("the new application's description %q lacks the owner mark", app.Description)
 	}
 }
@@ -174,7 +177,7 @@ func TestSlotNeverAdoptsAnotherClustersApplication(t *testing.T) {
 func TestLegacyTaggedSlotKeepsItsApplication(t *testing.T) {
 	sc := newScenario(t, "upgraded", sim.Config{})
 	idle := sc.phase(v1.SlotIdle)
-	legacyTag := poolTagOf(sc.ns, sc.pool.Name)
+	legacyTag := coolifyview.PoolTagOf(sc.ns, sc.pool.Name)
 	legacy := sc.createApp(idle.Name, []string{legacyTag}, "[IDLE] Available - never used")
 	// What the old version recorded: the application's uuid alone.
 	kubetest.Eventually(t, 10*time.Second, func() error {
@@ -186,7 +189,7 @@ func TestLegacyTaggedSlotKeepsItsApplication(t *testing.T) {
 		return env.Client.Status().Update(context.Background(), &s)
 	})
 	sc.slot("on the legacy application", func(s *v1.BotPoolSlot) bool {
-		return s.Status.ApplicationUUID == legacy && s.Status.CoolifyInstance == instanceOf(sc.api)
+		return s.Status.ApplicationUUID == legacy && s.Status.CoolifyInstance == coolifyview.InstanceOf(sc.api)
 	})
 	bot, busy := sc.running("after-upgrade")
 	if busy.Status.ApplicationUUID != legacy || busy.Status.ApplicationTag != "" {
@@ -196,7 +199,7 @@ func TestLegacyTaggedSlotKeepsItsApplication(t *testing.T) {
 	if !ok || app.Deleting || !app.Running {
 		t.Fatalf("legacy application: exists %v, %+v", ok, app)
 	}
-	if !carriesTag(&coolify.Application{Description: app.Description}, legacyTag) {
+	if !coolifyview.CarriesTag(&coolify.Application{Description: app.Description}, legacyTag) {
 		t.Errorf("legacy application's description %q lacks its owner mark", app.Description)
 	}
 	for range 5 { // the sweep, which lists only this cluster's tag, leaves it alone
@@ -307,8 +310,8 @@ func TestDeletedPoolEndsBotsThatDoNotLeave(t *testing.T) {
 func TestSwitchingCoolifyInstanceIsRefused(t *testing.T) {
 	sc := newScenario(t, "moved", sim.Config{})
 	idle := sc.phase(v1.SlotIdle)
-	if idle.Status.CoolifyInstance == "" || idle.Status.CoolifyInstance != instanceOf(sc.api) {
-		t.Fatalf("coolifyInstance %q, want %q", idle.Status.CoolifyInstance, instanceOf(sc.api))
+	if idle.Status.CoolifyInstance == "" || idle.Status.CoolifyInstance != coolifyview.InstanceOf(sc.api) {
+		t.Fatalf("coolifyInstance %q, want %q", idle.Status.CoolifyInstance, coolifyview.InstanceOf(sc.api))
 	}
 	other := newSim(sim.Config{})
 	t.Cleanup(other.Close)
@@ -362,7 +365,7 @@ func TestSwitchingCoolifyInstanceIsRefused(t *testing.T) {
 // (written by hand, or restored from a backup) is handled: its wait starts now.
 func TestHandWrittenQueuedStatusWithoutQueuedAt(t *testing.T) {
 	ns := env.Namespace(t)
-	connector.fail("noqueuedat", errCredentialsNotFound) // no slots: the bot stays queued
+	connector.fail("noqueuedat", coolifyview.ErrCredentialsNotFound) // no slots: the bot stays queued
 	if err := env.Client.Create(context.Background(), newPool(ns, "noqueuedat")); err != nil {
 		t.Fatal(err)
 	}
@@ -384,13 +387,13 @@ func TestHandWrittenQueuedStatusWithoutQueuedAt(t *testing.T) {
 // application lists and dispatcher state are dropped.
 func TestPoolDeletionForgetsPerPoolState(t *testing.T) {
 	key := types.NamespacedName{Namespace: "gone", Name: "pool"}
-	sc := &SecretConnector{clients: map[types.NamespacedName]cachedClient{key: {}}}
-	bulk := &BulkReader{Clock: clk, apps: map[string]snapshot[map[string]coolify.Application]{
-		clusterPoolTag("uid:x", key.Namespace, key.Name): {}, poolTagOf(key.Namespace, key.Name): {}}}
+	sc := &coolifyview.SecretConnector{Clients: map[types.NamespacedName]coolifyview.CachedClient{key: {}}}
+	bulk := &coolifyview.BulkReader{Clock: clk, AppSnapshots: map[string]coolifyview.Snapshot[map[string]coolify.Application]{
+		coolifyview.ClusterPoolTag("uid:x", key.Namespace, key.Name): {}, coolifyview.PoolTagOf(key.Namespace, key.Name): {}}}
 	r := &BotPoolReconciler{Connector: sc, Coolify: bulk, Metrics: metrics.New(nil), ClusterID: "uid:x"}
 	r.forget(key)
-	if len(sc.clients) != 0 || len(bulk.apps) != 0 {
-		t.Errorf("kept %d clients and %d application lists of a deleted pool", len(sc.clients), len(bulk.apps))
+	if len(sc.Clients) != 0 || len(bulk.AppSnapshots) != 0 {
+		t.Errorf("kept %d clients and %d application lists of a deleted pool", len(sc.Clients), len(bulk.AppSnapshots))
 	}
 	d := &Dispatcher{Clock: clk}
 	d.observe(key, 1, true)

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -40,7 +41,7 @@ func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) 
 	var candidates []coolify.Application
 	prefix := slotPrefix(s.pool.Spec.Platform)
 	for name, app := range apps {
-		if _, isSlot := slotNumber(prefix, name); isSlot && !owned[name] && carriesTag(&app, tag) {
+		if _, isSlot := slotNumber(prefix, name); isSlot && !owned[name] && coolifyview.CarriesTag(&app, tag) {
 			candidates = append(candidates, app)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -44,7 +45,7 @@ const (
 	rePullAge = 24 * time.Hour
 	// minRePull is the least time between two pulls of an image on a server for its cleanup
 	// schedule: a schedule of every minute must not keep the puller deploying.
-	minRePull = cleanupRefresh
+	minRePull = coolifyview.CleanupRefresh
 	// maxCached is how many images status.servers[].cached lists (the CRD's MaxItems).
 	maxCached = 3
 	// maxAppName is Coolify's limit on an application's name.
@@ -69,7 +70,7 @@ func pullerName(server string) string {
 // and another pool's puller on the same server has the same name).
 func isPuller(app *coolify.Application, tag string, pool *v1.BotPool) (server string, ok bool) {
 	server, ok = strings.CutPrefix(app.Name, pullerPrefix)
-	if !ok || server == "" || !strings.HasSuffix(app.Description, ownerMark(tag, pool, server)) {
+	if !ok || server == "" || !strings.HasSuffix(app.Description, coolifyview.OwnerMark(tag, pool, server)) {
 		return "", false
 	}
 	return server, true
@@ -121,7 +122,7 @@ func (r *BotPoolReconciler) notePull(s *poolScope, uuid string, listed bool) {
 	}
 	im := s.images[uuid]
 	inFlight := listed && im != nil && im.Pull != nil && im.Pull.State == v1.ImagePulling
-	r.Gate.Pulling(client.ObjectKeyFromObject(s.pool), serverFor(s.api, r.Coolify, uuid).key, inFlight)
+	r.Gate.Pulling(client.ObjectKeyFromObject(s.pool), coolifyview.ServerFor(s.api, r.Coolify, uuid).Key, inFlight)
 }
 
 // prePullOn decides one server's pull in this pass: follow the one in flight, start one, or
@@ -195,7 +196,7 @@ func (r *BotPoolReconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.
 		}
 		*replacing++
 	}
-	if r.Gate != nil && !r.Gate.AdmitPull(client.ObjectKeyFromObject(s.pool), serverFor(s.api, r.Coolify, srv.UUID)) {
+	if r.Gate != nil && !r.Gate.AdmitPull(client.ObjectKeyFromObject(s.pool), coolifyview.ServerFor(s.api, r.Coolify, srv.UUID)) {
 		// The server's builds go to the deployments bots wait for first: the pull waits for
 		// room there, looked at again at the poll interval.
 		ctrl.LoggerFrom(ctx).V(1).Info("Pre-pull waits for room on the server", "server", srv.UUID, "image", ref)
@@ -232,12 +233,12 @@ func pulledAt(cached []v1.CachedImage, ref, restarted string) (time.Time, bool) 
 }
 
 // cleanedSince reports whether a scheduled run of the cleanup may have removed an image pulled
-// at pulled: a run was due after it (or up to cleanupSettle before it, still running as the
-// pull ended) and has had cleanupSettle to end by now. Never within minRePull of the pull, and
+// at pulled: a run was due after it (or up to CleanupSettle before it, still running as the
+// pull ended) and has had CleanupSettle to end by now. Never within minRePull of the pull, and
 // never while the schedule is unknown (the zero schedule).
 func cleanedSince(cleanup coolify.CleanupSchedule, pulled, now time.Time) bool {
-	run := cleanup.Next(pulled.Add(-cleanupSettle))
-	return !run.IsZero() && !now.Before(run.Add(cleanupSettle)) && now.Sub(pulled) >= minRePull
+	run := cleanup.Next(pulled.Add(-coolifyview.CleanupSettle))
+	return !run.IsZero() && !now.Before(run.Add(coolifyview.CleanupSettle)) && now.Sub(pulled) >= minRePull
 }
 
 // withCached puts a finished pull first in cached, replacing an older entry of the same image,
@@ -383,7 +384,7 @@ func (r *BotPoolReconciler) findOrCreatePuller(ctx context.Context, s *poolScope
 		EnvironmentName: p.EnvironmentName, EnvironmentUUID: p.EnvironmentUUID,
 		DestinationUUID: srv.DestinationUUID,
 		Image:           t.Image, Tag: t.EffectiveTag(), PortsExposes: "3000", Name: pullerName(srv.UUID),
-		Description: marked(pullerDescription, ownerMark(tag, s.pool, srv.UUID)),
+		Description: coolifyview.Marked(pullerDescription, coolifyview.OwnerMark(tag, s.pool, srv.UUID)),
 		LimitsCPUs:  t.CPUs, LimitsMemory: t.Memory, Tags: []string{tag},
 	})
 	r.Coolify.Invalidate(tag)
@@ -536,7 +537,7 @@ func pullFailure(p *v1.ImagePull, server string, dep *coolify.Deployment) string
 
 // cancelLive cancels the application's deployment dep, or its newest when dep is "", unless
 // it is over. An error means Coolify did not confirm it.
-func (r *BotPoolReconciler) cancelLive(ctx context.Context, api CoolifyAPI, app, dep string) error {
+func (r *BotPoolReconciler) cancelLive(ctx context.Context, api coolifyview.CoolifyAPI, app, dep string) error {
 	if dep == "" && app != "" {
 		_, deps, err := api.ListApplicationDeployments(ctx, app, 0, 1)
 		switch {
@@ -633,7 +634,7 @@ func (r *BotPoolReconciler) strayPuller(s *poolScope, server string, app *coolif
 
 // deletePuller cancels the puller's deployment in flight (a deleted application's deployment
 // runs on, and holds a build slot), stops it and deletes it. A puller already gone is deleted.
-func (r *BotPoolReconciler) deletePuller(ctx context.Context, api CoolifyAPI, pool *v1.BotPool, app string, p *v1.ImagePull) error {
+func (r *BotPoolReconciler) deletePuller(ctx context.Context, api coolifyview.CoolifyAPI, pool *v1.BotPool, app string, p *v1.ImagePull) error {
 	dep := ""
 	if p != nil && p.State == v1.ImagePulling {
 		dep = p.DeploymentUUID

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -319,7 +320,7 @@ func TestPoolPullsAgainAfterTheServersCleanup(t *testing.T) {
 		t.Fatalf("the puller deployed %d times, want twice (the pre-pull, and once after the cleanup): %+v", len(pulls), pulls)
 	case !pulls[1].Cold:
 		t.Error("the pull after the cleanup was warm: the cleanup removed nothing, or the pull came before it")
-	case pulls[1].Created.Before(run.Add(cleanupSettle)):
+	case pulls[1].Created.Before(run.Add(coolifyview.CleanupSettle)):
 		t.Errorf("pulled again at %s, before the run at %s had cleanupSettle to end", pulls[1].Created.Format("15:04:05"), run.Format("15:04"))
 	}
 }

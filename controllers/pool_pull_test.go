@@ -21,6 +21,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
@@ -51,13 +52,13 @@ func TestPrePullInOnePass(t *testing.T) {
 	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(d)) }
 	poll := v1.DefaultDeploymentPollInterval
-	tag := clusterPoolTag("", ns, "pool")
+	tag := coolifyview.ClusterPoolTag("", ns, "pool")
 	basePool := func() *v1.BotPool {
 		return bt.MakePool(ns, "pool").MaxSlots(1).Image("bot", "v2").Placement("prj", srv, "production").Obj()
 	}
-	mark := ownerMark(tag, basePool(), srv)
+	mark := coolifyview.OwnerMark(tag, basePool(), srv)
 	puller := func(image, imageTag string) coolify.Application {
-		return coolify.Application{UUID: app, Name: pullerName(srv), Description: marked(pullerDescription, mark),
+		return coolify.Application{UUID: app, Name: pullerName(srv), Description: coolifyview.Marked(pullerDescription, mark),
 			DockerRegistryImageName: image, DockerRegistryImageTag: imageTag, Status: "exited:unhealthy"}
 	}
 	listing := func(apps ...coolify.Application) func(context.Context, string) ([]coolify.Application, error) {
@@ -198,7 +199,7 @@ func TestPrePullInOnePass(t *testing.T) {
 			CreateDockerImageApplicationFn: func(_ context.Context, req coolify.CreateApplicationRequest) (string, error) {
 				want := coolify.CreateApplicationRequest{ProjectUUID: "prj", ServerUUID: srv, EnvironmentName: "production",
 					Image: "bot", Tag: "v2", PortsExposes: "3000", Name: "botpool-pull-" + srv,
-					Description: marked(pullerDescription, mark), LimitsCPUs: "1", LimitsMemory: "2g", Tags: []string{tag}}
+					Description: coolifyview.Marked(pullerDescription, mark), LimitsCPUs: "1", LimitsMemory: "2g", Tags: []string{tag}}
 				if diff := cmp.Diff(want, req); diff != "" {
 					return "", fmt.Errorf("create (-want +got):\n%s", diff)
 				}
@@ -466,7 +467,7 @@ func TestPrePullInOnePass(t *testing.T) {
 	}, {
 		name:    "a puller that runs a moment after its pull is left to the stop on its way",
 		images:  map[string]*policy.ServerImages{srv: {Cached: []v1.CachedImage{cached("bot:v2", time.Minute)}}},
-		coolify: &bt.Coolify{ListApplicationsFn: listing(coolify.Application{UUID: app, Name: pullerName(srv), Description: marked(pullerDescription, mark), Status: "running:unknown"})},
+		coolify: &bt.Coolify{ListApplicationsFn: listing(coolify.Application{UUID: app, Name: pullerName(srv), Description: coolifyview.Marked(pullerDescription, mark), Status: "running:unknown"})},
 		want:    pullPass{Cached: []string{"bot:v2@ 08:59:00"}, Calls: []string{"ListApplications " + tag}},
 	}, {
 		name:    "the template cannot be read: no pull starts",
@@ -480,7 +481,7 @@ func TestPrePullInOnePass(t *testing.T) {
 			"old": {Cached: []v1.CachedImage{cached("bot:v2", time.Hour)}, Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: "app-old", DeploymentUUID: "dep-old", Since: at(-time.Minute)}},
 		},
 		coolify: &bt.Coolify{
-			ListApplicationsFn: listing(puller("bot", "v2"), coolify.Application{UUID: "app-gone", Name: pullerName("gone"), Description: marked(pullerDescription, ownerMark(tag, basePool(), "gone"))}),
+			ListApplicationsFn: listing(puller("bot", "v2"), coolify.Application{UUID: "app-gone", Name: pullerName("gone"), Description: coolifyview.Marked(pullerDescription, coolifyview.OwnerMark(tag, basePool(), "gone"))}),
 			CancelDeploymentFn: ok, StopFn: ok, DeleteApplicationFn: deleteKeepingImages, GetServerDockerCleanupFn: schedule("0 0 * * *"),
 			ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) {
 				return 1, []coolify.Deployment{{DeploymentUUID: "dep-gone", Status: coolify.DeploymentFinished}}, nil
@@ -502,7 +503,7 @@ func TestPrePullInOnePass(t *testing.T) {
 			if tt.live != nil {
 				live.Status.Servers = []v1.ServerStatus{{UUID: srv, Pull: tt.live}}
 			}
-			r := &BotPoolReconciler{Clock: clk, Recorder: events, Coolify: &BulkReader{Clock: clk}, APIReader: fakeAPIServer(t, interceptor.Funcs{}, live)}
+			r := &BotPoolReconciler{Clock: clk, Recorder: events, Coolify: &coolifyview.BulkReader{Clock: clk}, APIReader: fakeAPIServer(t, interceptor.Funcs{}, live)}
 			s := &poolScope{pool: pool, api: tt.coolify, images: tt.images, health: tt.health}
 			if s.images == nil {
 				s.images = map[string]*policy.ServerImages{}
@@ -591,7 +592,7 @@ func TestPoolPassKeepsThePullsRequeue(t *testing.T) {
 		StopFn: func(context.Context, string) error { return nil },
 	}
 	c := fakeAPIServer(t, interceptor.Funcs{}, pool)
-	r := &BotPoolReconciler{Client: c, APIReader: c, Connector: &bt.Connector[CoolifyAPI]{API: api}, Coolify: &BulkReader{Clock: clk},
+	r := &BotPoolReconciler{Client: c, APIReader: c, Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api}, Coolify: &coolifyview.BulkReader{Clock: clk},
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil), OrphanCheck: time.Minute}
 	key := client.ObjectKeyFromObject(pool)
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
@@ -629,20 +630,20 @@ func TestPoolPassKeepsThePullsRequeue(t *testing.T) {
 func TestOrphanSweepLeavesPullersAlone(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 	pool := bt.MakePool("ns", "pool").MaxSlots(2).Image("bot", "v2").Placement("prj", "srv-1", "production").Obj()
-	tag := clusterPoolTag("", "ns", "pool")
-	mark := ownerMark(tag, pool, "srv-1")
+	tag := coolifyview.ClusterPoolTag("", "ns", "pool")
+	mark := coolifyview.OwnerMark(tag, pool, "srv-1")
 	api := &bt.Coolify{
 		ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
 			return []coolify.Application{
-				{UUID: "app-pull", Name: pullerName("srv-1"), Description: marked(pullerDescription, mark), Status: "exited:unhealthy"},
-				{UUID: "app-orphan", Name: "pool-zoom-002", Description: marked("[IDLE] Available - never used", mark), Status: "exited:unhealthy"},
+				{UUID: "app-pull", Name: pullerName("srv-1"), Description: coolifyview.Marked(pullerDescription, mark), Status: "exited:unhealthy"},
+				{UUID: "app-orphan", Name: "pool-zoom-002", Description: coolifyview.Marked("[IDLE] Available - never used", mark), Status: "exited:unhealthy"},
 			}, nil
 		},
 		StopFn:              func(context.Context, string) error { return nil },
 		DeleteApplicationFn: deleteKeepingImages,
 	}
 	c := fakeAPIServer(t, interceptor.Funcs{}, pool)
-	r := &BotPoolReconciler{Client: c, APIReader: c, Coolify: &BulkReader{Clock: clk}, Clock: clk, Recorder: discardEvents{}}
+	r := &BotPoolReconciler{Client: c, APIReader: c, Coolify: &coolifyview.BulkReader{Clock: clk}, Clock: clk, Recorder: discardEvents{}}
 	if err := r.deleteOrphanApps(context.Background(), &poolScope{pool: pool, api: api}); err != nil {
 		t.Fatal(err)
 	}
@@ -659,7 +660,7 @@ func TestOrphanSweepLeavesPullersAlone(t *testing.T) {
 func TestPoolDeletionDeletesPullers(t *testing.T) {
 	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
-	tag := clusterPoolTag("", "ns", "pool")
+	tag := coolifyview.ClusterPoolTag("", "ns", "pool")
 	deleted := func(pulls bool) *v1.BotPool {
 		pool := bt.MakePool("ns", "pool").MaxSlots(1).Image("bot", "v2").Servers("srv-1", "srv-2").Obj()
 		pool.Spec.Coolify.ProjectUUID = "prj"
@@ -671,10 +672,10 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 		}
 		return pool
 	}
-	mark2 := ownerMark(tag, deleted(false), "srv-2")
+	mark2 := coolifyview.OwnerMark(tag, deleted(false), "srv-2")
 	api := &bt.Coolify{
 		ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
-			return []coolify.Application{{UUID: "app-2", Name: pullerName("srv-2"), Description: marked(pullerDescription, mark2)},
+			return []coolify.Application{{UUID: "app-2", Name: pullerName("srv-2"), Description: coolifyview.Marked(pullerDescription, mark2)},
 				{UUID: "app-x", Name: pullerName("srv-2"), Description: "not the pool's"}}, nil
 		},
 		ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) { return 0, nil, nil },
@@ -684,12 +685,12 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name      string
-		connector Connector
+		connector coolifyview.Connector
 		pulls     bool
 		wantGone  bool
 		wantCalls []string
 	}{{
-		name: "with Coolify", connector: &bt.Connector[CoolifyAPI]{API: api}, pulls: true, wantGone: true,
+		name: "with Coolify", connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api}, pulls: true, wantGone: true,
 		wantCalls: []string{"ListApplications " + tag, "CancelDeployment dep-1", "Stop app-1", "DeleteApplication app-1",
 			"ListApplicationDeployments app-2", "Stop app-2", "DeleteApplication app-2"},
 	}, {
@@ -701,7 +702,7 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 			before := len(api.Calls())
 			pool := deleted(tt.pulls)
 			c := fakeAPIServer(t, interceptor.Funcs{}, pool)
-			r := &BotPoolReconciler{Client: c, APIReader: c, Connector: tt.connector, Coolify: &BulkReader{Clock: clk},
+			r := &BotPoolReconciler{Client: c, APIReader: c, Connector: tt.connector, Coolify: &coolifyview.BulkReader{Clock: clk},
 				Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil)}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
 			if err != nil {
@@ -722,10 +723,10 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 // process never served it).
 type noCoolify struct{}
 
-func (noCoolify) ForPool(context.Context, *v1.BotPool) (CoolifyAPI, error) {
-	return nil, fmt.Errorf("%w: coolify", errCredentialsNotFound)
+func (noCoolify) ForPool(context.Context, *v1.BotPool) (coolifyview.CoolifyAPI, error) {
+	return nil, fmt.Errorf("%w: coolify", coolifyview.ErrCredentialsNotFound)
 }
-func (noCoolify) LastKnown(types.NamespacedName) CoolifyAPI { return nil }
+func (noCoolify) LastKnown(types.NamespacedName) coolifyview.CoolifyAPI { return nil }
 
 // TestPrePullReplacesOneServerAtATime: a pool's pulls that replace an image a server holds run
 // one at a time, so the old image keeps two builds of every other server for its bots, while a
@@ -758,7 +759,7 @@ func TestPrePullReplacesOneServerAtATime(t *testing.T) {
 		"a": {Cached: slices.Clone(old), Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: "app-a", DeploymentUUID: "dep-a", Since: metav1.NewTime(now)}},
 		"b": {Cached: slices.Clone(old)},
 	}
-	r := &BotPoolReconciler{Clock: clk, Recorder: &recordedEvents{}, Coolify: &BulkReader{Clock: clk}}
+	r := &BotPoolReconciler{Clock: clk, Recorder: &recordedEvents{}, Coolify: &coolifyview.BulkReader{Clock: clk}}
 	tmpl := policy.PoolTemplate(pool, "", "http://botapi")
 	pass := func() map[string]string {
 		t.Helper()

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -94,7 +95,7 @@ func observedLead(s *poolScope, servers []v1.ServerStatus, now time.Time) leadMo
 		}
 		runs := 0
 		if set, ok := s.servers[st.UUID]; ok {
-			runs = serverRuns(set)
+			runs = coolifyview.ServerRuns(set)
 		}
 		if runs == 0 {
 			runs, unknown = unobservedRuns, true

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -269,7 +270,7 @@ func whyNoRoom(p *v1.BotPool) string {
 }
 
 // readServerLimits refreshes the servers of the pool's Coolify user (housekeeping, at most
-// every serversRefresh) and notes what the pool's servers run, for its status, and their
+// every ServersRefresh) and notes what the pool's servers run, for its status, and their
 // health.
 func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) {
 	if s.api == nil || r.Coolify == nil {
@@ -278,11 +279,11 @@ func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) 
 	r.Coolify.RefreshServers(ctx, s.api)
 	s.health = map[string]v1.ServerHealth{}
 	for _, srv := range s.pool.Spec.Coolify.ServerList() {
-		st, read, ok := r.Coolify.serverSeen(coolifyUser(s.api), srv.UUID)
-		if read && !ok && !r.Coolify.serverMissing(ctx, s.api, srv.UUID) {
-			st, read, ok = r.Coolify.serverSeen(coolifyUser(s.api), srv.UUID) // listed on a second look
+		st, read, ok := r.Coolify.ServerSeen(coolifyview.CoolifyUser(s.api), srv.UUID)
+		if read && !ok && !r.Coolify.ServerMissing(ctx, s.api, srv.UUID) {
+			st, read, ok = r.Coolify.ServerSeen(coolifyview.CoolifyUser(s.api), srv.UUID) // listed on a second look
 		}
-		s.health[srv.UUID] = serverHealth(st, read, ok)
+		s.health[srv.UUID] = coolifyview.ServerHealth(st, read, ok)
 		if ok && !srv.Cordoned {
 			if s.servers == nil {
 				s.servers = map[string]coolify.ServerSettings{}
@@ -290,5 +291,5 @@ func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) 
 			s.servers[srv.UUID] = st
 		}
 	}
-	r.Coolify.markFailing(s.pool, s.health, r.Clock.Now())
+	r.Coolify.MarkFailing(s.pool, s.health, r.Clock.Now())
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -263,7 +264,7 @@ func (sc *scenario) serverHealthIs(uuid string, h v1.ServerHealth) *v1.BotPool {
 		p = sc.poolNow()
 		if got := policy.HealthOf(p, uuid); got != h {
 			if steps < 3 {
-				clk.Step(serversRefresh)
+				clk.Step(coolifyview.ServersRefresh)
 				steps++
 			}
 			sc.nudgePool()
@@ -415,7 +416,7 @@ func TestSlotWaitsToDeleteOnAnUnreachableServer(t *testing.T) {
 	sc.sim.SetServerReachable(server, true)
 	kubetest.Eventually(t, 30*time.Second, func() error {
 		if _, ok := sc.sim.App(app); ok {
-			clk.Step(serversRetry)
+			clk.Step(coolifyview.ServersRetry)
 			sc.nudge()
 			return fmt.Errorf("application %s not deleted yet", app)
 		}

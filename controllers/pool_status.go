@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -160,7 +161,7 @@ func setServerCondition(p *v1.BotPool, known map[string]coolify.ServerSettings, 
 			runs = 0 // one unknown: the sum is unknown
 			break
 		}
-		runs += serverRuns(st)
+		runs += coolifyview.ServerRuns(st)
 		uuids = append(uuids, srv.UUID)
 		detail = fmt.Sprintf("concurrent_builds %d, deployment_queue_limit %d", st.ConcurrentBuilds, st.DeploymentQueueLimit)
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
@@ -23,11 +24,11 @@ func TestCredentialsSecretNeedsOptIn(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "coolify"},
 		Data: map[string][]byte{"url": []byte("https://coolify.example.com"), "token": []byte("1|abc")}}
 	c := fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(secret).Build()
-	conn := &SecretConnector{Reader: c, Registry: coolify.NewRegistry(1000), Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), RefreshAfter: time.Minute}
+	conn := &coolifyview.SecretConnector{Reader: c, Registry: coolify.NewRegistry(1000), Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), RefreshAfter: time.Minute}
 	pool := bt.MakePool("team", "pool").Credentials("coolify").Obj()
 
 	_, err := conn.ForPool(context.Background(), pool)
-	if !errors.Is(err, errCredentialsNotAllowed) {
+	if !errors.Is(err, coolifyview.ErrCredentialsNotAllowed) {
 		t.Fatalf("an unlabelled credentials Secret: %v, want errCredentialsNotAllowed", err)
 	}
 	const cmd = "kubectl label secret coolify -n team botpool.dev/allow-pool-use=true"

@@ -11,12 +11,13 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
 // TestCleanedSince: a pull is repeated once a scheduled run of the server's Docker cleanup was
-// due after it (or shortly before it, still running as it ended) and had cleanupSettle to end;
+// due after it (or shortly before it, still running as it ended) and had CleanupSettle to end;
 // never within minRePull of the pull, and never for an unknown schedule.
 func TestCleanedSince(t *testing.T) {
 	day := func(h, m int) time.Time { return time.Date(2026, 1, 15, h, m, 0, 0, time.UTC) }
@@ -57,13 +58,13 @@ func TestCleanedSince(t *testing.T) {
 	}
 }
 
-// TestCleanupScheduleReads: a server's schedule is read at most every cleanupRefresh; a
+// TestCleanupScheduleReads: a server's schedule is read at most every CleanupRefresh; a
 // failing read keeps what the last one said, one that says the schedule is unknown (404, a
 // frequency the operator cannot read) forgets it, and a run of failures is logged once.
 func TestCleanupScheduleReads(t *testing.T) {
 	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
-	b := &BulkReader{Clock: clk}
+	b := &coolifyview.BulkReader{Clock: clk}
 	var answer func() (*coolify.DockerCleanup, error)
 	api := &bt.Coolify{GetServerDockerCleanupFn: func(context.Context, string) (*coolify.DockerCleanup, error) { return answer() }}
 	var logs []string
@@ -86,13 +87,13 @@ func TestCleanupScheduleReads(t *testing.T) {
 		logs   int
 	}{
 		{"first read", 0, frequency("0 0 * * *"), 1, midnight, 0},
-		{"within cleanupRefresh: not read again", cleanupRefresh - time.Second, frequency("hourly"), 1, midnight, 0},
+		{"within cleanupRefresh: not read again", coolifyview.CleanupRefresh - time.Second, frequency("hourly"), 1, midnight, 0},
 		{"after cleanupRefresh: read again", time.Second, frequency("hourly"), 2, hour, 0},
-		{"a failure keeps the last schedule, logged", cleanupRefresh, fails(coolify.ErrServer), 3, hour, 1},
-		{"a second failure is not logged again", cleanupRefresh, fails(fmt.Errorf("%w: timeout", coolify.ErrTransport)), 4, hour, 1},
-		{"a 404 forgets it", cleanupRefresh, fails(coolify.ErrNotFound), 5, time.Time{}, 1},
-		{"read again", cleanupRefresh, frequency("0 0 * * *"), 6, midnight, 1},
-		{"an unreadable frequency forgets it, logged", cleanupRefresh, frequency("0 0 L * *"), 7, time.Time{}, 2},
+		{"a failure keeps the last schedule, logged", coolifyview.CleanupRefresh, fails(coolify.ErrServer), 3, hour, 1},
+		{"a second failure is not logged again", coolifyview.CleanupRefresh, fails(fmt.Errorf("%w: timeout", coolify.ErrTransport)), 4, hour, 1},
+		{"a 404 forgets it", coolifyview.CleanupRefresh, fails(coolify.ErrNotFound), 5, time.Time{}, 1},
+		{"read again", coolifyview.CleanupRefresh, frequency("0 0 * * *"), 6, midnight, 1},
+		{"an unreadable frequency forgets it, logged", coolifyview.CleanupRefresh, frequency("0 0 L * *"), 7, time.Time{}, 2},
 	} {
 		clk.Step(step.after)
 		answer = step.answer

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -24,12 +25,12 @@ import (
 // it; and it is never put on every server of the pool at once.
 func TestServerFailing(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
-	b := &BulkReader{Clock: clk}
+	b := &coolifyview.BulkReader{Clock: clk}
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").Servers("a", "b").Obj()
 	other := bt.MakePool("other-ns", "pool").UID("other-uid").Servers("a", "b").Obj()
 	health := func(p *v1.BotPool) map[string]v1.ServerHealth {
 		h := map[string]v1.ServerHealth{"a": v1.ServerHealthy, "b": v1.ServerHealthy}
-		b.markFailing(p, h, clk.Now())
+		b.MarkFailing(p, h, clk.Now())
 		return h
 	}
 	fail := func(p *v1.BotPool, server string, n int) {
@@ -59,7 +60,7 @@ func TestServerFailing(t *testing.T) {
 	// Nor when the only other server is out for another reason.
 	b.StartEnded(pool.UID, "a", false, clk.Now())
 	h := map[string]v1.ServerHealth{"a": v1.ServerUnreachable, "b": v1.ServerHealthy}
-	b.markFailing(pool, h, clk.Now())
+	b.MarkFailing(pool, h, clk.Now())
 	if h["b"] != v1.ServerHealthy {
 		t.Fatalf("b Failing while a is Unreachable: the pool would have no server left (%v)", h)
 	}
@@ -84,7 +85,7 @@ func TestServerFailing(t *testing.T) {
 	// Failures while Coolify reports the server out are the outage's: once it is back, they
 	// do not keep it out.
 	fail(pool, "b", policy.FailingAfter)
-	b.markFailing(pool, map[string]v1.ServerHealth{"a": v1.ServerHealthy, "b": v1.ServerUnreachable}, clk.Now())
+	b.MarkFailing(pool, map[string]v1.ServerHealth{"a": v1.ServerHealthy, "b": v1.ServerUnreachable}, clk.Now())
 	if h := health(pool); h["b"] != v1.ServerHealthy {
 		t.Fatalf("b is %s once Coolify has it back, want Healthy: its failures were the outage's", h["b"])
 	}
@@ -113,7 +114,7 @@ func TestServerHealthOfARead(t *testing.T) {
 		{coolify.ServerSettings{IsReachable: &f}, true, true, v1.ServerUnreachable},
 		{coolify.ServerSettings{IsUsable: &f}, true, true, v1.ServerUnusable},
 	} {
-		if got := serverHealth(tc.st, tc.read, tc.listed); got != tc.want {
+		if got := coolifyview.ServerHealth(tc.st, tc.read, tc.listed); got != tc.want {
 			t.Errorf("serverHealth(%+v, read %v, listed %v) = %s, want %s", tc.st, tc.read, tc.listed, got, tc.want)
 		}
 		if got := tc.want.Out(); got != (tc.want != v1.ServerHealthy && tc.want != v1.ServerHealthUnknown) {
@@ -134,7 +135,7 @@ func TestSlotFailuresMarkTheirServer(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(2).Image("bot", "1").Servers("a", "b").Obj()
-	reads := &BulkReader{Clock: clk}
+	reads := &coolifyview.BulkReader{Clock: clk}
 	pass := func(status coolify.DeploymentStatus) v1.SlotPhase {
 		t.Helper()
 		since := clk.Now().Add(-time.Minute)
@@ -164,7 +165,7 @@ func TestSlotFailuresMarkTheirServer(t *testing.T) {
 	}
 	healthB := func() v1.ServerHealth {
 		h := map[string]v1.ServerHealth{"a": v1.ServerHealthy, "b": v1.ServerHealthy}
-		reads.markFailing(pool, h, clk.Now())
+		reads.MarkFailing(pool, h, clk.Now())
 		return h["b"]
 	}
 
@@ -245,28 +246,28 @@ func (userCoolify) UserKey() string { return "user" }
 func TestServerMissingLooksTwice(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
-	b := &BulkReader{Clock: clk}
+	b := &coolifyview.BulkReader{Clock: clk}
 	servers := []coolify.Server{{UUID: "a"}}
 	api := userCoolify{&bt.Coolify{ListServersFn: func(context.Context) ([]coolify.Server, error) { return servers, nil }}}
 	b.RefreshServers(ctx, api)
 
 	servers = append(servers, coolify.Server{UUID: "b"}) // added to Coolify after that read
-	if b.serverMissing(ctx, api, "b") {
+	if b.ServerMissing(ctx, api, "b") {
 		t.Fatal("b is missing, though a second read lists it")
 	}
 	if n := len(api.Calls()); n != 2 {
 		t.Fatalf("%d reads of the servers, want 2 (the second at once)", n)
 	}
-	if !b.serverMissing(ctx, api, "ghost") || len(api.Calls()) != 3 {
+	if !b.ServerMissing(ctx, api, "ghost") || len(api.Calls()) != 3 {
 		t.Fatalf("ghost: want missing after one more read (%d reads)", len(api.Calls()))
 	}
-	if !b.serverMissing(ctx, api, "ghost") || len(api.Calls()) != 3 {
+	if !b.ServerMissing(ctx, api, "ghost") || len(api.Calls()) != 3 {
 		t.Fatalf("ghost asked again: want missing without another read until the minute's (%d reads)", len(api.Calls()))
 	}
 	servers = append(servers, coolify.Server{UUID: "ghost"})
-	clk.Step(serversRefresh)
+	clk.Step(coolifyview.ServersRefresh)
 	b.RefreshServers(ctx, api)
-	if b.serverMissing(ctx, api, "ghost") {
+	if b.ServerMissing(ctx, api, "ghost") {
 		t.Fatal("ghost still missing after a read that lists it")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -181,16 +182,16 @@ func TestPoolsOfOneServerShareItsBuilds(t *testing.T) {
 // TestServerKeyIsPerInstanceAndUser: the deploy gate's server key of a slot's pool differs
 // for another Coolify instance or another user's token, and is one for the pools of one user.
 func TestServerKeyIsPerInstanceAndUser(t *testing.T) {
-	client := func(url, token string) CoolifyAPI {
+	client := func(url, token string) coolifyview.CoolifyAPI {
 		c, err := coolify.New(url, token)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	r := &BotPoolSlotReconciler{Coolify: &BulkReader{}}
-	key := func(api CoolifyAPI, pool string) string {
-		return r.serverOf(&slotScope{api: api, pool: gatePool("ns", pool, "srv-0"), slot: &v1.BotPoolSlot{}}).key
+	r := &BotPoolSlotReconciler{Coolify: &coolifyview.BulkReader{}}
+	key := func(api coolifyview.CoolifyAPI, pool string) string {
+		return r.serverOf(&slotScope{api: api, pool: gatePool("ns", pool, "srv-0"), slot: &v1.BotPoolSlot{}}).Key
 	}
 	mine := key(client("https://coolify-a.example", "1|mine"), "meet")
 	if key(client("https://coolify-a.example/api/v1", "1|mine"), "zoom") != mine {

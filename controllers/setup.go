@@ -16,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/internal/cachelag"
@@ -29,6 +30,15 @@ type Store interface {
 	SlotStore
 	BotLiveness
 }
+
+// The controllers' Coolify access, as their callers name it (main.go, the model check, the
+// bot API's tests): the narrow API the controllers call, what hands each pool its client, and
+// the connector that reads a pool's credentials from its Secret (package coolifyview).
+type (
+	CoolifyAPI      = coolifyview.CoolifyAPI
+	Connector       = coolifyview.Connector
+	SecretConnector = coolifyview.SecretConnector
+)
 
 // NewMetrics registers the controllers' Prometheus series on reg (nil: registered nowhere),
 // for Deps.Metrics.
@@ -58,7 +68,7 @@ type Deps struct {
 type Options struct {
 	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL.
 	BotAPIURL string
-	// ClusterID is this cluster's identity, part of every pool tag (see clusterPoolTag).
+	// ClusterID is this cluster's identity, part of every pool tag (see ClusterPoolTag).
 	ClusterID string
 	// ScheduleLead is how long before its startTime a scheduled bot joins the queue.
 	ScheduleLead time.Duration
@@ -116,7 +126,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 	}
 
 	clk := deps.Clock
-	bulk := &BulkReader{Clock: clk}
+	bulk := &coolifyview.BulkReader{Clock: clk}
 	writes := &cachelag.Tracker{}
 	wc := cachelag.NewClient(deps.Client, writes) // no write can forget to record itself
 	reservations := &reservationLedger{}

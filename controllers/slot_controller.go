@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
@@ -51,19 +52,19 @@ type SlotStore interface {
 type BotPoolSlotReconciler struct {
 	Client    client.Client
 	APIReader client.Reader
-	Connector Connector
+	Connector coolifyview.Connector
 	Store     SlotStore
 	Clock     clock.PassiveClock
 	Recorder  events.EventRecorder
 	Metrics   *metrics.Metrics
-	Coolify   *BulkReader
+	Coolify   *coolifyview.BulkReader
 	Gate      *DeployGate
 	// GateWake carries the slots the deploy gate wakes when a deployment ends (the gate's
 	// Wake): a slot it refused asks again then, not only on its gate retry. nil: none.
 	GateWake <-chan event.GenericEvent
 	// BotAPIURL is what slots' containers get as BOTPOOL_API_URL.
 	BotAPIURL string
-	// ClusterID is this cluster's identity, part of every pool tag (see clusterPoolTag).
+	// ClusterID is this cluster's identity, part of every pool tag (see ClusterPoolTag).
 	ClusterID string
 	// Jitter returns a number in [0,1) for the ±20% poll jitter; nil uses math/rand.
 	Jitter func() float64
@@ -97,7 +98,7 @@ func (r *BotPoolSlotReconciler) appCheck() time.Duration {
 type slotScope struct {
 	slot *v1.BotPoolSlot
 	pool *v1.BotPool
-	api  CoolifyAPI
+	api  coolifyview.CoolifyAPI
 	bot  *v1.Bot // the bound bot, when it exists
 
 	transitions []store.Transition
@@ -323,9 +324,9 @@ func (r *BotPoolSlotReconciler) appTag(s *slotScope) string {
 	case st.ApplicationTag != "" && st.ApplicationUUID != "":
 		return st.ApplicationTag
 	case st.ApplicationUUID != "":
-		return poolTagOf(s.slot.Namespace, s.slot.Spec.Pool)
+		return coolifyview.PoolTagOf(s.slot.Namespace, s.slot.Spec.Pool)
 	}
-	return clusterPoolTag(r.ClusterID, s.slot.Namespace, s.slot.Spec.Pool)
+	return coolifyview.ClusterPoolTag(r.ClusterID, s.slot.Namespace, s.slot.Spec.Pool)
 }
 
 // sameInstance checks that the pool's client talks to the Coolify instance holding the slot's
@@ -336,7 +337,7 @@ func (r *BotPoolSlotReconciler) appTag(s *slotScope) string {
 // lets the application go (v1.AnnotationOrphanApplication).
 func (r *BotPoolSlotReconciler) sameInstance(s *slotScope) bool {
 	st := &s.slot.Status
-	now := instanceOf(s.api)
+	now := coolifyview.InstanceOf(s.api)
 	if st.ApplicationUUID == "" || now == "" {
 		return true
 	}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
@@ -253,7 +254,7 @@ func TestSlotLifecycle(t *testing.T) {
 	if idle.Status.TokenSHA256 != slottoken.Hash([]byte(app.Env["BOTPOOL_SLOT_TOKEN"])) {
 		t.Errorf("the slot records token hash %q, not the hash of the token in its env", idle.Status.TokenSHA256)
 	}
-	if app.Description != marked("[IDLE] Available - never used", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)) {
+	if app.Description != coolifyview.Marked("[IDLE] Available - never used", coolifyview.OwnerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)) {
 		t.Errorf("description %q", app.Description)
 	}
 
@@ -608,7 +609,7 @@ func TestOrphanedApplicationsAreDeleted(t *testing.T) {
 		uuid, err := sc.api.CreateDockerImageApplication(ctx, coolify.CreateApplicationRequest{
 			ProjectUUID: fixture.ProjectUUID, ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName,
 			Image: sc.pool.Spec.Image, Name: name, Tags: []string{sc.tag()},
-			Description: marked("[IDLE]", ownerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)),
+			Description: coolifyview.Marked("[IDLE]", coolifyview.OwnerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -673,7 +674,7 @@ func TestErrorSlotIsRecoveredAtOnce(t *testing.T) {
 func TestSlotDeletionWithoutCredentials(t *testing.T) {
 	sc := newScenario(t, "nocreds", sim.Config{})
 	slot := sc.phase(v1.SlotIdle)
-	connector.fail(sc.pool.Name, fmt.Errorf("%w: coolify", errCredentialsNotFound))
+	connector.fail(sc.pool.Name, fmt.Errorf("%w: coolify", coolifyview.ErrCredentialsNotFound))
 	t.Cleanup(func() { connector.fail(sc.pool.Name, nil) })
 	if err := env.Client.Delete(context.Background(), slot); err != nil {
 		t.Fatal(err)
@@ -694,7 +695,7 @@ func TestSlotDeletionBlockedUntilAnnotated(t *testing.T) {
 	}
 	waitPhases(t, ns, map[v1.SlotPhase]int{v1.SlotIdle: 1})
 	slot := listSlots(t, ns)[0]
-	connector.fail(pool.Name, fmt.Errorf("%w: coolify", errCredentialsNotFound))
+	connector.fail(pool.Name, fmt.Errorf("%w: coolify", coolifyview.ErrCredentialsNotFound))
 	t.Cleanup(func() { connector.fail(pool.Name, nil) })
 	if err := env.Client.Delete(ctx, &slot); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
@@ -35,7 +36,7 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 		// instead of retrying a create that cannot succeed. The pool offers it no bot, and
 		// a fixed server list (or Coolify seeing the server again) lets it go on.
 		st.Message = "Waiting: server " + srv + " " + policy.OutBecause(v1.ServerNotFound)
-		s.after(r.jittered(serversRefresh))
+		s.after(r.jittered(coolifyview.ServersRefresh))
 		return nil
 	}
 	if st.ApplicationUUID == "" {
@@ -44,7 +45,7 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 		if err != nil {
 			return err
 		}
-		st.ApplicationUUID, st.ApplicationTag, st.CoolifyInstance = uuid, tag, instanceOf(s.api)
+		st.ApplicationUUID, st.ApplicationTag, st.CoolifyInstance = uuid, tag, coolifyview.InstanceOf(s.api)
 	}
 	// Set here, and on a standby slot again with each fresh container's credential (see
 	// rotateCredential): env changes apply only at the next deployment and may trigger a
@@ -76,8 +77,8 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		if app.Name != s.slot.Name || r.Coolify.Deleting(tag, app.UUID) {
 			continue
 		}
-		if !adoptable(app, tag, s.pool, policy.SlotServer(s.slot, s.pool)) {
-			if carriesTag(app, tag) {
+		if !coolifyview.Adoptable(app, tag, s.pool, policy.SlotServer(s.slot, s.pool)) {
+			if coolifyview.CarriesTag(app, tag) {
 				if err := r.replaceUnadoptable(ctx, s, tag, app); err != nil {
 					return "", err
 				}
@@ -100,7 +101,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 		EnvironmentName: p.Coolify.EnvironmentName, EnvironmentUUID: p.Coolify.EnvironmentUUID,
 		DestinationUUID: entry.DestinationUUID,
 		Image:           image, Tag: imageTag, PortsExposes: "3000", Name: s.slot.Name,
-		Description: marked(description(v1.SlotCreating, "", time.Time{}, ""), ownerMark(tag, s.pool, server)),
+		Description: coolifyview.Marked(description(v1.SlotCreating, "", time.Time{}, ""), coolifyview.OwnerMark(tag, s.pool, server)),
 		LimitsCPUs:  p.Resources.CPUs, LimitsMemory: p.Resources.Memory, Tags: []string{tag},
 	})
 	r.Coolify.Invalidate(tag)
@@ -127,7 +128,7 @@ func (r *BotPoolSlotReconciler) replaceUnadoptable(ctx context.Context, s *slotS
 	if app.State() != coolify.StateExited {
 		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonAdoptionRefused, "Create",
 			"Application %s has this slot's name and the pool's tag but another image or placement, and it is %s: not adopted; stop or delete it in Coolify", app.UUID, app.Status)
-		return waitFor(r.jittered(serversRefresh), v1.ReasonAdoptionRefused,
+		return waitFor(r.jittered(coolifyview.ServersRefresh), v1.ReasonAdoptionRefused,
 			"Waiting: application "+app.UUID+" has this slot's name but another image or placement and is not stopped; stop or delete it in Coolify")
 	}
 	if err := s.api.DeleteApplication(ctx, app.UUID, coolify.AppLeftovers); err != nil && !errors.Is(err, coolify.ErrNotFound) {
@@ -897,7 +898,7 @@ func (r *BotPoolSlotReconciler) describe(ctx context.Context, s *slotScope, phas
 	if len(msg) > 0 {
 		m = msg[0]
 	}
-	if err := s.api.SetDescription(ctx, uuid, marked(description(phase, bot, at, m), ownerMark(r.appTag(s), s.pool, policy.SlotServer(s.slot, s.pool)))); err != nil {
+	if err := s.api.SetDescription(ctx, uuid, coolifyview.Marked(description(phase, bot, at, m), coolifyview.OwnerMark(r.appTag(s), s.pool, policy.SlotServer(s.slot, s.pool)))); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Setting the application's description failed")
 	}
 }
@@ -922,7 +923,7 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 					// container's removal: it would run on, unlisted, in whatever meeting.
 					s.slot.Status.Message = fmt.Sprintf("Coolify reports server %s %s: deleting application %s now would leave its container running there; "+
 						"waiting for the server (annotate the slot %s=true to let it go anyway)", policy.SlotServer(s.slot, s.pool), out, uuid, v1.AnnotationOrphanApplication)
-					s.after(serversRetry)
+					s.after(coolifyview.ServersRetry)
 					return nil
 				}
 				if s.slot.Status.Phase == v1.SlotDeploying {
@@ -976,13 +977,13 @@ func (r *BotPoolSlotReconciler) claimUnrecorded(ctx context.Context, s *slotScop
 		if app.Name != s.slot.Name {
 			continue
 		}
-		if s.pool != nil && !strings.HasSuffix(app.Description, ownerMark(tag, s.pool, policy.SlotServer(s.slot, s.pool))) ||
-			s.pool == nil && !carriesTag(app, tag) {
+		if s.pool != nil && !strings.HasSuffix(app.Description, coolifyview.OwnerMark(tag, s.pool, policy.SlotServer(s.slot, s.pool))) ||
+			s.pool == nil && !coolifyview.CarriesTag(app, tag) {
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleting an application the slot created without recording it", "appUUID", app.UUID)
 		st := &s.slot.Status
-		st.ApplicationUUID, st.ApplicationTag, st.CoolifyInstance = app.UUID, tag, instanceOf(s.api)
+		st.ApplicationUUID, st.ApplicationTag, st.CoolifyInstance = app.UUID, tag, coolifyview.InstanceOf(s.api)
 		return nil
 	}
 	return nil

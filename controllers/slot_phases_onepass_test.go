@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -54,9 +55,9 @@ func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field s
 // fixed jitter (jittered(d) == d) and a process that has run for an hour, so no restart rule
 // applies.
 func onePassSlots(c client.Client, reader client.Reader, clk *clocktesting.FakeClock, api coolify.API, st SlotStore) *BotPoolSlotReconciler {
-	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector[CoolifyAPI]{API: api},
+	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api},
 		Store: st, Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil),
-		Coolify: &BulkReader{Clock: clk}, Gate: &DeployGate{Clock: clk}, Jitter: func() float64 { return 0.5 },
+		Coolify: &coolifyview.BulkReader{Clock: clk}, Gate: &DeployGate{Clock: clk}, Jitter: func() float64 { return 0.5 },
 		started: clk.Now().Add(-time.Hour)}
 }
 
@@ -84,14 +85,14 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 	)
 	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	poll := v1.DefaultDeploymentPollInterval // Jitter 0.5 makes jittered(d) == d
-	tag := clusterPoolTag("", ns, "pool")
+	tag := coolifyview.ClusterPoolTag("", ns, "pool")
 
 	pool := func() client.Object {
 		return bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
 	}
 	// The owner mark of the slot's placement (the pool's default server), and of another.
-	mark := ownerMark(tag, pool().(*v1.BotPool), pool().(*v1.BotPool).Spec.Coolify.DefaultServer())
-	elsewhere := ownerMark(tag, pool().(*v1.BotPool), "another-server")
+	mark := coolifyview.OwnerMark(tag, pool().(*v1.BotPool), pool().(*v1.BotPool).Spec.Coolify.DefaultServer())
+	elsewhere := coolifyview.OwnerMark(tag, pool().(*v1.BotPool), "another-server")
 	bot := func() client.Object {
 		return bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
 	}
@@ -162,7 +163,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 					DockerRegistryImageName: "bot", DockerRegistryImageTag: "0", Status: "running:healthy"}}, nil
 			},
 		},
-		want: onePassResult{Phase: v1.SlotCreating, Requeue: serversRefresh,
+		want: onePassResult{Phase: v1.SlotCreating, Requeue: coolifyview.ServersRefresh,
 			Calls: []string{"ListApplications " + tag}},
 	}, {
 		name: "Idle with a botRef: the deploy is sent and the slot turns Deploying",

@@ -3,12 +3,13 @@ package controllers
 import (
 	"context"
 
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // serverOf is the slot's server, with what its last read settings say it runs.
-func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyServer {
-	return serverFor(s.api, r.Coolify, policy.SlotServer(s.slot, s.pool))
+func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyview.CoolifyServer {
+	return coolifyview.ServerFor(s.api, r.Coolify, policy.SlotServer(s.slot, s.pool))
 }
 
 // serverOut reads the servers of the slot's Coolify user again if due and says how the slot's
@@ -20,8 +21,8 @@ func (r *BotPoolSlotReconciler) serverOut(ctx context.Context, s *slotScope) str
 		return ""
 	}
 	r.Coolify.RefreshServers(ctx, s.api)
-	st, ok := r.Coolify.ServerSettings(coolifyUser(s.api), policy.SlotServer(s.slot, s.pool))
-	if h := serverHealth(st, ok, ok); h.Out() {
+	st, ok := r.Coolify.ServerSettings(coolifyview.CoolifyUser(s.api), policy.SlotServer(s.slot, s.pool))
+	if h := coolifyview.ServerHealth(st, ok, ok); h.Out() {
 		return string(h)
 	}
 	return ""

@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/store"
@@ -134,7 +135,7 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 		// container waits for the server to be back, instead of failing, recovering and
 		// failing again until the slot is retired.
 		st.Message = fmt.Sprintf("Standby container to start once server %s is back (%s)", srv, policy.HealthOf(s.pool, srv))
-		s.after(r.jittered(serversRetry))
+		s.after(r.jittered(coolifyview.ServersRetry))
 		return nil
 	}
 	if done, err := r.updateInPlace(ctx, s); err != nil || done { // no container yet: it starts on the template
@@ -148,7 +149,7 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 			// create it again, forever (found by the model check). The container waits for
 			// the pool's next pull instead; the pool's Stalled condition says why.
 			st.Message = fmt.Sprintf("Standby container to start once the pool pulls %s on server %s (its last pull failed)", st.Image, srv)
-			s.after(r.jittered(min(max(p.Since.Add(policy.PullBackoff(p.Failures)).Sub(r.Clock.Now()), serversRetry), policy.PullRetry)))
+			s.after(r.jittered(min(max(p.Since.Add(policy.PullBackoff(p.Failures)).Sub(r.Clock.Now()), coolifyview.ServersRetry), policy.PullRetry)))
 			return nil
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -151,7 +152,7 @@ func TestSlotMovesReturnTheGateAdmission(t *testing.T) {
 		for _, to := range allSlotPhases[1:] {
 			t.Run(phaseName(from)+"→"+string(to), func(t *testing.T) {
 				gate := &DeployGate{Clock: fclk}
-				if !gate.Admit(pool, coolifyServer{}, deployAsk{slot: "slot", warm: false}) {
+				if !gate.Admit(pool, coolifyview.CoolifyServer{}, deployAsk{slot: "slot", warm: false}) {
 					t.Fatal("the gate refused an empty pool")
 				}
 				r := &BotPoolSlotReconciler{Clock: fclk, Gate: gate}

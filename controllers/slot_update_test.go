@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -217,11 +218,11 @@ func TestNewSlotStartsOnTheImageItsServerHolds(t *testing.T) {
 			if image != tt.image || tag != tt.tag {
 				t.Errorf("createImage = %s:%s, want %s:%s", image, tag, tt.image, tt.tag)
 			}
-			tagName := clusterPoolTag("", "ns", "pool")
+			tagName := coolifyview.ClusterPoolTag("", "ns", "pool")
 			for _, ref := range []string{"reg:5000/team/bot:1", "reg:5000/team/bot:2", "reg:5000/team/other:2"} {
 				img, tg := policy.SplitRef(ref)
-				app := &coolify.Application{Description: marked("x", ownerMark(tagName, tt.pool, "srv")), DockerRegistryImageName: img, DockerRegistryImageTag: tg}
-				if got, want := adoptable(app, tagName, tt.pool, "srv"), slices.Contains(tt.adoptable, ref); got != want {
+				app := &coolify.Application{Description: coolifyview.Marked("x", coolifyview.OwnerMark(tagName, tt.pool, "srv")), DockerRegistryImageName: img, DockerRegistryImageTag: tg}
+				if got, want := coolifyview.Adoptable(app, tagName, tt.pool, "srv"), slices.Contains(tt.adoptable, ref); got != want {
 					t.Errorf("adoptable(%s) = %v, want %v", ref, got, want)
 				}
 			}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/slottoken"
@@ -315,7 +316,7 @@ func served(b *v1.Bot, snap *soakSnapshot) bool {
 
 // poolApps are the simulator's applications that carry the pool's tag, by uuid.
 func (o *soakObserver) poolApps() map[string]sim.AppInfo {
-	tag := clusterPoolTag(suiteCluster, o.pool.Namespace, o.pool.Name)
+	tag := coolifyview.ClusterPoolTag(suiteCluster, o.pool.Namespace, o.pool.Name)
 	out := map[string]sim.AppInfo{}
 	for _, a := range o.sim.Apps() {
 		for _, t := range a.Tags {

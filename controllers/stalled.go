@@ -6,6 +6,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/egress"
@@ -60,11 +61,11 @@ func asStalled(err error, classify bool) (*stalledError, bool) {
 // something, and the reason to show. Anything else may pass by itself.
 func needsPerson(err error) (reason string, ok bool) {
 	switch {
-	case errors.Is(err, errCredentialsNotFound):
+	case errors.Is(err, coolifyview.ErrCredentialsNotFound):
 		return v1.ReasonCredentialsNotFound, true
-	case errors.Is(err, errCredentialsInvalid):
+	case errors.Is(err, coolifyview.ErrCredentialsInvalid):
 		return v1.ReasonCredentialsInvalid, true
-	case errors.Is(err, errCredentialsNotAllowed):
+	case errors.Is(err, coolifyview.ErrCredentialsNotAllowed):
 		return v1.ReasonCredentialsNotAllowed, true
 	case errors.Is(err, coolify.ErrUnauthorized):
 		return v1.ReasonCredentialsRejected, true

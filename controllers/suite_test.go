@@ -22,6 +22,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
@@ -180,7 +181,7 @@ type fakeConnector struct {
 	apis map[string]coolify.API // by pool name
 }
 
-func (f *fakeConnector) ForPool(_ context.Context, pool *v1.BotPool) (CoolifyAPI, error) {
+func (f *fakeConnector) ForPool(_ context.Context, pool *v1.BotPool) (coolifyview.CoolifyAPI, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.errs[pool.Name]; err != nil {
@@ -198,7 +199,7 @@ func (f *fakeConnector) fail(pool string, err error) {
 	f.errs[pool] = err
 }
 
-func (f *fakeConnector) LastKnown(pool types.NamespacedName) CoolifyAPI {
+func (f *fakeConnector) LastKnown(pool types.NamespacedName) coolifyview.CoolifyAPI {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if api := f.apis[pool.Name]; api != nil {

@@ -1,4 +1,4 @@
-package controllers
+package coolifyview
 
 import (
 	"context"
@@ -26,16 +26,16 @@ const (
 
 // Credential problems a person has to fix; the pool reports them as Stalled.
 var (
-	errCredentialsNotFound = errors.New("credentials Secret not found")
-	errCredentialsInvalid  = errors.New("credentials Secret incomplete")
-	// errCredentialsNotAllowed: the Secret lacks the opt-in label (see AllowedForPools).
-	errCredentialsNotAllowed = errors.New("credentials Secret not allowed")
+	ErrCredentialsNotFound = errors.New("credentials Secret not found")
+	ErrCredentialsInvalid  = errors.New("credentials Secret incomplete")
+	// ErrCredentialsNotAllowed: the Secret lacks the opt-in label (see AllowedForPools).
+	ErrCredentialsNotAllowed = errors.New("credentials Secret not allowed")
 )
 
 // Connector gives a controller the Coolify API of a pool.
 type Connector interface {
 	// ForPool returns the client of the pool's Coolify instance, built from its credentials
-	// Secret. Errors wrap errCredentialsNotFound or errCredentialsInvalid when the Secret is
+	// Secret. Errors wrap ErrCredentialsNotFound or ErrCredentialsInvalid when the Secret is
 	// missing or lacks a key.
 	ForPool(ctx context.Context, pool *v1.BotPool) (CoolifyAPI, error)
 	// LastKnown returns the last client ForPool handed out for the pool (by namespace and
@@ -57,10 +57,10 @@ type SecretConnector struct {
 	RefreshAfter time.Duration
 
 	mu      sync.Mutex
-	clients map[types.NamespacedName]cachedClient // by pool
+	Clients map[types.NamespacedName]CachedClient // by pool
 }
 
-type cachedClient struct {
+type CachedClient struct {
 	secret  types.NamespacedName
 	api     CoolifyAPI
 	fetched time.Time
@@ -72,7 +72,7 @@ func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (Coolif
 	poolKey := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	now := c.Clock.Now()
 	c.mu.Lock()
-	cached, ok := c.clients[poolKey]
+	cached, ok := c.Clients[poolKey]
 	c.mu.Unlock()
 	if ok && cached.secret == key && now.Sub(cached.fetched) < c.RefreshAfter {
 		return cached.api, nil
@@ -81,26 +81,26 @@ func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (Coolif
 	var secret corev1.Secret
 	if err := c.Reader.Get(ctx, key, &secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: %s", errCredentialsNotFound, key.Name)
+			return nil, fmt.Errorf("%w: %s", ErrCredentialsNotFound, key.Name)
 		}
 		return nil, fmt.Errorf("reading credentials Secret %s: %w", key.Name, err)
 	}
 	if err := policy.AllowedForPools(&secret); err != nil {
-		return nil, fmt.Errorf("%w: %w", errCredentialsNotAllowed, err)
+		return nil, fmt.Errorf("%w: %w", ErrCredentialsNotAllowed, err)
 	}
 	url, token := string(secret.Data[credentialsURLKey]), string(secret.Data[credentialsTokenKey])
 	if url == "" || token == "" {
-		return nil, fmt.Errorf("%w: Secret %s needs the keys %q and %q", errCredentialsInvalid, key.Name, credentialsURLKey, credentialsTokenKey)
+		return nil, fmt.Errorf("%w: Secret %s needs the keys %q and %q", ErrCredentialsInvalid, key.Name, credentialsURLKey, credentialsTokenKey)
 	}
 	api, err := c.Registry.Client(url, token)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Secret %s: %w", errCredentialsInvalid, key.Name, err)
+		return nil, fmt.Errorf("%w: Secret %s: %w", ErrCredentialsInvalid, key.Name, err)
 	}
 	c.mu.Lock()
-	if c.clients == nil {
-		c.clients = map[types.NamespacedName]cachedClient{}
+	if c.Clients == nil {
+		c.Clients = map[types.NamespacedName]CachedClient{}
 	}
-	c.clients[poolKey] = cachedClient{secret: key, api: api, fetched: now}
+	c.Clients[poolKey] = CachedClient{secret: key, api: api, fetched: now}
 	c.mu.Unlock()
 	return api, nil
 }
@@ -109,7 +109,7 @@ func (c *SecretConnector) ForPool(ctx context.Context, pool *v1.BotPool) (Coolif
 func (c *SecretConnector) LastKnown(pool types.NamespacedName) CoolifyAPI {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cached, ok := c.clients[pool]; ok {
+	if cached, ok := c.Clients[pool]; ok {
 		return cached.api
 	}
 	return nil
@@ -120,5 +120,5 @@ func (c *SecretConnector) LastKnown(pool types.NamespacedName) CoolifyAPI {
 func (c *SecretConnector) Forget(pool types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.clients, pool)
+	delete(c.Clients, pool)
 }

@@ -1,4 +1,4 @@
-package controllers
+package coolifyview
 
 import (
 	"context"
@@ -19,14 +19,14 @@ import (
 // passes its threshold, and on older releases after stops and deletes whatever the operator
 // asks: rePullAge bounds those.
 const (
-	// cleanupRefresh is how long a server's schedule is believed: it changes by hand, rarely,
+	// CleanupRefresh is how long a server's schedule is believed: it changes by hand, rarely,
 	// and a wrong one costs a pull too many or one too few, which rePullAge bounds.
-	cleanupRefresh = 10 * time.Minute
-	// cleanupSettle is how long a scheduled run is taken to last: Coolify queues the run at its
+	CleanupRefresh = 10 * time.Minute
+	// CleanupSettle is how long a scheduled run is taken to last: Coolify queues the run at its
 	// time, and it lists the images to remove when a worker takes it, so a pull that ended
 	// within minutes around that time may have been listed and removed. Such a pull is done
-	// again cleanupSettle after the time.
-	cleanupSettle = 5 * time.Minute
+	// again CleanupSettle after the time.
+	CleanupSettle = 5 * time.Minute
 )
 
 // cleanupRead is what the last reads of one server's cleanup schedule said.
@@ -40,12 +40,12 @@ type cleanupRead struct {
 }
 
 // CleanupSchedule is when the scheduled Docker cleanup of server runs, as api's user reads it,
-// read at most every cleanupRefresh for every pool of that user; the zero schedule (Next is
+// read at most every CleanupRefresh for every pool of that user; the zero schedule (Next is
 // always zero) while it is unknown. It never fails: a read that fails keeps what the last one
 // said, and one that says the schedule is unknown (404, an unreadable frequency) forgets it,
 // each logged once (V(1)) until a read succeeds again.
 func (b *BulkReader) CleanupSchedule(ctx context.Context, api CoolifyAPI, server string) coolify.CleanupSchedule {
-	key := coolifyInstance(api) + "|" + coolifyUser(api) + "|" + server
+	key := coolifyInstance(api) + "|" + CoolifyUser(api) + "|" + server
 	now := b.Clock.Now()
 	b.mu.Lock()
 	for k, e := range b.cleanups {
@@ -60,7 +60,7 @@ func (b *BulkReader) CleanupSchedule(ctx context.Context, api CoolifyAPI, server
 		}
 		e = &cleanupRead{}
 		b.cleanups[key] = e
-	} else if now.Sub(e.tried) < cleanupRefresh && !now.Before(e.tried) {
+	} else if now.Sub(e.tried) < CleanupRefresh && !now.Before(e.tried) {
 		sched := e.schedule
 		b.mu.Unlock()
 		return sched

@@ -1,4 +1,4 @@
-package controllers
+package coolifyview
 
 import (
 	"context"
@@ -19,16 +19,16 @@ import (
 type BulkReader struct {
 	Clock clock.PassiveClock
 
-	flight singleflight.Group
-	mu     sync.Mutex
-	apps   map[string]snapshot[map[string]coolify.Application] // by pool tag, by app name
-	active map[string]snapshot[map[string]coolify.Deployment]  // by pool tag, by deployment uuid
+	flight       singleflight.Group
+	mu           sync.Mutex
+	AppSnapshots map[string]Snapshot[map[string]coolify.Application] // by pool tag, by app name
+	active       map[string]Snapshot[map[string]coolify.Deployment]  // by pool tag, by deployment uuid
 	// deleted holds the applications (tag/uuid) we asked Coolify to delete: deletion is
 	// asynchronous and lists show them for a while, and a slot must never adopt one.
 	deleted map[string]time.Time
 	// servers holds each Coolify user's servers by uuid (see Servers); serversTried when a
 	// user's last read was tried, so a failing one is not retried on every pass.
-	servers      map[string]snapshot[map[string]coolify.ServerSettings]
+	servers      map[string]Snapshot[map[string]coolify.ServerSettings]
 	serversTried map[string]time.Time
 	// serversSuspect: users whose next read of the servers a slot's failure asked for
 	// (ServersSuspect), on the start path.
@@ -44,7 +44,7 @@ type BulkReader struct {
 	cleanups map[string]*cleanupRead
 }
 
-type snapshot[T any] struct {
+type Snapshot[T any] struct {
 	items   T
 	fetched time.Time
 }
@@ -54,7 +54,7 @@ const tombstoneTTL = 30 * time.Minute
 
 // Apps returns the pool's applications by name, listed at most maxAge ago.
 func (b *BulkReader) Apps(ctx context.Context, api CoolifyAPI, tag string, maxAge time.Duration) (map[string]coolify.Application, error) {
-	return cached(b, &b.apps, "apps/"+tag, tag, maxAge, func() (map[string]coolify.Application, error) {
+	return cached(b, &b.AppSnapshots, "apps/"+tag, tag, maxAge, func() (map[string]coolify.Application, error) {
 		apps, err := api.ListApplications(ctx, tag)
 		if err != nil {
 			return nil, err
@@ -76,7 +76,7 @@ func (b *BulkReader) Apps(ctx context.Context, api CoolifyAPI, tag string, maxAg
 			// repeat across pools (slot names across namespaces; every pool's puller on a
 			// server): the one with this tag's owner mark wins the name. (An application of a
 			// version before owner marks has none, and is kept when it is the only one.)
-			if prev, dup := byName[a.Name]; dup && carriesTag(&prev, tag) && !carriesTag(&a, tag) {
+			if prev, dup := byName[a.Name]; dup && CarriesTag(&prev, tag) && !CarriesTag(&a, tag) {
 				continue
 			}
 			byName[a.Name] = a
@@ -103,7 +103,7 @@ func (b *BulkReader) ActiveDeployments(ctx context.Context, api CoolifyAPI, tag 
 
 // cached answers from *m[key] when it is at most maxAge old, else fetches (once for all
 // concurrent callers) and stores the result.
-func cached[T any](b *BulkReader, m *map[string]snapshot[T], flightKey, key string, maxAge time.Duration, fetch func() (T, error)) (T, error) {
+func cached[T any](b *BulkReader, m *map[string]Snapshot[T], flightKey, key string, maxAge time.Duration, fetch func() (T, error)) (T, error) {
 	b.mu.Lock()
 	snap, ok := (*m)[key]
 	b.mu.Unlock()
@@ -117,9 +117,9 @@ func cached[T any](b *BulkReader, m *map[string]snapshot[T], flightKey, key stri
 		}
 		b.mu.Lock()
 		if *m == nil {
-			*m = map[string]snapshot[T]{}
+			*m = map[string]Snapshot[T]{}
 		}
-		(*m)[key] = snapshot[T]{items: items, fetched: b.Clock.Now()}
+		(*m)[key] = Snapshot[T]{items: items, fetched: b.Clock.Now()}
 		b.mu.Unlock()
 		return items, nil
 	})
@@ -133,7 +133,7 @@ func cached[T any](b *BulkReader, m *map[string]snapshot[T], flightKey, key stri
 // Invalidate forgets a pool's lists, after a change of ours they must show.
 func (b *BulkReader) Invalidate(tag string) {
 	b.mu.Lock()
-	delete(b.apps, tag)
+	delete(b.AppSnapshots, tag)
 	delete(b.active, tag)
 	b.mu.Unlock()
 }
@@ -153,6 +153,6 @@ func (b *BulkReader) Deleted(tag, uuid string) {
 		b.deleted = map[string]time.Time{}
 	}
 	b.deleted[tag+"/"+uuid] = b.Clock.Now()
-	delete(b.apps, tag)
+	delete(b.AppSnapshots, tag)
 	b.mu.Unlock()
 }

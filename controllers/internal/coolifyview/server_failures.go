@@ -1,4 +1,4 @@
-package controllers
+package coolifyview
 
 import (
 	"time"
@@ -77,10 +77,10 @@ func (b *BulkReader) failingRun(pool types.UID, server string, now time.Time) (f
 	return *run, true
 }
 
-// markFailing turns the health of the pool's servers whose starts keep failing to Failing
+// MarkFailing turns the health of the pool's servers whose starts keep failing to Failing
 // (health is this pass's read, by server uuid), unless that would leave no Active server of
 // the pool in.
-func (b *BulkReader) markFailing(pool *v1.BotPool, health map[string]v1.ServerHealth, now time.Time) {
+func (b *BulkReader) MarkFailing(pool *v1.BotPool, health map[string]v1.ServerHealth, now time.Time) {
 	var failing []string
 	in := 0
 	for _, srv := range pool.Spec.Coolify.ServerList() {

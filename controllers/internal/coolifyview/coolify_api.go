@@ -1,4 +1,4 @@
-package controllers
+package coolifyview
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // The methods mean what coolify.API documents; add one here when a controller starts calling it.
 //
 // A client may also report its base URL (a BaseURL() string method, as *coolify.Client does):
-// instanceOf and coolifyInstance use it to tell Coolify instances apart.
+// InstanceOf and coolifyInstance use it to tell Coolify instances apart.
 type CoolifyAPI interface {
 	// ServerVersion checks the pool's credentials and reachability.
 	ServerVersion(ctx context.Context) (string, error)
@@ -62,9 +62,9 @@ func coolifyInstance(api CoolifyAPI) string {
 	return ""
 }
 
-// instanceOf identifies the Coolify instance a client talks to: a hash of its base URL, never
+// InstanceOf identifies the Coolify instance a client talks to: a hash of its base URL, never
 // the token (nor any password a URL may carry). "" when the client does not say.
-func instanceOf(api CoolifyAPI) string {
+func InstanceOf(api CoolifyAPI) string {
 	b, ok := api.(interface{ BaseURL() string })
 	if !ok {
 		return ""

@@ -1,4 +1,4 @@
-package controllers
+package coolifyview
 
 import (
 	"context"
@@ -22,12 +22,12 @@ import (
 // server_state.go): a failed deployment or a lost application on a server makes the next pool
 // pass read again (ServersSuspect), so an outage takes the server out within seconds.
 const (
-	// serversRefresh is how long a user's list of servers is believed: settings change by
+	// ServersRefresh is how long a user's list of servers is believed: settings change by
 	// hand, rarely, but health is what takes a server out, and a read costs one request a
 	// minute of the user's budget (200).
-	serversRefresh = time.Minute
-	// serversRetry is how soon a read that failed (or any read) is tried again.
-	serversRetry = 15 * time.Second
+	ServersRefresh = time.Minute
+	// ServersRetry is how soon a read that failed (or any read) is tried again.
+	ServersRetry = 15 * time.Second
 	// serversForget drops the list of a user no pool has asked about for this long.
 	serversForget = time.Hour
 )
@@ -38,20 +38,20 @@ type serverLister interface {
 	ListServers(ctx context.Context) ([]coolify.Server, error)
 }
 
-// coolifyUser names the Coolify user an API acts as (see coolify.Client.UserKey), or "" for
+// CoolifyUser names the Coolify user an API acts as (see coolify.Client.UserKey), or "" for
 // an API that does not say.
-func coolifyUser(api CoolifyAPI) string {
+func CoolifyUser(api CoolifyAPI) string {
 	if u, ok := api.(interface{ UserKey() string }); ok {
 		return u.UserKey()
 	}
 	return ""
 }
 
-// RefreshServers reads the servers of api's user unless a read is at most serversRefresh old
-// (or one was tried within serversRetry). It is housekeeping, and a failure changes nothing:
+// RefreshServers reads the servers of api's user unless a read is at most ServersRefresh old
+// (or one was tried within ServersRetry). It is housekeeping, and a failure changes nothing:
 // the last settings read (or none) stay in use.
 func (b *BulkReader) RefreshServers(ctx context.Context, api CoolifyAPI) {
-	user := coolifyUser(api)
+	user := CoolifyUser(api)
 	lister, ok := api.(serverLister)
 	if user == "" || !ok {
 		return
@@ -65,7 +65,7 @@ func (b *BulkReader) RefreshServers(ctx context.Context, api CoolifyAPI) {
 		}
 	}
 	snap, known := b.servers[user]
-	due := (!known || now.Sub(snap.fetched) >= serversRefresh) && now.Sub(b.serversTried[user]) >= serversRetry
+	due := (!known || now.Sub(snap.fetched) >= ServersRefresh) && now.Sub(b.serversTried[user]) >= ServersRetry
 	prio := coolify.Housekeeping
 	if due {
 		if b.serversTried == nil {
@@ -100,9 +100,9 @@ func (b *BulkReader) readServers(ctx context.Context, lister serverLister, user 
 		}
 		b.mu.Lock()
 		if b.servers == nil {
-			b.servers = map[string]snapshot[map[string]coolify.ServerSettings]{}
+			b.servers = map[string]Snapshot[map[string]coolify.ServerSettings]{}
 		}
-		b.servers[user] = snapshot[map[string]coolify.ServerSettings]{items: byUUID, fetched: b.Clock.Now()}
+		b.servers[user] = Snapshot[map[string]coolify.ServerSettings]{items: byUUID, fetched: b.Clock.Now()}
 		b.mu.Unlock()
 		return nil, nil
 	})
@@ -112,9 +112,9 @@ func (b *BulkReader) readServers(ctx context.Context, lister serverLister, user 
 }
 
 // ServersSuspect makes the next RefreshServers of api's user read the servers again (within
-// serversRetry of the last try): a slot saw something a server outage explains.
+// ServersRetry of the last try): a slot saw something a server outage explains.
 func (b *BulkReader) ServersSuspect(api CoolifyAPI) {
-	user := coolifyUser(api)
+	user := CoolifyUser(api)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if snap, ok := b.servers[user]; ok {
@@ -130,18 +130,18 @@ func (b *BulkReader) ServersSuspect(api CoolifyAPI) {
 // ServerSettings is what the last read of user's servers said of server; ok is false when
 // there was none, or the user does not see that server.
 func (b *BulkReader) ServerSettings(user, server string) (settings coolify.ServerSettings, ok bool) {
-	settings, _, ok = b.serverSeen(user, server)
+	settings, _, ok = b.ServerSeen(user, server)
 	return settings, ok
 }
 
-// serverMissing reports whether api's user does not see server (NotFound): a read of the
+// ServerMissing reports whether api's user does not see server (NotFound): a read of the
 // user's servers answered without it. The first time a read lacks it, the servers are read
 // again at once, so that a read from before the server existed (one added to Coolify and to
 // the pool together) never takes it out; after that the minute's reads tell, and the first
 // that lists it ends the verdict.
-func (b *BulkReader) serverMissing(ctx context.Context, api CoolifyAPI, server string) bool {
-	user := coolifyUser(api)
-	if _, read, listed := b.serverSeen(user, server); !read || listed {
+func (b *BulkReader) ServerMissing(ctx context.Context, api CoolifyAPI, server string) bool {
+	user := CoolifyUser(api)
+	if _, read, listed := b.ServerSeen(user, server); !read || listed {
 		b.mu.Lock()
 		delete(b.missing, user+"|"+server)
 		b.mu.Unlock()
@@ -161,13 +161,13 @@ func (b *BulkReader) serverMissing(ctx context.Context, api CoolifyAPI, server s
 		b.missing[user+"|"+server] = true
 		b.mu.Unlock()
 	}
-	_, _, listed := b.serverSeen(user, server)
+	_, _, listed := b.ServerSeen(user, server)
 	return !listed
 }
 
-// serverSeen is ServerSettings that tells apart a user whose servers were never read (read
+// ServerSeen is ServerSettings that tells apart a user whose servers were never read (read
 // false) from a read that did not list the server (read true, listed false).
-func (b *BulkReader) serverSeen(user, server string) (settings coolify.ServerSettings, read, listed bool) {
+func (b *BulkReader) ServerSeen(user, server string) (settings coolify.ServerSettings, read, listed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	snap, read := b.servers[user]
@@ -175,10 +175,10 @@ func (b *BulkReader) serverSeen(user, server string) (settings coolify.ServerSet
 	return settings, read, listed
 }
 
-// serverRuns is how many deployments a server runs at once by its settings: concurrent_builds,
+// ServerRuns is how many deployments a server runs at once by its settings: concurrent_builds,
 // or fewer when its queue holds fewer (every deployment is queued first, and a full queue
 // refuses the next). 0 means unknown.
-func serverRuns(st coolify.ServerSettings) int {
+func ServerRuns(st coolify.ServerSettings) int {
 	n := st.ConcurrentBuilds
 	if n <= 0 {
 		return 0
@@ -189,39 +189,39 @@ func serverRuns(st coolify.ServerSettings) int {
 	return n
 }
 
-// coolifyServer is the Coolify server a pool deploys to, as the pool's credentials see it.
-type coolifyServer struct {
-	// instance is the Coolify instance (its base URL): a full queue pauses an instance's server.
-	instance string
-	// key names the server for the deploy gate's per-server bound: instance, Coolify user and
+// CoolifyServer is the Coolify server a pool deploys to, as the pool's credentials see it.
+type CoolifyServer struct {
+	// Instance is the Coolify instance (its base URL): a full queue pauses an instance's server.
+	Instance string
+	// Key names the server for the deploy gate's per-server bound: instance, Coolify user and
 	// server uuid. Server uuids are unique only per instance, and a pool may name any uuid:
 	// with the user in the key, a tenant's pool naming another tenant's server (on another
 	// instance, or in another team of the same one) never shares, and so never fills, its
 	// gate; the pools of one user on one server share it.
-	key string
-	// uuid is the server's uuid.
-	uuid string
-	// runs is what the server runs at once (serverRuns), 0 while unknown.
-	runs int
+	Key string
+	// UUID is the server's uuid.
+	UUID string
+	// Runs is what the server runs at once (ServerRuns), 0 while unknown.
+	Runs int
 }
 
-// serverFor is server uuid as api's Coolify user sees it, with what its last read settings
+// ServerFor is server uuid as api's Coolify user sees it, with what its last read settings
 // (in bulk) say it runs.
-func serverFor(api CoolifyAPI, bulk *BulkReader, uuid string) coolifyServer {
-	instance, user := coolifyInstance(api), coolifyUser(api)
-	srv := coolifyServer{instance: instance, key: instance + "|" + user + "|" + uuid, uuid: uuid}
+func ServerFor(api CoolifyAPI, bulk *BulkReader, uuid string) CoolifyServer {
+	instance, user := coolifyInstance(api), CoolifyUser(api)
+	srv := CoolifyServer{Instance: instance, Key: instance + "|" + user + "|" + uuid, UUID: uuid}
 	if bulk == nil {
 		return srv
 	}
 	if st, ok := bulk.ServerSettings(user, uuid); ok {
-		srv.runs = serverRuns(st)
+		srv.Runs = ServerRuns(st)
 	}
 	return srv
 }
 
-// serverHealth is what the settings read of a server say of its health: read is false before
+// ServerHealth is what the settings read of a server say of its health: read is false before
 // any read of the user's servers succeeded, listed whether that read had this server.
-func serverHealth(st coolify.ServerSettings, read, listed bool) v1.ServerHealth {
+func ServerHealth(st coolify.ServerSettings, read, listed bool) v1.ServerHealth {
 	switch {
 	case !read:
 		return v1.ServerHealthUnknown
