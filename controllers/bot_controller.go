@@ -24,6 +24,7 @@ import (
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
@@ -84,7 +85,7 @@ type BotReconciler struct {
 	// remembers nothing.
 	Writes *cachelag.Tracker
 
-	started time.Time // when this controller was set up: see livenessReader
+	started time.Time // when this controller was set up: see LivenessReader
 	// projected holds, per bot uid, the record last handed to the store: each pass writes the
 	// projection when it differs, not only when the pass changed the status, so a write lost
 	// (a crash or a cancelled request between the status patch and the store, a patch whose
@@ -127,7 +128,7 @@ type botScope struct {
 	requeue time.Duration
 }
 
-func (s *botScope) after(d time.Duration) { s.requeue = earliest(s.requeue, d) }
+func (s *botScope) after(d time.Duration) { s.requeue = pass.Earliest(s.requeue, d) }
 
 // Reconcile implements reconcile.Reconciler: load, the body (delete or normal), and one
 // deferred status write computed from what the pass observed and how it ended.
@@ -142,11 +143,11 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if r.Writes.Stale(bot.UID, bot.ResourceVersion) {
 		// A write of ours (or of the bot API's) replaced this version: a pass on it would
 		// judge the past, and its patch could only conflict.
-		return ctrl.Result{RequeueAfter: cacheWait}, nil
+		return ctrl.Result{RequeueAfter: pass.CacheWait}, nil
 	}
 	s := &botScope{bot: bot}
 	before := bot.DeepCopy()
-	defer func() { res, err = r.finish(ctx, s, before, settle(err, false)) }()
+	defer func() { res, err = r.finish(ctx, s, before, pass.Settle(err, false)) }()
 	// The webhook's message of the phase stored before this pass, whatever the pass does: a
 	// pass that fails still writes the phase it decided (and the next pass reads that one), and
 	// a deleted bot's last phase goes out before its finalizer does.
@@ -253,7 +254,7 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 	}
 	if pool == nil {
 		st.Phase = v1.BotPending
-		return waitFor(noPoolRetry, string(v1.ReasonPoolNotFound),
+		return pass.WaitFor(noPoolRetry, string(v1.ReasonPoolNotFound),
 			fmt.Sprintf("No BotPool serves this bot: create a %s pool in namespace %s, or name one in spec.poolRef", platformOf(bot), bot.Namespace))
 	}
 	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
@@ -276,7 +277,7 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 		}
 		if wait := joins.Sub(now); wait > 0 {
 			st.Phase = v1.BotScheduled
-			return waitFor(wait, "", "")
+			return pass.WaitFor(wait, "", "")
 		}
 	}
 	if st.Phase == v1.BotPending || st.Phase == v1.BotScheduled {
@@ -339,12 +340,12 @@ func (r *BotReconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.
 // after a failure, which saw too little to judge), the status is written once if it changed
 // (observedGeneration only after a pass that handled the generation), and the Events of what
 // the write recorded follow it.
-func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot, o outcome) (ctrl.Result, error) {
+func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot, o pass.Outcome) (ctrl.Result, error) {
 	bot := s.bot
-	if o.err == nil && bot.DeletionTimestamp.IsZero() {
-		r.setConditions(s, o.wait)
+	if o.Err == nil && bot.DeletionTimestamp.IsZero() {
+		r.setConditions(s, o.Wait)
 	}
-	if o.handled() {
+	if o.Handled() {
 		bot.Status.ObservedGeneration = bot.Generation
 	}
 	bot.Status.TruncateTexts()
@@ -382,7 +383,7 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 			}
 			r.project(ctx, bot)
 		case !apierrors.IsNotFound(perr):
-			o.err = errors.Join(o.err, perr)
+			o.Err = errors.Join(o.Err, perr)
 		}
 	} else if bot.DeletionTimestamp.IsZero() {
 		r.project(ctx, bot)
@@ -392,12 +393,12 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 	// new bot is in the queue (and can be bound) after one write instead of two, and the write
 	// answered with the version this update builds on. A bot deleted in between needs no
 	// leave: it was not running yet, and a slot bound to a bot that is gone is released.
-	if o.err == nil && !bot.Status.Phase.Terminal() {
-		if err := addFinalizer(ctx, r.Client, bot, botFinalizer); client.IgnoreNotFound(err) != nil {
-			o.err = err
+	if o.Err == nil && !bot.Status.Phase.Terminal() {
+		if err := pass.AddFinalizer(ctx, r.Client, bot, botFinalizer); client.IgnoreNotFound(err) != nil {
+			o.Err = err
 		}
 	}
-	return o.result(s.requeue, 0)
+	return o.Result(s.requeue, 0)
 }
 
 // poolTroubles are the pool conditions that say what keeps it from serving, in this order:
@@ -464,7 +465,7 @@ func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error 
 		s.after(wait)
 		return nil
 	}
-	if _, err := removeFinalizer(ctx, r.Client, bot, botFinalizer); err != nil {
+	if _, err := pass.RemoveFinalizer(ctx, r.Client, bot, botFinalizer); err != nil {
 		return err
 	}
 	r.projected.Delete(bot.UID)
@@ -509,7 +510,7 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, s *botScope, pool *v1
 	}
 	// A bot that never beat is judged over heartbeatTimeout, so after a restart it waits one
 	// more timeout before its silence counts.
-	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, bot.UID, timeout)
+	live := pass.LivenessReader{Store: r.Store, Clock: r.Clock, Started: r.started}.Read(ctx, bot.UID, timeout)
 	if live.StoreDown {
 		alive(metav1.ConditionUnknown, v1.ReasonLivenessUnknown, "The liveness store cannot answer; nobody is failed meanwhile")
 		s.after(min(grace, aliveRecheck))
@@ -675,7 +676,7 @@ func (r *BotReconciler) fail(bot *v1.Bot, reason v1.BotReason, msg string) {
 // bound slot, and a wait with a reason (no pool serves the bot). A bot that ended has the
 // finished conditions, Stalled with its reason when it failed. Alive is the liveness rules'
 // (watchLiveness).
-func (r *BotReconciler) setConditions(s *botScope, wait *waiting) {
+func (r *BotReconciler) setConditions(s *botScope, wait *pass.Waiting) {
 	bot, st, now := s.bot, &s.bot.Status, r.Clock.Now()
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		v1.SetCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
@@ -685,8 +686,8 @@ func (r *BotReconciler) setConditions(s *botScope, wait *waiting) {
 	case st.Phase.Terminal():
 		bot.SetFinishedConditions()
 		return
-	case wait != nil && wait.reason != "":
-		set(v1.ConditionReady, metav1.ConditionFalse, wait.reason, wait.msg)
+	case wait != nil && wait.Reason != "":
+		set(v1.ConditionReady, metav1.ConditionFalse, wait.Reason, wait.Msg)
 		return
 	}
 	if s.slot != nil {

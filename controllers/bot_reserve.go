@@ -12,6 +12,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -25,7 +26,7 @@ const reservationRetry = 50 * time.Millisecond
 func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, now time.Time) error {
 	if m := r.reservations.poolLock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}); m != nil {
 		if !m.TryLock() {
-			return waitFor(reservationRetry, "", "")
+			return pass.WaitFor(reservationRetry, "", "")
 		}
 		defer m.Unlock()
 	}

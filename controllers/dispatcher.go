@@ -17,6 +17,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 )
@@ -139,8 +140,8 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// A slot left out for a lagging cache may be free after all: look again once the
 		// cache caught up (its update from free to free wakes no wave).
 		defer func() {
-			if err == nil && (res.RequeueAfter <= 0 || res.RequeueAfter > cacheWait) {
-				res.RequeueAfter = cacheWait
+			if err == nil && (res.RequeueAfter <= 0 || res.RequeueAfter > pass.CacheWait) {
+				res.RequeueAfter = pass.CacheWait
 			}
 		}()
 	}

@@ -16,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/cachelag"
 )
@@ -71,8 +72,8 @@ func TestAWaveSkipsASlotTheCacheShowsFreeTooLate(t *testing.T) {
 	if boundTo["head"] != "pool-zoom-002" || boundTo["other"] != "" {
 		t.Fatalf("after the wave head is on %q and other on %q; want pool-zoom-002 and none", boundTo["head"], boundTo["other"])
 	}
-	if res.RequeueAfter <= 0 || res.RequeueAfter > cacheWait {
-		t.Fatalf("the wave asks to run again after %v; want at most %v (the slot left out may be free after all)", res.RequeueAfter, cacheWait)
+	if res.RequeueAfter <= 0 || res.RequeueAfter > pass.CacheWait {
+		t.Fatalf("the wave asks to run again after %v; want at most %v (the slot left out may be free after all)", res.RequeueAfter, pass.CacheWait)
 	}
 }
 

@@ -36,12 +36,8 @@
 // Pure decisions two or more controllers read live in package policy
 // (controllers/internal/policy: no I/O), with their own file map.
 //
-// How a pass ends (internal/pass).
-//
-//	requeue.go           the skeleton's errors: waitFor/settle/outcome, earliest, addFinalizer; the requeue intervals the controllers share
-//	stalled.go           "a person must act": stall, needsPerson, unreachableReason, and the errors they map
-//	coolify_wait.go      Coolify asking to wait: coolifyWait, throttledMessage
-//	liveness_reader.go   the heartbeat reader (livenessReader): a bot's beats from the store, the restart-grace rule
+// How a pass ends (a wait, a stall a person must fix, a failure to retry) is package pass
+// (controllers/internal/pass), shared by every reconciler.
 //
 // The controllers' Coolify access is package coolifyview (controllers/internal/coolifyview);
 // setup.go names its CoolifyAPI, Connector and SecretConnector for the callers.

@@ -29,7 +29,6 @@ import (
 var layoutHome = map[string]string{
 	"setup.go": "root", "watches.go": "root", "doc.go": "root",
 
-	"requeue.go": "pass", "stalled.go": "pass", "coolify_wait.go": "pass", "liveness_reader.go": "pass",
 	"deploy_gate.go": "deploygate",
 	"dispatcher.go":  "dispatch", "dispatcher_ledger.go": "dispatch", "dispatcher_reservations.go": "dispatch",
 	"warm_schedule.go": "pool",

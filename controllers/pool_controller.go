@@ -21,6 +21,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -134,7 +135,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if err := addFinalizer(ctx, r.Client, pool, poolFinalizer); err != nil {
+	if err := pass.AddFinalizer(ctx, r.Client, pool, poolFinalizer); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &poolScope{pool: pool, images: policy.ImagesOf(pool), warm: warmAt(pool.Spec, r.Clock.Now(), &r.zones)}
@@ -142,7 +143,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		return ctrl.Result{}, err
 	}
 	before := pool.DeepCopy()
-	defer func() { res, err = r.finish(ctx, s, before, settle(err, false)) }()
+	defer func() { res, err = r.finish(ctx, s, before, pass.Settle(err, false)) }()
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
@@ -179,7 +180,7 @@ func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) e
 	if err := r.deleteOrphanApps(ctx, s); err != nil {
 		return errors.Join(err, pullErr)
 	}
-	s.after(min(healthRecheck, policy.OrDefault(r.OrphanCheck, DefaultAppCheck)))
+	s.after(min(healthRecheck, policy.OrDefault(r.OrphanCheck, pass.DefaultAppCheck)))
 	if !s.warm.next.IsZero() {
 		// A window opens or closes; a pass that runs past the moment looks again at once.
 		s.after(max(s.warm.next.Sub(r.Clock.Now()), time.Millisecond))
@@ -196,18 +197,18 @@ func (s *poolScope) idleNeed() int { return s.warm.minIdle + s.warming }
 
 // after asks for the pool's next pass within d at the latest (the earliest of the pass's
 // timers wins).
-func (s *poolScope) after(d time.Duration) { s.requeue = earliest(s.requeue, d) }
+func (s *poolScope) after(d time.Duration) { s.requeue = pass.Earliest(s.requeue, d) }
 
 // finish ends a pass: it computes the status from what the pass observed and how it ended
 // (a wait is Coolify throttling, a stall a credentials problem), writes it once if it
 // changed, and answers with the pass's timers.
-func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1.BotPool, o outcome) (ctrl.Result, error) {
+func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1.BotPool, o pass.Outcome) (ctrl.Result, error) {
 	pool := s.pool
-	if o.wait != nil {
-		s.throttled = o.wait.msg
+	if o.Wait != nil {
+		s.throttled = o.Wait.Msg
 	}
-	if o.stalled != nil {
-		s.stalled = o.stalled.reason
+	if o.Stalled != nil {
+		s.stalled = o.Stalled.Reason
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, s.stalled, "Connect", "%s", stalledMessage(s))
 	}
 	if !pool.DeletionTimestamp.IsZero() {
@@ -215,14 +216,14 @@ func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1
 			setDrainingStatus(s, r.Clock.Now())
 		}
 	} else {
-		setPoolStatus(s, r.Clock.Now(), o.handled())
+		setPoolStatus(s, r.Clock.Now(), o.Handled())
 		r.Metrics.ObservePool(pool)
 	}
 	v1.TruncateConditions(pool.Status.Conditions)
 	if controllerutil.ContainsFinalizer(pool, poolFinalizer) && !equality.Semantic.DeepEqual(before.Status, pool.Status) {
-		o.err = errors.Join(o.err, client.IgnoreNotFound(r.Client.Status().Patch(ctx, pool, client.MergeFrom(before))))
+		o.Err = errors.Join(o.Err, client.IgnoreNotFound(r.Client.Status().Patch(ctx, pool, client.MergeFrom(before))))
 	}
-	return o.result(s.requeue, credentialsRecheck)
+	return o.Result(s.requeue, credentialsRecheck)
 }
 
 // observe reads the pool's slots and waiting bots from the cache.
@@ -257,12 +258,12 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 	s.connErr = err
 	if err == nil {
 		if s.moved = movedSlots(s.slots, coolifyview.InstanceOf(api)); s.moved > 0 {
-			return stall(v1.ReasonCoolifyInstanceChanged, "", nil)
+			return pass.Stall(v1.ReasonCoolifyInstanceChanged, "", nil)
 		}
 		return nil
 	}
-	if reason, ok := needsPerson(err); ok {
-		return stall(reason, "", err)
+	if reason, ok := pass.NeedsPerson(err); ok {
+		return pass.Stall(reason, "", err)
 	}
 	return fmt.Errorf("reaching Coolify: %w", err)
 }
@@ -310,7 +311,7 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 	if err := r.deletePullers(ctx, s); err != nil {
 		return err
 	}
-	if _, err := removeFinalizer(ctx, r.Client, s.pool, poolFinalizer); err != nil {
+	if _, err := pass.RemoveFinalizer(ctx, r.Client, s.pool, poolFinalizer); err != nil {
 		return err
 	}
 	r.forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name})

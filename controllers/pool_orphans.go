@@ -11,6 +11,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -28,7 +29,7 @@ import (
 func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) error {
 	ctx = coolify.WithPriority(ctx, coolify.Housekeeping) // nobody waits for a sweep
 	tag := r.tag(s.pool)
-	apps, err := r.Coolify.Apps(ctx, s.api, tag, policy.OrDefault(r.OrphanCheck, DefaultAppCheck))
+	apps, err := r.Coolify.Apps(ctx, s.api, tag, policy.OrDefault(r.OrphanCheck, pass.DefaultAppCheck))
 	if err != nil {
 		// A failed list never acts, and is no reconcile failure: no candidates this time.
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed; no orphan check this time", "error", err.Error())

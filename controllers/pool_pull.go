@@ -18,6 +18,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -577,7 +578,7 @@ func (r *BotPoolReconciler) dropUnlisted(ctx context.Context, s *poolScope) erro
 		delete(s.images, server)
 	}
 	tag := r.tag(s.pool)
-	apps, err := r.Coolify.Apps(ctx, s.api, tag, policy.OrDefault(r.OrphanCheck, DefaultAppCheck))
+	apps, err := r.Coolify.Apps(ctx, s.api, tag, policy.OrDefault(r.OrphanCheck, pass.DefaultAppCheck))
 	if err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed; no puller cleanup this time", "error", err.Error())
 		return errors.Join(errs...)
@@ -673,7 +674,7 @@ func (r *BotPoolReconciler) deletePullers(ctx context.Context, s *poolScope) err
 		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, v1.ReasonCleanupBlocked, "Delete",
 			"Cannot reach Coolify to delete the pool's puller applications (%v); annotate the pool with %s=true to let them go",
 			err, v1.AnnotationOrphanApplication)
-		return waitFor(stalledRetry, "", "")
+		return pass.WaitFor(pass.StalledRetry, "", "")
 	}
 	tag := r.tag(s.pool)
 	todo := map[string]*v1.ImagePull{}

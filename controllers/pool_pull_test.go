@@ -23,6 +23,7 @@ import (
 	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -709,7 +710,7 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 				t.Fatal(err)
 			}
 			gone := apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKeyFromObject(pool), &v1.BotPool{}))
-			if gone != tt.wantGone || !gone && res.RequeueAfter != stalledRetry {
+			if gone != tt.wantGone || !gone && res.RequeueAfter != pass.StalledRetry {
 				t.Fatalf("pool gone %v (requeue %s), want gone %v", gone, res.RequeueAfter, tt.wantGone)
 			}
 			if diff := cmp.Diff(tt.wantCalls, api.Calls()[before:], cmpopts.EquateEmpty()); diff != "" {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -286,7 +287,7 @@ func setRolloutStatus(s *poolScope, now time.Time) (r rolloutConditions) {
 		// The status keeps what it said of the template it names; a Secret a person must fix
 		// (gone, or without its opt-in label) stalls the rollout, so GitOps tools do not take
 		// a spec whose slots cannot follow it for one applied.
-		if reason, ok := needsPerson(s.templateErr); ok {
+		if reason, ok := pass.NeedsPerson(s.templateErr); ok {
 			r.reason, r.stalled = reason, true
 			r.message = "The slots' template cannot be read (" + s.templateErr.Error() + "); no slot follows the spec until it can, and the slots keep serving on what they run"
 			set(v1.ConditionSlotsUpdated, metav1.ConditionFalse, r.reason, r.message)

@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
@@ -348,7 +349,7 @@ func TestUnreadableTemplateStallsTheRollout(t *testing.T) {
 		err    error
 		reason string // "" for no stall
 	}{
-		{fmt.Errorf("slotEnvFrom Secret env: %w", errSlotEnvNotFound), v1.ReasonSlotEnvNotFound},
+		{fmt.Errorf("slotEnvFrom Secret env: %w", pass.ErrSlotEnvNotFound), v1.ReasonSlotEnvNotFound},
 		{fmt.Errorf("slotEnvFrom Secret env: %w", policy.ErrSecretNotAllowed), v1.ReasonSlotEnvNotAllowed},
 		{errors.New("the server was unable to return a response in the time allotted"), ""},
 	} {

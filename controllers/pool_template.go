@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -56,7 +57,7 @@ func (d *envDigests) digest(ctx context.Context, r client.Reader, clk clock.Pass
 	var secret corev1.Secret
 	if err := r.Get(ctx, key, &secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("slotEnvFrom Secret %s: %w", key.Name, errSlotEnvNotFound)
+			return "", fmt.Errorf("slotEnvFrom Secret %s: %w", key.Name, pass.ErrSlotEnvNotFound)
 		}
 		return "", fmt.Errorf("slotEnvFrom Secret %s: %w", key.Name, err)
 	}

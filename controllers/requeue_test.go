@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -36,35 +37,35 @@ func TestSettle(t *testing.T) {
 		handled  bool
 	}{
 		{name: "done", timer: time.Minute, want: ctrl.Result{RequeueAfter: time.Minute}, handled: true},
-		{name: "wait sooner than the timer", err: waitFor(time.Second, "", ""), timer: time.Minute,
+		{name: "wait sooner than the timer", err: pass.WaitFor(time.Second, "", ""), timer: time.Minute,
 			want: ctrl.Result{RequeueAfter: time.Second}, handled: true},
-		{name: "timer sooner than the wait", err: waitFor(time.Hour, "", ""), timer: time.Minute,
+		{name: "timer sooner than the wait", err: pass.WaitFor(time.Hour, "", ""), timer: time.Minute,
 			want: ctrl.Result{RequeueAfter: time.Minute}, handled: true},
-		{name: "wrapped wait", err: fmt.Errorf("step: %w", waitFor(3*time.Second, "", "")),
+		{name: "wrapped wait", err: fmt.Errorf("step: %w", pass.WaitFor(3*time.Second, "", "")),
 			want: ctrl.Result{RequeueAfter: 3 * time.Second}, handled: true},
-		{name: "stall", err: stall("Broken", "fix it", nil), want: ctrl.Result{RequeueAfter: stalledRetry},
+		{name: "stall", err: pass.Stall("Broken", "fix it", nil), want: ctrl.Result{RequeueAfter: pass.StalledRetry},
 			stalled: "Broken", handled: true},
 		{name: "a person must fix it, classified", err: refused, classify: true,
-			want: ctrl.Result{RequeueAfter: stalledRetry}, stalled: v1.ReasonPermissionDenied, handled: true},
+			want: ctrl.Result{RequeueAfter: pass.StalledRetry}, stalled: v1.ReasonPermissionDenied, handled: true},
 		{name: "a person must fix it, not classified", err: refused, timer: time.Minute, wantErr: true},
 		{name: "failure", err: errors.New("boom"), classify: true, timer: time.Minute, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := settle(tt.err, tt.classify)
-			res, err := o.result(tt.timer, stalledRetry)
+			o := pass.Settle(tt.err, tt.classify)
+			res, err := o.Result(tt.timer, pass.StalledRetry)
 			if (err != nil) != tt.wantErr || res != tt.want {
 				t.Errorf("result = %+v, %v; want %+v, error %v", res, err, tt.want, tt.wantErr)
 			}
 			got := ""
-			if o.stalled != nil {
-				got = o.stalled.reason
+			if o.Stalled != nil {
+				got = o.Stalled.Reason
 			}
 			if got != tt.stalled {
 				t.Errorf("stalled %q, want %q", got, tt.stalled)
 			}
-			if o.handled() != tt.handled {
-				t.Errorf("handled = %v, want %v", o.handled(), tt.handled)
+			if o.Handled() != tt.handled {
+				t.Errorf("handled = %v, want %v", o.Handled(), tt.handled)
 			}
 		})
 	}
@@ -128,7 +129,7 @@ func TestRemoveFinalizer(t *testing.T) {
 	before := live.ResourceVersion
 	live.Status.Queued = 7 // computed by this pass
 
-	removed, err := removeFinalizer(ctx, c, live, poolFinalizer)
+	removed, err := pass.RemoveFinalizer(ctx, c, live, poolFinalizer)
 	if err != nil || !removed {
 		t.Fatalf("removeFinalizer = %v, %v; want true, nil", removed, err)
 	}
@@ -143,13 +144,13 @@ func TestRemoveFinalizer(t *testing.T) {
 	if len(stored.Finalizers) != 0 || stored.ResourceVersion != live.ResourceVersion {
 		t.Fatalf("stored finalizers %v at %s; want none at %s", stored.Finalizers, stored.ResourceVersion, live.ResourceVersion)
 	}
-	if removed, err := removeFinalizer(ctx, c, live, poolFinalizer); removed || err != nil {
+	if removed, err := pass.RemoveFinalizer(ctx, c, live, poolFinalizer); removed || err != nil {
 		t.Fatalf("a second removal = %v, %v; want nothing to do", removed, err)
 	}
 
 	gone := bt.MakePool("ns", "gone").Obj()
 	gone.Finalizers = []string{poolFinalizer}
-	if removed, err := removeFinalizer(ctx, c, gone, poolFinalizer); !removed || err != nil {
+	if removed, err := pass.RemoveFinalizer(ctx, c, gone, poolFinalizer); !removed || err != nil {
 		t.Fatalf("removing from an object already gone = %v, %v; want true, nil", removed, err)
 	}
 }

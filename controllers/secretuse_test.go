@@ -14,6 +14,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
@@ -38,7 +39,7 @@ func TestCredentialsSecretNeedsOptIn(t *testing.T) {
 	if msg := stalledMessage(&poolScope{pool: pool, stalled: v1.ReasonCredentialsNotAllowed}); !strings.Contains(msg, cmd) {
 		t.Errorf("the pool's Stalled message %q does not say the command %q", msg, cmd)
 	}
-	if reason := unreachableReason(err); reason != v1.ReasonCredentialsNotAllowed {
+	if reason := pass.UnreachableReason(err); reason != v1.ReasonCredentialsNotAllowed {
 		t.Errorf("the slot's reason: %s, want %s", reason, v1.ReasonCredentialsNotAllowed)
 	}
 
@@ -66,7 +67,7 @@ func TestSlotEnvSecretNeedsOptIn(t *testing.T) {
 	if err == nil {
 		t.Fatalf("an unlabelled slotEnvFrom Secret reached the env: %v", vars)
 	}
-	if reason, ok := needsPerson(err); !ok || reason != v1.ReasonSlotEnvNotAllowed {
+	if reason, ok := pass.NeedsPerson(err); !ok || reason != v1.ReasonSlotEnvNotAllowed {
 		t.Errorf("reason %q (needs a person: %v), want %s", reason, ok, v1.ReasonSlotEnvNotAllowed)
 	}
 	if cmd := "kubectl label secret db-password -n team botpool.dev/allow-pool-use=true"; !strings.Contains(err.Error(), cmd) {

@@ -17,6 +17,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store/memory"
@@ -99,8 +100,8 @@ func TestReleaseWaitsForTheCacheAfterItsOwnStatusWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.RequeueAfter != cacheWait || specPatches != 1 || statusPatches != 1 {
+	if res.RequeueAfter != pass.CacheWait || specPatches != 1 || statusPatches != 1 {
 		t.Fatalf("a pass on version %s, which our own status write replaced, acted (result %+v, %d spec and %d status writes): want it to wait %v for the cache",
-			unbound.ResourceVersion, res, specPatches, statusPatches, cacheWait)
+			unbound.ResourceVersion, res, specPatches, statusPatches, pass.CacheWait)
 	}
 }

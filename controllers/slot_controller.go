@@ -24,6 +24,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
@@ -77,7 +78,7 @@ type BotPoolSlotReconciler struct {
 	// remembers nothing.
 	Writes *cachelag.Tracker
 
-	// started is when this controller was set up: see livenessReader.
+	// started is when this controller was set up: see LivenessReader.
 	started time.Time
 
 	// projected holds, per slot (namespace/name), the record last handed to the store: a pass
@@ -88,10 +89,10 @@ type BotPoolSlotReconciler struct {
 }
 
 func (r *BotPoolSlotReconciler) gateRetry() time.Duration {
-	return policy.OrDefault(r.GateRetry, DefaultGateRetry)
+	return policy.OrDefault(r.GateRetry, pass.DefaultGateRetry)
 }
 func (r *BotPoolSlotReconciler) appCheck() time.Duration {
-	return policy.OrDefault(r.AppCheck, DefaultAppCheck)
+	return policy.OrDefault(r.AppCheck, pass.DefaultAppCheck)
 }
 
 // slotScope is what one reconcile of a slot observed and decided.
@@ -144,16 +145,16 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if r.Writes.Stale(slot.UID, slot.ResourceVersion) {
-		return ctrl.Result{RequeueAfter: cacheWait}, nil
+		return ctrl.Result{RequeueAfter: pass.CacheWait}, nil
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("pool", slot.Spec.Pool, "appUUID", slot.Status.ApplicationUUID)
 	ctx = ctrl.LoggerInto(ctx, log)
-	if err := addFinalizer(ctx, r.Client, slot, slotFinalizer); err != nil {
+	if err := pass.AddFinalizer(ctx, r.Client, slot, slotFinalizer); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &slotScope{slot: slot}
 	before := slot.DeepCopy()
-	defer func() { res, err = r.finish(ctx, s, before, settle(err, true)) }()
+	defer func() { res, err = r.finish(ctx, s, before, pass.Settle(err, true)) }()
 	err = r.run(ctx, s)
 	if s.refused != nil { // a move slotTransitions does not allow: a defect, never a wait
 		err = errors.Join(err, s.refused)
@@ -177,7 +178,7 @@ func (r *BotPoolSlotReconciler) run(ctx context.Context, s *slotScope) error {
 		if deleted {
 			return r.deleteUnreachable(ctx, s, err)
 		}
-		return stall(unreachableReason(err), "Cannot reach Coolify: see the pool's conditions", err)
+		return pass.Stall(pass.UnreachableReason(err), "Cannot reach Coolify: see the pool's conditions", err)
 	}
 	if !r.sameInstance(s) {
 		if deleted && r.orphanAllowed(ctx, s.slot) {
@@ -197,25 +198,25 @@ func (r *BotPoolSlotReconciler) run(ctx context.Context, s *slotScope) error {
 // with its reason, a pass that went well clears Stalled; the conditions follow from the
 // phase; the status is written once, if it changed, and observedGeneration only after a pass
 // that handled the generation (a failure leaves it for the retry).
-func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before *v1.BotPoolSlot, o outcome) (ctrl.Result, error) {
+func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before *v1.BotPoolSlot, o pass.Outcome) (ctrl.Result, error) {
 	slot := s.slot
 	switch {
-	case o.wait != nil:
-		if o.wait.msg != "" {
-			slot.Status.Message = o.wait.msg
+	case o.Wait != nil:
+		if o.Wait.Msg != "" {
+			slot.Status.Message = o.Wait.Msg
 		}
-	case o.stalled != nil:
-		r.setStalled(s, o.stalled.reason, o.stalled.msg)
-		if o.stalled.announce {
-			r.Recorder.Eventf(slot, nil, corev1.EventTypeWarning, o.stalled.reason, "Stalled", "%s", o.stalled.msg)
+	case o.Stalled != nil:
+		r.setStalled(s, o.Stalled.Reason, o.Stalled.Msg)
+		if o.Stalled.Announce {
+			r.Recorder.Eventf(slot, nil, corev1.EventTypeWarning, o.Stalled.Reason, "Stalled", "%s", o.Stalled.Msg)
 		}
 	}
-	if o.err == nil && o.stalled == nil {
+	if o.Err == nil && o.Stalled == nil {
 		// A pass that went well, or waits with nothing wrong: nothing needs a person now.
 		meta.RemoveStatusCondition(&slot.Status.Conditions, v1.ConditionStalled)
 	}
 	setSlotConditions(slot)
-	if o.handled() {
+	if o.Handled() {
 		slot.Status.ObservedGeneration = slot.Generation
 	}
 	slot.Status.TruncateTexts()
@@ -229,16 +230,16 @@ func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before
 		case perr == nil:
 			r.flush(wctx, s)
 		case !apierrors.IsNotFound(perr): // gone: nothing to report, nothing to project
-			o.err = errors.Join(o.err, perr)
+			o.Err = errors.Join(o.Err, perr)
 		}
 	} else {
 		r.project(ctx, slot.Namespace, slot.Name, slot)
 	}
-	return o.result(s.requeue, stalledRetry)
+	return o.Result(s.requeue, pass.StalledRetry)
 }
 
 // setStalled reports a problem only a person can fix: nothing else changes until they do,
-// and the slot looks again every stalledRetry.
+// and the slot looks again every StalledRetry.
 func (r *BotPoolSlotReconciler) setStalled(s *slotScope, reason, msg string) {
 	v1.SetCondition(&s.slot.Status.Conditions, metav1.Condition{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
 		Reason: reason, Message: msg, ObservedGeneration: s.slot.Generation}, r.Clock.Now())
@@ -287,7 +288,7 @@ func (r *BotPoolSlotReconciler) deleteUnreachable(ctx context.Context, s *slotSc
 	r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonCleanupBlocked, "Delete",
 		"Cannot reach Coolify to delete application %s (%v); annotate the slot or its pool with %s=true to let it go",
 		s.slot.Status.ApplicationUUID, cause, v1.AnnotationOrphanApplication)
-	s.after(stalledRetry)
+	s.after(pass.StalledRetry)
 	return nil
 }
 
@@ -359,7 +360,7 @@ func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScop
 		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonCoolifyInstanceChanged, "Connect", "%s", msg)
 	}
 	ctrl.LoggerFrom(ctx).Info("Coolify instance changed under the slot", "appUUID", s.slot.Status.ApplicationUUID)
-	return stall(v1.ReasonCoolifyInstanceChanged, msg, nil)
+	return pass.Stall(v1.ReasonCoolifyInstanceChanged, msg, nil)
 }
 
 // releaseOrphan clears the binding of a slot whose bot is finished or gone (invariant 6),

@@ -738,7 +738,7 @@ func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
 	if err := env.Client.Create(ctx, botEnv); err != nil {
 		t.Fatal(err)
 	}
-	sc.nudge() // a stalled slot looks again every stalledRetry of real time: do not wait for it
+	sc.nudge() // a stalled slot looks again every StalledRetry of real time: do not wait for it
 	refused := sc.slot("Stalled "+v1.ReasonSlotEnvNotAllowed, stalledFor(v1.ReasonSlotEnvNotAllowed))
 	if c := meta.FindStatusCondition(refused.Status.Conditions, v1.ConditionStalled); !strings.Contains(c.Message, policy.AllowCommand(sc.ns, "bot-env")) {
 		t.Errorf("Stalled message %q does not say the command that opts in", c.Message)
@@ -761,7 +761,7 @@ func TestSlotStallsOnWhatOnlyAPersonCanFix(t *testing.T) {
 	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{Burst: 1 << 20, BurstCode: 403})
 	bot := newBot(t, sc.ns, "refused", sc.pool.Name)
 	sc.slot("Stalled "+v1.ReasonPermissionDenied, stalledFor(v1.ReasonPermissionDenied))
-	// That a stalled pass looks again only after stalledRetry, not on the error backoff, is
+	// That a stalled pass looks again only after StalledRetry, not on the error backoff, is
 	// TestSettle's ("a person must fix it, classified"), in one pass: here the slot recovers
 	// once a person fixes the token.
 	sc.sim.SetFault("deploy-by-tag-or-uuid", sim.Fault{})

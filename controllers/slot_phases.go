@@ -18,6 +18,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/internal/slottoken"
@@ -128,7 +129,7 @@ func (r *BotPoolSlotReconciler) replaceUnadoptable(ctx context.Context, s *slotS
 	if app.State() != coolify.StateExited {
 		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonAdoptionRefused, "Create",
 			"Application %s has this slot's name and the pool's tag but another image or placement, and it is %s: not adopted; stop or delete it in Coolify", app.UUID, app.Status)
-		return waitFor(r.jittered(coolifyview.ServersRefresh), v1.ReasonAdoptionRefused,
+		return pass.WaitFor(r.jittered(coolifyview.ServersRefresh), v1.ReasonAdoptionRefused,
 			"Waiting: application "+app.UUID+" has this slot's name but another image or placement and is not stopped; stop or delete it in Coolify")
 	}
 	if err := s.api.DeleteApplication(ctx, app.UUID, coolify.AppLeftovers); err != nil && !errors.Is(err, coolify.ErrNotFound) {
@@ -165,7 +166,7 @@ func (r *BotPoolSlotReconciler) issueToken(ctx context.Context, slot *v1.BotPool
 		// own that happens to have the name. It is not the operator's to delete.
 		return "", fmt.Errorf("%w: Secret %s has the name of this slot's token Secret but lacks the operator's mark "+
 			"(label %s=true, label %s=%s and a BotPoolSlot %s as its controller): rename or delete it",
-			errTokenSecretTaken, key.Name, v1.LabelSlotToken, v1.LabelSlot, slot.Name, slot.Name)
+			pass.ErrTokenSecretTaken, key.Name, v1.LabelSlotToken, v1.LabelSlot, slot.Name, slot.Name)
 	case err == nil:
 		// Left by an earlier slot of the same name (a retired slot the pool replaced), its
 		// token changed by someone, or created by this controller before a crash kept it from
@@ -261,7 +262,7 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 		var secret corev1.Secret
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, &secret); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, "", fmt.Errorf("the pool's slotEnvFrom Secret %s: %w", ref.Name, errSlotEnvNotFound)
+				return nil, "", fmt.Errorf("the pool's slotEnvFrom Secret %s: %w", ref.Name, pass.ErrSlotEnvNotFound)
 			}
 			return nil, "", fmt.Errorf("slotEnvFrom Secret %s: %w", ref.Name, err)
 		}
@@ -348,7 +349,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 // the first deployment runs. The cache-lag guard (Writes.Stale) does not catch every such
 // version: it knows the version a pass read, not one another writer (a label, kubectl) left
 // between that read and the pass's status write, which replaces it too. A slot the cache
-// shows behind waits for it (cacheWait), admission returned.
+// shows behind waits for it (CacheWait), admission returned.
 func (r *BotPoolSlotReconciler) storedAsRead(ctx context.Context, s *slotScope) (bool, error) {
 	if r.APIReader == nil {
 		return true, nil
@@ -360,7 +361,7 @@ func (r *BotPoolSlotReconciler) storedAsRead(ctx context.Context, s *slotScope) 
 	if live.UID == s.slot.UID && live.ResourceVersion == s.slot.ResourceVersion {
 		return true, nil
 	}
-	s.after(cacheWait)
+	s.after(pass.CacheWait)
 	return false, nil
 }
 
@@ -413,8 +414,8 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 		return nil
 	case errors.Is(err, coolify.ErrThrottled):
 		// Not sent, or refused before it took effect: wait as told (capped), bot still bound.
-		wait, _ := coolifyWait(err)
-		st.Message = throttledMessage(err) + "; deploying " + what + " then"
+		wait, _ := pass.CoolifyWait(err)
+		st.Message = pass.ThrottledMessage(err) + "; deploying " + what + " then"
 		s.after(wait)
 		return nil
 	case errors.As(err, &apiErr) && (errors.Is(err, coolify.ErrQueueFull) || errors.Is(err, coolify.ErrRateLimited)):
@@ -517,7 +518,7 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	}
 	now := r.Clock.Now()
 	freshness := timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
-	live := livenessReader{store: r.Store, clock: r.Clock, started: r.started}.read(ctx, s.bot.UID, freshness)
+	live := pass.LivenessReader{Store: r.Store, Clock: r.Clock, Started: r.started}.Read(ctx, s.bot.UID, freshness)
 	// A store that cannot answer counts as a fresh beat: no deployment is failed for lack of
 	// liveness data (invariant 10), only delayed until the store answers again.
 	fresh := !live.Known || live.BeatWithin(now, freshness)
@@ -598,7 +599,7 @@ func (r *BotPoolSlotReconciler) judge(ctx context.Context, s *slotScope, maxAge 
 func (r *BotPoolSlotReconciler) pollLater(ctx context.Context, s *slotScope, err error, poll time.Duration) error {
 	ctrl.LoggerFrom(ctx).Info("Reading the deployment failed; polling again", "error", err.Error())
 	s.slot.Status.Message = "Deploying bot " + s.bot.Name + "; Coolify did not answer the last poll"
-	if wait, ok := coolifyWait(err); ok {
+	if wait, ok := pass.CoolifyWait(err); ok {
 		poll = max(poll, wait) // asking sooner would only be refused again
 	}
 	s.after(poll)
@@ -724,7 +725,7 @@ func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lost
 		// A failed list never acts (invariant 9), and is no reconcile failure: the next
 		// check tries again.
 		ctrl.LoggerFrom(ctx).V(1).Info("Listing the pool's applications failed", "error", err.Error())
-		return waitFor(next, "", "")
+		return pass.WaitFor(next, "", "")
 	}
 	if a, ok := apps[s.slot.Name]; ok && a.UUID == s.slot.Status.ApplicationUUID {
 		if r.strayContainer(s, a.Status) {
@@ -792,7 +793,7 @@ func (r *BotPoolSlotReconciler) stop(ctx context.Context, s *slotScope, doing st
 	case transient(err):
 		s.slot.Status.Message = doing + ": Coolify did not answer; retrying"
 		retry := r.jittered(transientRetry)
-		if wait, ok := coolifyWait(err); ok {
+		if wait, ok := pass.CoolifyWait(err); ok {
 			retry = wait
 		}
 		s.after(retry)
@@ -866,7 +867,7 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 	if err != nil {
 		// Counted and retried on our own schedule, not the error backoff.
 		st.RecoveryAttempts++
-		return waitFor(time.Duration(st.RecoveryAttempts)*transientRetry, "", "Recovery failed: "+err.Error())
+		return pass.WaitFor(time.Duration(st.RecoveryAttempts)*transientRetry, "", "Recovery failed: "+err.Error())
 	}
 	if !stopped {
 		return nil
@@ -1039,7 +1040,7 @@ const deleteCheck = 5 * time.Second
 
 func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
 	r.returnAdmission(s, false) // whatever the phase: one deleted while Deploying holds one
-	if removed, err := removeFinalizer(ctx, r.Client, s.slot, slotFinalizer); !removed || err != nil {
+	if removed, err := pass.RemoveFinalizer(ctx, r.Client, s.slot, slotFinalizer); !removed || err != nil {
 		return err
 	}
 	r.unproject(ctx, s.slot.Namespace, s.slot.Name)

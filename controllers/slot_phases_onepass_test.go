@@ -21,6 +21,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -225,7 +226,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 			ListActiveDeploymentsFn: noActive, GetDeploymentFn: deployment(coolify.DeploymentFinished),
 			SetDescriptionFn: described,
 		},
-		want: onePassResult{Phase: v1.SlotBusy, Requeue: DefaultAppCheck,
+		want: onePassResult{Phase: v1.SlotBusy, Requeue: pass.DefaultAppCheck,
 			Calls: []string{"ListActiveDeployments", "GetDeployment dep-1", "SetDescription " + app}},
 	}, {
 		name: "Deploying, the deployment failed: Error with its reason",

@@ -15,6 +15,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/store"
@@ -320,7 +321,7 @@ func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotSco
 	}
 	if err != nil {
 		st.Message = "Starting a standby container; Coolify did not answer the last poll"
-		if wait, ok := coolifyWait(err); ok {
+		if wait, ok := pass.CoolifyWait(err); ok {
 			poll = max(poll, wait)
 		}
 		s.after(poll)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 )
@@ -196,7 +197,7 @@ func (r *BotPoolSlotReconciler) claimForUpdate(ctx context.Context, s *slotScope
 			return false, nil
 		}
 		if apierrors.IsConflict(err) {
-			s.after(cacheWait) // a bot was bound, or another write came first: look again
+			s.after(pass.CacheWait) // a bot was bound, or another write came first: look again
 			return false, nil
 		}
 		return false, fmt.Errorf("taking the slot off offer for its update: %w", err)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/pass"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/slottoken"
 )
@@ -173,7 +174,7 @@ func TestATokenSecretNameTakenByAnotherSecretIsLeftAlone(t *testing.T) {
 				return s
 			})
 			_, err := r.ensureToken(context.Background(), slot)
-			if reason, ok := needsPerson(err); !ok || reason != v1.ReasonTokenSecretTaken {
+			if reason, ok := pass.NeedsPerson(err); !ok || reason != v1.ReasonTokenSecretTaken {
 				t.Fatalf("ensureToken: %v (reason %q); want a stall with %s", err, reason, v1.ReasonTokenSecretTaken)
 			}
 			if storedToken(t, c, slot) != theirs || slot.Status.TokenSHA256 != "" {

@@ -1,4 +1,4 @@
-package controllers
+package pass
 
 import (
 	"context"
@@ -15,29 +15,29 @@ type heartbeatStore interface {
 	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
 }
 
-// livenessReader is how the slot and bot controllers read a bot's heartbeats, so that both
+// LivenessReader is how the slot and bot controllers read a bot's heartbeats, so that both
 // apply the same rules to what the store says (invariant 10: nobody is failed for lack of
 // data).
-type livenessReader struct {
-	store   heartbeatStore
-	clock   clock.PassiveClock
-	started time.Time // when this process set the controller up
+type LivenessReader struct {
+	Store   heartbeatStore
+	Clock   clock.PassiveClock
+	Started time.Time // when this process set the controller up
 }
 
-// read asks the store for bot's last heartbeat. A store that cannot answer makes it unknown.
+// Read asks the store for bot's last heartbeat. A store that cannot answer makes it unknown.
 // So does a missing beat within restartGrace of this process's start (a restart, a new
 // leader): the in-memory store starts empty, so "no heartbeat" may only mean that it lost
 // the beats. Each controller passes the window over which it judges silence, so a bot that
 // did beat gets at least that long to beat again before its silence counts.
-func (l livenessReader) read(ctx context.Context, bot types.UID, restartGrace time.Duration) policy.Liveness {
-	beats, err := l.store.LastHeartbeats(ctx, []types.UID{bot})
+func (l LivenessReader) Read(ctx context.Context, bot types.UID, restartGrace time.Duration) policy.Liveness {
+	beats, err := l.Store.LastHeartbeats(ctx, []types.UID{bot})
 	if err != nil {
 		return policy.Liveness{StoreDown: true}
 	}
 	if t, ok := beats[bot]; ok {
 		return policy.Liveness{Known: true, LastBeat: &t}
 	}
-	if l.clock.Since(l.started) < restartGrace {
+	if l.Clock.Since(l.Started) < restartGrace {
 		return policy.Liveness{}
 	}
 	return policy.Liveness{Known: true}

@@ -1,4 +1,4 @@
-package controllers
+package pass
 
 import (
 	"errors"
@@ -16,32 +16,32 @@ import (
 // abilities, Coolify's settings, a Secret): retrying with the error backoff would only fill
 // the log, so the skeleton sets Stalled=True with the reason and looks again slowly.
 type stalledError struct {
-	reason string
-	// msg is the Stalled condition's message: what to fix, in words that stay the same from
+	Reason string
+	// Msg is the Stalled condition's message: what to fix, in words that stay the same from
 	// one pass to the next.
-	msg string
+	Msg string
 	err error
-	// announce: the skeleton says it in a Warning Event as well (the recorder folds repeats).
+	// Announce: the skeleton says it in a Warning Event as well (the recorder folds repeats).
 	// A stall whose maker says what it must, or that another object reports, has none.
-	announce bool
+	Announce bool
 }
 
 func (e *stalledError) Error() string {
 	if e.err == nil {
-		return e.reason + ": " + e.msg
+		return e.Reason + ": " + e.Msg
 	}
-	return e.reason + ": " + e.err.Error()
+	return e.Reason + ": " + e.err.Error()
 }
 
 func (e *stalledError) Unwrap() error { return e.err }
 
-// stall ends the pass as stalled with reason and msg; err is the cause, for the log.
-func stall(reason, msg string, err error) error {
-	return &stalledError{reason: reason, msg: msg, err: err}
+// Stall ends the pass as stalled with reason and msg; err is the cause, for the log.
+func Stall(reason, msg string, err error) error {
+	return &stalledError{Reason: reason, Msg: msg, err: err}
 }
 
 // asStalled reports whether err stalls the object: a stall, or, with classify, an error
-// needsPerson recognises (its message is the error's, which names what to fix).
+// NeedsPerson recognises (its message is the error's, which names what to fix).
 func asStalled(err error, classify bool) (*stalledError, bool) {
 	var st *stalledError
 	if errors.As(err, &st) {
@@ -50,16 +50,16 @@ func asStalled(err error, classify bool) (*stalledError, bool) {
 	if !classify {
 		return nil, false
 	}
-	if reason, ok := needsPerson(err); ok {
-		return &stalledError{reason: reason, msg: err.Error(), err: err, announce: true}, true
+	if reason, ok := NeedsPerson(err); ok {
+		return &stalledError{Reason: reason, Msg: err.Error(), err: err, Announce: true}, true
 	}
 	return nil, false
 }
 
-// needsPerson is the one mapping from an error to the reason a person must act on, for
+// NeedsPerson is the one mapping from an error to the reason a person must act on, for
 // pools and slots alike: an error that will fail the same way until someone changes
 // something, and the reason to show. Anything else may pass by itself.
-func needsPerson(err error) (reason string, ok bool) {
+func NeedsPerson(err error) (reason string, ok bool) {
 	switch {
 	case errors.Is(err, coolifyview.ErrCredentialsNotFound):
 		return v1.ReasonCredentialsNotFound, true
@@ -75,9 +75,9 @@ func needsPerson(err error) (reason string, ok bool) {
 		return v1.ReasonPermissionDenied, true
 	case errors.Is(err, coolify.ErrValidation), errors.Is(err, coolify.ErrBadRequest):
 		return v1.ReasonRequestRefused, true
-	case errors.Is(err, errTokenSecretTaken):
+	case errors.Is(err, ErrTokenSecretTaken):
 		return v1.ReasonTokenSecretTaken, true
-	case errors.Is(err, errSlotEnvNotFound):
+	case errors.Is(err, ErrSlotEnvNotFound):
 		return v1.ReasonSlotEnvNotFound, true
 	case errors.Is(err, policy.ErrSecretNotAllowed): // the only Secret besides the credentials a slot reads
 		return v1.ReasonSlotEnvNotAllowed, true
@@ -87,10 +87,10 @@ func needsPerson(err error) (reason string, ok bool) {
 	return "", false
 }
 
-// unreachableReason says why a slot has no Coolify client: a reason a person must act on, a
+// UnreachableReason says why a slot has no Coolify client: a reason a person must act on, a
 // missing pool, or else Coolify not answering.
-func unreachableReason(err error) string {
-	if reason, ok := needsPerson(err); ok {
+func UnreachableReason(err error) string {
+	if reason, ok := NeedsPerson(err); ok {
 		return reason
 	}
 	if apierrors.IsNotFound(err) {
@@ -99,8 +99,8 @@ func unreachableReason(err error) string {
 	return v1.ReasonCoolifyUnreachable
 }
 
-// errSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
-var errSlotEnvNotFound = errors.New("not found")
+// ErrSlotEnvNotFound: the pool names a slotEnvFrom Secret that does not exist.
+var ErrSlotEnvNotFound = errors.New("not found")
 
-// errTokenSecretTaken: a Secret the operator did not make holds the slot's token Secret name.
-var errTokenSecretTaken = errors.New("the slot's token Secret name is taken")
+// ErrTokenSecretTaken: a Secret the operator did not make holds the slot's token Secret name.
+var ErrTokenSecretTaken = errors.New("the slot's token Secret name is taken")

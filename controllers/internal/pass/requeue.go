@@ -1,4 +1,4 @@
-package controllers
+package pass
 
 import (
 	"context"
@@ -18,83 +18,83 @@ import (
 // person must act"; see stalled.go), or a failure the error backoff retries. A body never
 // returns nil to stand for "retry on my schedule": that is a wait.
 
-// waiting says a pass ended early without anything being wrong, and when to look again.
-type waiting struct {
+// Waiting says a pass ended early without anything being wrong, and when to look again.
+type Waiting struct {
 	after time.Duration
-	// reason is a CamelCase reason for conditions, or "" for a plain timer.
-	reason string
-	// msg is what status.message says meanwhile; "" leaves the message as it is.
-	msg string
+	// Reason is a CamelCase reason for conditions, or "" for a plain timer.
+	Reason string
+	// Msg is what status.message says meanwhile; "" leaves the message as it is.
+	Msg string
 }
 
-func (w *waiting) Error() string {
-	if w.msg == "" {
+func (w *Waiting) Error() string {
+	if w.Msg == "" {
 		return "waiting " + w.after.String()
 	}
-	return "waiting " + w.after.String() + ": " + w.msg
+	return "waiting " + w.after.String() + ": " + w.Msg
 }
 
-// waitFor ends the pass: the object is looked at again after d, at the latest.
-func waitFor(d time.Duration, reason, msg string) error {
-	return &waiting{after: d, reason: reason, msg: msg}
+// WaitFor ends the pass: the object is looked at again after d, at the latest.
+func WaitFor(d time.Duration, reason, msg string) error {
+	return &Waiting{after: d, Reason: reason, Msg: msg}
 }
 
-// asWait reports whether err asks for a wait: a waitFor, or Coolify (or the client guarding
+// asWait reports whether err asks for a wait: a WaitFor, or Coolify (or the client guarding
 // it) asking to be called later, which is a wait too: the throttled call did not happen.
-func asWait(err error) (*waiting, bool) {
-	var w *waiting
+func asWait(err error) (*Waiting, bool) {
+	var w *Waiting
 	if errors.As(err, &w) {
 		return w, true
 	}
-	if d, ok := coolifyWait(err); ok {
-		return &waiting{after: d, reason: v1.ReasonCoolifyThrottled, msg: throttledMessage(err)}, true
+	if d, ok := CoolifyWait(err); ok {
+		return &Waiting{after: d, Reason: v1.ReasonCoolifyThrottled, Msg: ThrottledMessage(err)}, true
 	}
 	return nil, false
 }
 
-// outcome is how a pass ended, read from the error its body returned.
-type outcome struct {
-	wait    *waiting      // look again later; nothing is wrong
-	stalled *stalledError // a person must act; looked at again slowly
-	err     error         // a failure: the error backoff retries
+// Outcome is how a pass ended, read from the error its body returned.
+type Outcome struct {
+	Wait    *Waiting      // look again later; nothing is wrong
+	Stalled *stalledError // a person must act; looked at again slowly
+	Err     error         // a failure: the error backoff retries
 }
 
-// settle reads what a body returned. classify says whether an error needsPerson recognises
+// Settle reads what a body returned. classify says whether an error NeedsPerson recognises
 // stalls the object (slots) or fails the pass (pools and bots stall only when told to).
-func settle(err error, classify bool) outcome {
+func Settle(err error, classify bool) Outcome {
 	if err == nil {
-		return outcome{}
+		return Outcome{}
 	}
 	if w, ok := asWait(err); ok {
-		return outcome{wait: w}
+		return Outcome{Wait: w}
 	}
 	if st, ok := asStalled(err, classify); ok {
-		return outcome{stalled: st}
+		return Outcome{Stalled: st}
 	}
-	return outcome{err: err}
+	return Outcome{Err: err}
 }
 
-// handled reports whether the pass dealt with the generation it read: it ran to its end, to a
+// Handled reports whether the pass dealt with the generation it read: it ran to its end, to a
 // wait, or to a problem only a person can fix. Only then is status.observedGeneration set.
-func (o outcome) handled() bool { return o.err == nil }
+func (o Outcome) Handled() bool { return o.Err == nil }
 
-// result is the reconcile's answer: on a failure, none but the error (the backoff decides when
+// Result is the reconcile's answer: on a failure, none but the error (the backoff decides when
 // to retry); else the earliest of the pass's timers, the wait and, for a stall, stalledAfter.
-func (o outcome) result(requeue, stalledAfter time.Duration) (ctrl.Result, error) {
-	if o.err != nil {
-		return ctrl.Result{}, o.err
+func (o Outcome) Result(requeue, stalledAfter time.Duration) (ctrl.Result, error) {
+	if o.Err != nil {
+		return ctrl.Result{}, o.Err
 	}
-	if o.wait != nil {
-		requeue = earliest(requeue, o.wait.after)
+	if o.Wait != nil {
+		requeue = Earliest(requeue, o.Wait.after)
 	}
-	if o.stalled != nil {
-		requeue = earliest(requeue, stalledAfter)
+	if o.Stalled != nil {
+		requeue = Earliest(requeue, stalledAfter)
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
-// earliest is the sooner of two timers, 0 meaning none.
-func earliest(a, b time.Duration) time.Duration {
+// Earliest is the sooner of two timers, 0 meaning none.
+func Earliest(a, b time.Duration) time.Duration {
 	switch {
 	case b <= 0:
 		return a
@@ -104,22 +104,22 @@ func earliest(a, b time.Duration) time.Duration {
 	return a
 }
 
-// addFinalizer is the one way the controllers add their finalizer: on a live object, stored
+// AddFinalizer is the one way the controllers add their finalizer: on a live object, stored
 // at once, and the pass goes on with the version the update answered. The client records
 // the version the update replaced (cachelag.NewClient).
-func addFinalizer(ctx context.Context, c client.Client, obj client.Object, name string) error {
+func AddFinalizer(ctx context.Context, c client.Client, obj client.Object, name string) error {
 	if !obj.GetDeletionTimestamp().IsZero() || !controllerutil.AddFinalizer(obj, name) {
 		return nil
 	}
 	return c.Update(ctx, obj)
 }
 
-// removeFinalizer is the one way the controllers remove their finalizer, once what it held
+// RemoveFinalizer is the one way the controllers remove their finalizer, once what it held
 // for is done. It stores the object without it and reports whether the finalizer is gone now
 // (an object already gone counts: nothing holds it any more). The update is sent from a copy, so the pass keeps the status it
 // computed for its one status write (an update answers with the stored status) and moves on
 // to the version the update answered.
-func removeFinalizer(ctx context.Context, c client.Client, obj client.Object, name string) (bool, error) {
+func RemoveFinalizer(ctx context.Context, c client.Client, obj client.Object, name string) (bool, error) {
 	if !controllerutil.RemoveFinalizer(obj, name) {
 		return false, nil
 	}
@@ -143,11 +143,11 @@ const (
 )
 
 const (
-	// stalledRetry: a slot that cannot reach Coolify (no pool, bad credentials) retries.
-	stalledRetry = time.Minute
+	// StalledRetry: a slot that cannot reach Coolify (no pool, bad credentials) retries.
+	StalledRetry = time.Minute
 )
 
 const (
-	// cacheWait: how long a pass that read a version older than our own write waits.
-	cacheWait = 50 * time.Millisecond
+	// CacheWait: how long a pass that read a version older than our own write waits.
+	CacheWait = 50 * time.Millisecond
 )

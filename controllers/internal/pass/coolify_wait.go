@@ -1,4 +1,4 @@
-package controllers
+package pass
 
 import (
 	"errors"
@@ -7,10 +7,10 @@ import (
 	"botpool.dev/botpool/coolify"
 )
 
-// coolifyWait reports whether err says Coolify (or the client guarding it) wants the call
+// CoolifyWait reports whether err says Coolify (or the client guarding it) wants the call
 // made again later, and after how long: a throttled call did not happen, so the caller
 // requeues after the wait instead of failing, backing off or erroring the slot.
-func coolifyWait(err error) (time.Duration, bool) {
+func CoolifyWait(err error) (time.Duration, bool) {
 	wait, ok := coolify.RetryAfter(err)
 	if !ok {
 		return 0, false
@@ -18,10 +18,10 @@ func coolifyWait(err error) (time.Duration, bool) {
 	return min(max(wait, 100*time.Millisecond), coolify.MaxPause), true
 }
 
-// throttledMessage says why a slot or pool waits, in words that stay the same from one pass
+// ThrottledMessage says why a slot or pool waits, in words that stay the same from one pass
 // to the next (no countdown): a changing message would write the status, and the write
 // would bring the object straight back.
-func throttledMessage(err error) string {
+func ThrottledMessage(err error) string {
 	var we *coolify.WaitError
 	reason := "throttled"
 	if errors.As(err, &we) {

@@ -1,4 +1,4 @@
-package controllers
+package pass
 
 import (
 	"context"
@@ -71,7 +71,7 @@ func TestLivenessReader(t *testing.T) {
 			if tc.beatAgo > 0 {
 				store.beats[bot] = clk.Now().Add(-tc.beatAgo)
 			}
-			got := livenessReader{store: store, clock: clk, started: started}.read(context.Background(), bot, grace)
+			got := LivenessReader{Store: store, Clock: clk, Started: started}.Read(context.Background(), bot, grace)
 			if !slices.Equal(store.asked, []types.UID{bot}) {
 				t.Errorf("the store was asked for %v, want [%s]", store.asked, bot)
 			}
@@ -91,12 +91,12 @@ func TestLivenessReader(t *testing.T) {
 	// The restart grace runs on the injected clock: the same silence is unknown right after
 	// the start and known once the clock passed the grace.
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
-	r := livenessReader{store: &beatsFake{}, clock: clk, started: clk.Now()}
-	if got := r.read(context.Background(), bot, grace); got.Known {
+	r := LivenessReader{Store: &beatsFake{}, Clock: clk, Started: clk.Now()}
+	if got := r.Read(context.Background(), bot, grace); got.Known {
 		t.Errorf("right after the start: known, want unknown")
 	}
 	clk.Step(grace)
-	if got := r.read(context.Background(), bot, grace); !got.Known || got.LastBeat != nil {
+	if got := r.Read(context.Background(), bot, grace); !got.Known || got.LastBeat != nil {
 		t.Errorf("after the restart grace: %+v, want known without a beat", got)
 	}
 }
