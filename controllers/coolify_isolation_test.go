@@ -17,6 +17,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
@@ -35,48 +36,48 @@ func gatePool(ns, name, server string) *v1.BotPool {
 // tenant's), and a Retry-After of a year pauses it for MaxPause at most.
 func TestDeployGatePauseIsPerInstanceAndCapped(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	a := gatePool("tenant-a", "pool", "srv-0")
 	b := gatePool("tenant-b", "pool", "srv-0") // the same uuid, on another instance
 	const instA, instB = "https://coolify-a.example/api/v1", "https://coolify-b.example/api/v1"
 
 	g.Pause(coolifyview.CoolifyServer{Instance: instA}, true, fc.Now().Add(365*24*time.Hour))
-	if g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
+	if g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deploygate.DeployAsk{Slot: "slot-a", Warm: true}) {
 		t.Fatal("the paused server admitted a deployment")
 	}
-	if !g.Admit(b, coolifyview.CoolifyServer{Instance: instB}, deployAsk{slot: "slot-b", warm: true}) {
+	if !g.Admit(b, coolifyview.CoolifyServer{Instance: instB}, deploygate.DeployAsk{Slot: "slot-b", Warm: true}) {
 		t.Fatal("another instance's server with the same uuid was paused too")
 	}
 	fc.Step(coolify.MaxPause - time.Second)
-	if g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
+	if g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deploygate.DeployAsk{Slot: "slot-a", Warm: true}) {
 		t.Fatal("admitted before the pause ended")
 	}
 	fc.Step(time.Second)
-	if !g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deployAsk{slot: "slot-a", warm: true}) {
+	if !g.Admit(a, coolifyview.CoolifyServer{Instance: instA}, deploygate.DeployAsk{Slot: "slot-a", Warm: true}) {
 		t.Fatal("still paused after MaxPause: the year-long Retry-After was not capped")
 	}
 }
 
 // TestDeployGateForgets: admissions go with their slots, ended pauses and images not seen for
-// warmTTL are pruned: the gate holds live state only.
+// WarmTTL are pruned: the gate holds live state only.
 func TestDeployGateForgets(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	for i := range 50 {
 		p := gatePool("ns", fmt.Sprintf("pool-%d", i), "srv")
 		g.Pause(coolifyview.CoolifyServer{Instance: fmt.Sprintf("https://c%d.example/api/v1", i)}, true, fc.Now().Add(time.Minute))
-		if !g.Admit(p, coolifyview.CoolifyServer{}, deployAsk{slot: "slot", warm: true}) {
+		if !g.Admit(p, coolifyview.CoolifyServer{}, deploygate.DeployAsk{Slot: "slot", Warm: true}) {
 			t.Fatalf("pool %d not admitted", i)
 		}
 		g.Done(p, "slot", true)
 	}
-	if adm, warm, paused := g.size(); adm != 0 || warm != 50 || paused != 50 {
+	if adm, warm, paused := g.Size(); adm != 0 || warm != 50 || paused != 50 {
 		t.Fatalf("after 50 pools: %d admitted, %d warm, %d paused; want 0, 50, 50", adm, warm, paused)
 	}
-	fc.Step(warmTTL + time.Minute)
+	fc.Step(deploygate.WarmTTL + time.Minute)
 	live := gatePool("ns", "live", "srv")
-	g.Admit(live, coolifyview.CoolifyServer{}, deployAsk{slot: "slot", warm: false})
-	if adm, warm, paused := g.size(); adm != 1 || warm != 0 || paused != 0 {
+	g.Admit(live, coolifyview.CoolifyServer{}, deploygate.DeployAsk{Slot: "slot", Warm: false})
+	if adm, warm, paused := g.Size(); adm != 1 || warm != 0 || paused != 0 {
 		t.Fatalf("after warmTTL: %d admitted, %d warm, %d paused; want 1, 0, 0", adm, warm, paused)
 	}
 }

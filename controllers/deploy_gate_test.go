@@ -16,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/coolify"
 )
 
@@ -25,15 +26,15 @@ import (
 // server's settings are known, the pools are bounded each on its own, as before.
 func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	one, two := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
 	const instA, instB = "https://coolify-a.example/api/v1", "https://coolify-b.example/api/v1"
 	srv := coolifyview.CoolifyServer{Instance: instA, Key: instA + "|user:a|srv-0", Runs: 2}
 
-	if !g.Admit(one, srv, deployAsk{slot: "meet-1", warm: true}) || !g.Admit(two, srv, deployAsk{slot: "zoom-1", deploying: nil, warm: true}) {
+	if !g.Admit(one, srv, deploygate.DeployAsk{Slot: "meet-1", Warm: true}) || !g.Admit(two, srv, deploygate.DeployAsk{Slot: "zoom-1", Deploying: nil, Warm: true}) {
 		t.Fatal("the server's two builds were not given")
 	}
-	if g.Admit(two, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true}) {
+	if g.Admit(two, srv, deploygate.DeployAsk{Slot: "zoom-2", Deploying: []string{"zoom-1"}, Here: []string{"zoom-1"}, Warm: true}) {
 		t.Fatal("a third deployment on a server that runs two: the pools do not share the server's bound")
 	}
 	other := gatePool("tenant-b", "meet", "srv-0")
@@ -41,18 +42,18 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 		{Instance: instB, Key: instB + "|user:a|srv-0", Runs: 2}, // same uuid, another instance
 		{Instance: instA, Key: instA + "|user:b|srv-0", Runs: 2}, // another user's token
 	} {
-		if !g.Admit(other, elsewhere, deployAsk{slot: "meet-1", warm: true}) {
+		if !g.Admit(other, elsewhere, deploygate.DeployAsk{Slot: "meet-1", Warm: true}) {
 			t.Fatalf("%s shares the gate of another tenant's server", elsewhere.Key)
 		}
 		g.Done(other, "meet-1", true)
 	}
-	if !g.Admit(two, coolifyview.CoolifyServer{Instance: instA, Key: srv.Key}, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true}) {
+	if !g.Admit(two, coolifyview.CoolifyServer{Instance: instA, Key: srv.Key}, deploygate.DeployAsk{Slot: "zoom-2", Deploying: []string{"zoom-1"}, Here: []string{"zoom-1"}, Warm: true}) {
 		t.Fatal("settings unknown: the pool's own bound (5) should apply")
 	}
 	g.Done(two, "zoom-2", false)
 
 	g.Done(one, "meet-1", true) // its deployment ended
-	if !g.Admit(two, srv, deployAsk{slot: "zoom-2", deploying: []string{"zoom-1"}, here: []string{"zoom-1"}, warm: true}) {
+	if !g.Admit(two, srv, deploygate.DeployAsk{Slot: "zoom-2", Deploying: []string{"zoom-1"}, Here: []string{"zoom-1"}, Warm: true}) {
 		t.Fatal("a build freed by another pool's Done was not given")
 	}
 }
@@ -63,32 +64,32 @@ func TestDeployGateBoundsAServerOverItsPools(t *testing.T) {
 // after its Done lags, and is not believed.
 func TestDeployGateLearnsAServerFromEachPoolsCache(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	one, two := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
 	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 2}
 
 	// meet's cache shows two deployments: the server is full, for meet and for zoom.
-	if g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, here: []string{"meet-1", "meet-2"}, warm: true}) {
+	if g.Admit(one, srv, deploygate.DeployAsk{Slot: "meet-3", Deploying: []string{"meet-1", "meet-2"}, Here: []string{"meet-1", "meet-2"}, Warm: true}) {
 		t.Fatal("meet-3 admitted beside two deploying slots on a server that runs two")
 	}
-	if g.Admit(two, srv, deployAsk{slot: "zoom-1", warm: true}) {
+	if g.Admit(two, srv, deploygate.DeployAsk{Slot: "zoom-1", Warm: true}) {
 		t.Fatal("zoom admitted while meet's cache shows the server full")
 	}
 	// meet-2's deployment ended; meet's cache does not show it yet.
 	g.Done(one, "meet-2", true)
-	if !g.Admit(one, srv, deployAsk{slot: "meet-3", deploying: []string{"meet-1", "meet-2"}, here: []string{"meet-1", "meet-2"}, warm: true}) {
+	if !g.Admit(one, srv, deploygate.DeployAsk{Slot: "meet-3", Deploying: []string{"meet-1", "meet-2"}, Here: []string{"meet-1", "meet-2"}, Warm: true}) {
 		t.Fatal("meet-2 counts again after its Done, because a lagging cache still shows it")
 	}
-	if g.Admit(two, srv, deployAsk{slot: "zoom-1", warm: true}) {
+	if g.Admit(two, srv, deploygate.DeployAsk{Slot: "zoom-1", Warm: true}) {
 		t.Fatal("zoom admitted beside meet-1 and meet-3")
 	}
 	// meet-1 ended in another process (no Done here): meet's next pass no longer shows it.
-	if !g.Admit(one, srv, deployAsk{slot: "meet-4", deploying: []string{"meet-3"}, here: []string{"meet-3"}, warm: true}) {
+	if !g.Admit(one, srv, deploygate.DeployAsk{Slot: "meet-4", Deploying: []string{"meet-3"}, Here: []string{"meet-3"}, Warm: true}) {
 		t.Fatal("meet-1, which meet's cache no longer shows, still counts")
 	}
 	g.Done(one, "meet-3", true)
 	g.Done(one, "meet-4", true)
-	if got := g.serversHeld(); got != 0 {
+	if got := g.ServersHeld(); got != 0 {
 		t.Fatalf("the gate holds %d servers after every Done", got)
 	}
 }
@@ -98,14 +99,16 @@ func TestDeployGateLearnsAServerFromEachPoolsCache(t *testing.T) {
 // remembered, and while it waits no recycle takes the room a Done frees: the start gets it.
 // A recycle its pool's queued bots wait for is a start itself and is not held back. A start
 // held only by its own pool's bound holds no other pool's recycles, and a start that stopped
-// asking releases them after startWaitTTL.
+// asking releases them after StartWaitTTL.
 func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	standby, stopped := gatePool("team", "warm", "srv-0"), gatePool("team", "cold", "srv-0")
 	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 2}
-	recycle := func(slot string) bool { return g.Admit(standby, srv, deployAsk{slot: slot, warm: true}) }
-	start := func(slot string) bool { return g.Admit(stopped, srv, deployAsk{slot: slot, warm: true, start: true}) }
+	recycle := func(slot string) bool { return g.Admit(standby, srv, deploygate.DeployAsk{Slot: slot, Warm: true}) }
+	start := func(slot string) bool {
+		return g.Admit(stopped, srv, deploygate.DeployAsk{Slot: slot, Warm: true, Start: true})
+	}
 
 	if !recycle("warm-1") || !recycle("warm-2") {
 		t.Fatal("an idle server refused two recycles")
@@ -117,7 +120,7 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 	if recycle("warm-3") {
 		t.Fatal("a recycle took the room a waiting start needs")
 	}
-	if !g.Admit(standby, srv, deployAsk{slot: "warm-4", warm: true, start: true}) {
+	if !g.Admit(standby, srv, deploygate.DeployAsk{Slot: "warm-4", Warm: true, Start: true}) {
 		t.Fatal("a recycle the pool's queued bots wait for was held back like housekeeping")
 	}
 	g.Done(standby, "warm-4", true)
@@ -134,10 +137,10 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 	// A start held back by its own pool's bound (1 here) waits for that pool only.
 	one := gatePool("team", "single", "srv-0")
 	one.Spec.MaxConcurrentDeployments = 1
-	if !g.Admit(one, srv, deployAsk{slot: "single-1", warm: true, start: true}) {
+	if !g.Admit(one, srv, deploygate.DeployAsk{Slot: "single-1", Warm: true, Start: true}) {
 		t.Fatal("the single pool's first start was refused")
 	}
-	if g.Admit(one, srv, deployAsk{slot: "single-2", deploying: []string{"single-1"}, here: []string{"single-1"}, warm: true, start: true}) {
+	if g.Admit(one, srv, deploygate.DeployAsk{Slot: "single-2", Deploying: []string{"single-1"}, Here: []string{"single-1"}, Warm: true, Start: true}) {
 		t.Fatal("the single pool ran two deployments although its bound is one")
 	}
 	if !recycle("warm-5") {
@@ -145,7 +148,7 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 	}
 	g.Done(standby, "warm-5", true)
 
-	// A start that stops asking (its bot went) holds recycles back for startWaitTTL at most.
+	// A start that stops asking (its bot went) holds recycles back for StartWaitTTL at most.
 	if !recycle("warm-6") || start("cold-2") {
 		t.Fatal("setup: the server should be full (single-1, warm-6) for cold-2")
 	}
@@ -153,7 +156,7 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 	if recycle("warm-7") {
 		t.Fatal("a recycle went before the start that asked an instant ago")
 	}
-	fc.Step(startWaitTTL + time.Second)
+	fc.Step(deploygate.StartWaitTTL + time.Second)
 	if !recycle("warm-7") {
 		t.Fatal("a start that stopped asking still holds recycles back after startWaitTTL")
 	}
@@ -166,7 +169,7 @@ func TestDeployGateStartsGoBeforeRecycles(t *testing.T) {
 // timing out behind them.)
 func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	meet, zoom := gatePool("team", "meet", "srv-0"), gatePool("team", "zoom", "srv-0")
 	key := func(p *v1.BotPool) types.NamespacedName {
 		return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
@@ -174,7 +177,7 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 	third := types.NamespacedName{Namespace: "team", Name: "third"}
 	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 2}
 	start := func(slot string, deploying ...string) bool {
-		return g.Admit(zoom, srv, deployAsk{slot: slot, deploying: deploying, here: deploying, warm: true, start: true})
+		return g.Admit(zoom, srv, deploygate.DeployAsk{Slot: slot, Deploying: deploying, Here: deploying, Warm: true, Start: true})
 	}
 
 	if !g.AdmitPull(key(meet), srv) {
@@ -221,16 +224,16 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 		t.Fatal("the pulls did not go in the order they asked")
 	}
 	g.Pulling(third, srv.Key, false)
-	// zoom asked above, and waits its turn; one that stopped asking loses it after pullAskTTL.
+	// zoom asked above, and waits its turn; one that stopped asking loses it after PullAskTTL.
 	if g.AdmitPull(key(meet), srv) {
 		t.Fatal("meet's pull went before zoom's, which asked before")
 	}
-	fc.Step(pullAskTTL + time.Second)
+	fc.Step(deploygate.PullAskTTL + time.Second)
 	if !g.AdmitPull(key(meet), srv) {
 		t.Fatal("a pool that stopped asking still holds its place in line")
 	}
 	// A pull its pool no longer confirms (a restart, a pool gone) is forgotten.
-	fc.Step(serverHeldTTL + time.Second)
+	fc.Step(deploygate.ServerHeldTTL + time.Second)
 	if !g.AdmitPull(key(zoom), srv) {
 		t.Fatal("a pull nobody confirmed for serverHeldTTL still holds the server's build")
 	}
@@ -238,8 +241,8 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 
 	// A server of one build: the starts go first, a pull waits while one waits.
 	one := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-3", Runs: 1}
-	if !g.Admit(zoom, one, deployAsk{slot: "zoom-5", warm: true, start: true}) ||
-		g.Admit(zoom, one, deployAsk{slot: "zoom-6", deploying: []string{"zoom-5"}, here: []string{"zoom-5"}, warm: true, start: true}) {
+	if !g.Admit(zoom, one, deploygate.DeployAsk{Slot: "zoom-5", Warm: true, Start: true}) ||
+		g.Admit(zoom, one, deploygate.DeployAsk{Slot: "zoom-6", Deploying: []string{"zoom-5"}, Here: []string{"zoom-5"}, Warm: true, Start: true}) {
 		t.Fatal("setup: one start on a server of one build")
 	}
 	g.Done(zoom, "zoom-5", true)
@@ -254,26 +257,26 @@ func TestDeployGatePullsLeaveABuildToStarts(t *testing.T) {
 }
 
 // TestDeployGateForgetsAnEndedPull: a pool's pre-pull counts on its server through its slots'
-// asks (prePullFlight); once the pool says the pull ended, it holds no build there, though no
+// asks (PrePullFlight); once the pool says the pull ended, it holds no build there, though no
 // slot of the pool asks again. Before, a pool whose pull failed and which then stalled kept a
-// build for serverHeldTTL, and another pool's rollout on the server waited twenty minutes (the
+// build for ServerHeldTTL, and another pool's rollout on the server waited twenty minutes (the
 // model check, seed 4474694933379790).
 func TestDeployGateForgetsAnEndedPull(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	stalled, other := gatePool("team", "gamma", "srv-0"), gatePool("team", "alpha", "srv-0")
 	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-0", Runs: 2}
-	pulling := []string{prePullFlight + "srv-0"}
-	if !g.Admit(stalled, srv, deployAsk{slot: "gamma-1", here: pulling, warm: true, start: true}) {
+	pulling := []string{deploygate.PrePullFlight + "srv-0"}
+	if !g.Admit(stalled, srv, deploygate.DeployAsk{Slot: "gamma-1", Here: pulling, Warm: true, Start: true}) {
 		t.Fatal("setup: a start beside the pool's own pull on a server of two builds")
 	}
 	g.Done(stalled, "gamma-1", false)
-	if g.Admit(other, srv, deployAsk{slot: "alpha-1", here: pulling, warm: true}) {
+	if g.Admit(other, srv, deploygate.DeployAsk{Slot: "alpha-1", Here: pulling, Warm: true}) {
 		t.Fatal("two pulls in flight on a server of two builds, and another deployment was admitted")
 	}
 	fc.Step(time.Minute)
 	g.Pulling(types.NamespacedName{Namespace: "team", Name: "gamma"}, srv.Key, false) // its pull failed; its slots ask no more
-	if !g.Admit(other, srv, deployAsk{slot: "alpha-1", here: pulling, warm: true}) {
+	if !g.Admit(other, srv, deploygate.DeployAsk{Slot: "alpha-1", Here: pulling, Warm: true}) {
 		t.Fatal("a pull that ended still holds a build of its server")
 	}
 }
@@ -283,25 +286,25 @@ func TestDeployGateForgetsAnEndedPull(t *testing.T) {
 // server; a full deployment queue is the server's, and pauses every user's there.
 func TestDeployGateRateLimitPausesOnlyItsUser(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	a, b := gatePool("tenant-a", "pool", "srv-0"), gatePool("tenant-b", "pool", "srv-0")
 	srvA := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:a|srv-0"}
 	srvB := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:b|srv-0"}
 
 	g.Pause(srvA, false, fc.Now().Add(time.Minute))
-	if g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) {
+	if g.Admit(a, srvA, deploygate.DeployAsk{Slot: "a-1", Warm: true}) {
 		t.Fatal("the rate-limited user's deployment was admitted during its pause")
 	}
-	if !g.Admit(b, srvB, deployAsk{slot: "b-1", warm: true}) {
+	if !g.Admit(b, srvB, deploygate.DeployAsk{Slot: "b-1", Warm: true}) {
 		t.Fatal("one user's rate limit paused another user's deployments to the same server")
 	}
 	g.Done(b, "b-1", true)
 	g.Pause(srvB, true, fc.Now().Add(time.Minute))
-	if g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) || g.Admit(b, srvB, deployAsk{slot: "b-1", warm: true}) {
+	if g.Admit(a, srvA, deploygate.DeployAsk{Slot: "a-1", Warm: true}) || g.Admit(b, srvB, deploygate.DeployAsk{Slot: "b-1", Warm: true}) {
 		t.Fatal("a full queue on the server did not pause every user's deployments there")
 	}
 	fc.Step(time.Minute)
-	if !g.Admit(a, srvA, deployAsk{slot: "a-1", warm: true}) {
+	if !g.Admit(a, srvA, deploygate.DeployAsk{Slot: "a-1", Warm: true}) {
 		t.Fatal("still paused after the Retry-After")
 	}
 }
@@ -368,14 +371,14 @@ func TestDeploymentsCappedCondition(t *testing.T) {
 // server's settings are unknown.
 func TestDeployGateUnsetBoundFollowsTheServer(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	pool := gatePool("team", "meet", "srv-0")
 	pool.Spec.MaxConcurrentDeployments = 0
 	admitted := func(srv coolifyview.CoolifyServer) int {
 		var deploying []string
 		for i := range 10 {
 			slot := fmt.Sprintf("meet-%d", i)
-			if g.Admit(pool, srv, deployAsk{slot: slot, deploying: deploying, here: deploying, warm: true, start: true}) {
+			if g.Admit(pool, srv, deploygate.DeployAsk{Slot: slot, Deploying: deploying, Here: deploying, Warm: true, Start: true}) {
 				deploying = append(deploying, slot)
 			}
 		}
@@ -398,7 +401,7 @@ func TestDeployGateUnsetBoundFollowsTheServer(t *testing.T) {
 // maxConcurrentDeployments bounds its deployments over both.
 func TestDeployGateSpreadsOverServers(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := &DeployGate{Clock: fc}
+	g := &deploygate.Gate{Clock: fc}
 	pool := gatePool("team", "meet", "")
 	pool.Spec.MaxConcurrentDeployments = 0
 	a := coolifyview.CoolifyServer{Instance: "i", Key: "i|u|srv-a", UUID: "srv-a", Runs: 2}
@@ -406,7 +409,7 @@ func TestDeployGateSpreadsOverServers(t *testing.T) {
 	var deploying []string
 	here := map[string][]string{}
 	admit := func(srv coolifyview.CoolifyServer, slot string, warm bool) bool {
-		ok := g.Admit(pool, srv, deployAsk{slot: slot, deploying: deploying, here: here[srv.Key], warm: warm, start: true})
+		ok := g.Admit(pool, srv, deploygate.DeployAsk{Slot: slot, Deploying: deploying, Here: here[srv.Key], Warm: warm, Start: true})
 		if ok {
 			deploying = append(deploying, slot)
 			here[srv.Key] = append(here[srv.Key], slot)
@@ -452,7 +455,7 @@ func TestDeployGateSpreadsOverServers(t *testing.T) {
 func TestDeployGateWakesRefusedSlotsOnDone(t *testing.T) {
 	fc := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	wake := make(chan event.GenericEvent, 16)
-	g := &DeployGate{Clock: fc, Wake: wake}
+	g := &deploygate.Gate{Clock: fc, Wake: wake}
 	woken := func() []string {
 		var got []string
 		for {
@@ -469,8 +472,8 @@ func TestDeployGateWakesRefusedSlotsOnDone(t *testing.T) {
 	other := gatePool("tenant-b", "meet", "srv-0")
 	srv := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:a|srv-0", Runs: 2}
 	otherSrv := coolifyview.CoolifyServer{Instance: "i", Key: "i|user:b|srv-0", Runs: 1}
-	ask := func(slot string, deploying ...string) deployAsk {
-		return deployAsk{slot: slot, deploying: deploying, here: deploying, warm: true, start: true}
+	ask := func(slot string, deploying ...string) deploygate.DeployAsk {
+		return deploygate.DeployAsk{Slot: slot, Deploying: deploying, Here: deploying, Warm: true, Start: true}
 	}
 
 	if !g.Admit(meet, srv, ask("meet-1")) || !g.Admit(meet, srv, ask("meet-2", "meet-1")) {
@@ -496,10 +499,10 @@ func TestDeployGateWakesRefusedSlotsOnDone(t *testing.T) {
 	}
 
 	// A slot that stopped asking (its bot went, say) is not woken.
-	fc.Step(startWaitTTL + time.Second)
+	fc.Step(deploygate.StartWaitTTL + time.Second)
 	g.Done(meet, "meet-2", true)
 	if got := woken(); len(got) != 0 {
-		t.Fatalf("woke %v, which stopped asking %s ago", got, startWaitTTL+time.Second)
+		t.Fatalf("woke %v, which stopped asking %s ago", got, deploygate.StartWaitTTL+time.Second)
 	}
 	g.Done(meet, "meet-3", true)
 	woken()
@@ -520,7 +523,7 @@ func TestDeployGateWakesRefusedSlotsOnDone(t *testing.T) {
 	}
 
 	// No Wake: a Done wakes nobody and never blocks.
-	quiet := &DeployGate{Clock: fc}
+	quiet := &deploygate.Gate{Clock: fc}
 	if !quiet.Admit(one, unknown, ask("one-1")) || quiet.Admit(one, unknown, ask("one-2", "one-1")) {
 		t.Fatal("a gate without Wake admits differently")
 	}

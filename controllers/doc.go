@@ -42,11 +42,9 @@
 // The controllers' Coolify access is package coolifyview (controllers/internal/coolifyview);
 // setup.go names its CoolifyAPI, Connector and SecretConnector for the callers.
 //
-// Shared machinery (internal/deploygate). The cache indexes are package index, the Prometheus
-// series package metrics, and each namespace's share of a controller's workers package
-// tenantshare, all under controllers/internal.
-//
-//	deploy_gate.go       DeployGate: a pool's deployments in flight, a server's over its pools, a new image pulled alone, server pauses, pulls in turn
+// The deploy gate (package deploygate), the cache indexes (index), the Prometheus series
+// (metrics) and each namespace's share of a controller's workers (tenantshare) are packages
+// of their own under controllers/internal.
 //
 // The pool reconciler (pool).
 //

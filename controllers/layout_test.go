@@ -29,8 +29,7 @@ import (
 var layoutHome = map[string]string{
 	"setup.go": "root", "watches.go": "root", "doc.go": "root",
 
-	"deploy_gate.go": "deploygate",
-	"dispatcher.go":  "dispatch", "dispatcher_ledger.go": "dispatch", "dispatcher_reservations.go": "dispatch",
+	"dispatcher.go": "dispatch", "dispatcher_ledger.go": "dispatch", "dispatcher_reservations.go": "dispatch",
 	"warm_schedule.go": "pool",
 }
 

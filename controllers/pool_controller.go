@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
@@ -53,7 +54,7 @@ type BotPoolReconciler struct {
 	Coolify *coolifyview.BulkReader
 	// Gate is the deploy gate shared with the slot controller: the pool's pre-pulls take a
 	// server's builds only where no deployment a bot waits for needs them (AdmitPull).
-	Gate     *DeployGate
+	Gate     *deploygate.Gate
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	Metrics  *metrics.Metrics

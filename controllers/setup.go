@@ -17,6 +17,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/internal/cachelag"
@@ -130,7 +131,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 	writes := &cachelag.Tracker{}
 	wc := cachelag.NewClient(deps.Client, writes) // no write can forget to record itself
 	reservations := &reservationLedger{}
-	gate := &DeployGate{Clock: clk}
+	gate := &deploygate.Gate{Clock: clk}
 	c := &Controllers{Writes: writes, Client: wc,
 		Pools: &BotPoolReconciler{
 			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk, Gate: gate,

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -80,7 +81,7 @@ func TestReleaseWaitsForTheCacheAfterItsOwnStatusWrite(t *testing.T) {
 		}).Build()
 	writes := &cachelag.Tracker{}
 	r := &BotPoolSlotReconciler{Client: cachelag.NewClient(c, writes), APIReader: c, Writes: writes, Store: memory.New(memory.WithClock(fclk)),
-		Clock: fclk, Recorder: discardEvents{}, Metrics: metrics.New(nil), Gate: &DeployGate{Clock: fclk}}
+		Clock: fclk, Recorder: discardEvents{}, Metrics: metrics.New(nil), Gate: &deploygate.Gate{Clock: fclk}}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)}
 
 	// The bot is done: the pass unbinds, then writes the status the unbind's generation changed.

@@ -23,6 +23,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -59,7 +60,7 @@ type BotPoolSlotReconciler struct {
 	Recorder  events.EventRecorder
 	Metrics   *metrics.Metrics
 	Coolify   *coolifyview.BulkReader
-	Gate      *DeployGate
+	Gate      *deploygate.Gate
 	// GateWake carries the slots the deploy gate wakes when a deployment ends (the gate's
 	// Wake): a slot it refused asks again then, not only on its gate retry. nil: none.
 	GateWake <-chan event.GenericEvent

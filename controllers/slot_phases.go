@@ -17,6 +17,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -464,7 +465,7 @@ func (r *BotPoolSlotReconciler) poolDeploys(ctx context.Context, s *slotScope) (
 	// pre-pull of it finished, so a rollout's pull never makes a start on the old image wait.
 	if im := policy.ImagesOf(s.pool)[server]; im != nil {
 		if im.Pull != nil && im.Pull.State == v1.ImagePulling {
-			here = append(here, prePullFlight+server)
+			here = append(here, deploygate.PrePullFlight+server)
 		}
 		for _, c := range im.Cached {
 			warm = warm || c.Image == s.slot.Status.Image

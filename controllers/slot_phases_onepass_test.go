@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
@@ -58,7 +59,7 @@ func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field s
 func onePassSlots(c client.Client, reader client.Reader, clk *clocktesting.FakeClock, api coolify.API, st SlotStore) *BotPoolSlotReconciler {
 	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api},
 		Store: st, Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil),
-		Coolify: &coolifyview.BulkReader{Clock: clk}, Gate: &DeployGate{Clock: clk}, Jitter: func() float64 { return 0.5 },
+		Coolify: &coolifyview.BulkReader{Clock: clk}, Gate: &deploygate.Gate{Clock: clk}, Jitter: func() float64 { return 0.5 },
 		started: clk.Now().Add(-time.Hour)}
 }
 

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/store"
 )
 
@@ -146,9 +147,9 @@ func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, ms
 // (advance), or when the slot goes away (dropFinalizer).
 func (r *BotPoolSlotReconciler) admit(ctx context.Context, s *slotScope) bool {
 	deploying, here, warm := r.poolDeploys(ctx, s)
-	s.admitted = r.Gate.Admit(s.pool, r.serverOf(s), deployAsk{
-		slot: s.slot.Name, deploying: deploying, here: here, warm: warm,
-		start: s.bot != nil || queuedForRecycle(s),
+	s.admitted = r.Gate.Admit(s.pool, r.serverOf(s), deploygate.DeployAsk{
+		Slot: s.slot.Name, Deploying: deploying, Here: here, Warm: warm,
+		Start: s.bot != nil || queuedForRecycle(s),
 	})
 	return s.admitted
 }

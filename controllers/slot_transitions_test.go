@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -151,8 +152,8 @@ func TestSlotMovesReturnTheGateAdmission(t *testing.T) {
 	for _, from := range allSlotPhases {
 		for _, to := range allSlotPhases[1:] {
 			t.Run(phaseName(from)+"→"+string(to), func(t *testing.T) {
-				gate := &DeployGate{Clock: fclk}
-				if !gate.Admit(pool, coolifyview.CoolifyServer{}, deployAsk{slot: "slot", warm: false}) {
+				gate := &deploygate.Gate{Clock: fclk}
+				if !gate.Admit(pool, coolifyview.CoolifyServer{}, deploygate.DeployAsk{Slot: "slot", Warm: false}) {
 					t.Fatal("the gate refused an empty pool")
 				}
 				r := &BotPoolSlotReconciler{Clock: fclk, Gate: gate}
@@ -162,7 +163,7 @@ func TestSlotMovesReturnTheGateAdmission(t *testing.T) {
 				r.moveTo(s, to, "", "moved")
 
 				_, allowed := slotTransitions[from][to]
-				admitted, warm, _ := gate.size()
+				admitted, warm, _ := gate.Size()
 				switch {
 				case !allowed:
 					if !errors.Is(s.refused, ErrIllegalSlotTransition) || slot.Status.Phase != from || len(s.transitions) != 0 {
@@ -245,7 +246,7 @@ type slotPass struct {
 	c     client.Client
 	api   *transitionAPI
 	store *memory.Store
-	gate  *DeployGate
+	gate  *deploygate.Gate
 	r     *BotPoolSlotReconciler
 	key   client.ObjectKey
 }
@@ -318,7 +319,7 @@ func TestSlotDeployNotStartedReturnsItsAdmission(t *testing.T) {
 				t.Fatalf("after the pass: error %v, phase %s, %d deploy requests; want failed=%v, %s, 1 request",
 					err, got.Status.Phase, p.api.deploys, tc.failed, tc.phase)
 			}
-			if admitted, _, _ := p.gate.size(); admitted != 0 {
+			if admitted, _, _ := p.gate.Size(); admitted != 0 {
 				t.Errorf("the gate still holds the admission of a deployment that did not start")
 			}
 		})
@@ -330,7 +331,7 @@ func TestSlotDeployNotStartedReturnsItsAdmission(t *testing.T) {
 		if err != nil || got.Status.Phase != v1.SlotDeploying {
 			t.Fatalf("the deploy pass: error %v, phase %s; want Deploying", err, got.Status.Phase)
 		}
-		if admitted, warm, _ := p.gate.size(); admitted != 1 || warm != 0 {
+		if admitted, warm, _ := p.gate.Size(); admitted != 1 || warm != 0 {
 			t.Fatalf("a started deployment: the gate holds %d admissions and knows %d warm images; want 1 and 0", admitted, warm)
 		}
 		p.clk.Step(time.Minute) // past the first poll
@@ -338,7 +339,7 @@ func TestSlotDeployNotStartedReturnsItsAdmission(t *testing.T) {
 		if err != nil || got.Status.Phase != v1.SlotBusy {
 			t.Fatalf("the poll pass: error %v, phase %s (%q); want Busy", err, got.Status.Phase, got.Status.Message)
 		}
-		if admitted, warm, _ := p.gate.size(); admitted != 0 || warm != 1 {
+		if admitted, warm, _ := p.gate.Size(); admitted != 0 || warm != 1 {
 			t.Errorf("after Deploying → Busy the gate holds %d admissions and knows %d warm images; want 0 and 1", admitted, warm)
 		}
 	})

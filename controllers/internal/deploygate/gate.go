@@ -1,4 +1,4 @@
-package controllers
+package deploygate
 
 import (
 	"strings"
@@ -15,13 +15,13 @@ import (
 	"botpool.dev/botpool/coolify"
 )
 
-// DeployGate bounds the deployments a pool has in flight (maxConcurrentDeployments) and, once
+// Gate bounds the deployments a pool has in flight (maxConcurrentDeployments) and, once
 // its server's settings are known, the deployments in flight on the server over every pool
 // of the same Coolify user (what the server runs at once: see server_limits.go); and it lets
 // the first deployment of an image on a server run alone: it pulls the image, and the others
 // then start from the server's cache instead of pulling the same gigabytes side by side.
 //
-// Starts go before recycles: a deployment a bot waits for (deployAsk.start) that finds the
+// Starts go before recycles: a deployment a bot waits for (DeployAsk.start) that finds the
 // server full is remembered, and while it waits no recycle nobody waits for takes the room a
 // Done frees on that server.
 //
@@ -36,9 +36,9 @@ import (
 // (Wake), so a start does not sit out a retry after its server has room.
 //
 // Its maps hold only live state: a pool's admissions go with its last slot's release, a
-// pause once it ends, a pool's deployments on a server with their Done (or serverHeldTTL), and
-// what is known of an image once unused for warmTTL.
-type DeployGate struct {
+// pause once it ends, a pool's deployments on a server with their Done (or ServerHeldTTL), and
+// what is known of an image once unused for WarmTTL.
+type Gate struct {
 	Clock clock.PassiveClock
 	// Wake, when set, receives a BotPoolSlot (namespace and name) for each slot the gate
 	// refused that a Done may now admit: the slot controller watches it. It never blocks a
@@ -49,10 +49,10 @@ type DeployGate struct {
 	admitted map[types.NamespacedName]map[string]admission // pool → slot → its admission
 	warm     map[string]time.Time                          // imageKey → last seen warm
 	paused   map[string]time.Time                          // pauseKey → no deploys before
-	// starts: CoolifyServer.key → slot → when a deployment a bot waits for was last refused
+	// starts: CoolifyServer.Key → slot → when a deployment a bot waits for was last refused
 	// for want of room on the server. While one waits, recycles there are refused (see Admit).
 	starts map[string]map[types.NamespacedName]time.Time
-	// onServer: CoolifyServer.key → pool → its deployments in flight there, as the pool's
+	// onServer: CoolifyServer.Key → pool → its deployments in flight there, as the pool's
 	// last Admit saw them.
 	onServer map[string]map[types.NamespacedName]poolFlight
 	// done: slot (namespace/name) → its Done, for admissionTTL: a cache that still shows the
@@ -61,35 +61,35 @@ type DeployGate struct {
 	// refused: slot → what it was last refused for room on (its pool and server) and when,
 	// the slots a Done wakes.
 	refused map[types.NamespacedName]refusal
-	// pulls: CoolifyServer.key → pool → when the pool last saw its pre-pull there in flight
+	// pulls: CoolifyServer.Key → pool → when the pool last saw its pre-pull there in flight
 	// (AdmitPull, Pulling). Pulls hold builds of the server like the slots' deployments do.
 	pulls map[string]map[types.NamespacedName]time.Time
-	// pullAsks: CoolifyServer.key → pool → its pull refused for room there, waiting its turn.
+	// pullAsks: CoolifyServer.Key → pool → its pull refused for room there, waiting its turn.
 	pullAsks map[string]map[types.NamespacedName]pullAsk
 	pruned   time.Time
 }
 
-// prePullFlight names a pre-pull in the deploy gate's view of a server (no slot has a name
+// PrePullFlight names a pre-pull in the deploy gate's view of a server (no slot has a name
 // with a space).
-const prePullFlight = "pre-pull "
+const PrePullFlight = "pre-pull "
 
 // pullAsk is a pool's pre-pull waiting for room on a server: since when, and when it last
 // asked.
 type pullAsk struct{ first, last time.Time }
 
-// pullAskTTL is how long a refused pull keeps its place in line without asking again: a pool
+// PullAskTTL is how long a refused pull keeps its place in line without asking again: a pool
 // asks at its deployment poll interval while it wants to pull.
-const pullAskTTL = 2 * time.Minute
+const PullAskTTL = 2 * time.Minute
 
 // refusal is what a slot the gate refused waits for: room in its pool or on its server
-// (CoolifyServer.key).
+// (CoolifyServer.Key).
 type refusal struct {
 	pool   types.NamespacedName
 	server string
 	at     time.Time
 }
 
-// admission is one the cache may not show yet: when, and on which server (CoolifyServer.key).
+// admission is one the cache may not show yet: when, and on which server (CoolifyServer.Key).
 type admission struct {
 	at     time.Time
 	server string
@@ -101,17 +101,17 @@ type poolFlight struct {
 	seen  time.Time
 }
 
-// serverHeldTTL forgets what a pool saw when it has not asked again for this long and no
+// ServerHeldTTL forgets what a pool saw when it has not asked again for this long and no
 // Done ended its deployments (its slots moved on in another process, say): longer than any
 // deployment runs.
-const serverHeldTTL = 30 * time.Minute
+const ServerHeldTTL = 30 * time.Minute
 
 // admissionTTL bounds how long an admission counts without the cache confirming it.
 const admissionTTL = time.Minute
 
-// warmTTL is how long the gate remembers an image as cached without a deployment of it;
+// WarmTTL is how long the gate remembers an image as cached without a deployment of it;
 // forgetting costs one lone deployment (a pull, or a cache hit) the next time.
-const warmTTL = 24 * time.Hour
+const WarmTTL = 24 * time.Hour
 
 // imageKey names what "warm" is known about: a pool's image on one server (each server has
 // its own cache). Pools sharing a server each learn once that the image is cached there,
@@ -120,10 +120,10 @@ func imageKey(pool *v1.BotPool, server string) string {
 	return string(pool.UID) + "|" + server + "|" + pool.Spec.Image + ":" + pool.Spec.ImageTag
 }
 
-// startWaitTTL is how long a start refused for room on its server holds recycles there back:
+// StartWaitTTL is how long a start refused for room on its server holds recycles there back:
 // a start that still waits asks again every gate retry (2 s), one that stopped waiting (its
 // bot went, or it deploys elsewhere now) releases them after this.
-const startWaitTTL = 15 * time.Second
+const StartWaitTTL = 15 * time.Second
 
 // pauseKey names what a pause stops. A full queue (429 from /deploy) is the server's: every
 // user deploying there waits, so the key is the server on its instance (server uuids are
@@ -137,25 +137,25 @@ func pauseKey(srv coolifyview.CoolifyServer, queueFull bool) string {
 	return "user|" + srv.Key
 }
 
-// deployAsk is what a slot asks the gate for.
-type deployAsk struct {
-	slot string
-	// deploying names the pool's slots the cache shows Deploying (slot itself excluded), and
+// DeployAsk is what a slot asks the gate for.
+type DeployAsk struct {
+	Slot string
+	// Deploying names the pool's slots the cache shows Deploying (slot itself excluded), and
 	// here those of them on the slot's server.
-	deploying, here []string
-	// warm: a deployment of the pool's image is known to have completed on the server.
-	warm bool
-	// start: a bot waits for this deployment (its own container, or a standby pool's recycle
+	Deploying, Here []string
+	// Warm: a deployment of the pool's image is known to have completed on the server.
+	Warm bool
+	// Start: a bot waits for this deployment (its own container, or a standby pool's recycle
 	// while the pool has bots queued). A recycle no bot waits for is not a start: it never
 	// takes room on the server a start waits for (the issue's "recycles never hold back a
 	// start").
-	start bool
+	Start bool
 }
 
 // Admit reports whether a slot may start a deployment now on srv, its pool's server.
-func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyview.CoolifyServer, ask deployAsk) bool {
+func (g *Gate) Admit(pool *v1.BotPool, srv coolifyview.CoolifyServer, ask DeployAsk) bool {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
-	slot, deploying := ask.slot, ask.deploying
+	slot, deploying := ask.Slot, ask.Deploying
 	now := g.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -175,7 +175,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyview.CoolifyServer, ask 
 	slotKey := types.NamespacedName{Namespace: pool.Namespace, Name: slot}
 	if now.Before(g.paused[pauseKey(srv, true)]) || now.Before(g.paused[pauseKey(srv, false)]) {
 		// A pause ends by the clock, not with a Done: the slot's gate retry asks again.
-		g.startWaits(srv, slotKey, ask.start, now)
+		g.startWaits(srv, slotKey, ask.Start, now)
 		return false
 	}
 	adm := g.admitted[key]
@@ -192,7 +192,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyview.CoolifyServer, ask 
 			inFlight[s] = true
 		}
 	}
-	for _, s := range ask.here {
+	for _, s := range ask.Here {
 		if !g.doneSince(types.NamespacedName{Namespace: pool.Namespace, Name: s}, now) {
 			inFlightHere[s] = true
 		}
@@ -216,14 +216,14 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyview.CoolifyServer, ask 
 	// Pulls in flight are not counted: they take only builds the slots left free, never more
 	// than all but one (AdmitPull), and a deployment admitted beside one queues in Coolify for
 	// at most that pull, as it would behind another slot's.
-	onServer := g.serverView(srv.Key, key, admHere, ask.here, slot, now)
+	onServer := g.serverView(srv.Key, key, admHere, ask.Here, slot, now)
 	// The pool's own bound: maxConcurrentDeployments over all its servers. Unset, the
 	// servers' bounds are the pool's, or 4 while the server's settings are unknown.
 	limit := int(pool.Spec.MaxConcurrentDeployments)
 	if limit < 1 && srv.Runs == 0 {
 		limit = v1.DefaultMaxConcurrentDeployments
 	}
-	if ask.warm {
+	if ask.Warm {
 		g.warm[imageKey(pool, srv.Key)] = now
 	}
 	_, known := g.warm[imageKey(pool, srv.Key)]
@@ -234,8 +234,8 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyview.CoolifyServer, ask 
 		g.refuse(slotKey, key, srv, now)
 		return false
 	}
-	if srv.Runs > 0 && onServer >= srv.Runs || !ask.start && g.startWaiting(srv, slotKey, now) {
-		g.startWaits(srv, slotKey, ask.start, now)
+	if srv.Runs > 0 && onServer >= srv.Runs || !ask.Start && g.startWaiting(srv, slotKey, now) {
+		g.startWaits(srv, slotKey, ask.Start, now)
 		g.refuse(slotKey, key, srv, now)
 		return false
 	}
@@ -256,7 +256,7 @@ func (g *DeployGate) Admit(pool *v1.BotPool, srv coolifyview.CoolifyServer, ask 
 
 // startWaits records (waits) or forgets that slot's start waits for room on srv. Callers hold
 // g.mu.
-func (g *DeployGate) startWaits(srv coolifyview.CoolifyServer, slot types.NamespacedName, waits bool, now time.Time) {
+func (g *Gate) startWaits(srv coolifyview.CoolifyServer, slot types.NamespacedName, waits bool, now time.Time) {
 	if !waits {
 		if m := g.starts[srv.Key]; m != nil {
 			delete(m, slot)
@@ -277,7 +277,7 @@ func (g *DeployGate) startWaits(srv coolifyview.CoolifyServer, slot types.Namesp
 
 // refuse remembers that slot of pool waits for room in the pool or on srv, for the Done that
 // frees it to wake the slot. Callers hold g.mu.
-func (g *DeployGate) refuse(slot, pool types.NamespacedName, srv coolifyview.CoolifyServer, now time.Time) {
+func (g *Gate) refuse(slot, pool types.NamespacedName, srv coolifyview.CoolifyServer, now time.Time) {
 	if g.refused == nil {
 		g.refused = map[types.NamespacedName]refusal{}
 	}
@@ -286,19 +286,19 @@ func (g *DeployGate) refuse(slot, pool types.NamespacedName, srv coolifyview.Coo
 
 // doneSince reports whether slot's deployment ended (Done) within admissionTTL. Callers hold
 // g.mu.
-func (g *DeployGate) doneSince(slot types.NamespacedName, now time.Time) bool {
+func (g *Gate) doneSince(slot types.NamespacedName, now time.Time) bool {
 	at, ok := g.done[slot]
 	return ok && now.Sub(at) <= admissionTTL
 }
 
 // waiters returns the slots refused for room in pool or on server that still ask (within
-// startWaitTTL: a slot asks again every gate retry), and forgets the others. Callers hold
+// StartWaitTTL: a slot asks again every gate retry), and forgets the others. Callers hold
 // g.mu.
-func (g *DeployGate) waiters(pool types.NamespacedName, server string, now time.Time) []types.NamespacedName {
+func (g *Gate) waiters(pool types.NamespacedName, server string, now time.Time) []types.NamespacedName {
 	var slots []types.NamespacedName
 	for s, w := range g.refused {
 		switch {
-		case now.Sub(w.at) > startWaitTTL:
+		case now.Sub(w.at) > StartWaitTTL:
 			delete(g.refused, s)
 		case w.pool == pool || server != "" && w.server == server:
 			slots = append(slots, s)
@@ -309,9 +309,9 @@ func (g *DeployGate) waiters(pool types.NamespacedName, server string, now time.
 
 // startWaiting reports whether a start other than slot waits for room on srv. Callers hold
 // g.mu.
-func (g *DeployGate) startWaiting(srv coolifyview.CoolifyServer, slot types.NamespacedName, now time.Time) bool {
+func (g *Gate) startWaiting(srv coolifyview.CoolifyServer, slot types.NamespacedName, now time.Time) bool {
 	for s, at := range g.starts[srv.Key] {
-		if s != slot && now.Sub(at) <= startWaitTTL {
+		if s != slot && now.Sub(at) <= StartWaitTTL {
 			return true
 		}
 	}
@@ -321,7 +321,7 @@ func (g *DeployGate) startWaiting(srv coolifyview.CoolifyServer, slot types.Name
 // serverView records what pool's pass knows of its own deployments in flight (its fresh
 // admissions, and the slots its cache shows Deploying unless their Done is more recent than
 // the cache) and counts the server's, over every pool, slot excluded. Callers hold g.mu.
-func (g *DeployGate) serverView(server string, pool types.NamespacedName, adm map[string]bool, deploying []string, slot string, now time.Time) int {
+func (g *Gate) serverView(server string, pool types.NamespacedName, adm map[string]bool, deploying []string, slot string, now time.Time) int {
 	if g.done == nil {
 		g.done = map[types.NamespacedName]time.Time{}
 	}
@@ -347,7 +347,7 @@ func (g *DeployGate) serverView(server string, pool types.NamespacedName, adm ma
 	}
 	n := 0
 	for p, f := range pools {
-		if now.Sub(f.seen) > serverHeldTTL {
+		if now.Sub(f.seen) > ServerHeldTTL {
 			delete(pools, p)
 			continue
 		}
@@ -360,8 +360,8 @@ func (g *DeployGate) serverView(server string, pool types.NamespacedName, adm ma
 }
 
 // prune drops ended pauses, expired admissions, empty pools and images not seen warm for
-// warmTTL, at most once a minute. Callers hold g.mu.
-func (g *DeployGate) prune(now time.Time) {
+// WarmTTL, at most once a minute. Callers hold g.mu.
+func (g *Gate) prune(now time.Time) {
 	if now.Sub(g.pruned) < time.Minute {
 		return
 	}
@@ -373,24 +373,24 @@ func (g *DeployGate) prune(now time.Time) {
 	}
 	pruneNested(g.admitted, func(a admission) bool { return now.Sub(a.at) > admissionTTL })
 	for k, at := range g.warm {
-		if now.Sub(at) > warmTTL {
+		if now.Sub(at) > WarmTTL {
 			delete(g.warm, k)
 		}
 	}
-	pruneNested(g.onServer, func(f poolFlight) bool { return now.Sub(f.seen) > serverHeldTTL || len(f.slots) == 0 })
+	pruneNested(g.onServer, func(f poolFlight) bool { return now.Sub(f.seen) > ServerHeldTTL || len(f.slots) == 0 })
 	for s, at := range g.done {
 		if now.Sub(at) > admissionTTL {
 			delete(g.done, s)
 		}
 	}
 	for s, w := range g.refused {
-		if now.Sub(w.at) > startWaitTTL {
+		if now.Sub(w.at) > StartWaitTTL {
 			delete(g.refused, s)
 		}
 	}
-	pruneNested(g.starts, func(at time.Time) bool { return now.Sub(at) > startWaitTTL })
-	pruneNested(g.pulls, func(seen time.Time) bool { return now.Sub(seen) > serverHeldTTL })
-	pruneNested(g.pullAsks, func(a pullAsk) bool { return now.Sub(a.last) > pullAskTTL })
+	pruneNested(g.starts, func(at time.Time) bool { return now.Sub(at) > StartWaitTTL })
+	pruneNested(g.pulls, func(seen time.Time) bool { return now.Sub(seen) > ServerHeldTTL })
+	pruneNested(g.pullAsks, func(a pullAsk) bool { return now.Sub(a.last) > PullAskTTL })
 }
 
 // AdmitPull reports whether pool may start a pre-pull of its image on srv now, and counts it
@@ -411,7 +411,7 @@ func (g *DeployGate) prune(now time.Time) {
 //
 // Pulls refused for room take their turns in the order they first asked: a pool whose pulls
 // keep failing (and retry) must not keep another pool's rollout from ever pulling.
-func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyview.CoolifyServer) bool {
+func (g *Gate) AdmitPull(pool types.NamespacedName, srv coolifyview.CoolifyServer) bool {
 	now := g.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -434,10 +434,10 @@ func (g *DeployGate) AdmitPull(pool types.NamespacedName, srv coolifyview.Coolif
 // before it still waits. On a server of one build a pull also waits while a start does. A
 // pull never has a build kept for it: the slots' deployments, a standby pool's recycles
 // included, go first, and the pull takes a build they leave free. Callers hold g.mu.
-func (g *DeployGate) pullRoom(pool types.NamespacedName, srv coolifyview.CoolifyServer, now time.Time) bool {
+func (g *Gate) pullRoom(pool types.NamespacedName, srv coolifyview.CoolifyServer, now time.Time) bool {
 	mine, asked := g.pullAsks[srv.Key][pool]
 	for p, a := range g.pullAsks[srv.Key] {
-		if p != pool && now.Sub(a.last) <= pullAskTTL && (!asked || a.first.Before(mine.first)) {
+		if p != pool && now.Sub(a.last) <= PullAskTTL && (!asked || a.first.Before(mine.first)) {
 			return false
 		}
 	}
@@ -456,10 +456,10 @@ func (g *DeployGate) pullRoom(pool types.NamespacedName, srv coolifyview.Coolify
 
 // slotsOn counts the slots' deployments in flight on server, over every pool, as each pool's
 // last Admit saw them. Callers hold g.mu.
-func (g *DeployGate) slotsOn(server string, now time.Time) int {
+func (g *Gate) slotsOn(server string, now time.Time) int {
 	n := 0
 	for _, f := range g.onServer[server] {
-		if now.Sub(f.seen) <= serverHeldTTL {
+		if now.Sub(f.seen) <= ServerHeldTTL {
 			n += len(f.slots)
 		}
 	}
@@ -467,7 +467,7 @@ func (g *DeployGate) slotsOn(server string, now time.Time) int {
 }
 
 // askPull keeps pool's refused pull in line on server. Callers hold g.mu.
-func (g *DeployGate) askPull(pool types.NamespacedName, server string, now time.Time) {
+func (g *Gate) askPull(pool types.NamespacedName, server string, now time.Time) {
 	if g.pullAsks == nil {
 		g.pullAsks = map[string]map[types.NamespacedName]pullAsk{}
 	}
@@ -475,21 +475,21 @@ func (g *DeployGate) askPull(pool types.NamespacedName, server string, now time.
 		g.pullAsks[server] = map[types.NamespacedName]pullAsk{}
 	}
 	a, ok := g.pullAsks[server][pool]
-	if !ok || now.Sub(a.last) > pullAskTTL {
+	if !ok || now.Sub(a.last) > PullAskTTL {
 		a.first = now
 	}
 	a.last = now
 	g.pullAsks[server][pool] = a
 }
 
-// Pulling records whether pool's pre-pull on the server (CoolifyServer.key) is in flight: the
+// Pulling records whether pool's pre-pull on the server (CoolifyServer.Key) is in flight: the
 // pool says so at every pass that follows it (a new process learns it so), and when it ended.
 //
-// An ended pull also leaves the server's view of the pool's deployments (prePullFlight, which
+// An ended pull also leaves the server's view of the pool's deployments (PrePullFlight, which
 // its slots' asks put there): a pool whose slots ask no more after it (its pull failed, and it
-// stalls) held a build of the server with it for serverHeldTTL, and every other pool's starts
+// stalls) held a build of the server with it for ServerHeldTTL, and every other pool's starts
 // and recycles there waited for it (the model check, seed 4474694933379790).
-func (g *DeployGate) Pulling(pool types.NamespacedName, server string, inFlight bool) {
+func (g *Gate) Pulling(pool types.NamespacedName, server string, inFlight bool) {
 	if inFlight {
 		g.mu.Lock()
 		g.pulling(pool, server, g.Clock.Now())
@@ -506,7 +506,7 @@ func (g *DeployGate) Pulling(pool types.NamespacedName, server string, inFlight 
 	}
 	if f, ok := g.onServer[server][pool]; ok {
 		for slot := range f.slots {
-			if strings.HasPrefix(slot, prePullFlight) {
+			if strings.HasPrefix(slot, PrePullFlight) {
 				delete(f.slots, slot)
 			}
 		}
@@ -514,7 +514,7 @@ func (g *DeployGate) Pulling(pool types.NamespacedName, server string, inFlight 
 }
 
 // pulling records pool's pull on server as in flight at now. Callers hold g.mu.
-func (g *DeployGate) pulling(pool types.NamespacedName, server string, now time.Time) {
+func (g *Gate) pulling(pool types.NamespacedName, server string, now time.Time) {
 	if g.pulls == nil {
 		g.pulls = map[string]map[types.NamespacedName]time.Time{}
 	}
@@ -525,11 +525,11 @@ func (g *DeployGate) pulling(pool types.NamespacedName, server string, now time.
 }
 
 // pullsOn counts the pulls in flight on server, forgetting those no pool has confirmed for
-// serverHeldTTL (longer than any pull may run: its pool's deploymentTimeout cancels it). Callers
+// ServerHeldTTL (longer than any pull may run: its pool's deploymentTimeout cancels it). Callers
 // hold g.mu.
-func (g *DeployGate) pullsOn(server string, now time.Time) int {
+func (g *Gate) pullsOn(server string, now time.Time) int {
 	for p, seen := range g.pulls[server] {
-		if now.Sub(seen) > serverHeldTTL {
+		if now.Sub(seen) > ServerHeldTTL {
 			delete(g.pulls[server], p)
 		}
 	}
@@ -558,7 +558,7 @@ func pruneNested[K, K2 comparable, V any](m map[K]map[K2]V, expired func(V) bool
 // than coolify.MaxPause (a server that asks for a year is asked again after MaxPause): Coolify
 // answered a deploy with 429 and a Retry-After. A full queue pauses every deployment to the
 // server on that instance, a rate limit only those of the pool's Coolify user (pauseKey).
-func (g *DeployGate) Pause(srv coolifyview.CoolifyServer, queueFull bool, until time.Time) {
+func (g *Gate) Pause(srv coolifyview.CoolifyServer, queueFull bool, until time.Time) {
 	if limit := g.Clock.Now().Add(coolify.MaxPause); until.After(limit) {
 		until = limit
 	}
@@ -581,7 +581,7 @@ func (g *DeployGate) Pause(srv coolifyview.CoolifyServer, queueFull bool, until 
 // The room it frees wakes the slots refused for room in the pool or on that server (Wake):
 // all of them, since the gate decides who gets it (starts first) when they ask again, and a
 // slot refused again costs a pass that writes nothing.
-func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
+func (g *Gate) Done(pool *v1.BotPool, slot string, finished bool) {
 	for _, s := range g.done1(pool, slot, finished) {
 		select {
 		case g.Wake <- event.GenericEvent{Object: &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}}:
@@ -591,7 +591,7 @@ func (g *DeployGate) Done(pool *v1.BotPool, slot string, finished bool) {
 }
 
 // done1 is Done under g.mu; it returns the slots to wake.
-func (g *DeployGate) done1(pool *v1.BotPool, slot string, finished bool) []types.NamespacedName {
+func (g *Gate) done1(pool *v1.BotPool, slot string, finished bool) []types.NamespacedName {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -634,15 +634,15 @@ func (g *DeployGate) done1(pool *v1.BotPool, slot string, finished bool) []types
 	return g.waiters(key, server, g.Clock.Now())
 }
 
-// size reports how many entries the gate holds, for tests.
-func (g *DeployGate) size() (admitted, warm, paused int) {
+// Size reports how many entries the gate holds, for tests.
+func (g *Gate) Size() (admitted, warm, paused int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.admitted), len(g.warm), len(g.paused)
 }
 
-// serversHeld reports how many servers the gate counts deployments on, for tests.
-func (g *DeployGate) serversHeld() int {
+// ServersHeld reports how many servers the gate counts deployments on, for tests.
+func (g *Gate) ServersHeld() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.onServer)
