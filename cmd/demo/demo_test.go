@@ -394,10 +394,21 @@ func checkSummary(t *testing.T, summary string, bots, fatal int) {
 	warm, _ := strconv.Atoi(starts[1])
 	cold, _ := strconv.Atoi(starts[2])
 	// The image starts uncached, and the pool pulls it on its server before the burst (its
-	// pre-pull): every bot starts warm, none pulls cold (issue 17). Every bot ran except the
-	// one whose pull failed.
-	if cold != 0 || warm != bots-1 {
-		t.Errorf("%d warm and %d cold starts, want %d warm and none cold (the pool pre-pulled the image):\n%s", warm, cold, bots-1, starts[0])
+	// pre-pull): every bot starts warm, none pulls cold (issue 17). The warm count is of
+	// finished deployments, one per bot that ran, less the bot the injected pull failure hit
+	// when the summary matches it to its failed deployment rather than its retry's: which one
+	// it matches depends on when the bot's rebinding was seen, so either count is right.
+	ran := regexp.MustCompile(`start times .* all (\d+):`).FindStringSubmatch(summary)
+	if ran == nil {
+		t.Fatalf("no start-times line in:\n%s", summary)
+	}
+	n, _ := strconv.Atoi(ran[1])
+	if n < bots-1 {
+		t.Errorf("%d bots ran, want every one but at most the one whose pull failed (%d)", n, bots-1)
+	}
+	if cold != 0 || warm < n-1 || warm > n {
+		t.Errorf("%d warm and %d cold starts for %d bots that ran, want %d or %d warm and none cold (the pool pre-pulled the image):\n%s",
+			warm, cold, n, n-1, n, starts[0])
 	}
 	got := regexp.MustCompile(`(\d+) found an idle slot, (\d+) got a new slot, (\d+) waited for a freed slot`).FindStringSubmatch(summary)
 	if got == nil {
