@@ -653,3 +653,38 @@ func TestRemovedByCleanup(t *testing.T) {
 		t.Error("removed on a server or of an image no cleanup touched")
 	}
 }
+
+// TestSettleWaitsOutAPullBackoff: a pool whose pull of its new tag failed four times in a row
+// retries it 16 minutes after the last failure (docs/pools-and-slots.md, "Retry"); while it
+// waits, a settle does not count the rollout's time (seed 4367750540162643 ran out of it).
+func TestSettleWaitsOutAPullBackoff(t *testing.T) {
+	s := newScript(t, soloPool)
+	s.pool("solo")
+	s.pool("solo")
+	s.pulled("solo")
+	image := s.w.images[string(v1.PlatformZoom)]
+	s.w.sim.FailPulls(ref(image, "2"), 4)
+	s.newTag("2")
+	pull := func() *v1.ImagePull {
+		p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool)
+		return p.Status.Servers[0].Pull
+	}
+	for range 2000 {
+		s.pool("solo")
+		if p := pull(); p != nil && p.State == v1.ImagePullFailed && p.Failures == 4 {
+			break
+		}
+		s.advance(15 * time.Second)
+	}
+	p := pull()
+	if p == nil || p.State != v1.ImagePullFailed || p.Failures != 4 {
+		t.Fatalf("pull after four injected failures: %+v", p)
+	}
+	if !s.w.pullBackingOff() {
+		t.Fatalf("the pool waits out its pull back-off until %s, and the settle does not see it", p.Since.Add(16*time.Minute))
+	}
+	s.w.clk.Step(16*time.Minute + time.Second)
+	if s.w.pullBackingOff() {
+		t.Fatal("the back-off is over, and the settle still waits it out")
+	}
+}
