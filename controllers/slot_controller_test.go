@@ -558,9 +558,9 @@ func TestDeploymentsAreGated(t *testing.T) {
 	step(8 * time.Minute) // the pull completes; the image is cached
 	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotDeploying: 2, v1.SlotIdle: 1})
 	step(10 * time.Second)
-	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 2, v1.SlotDeploying: 1})
+	waitPhasesPolling(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 2, v1.SlotDeploying: 1})
 	step(10 * time.Second)
-	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 3})
+	waitPhasesPolling(t, sc.ns, map[v1.SlotPhase]int{v1.SlotBusy: 3})
 }
 
 // TestFullDeploymentQueueIsSurvived: Coolify's queue is full (429 with Retry-After from

@@ -279,12 +279,25 @@ func slotOf(t testing.TB, bot *v1.Bot) *v1.BotPoolSlot {
 // waitPhases waits until the namespace's slots are in exactly these phases.
 func waitPhases(t testing.TB, ns string, want map[v1.SlotPhase]int) {
 	t.Helper()
+	waitPhasesThen(t, ns, want, func() {})
+}
+
+// waitPhasesPolling is waitPhases for what a deployment the test stepped past leads to: each
+// look that finds the phases short moves the clock on a deployment poll (nextPoll).
+func waitPhasesPolling(t testing.TB, ns string, want map[v1.SlotPhase]int) {
+	t.Helper()
+	waitPhasesThen(t, ns, want, func() { nextPoll() })
+}
+
+func waitPhasesThen(t testing.TB, ns string, want map[v1.SlotPhase]int, short func()) {
+	t.Helper()
 	kubetest.Eventually(t, 15*time.Second, func() error {
 		got := map[v1.SlotPhase]int{}
 		for _, s := range listSlots(t, ns) {
 			got[s.Status.Phase]++
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
+			short()
 			return fmt.Errorf("slot phases %v, want %v", got, want)
 		}
 		return nil
