@@ -178,6 +178,8 @@ func (q *descriptionQueue) drain() {
 		case throttled && !e.queued: // not sent: first again, after the wait
 			e.text, e.queued = text, true
 			q.order = append([]string{key}, q.order...)
+		case throttled: // not sent, and a newer text was queued meanwhile: this one is superseded
+			c.metrics.superseded.Inc()
 		case err != nil && !throttled && !errors.Is(err, ErrNotFound):
 			c.log.Error(err, "Setting an application's description failed", "appUUID", uuid)
 		}
