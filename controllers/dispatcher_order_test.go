@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -39,7 +40,7 @@ func TestAWaveSkipsASlotTheCacheShowsFreeTooLate(t *testing.T) {
 	// pool-zoom-001 was used longer ago: a wave offers it first, to the head.
 	stale := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("s1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Hour)).App("a1").Obj()
 	free := bt.MakeSlot("ns", "pool-zoom-002", "pool").UID("s2").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).App("a2").Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{
+	c := fakeapi.New(t, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			if obj.GetName() == "pool-zoom-001" { // really Creating now: the version is past
 				return apierrors.NewConflict(schema.GroupResource{Group: v1.GroupVersion.Group, Resource: "botpoolslots"}, obj.GetName(), nil)
@@ -99,7 +100,7 @@ func waveAfterAFailedStart(t *testing.T, recorded bool) {
 	bot := bt.MakeBot("ns", "bot").UID("bot-uid").PoolRef("pool").InPool("pool").
 		Phase(v1.BotQueued).Created(clk.Now().Add(-time.Minute)).Obj()
 	first := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("s1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Hour)).App("a1").Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, first)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, first)
 	d := &Dispatcher{Client: c, Clock: clk, Metrics: metrics.New(nil)}
 	key := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)}
 	must := func(err error) {
@@ -201,7 +202,7 @@ func TestAWaveForgetsTheGrantOfABotDeletedBeforeItShowed(t *testing.T) {
 			if b := tc.inCache(granted); b != nil {
 				objs = append(objs, b)
 			}
-			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+			c := fakeapi.New(t, interceptor.Funcs{}, objs...)
 			ledger := &reservationLedger{}
 			ledger.remember(granted, clk.Now())
 			clk.Step(20 * time.Second)

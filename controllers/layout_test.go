@@ -42,6 +42,7 @@ var layoutUses = map[string][]string{
 	"pass":        {"policy", "coolifyview"},
 	"deploygate":  {"policy", "coolifyview"},
 	"tenantshare": {"metrics"},
+	"fakeapi":     {"index"}, // tests only
 	"dispatch":    {"policy", "pass", "index", "metrics"},
 	"bot":         {"policy", "pass", "index", "metrics", "dispatch"},
 	"pool":        {"policy", "pass", "index", "metrics", "coolifyview", "deploygate"},

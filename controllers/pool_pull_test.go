@@ -22,6 +22,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -504,7 +505,7 @@ func TestPrePullInOnePass(t *testing.T) {
 			if tt.live != nil {
 				live.Status.Servers = []v1.ServerStatus{{UUID: srv, Pull: tt.live}}
 			}
-			r := &BotPoolReconciler{Clock: clk, Recorder: events, Coolify: &coolifyview.BulkReader{Clock: clk}, APIReader: fakeAPIServer(t, interceptor.Funcs{}, live)}
+			r := &BotPoolReconciler{Clock: clk, Recorder: events, Coolify: &coolifyview.BulkReader{Clock: clk}, APIReader: fakeapi.New(t, interceptor.Funcs{}, live)}
 			s := &poolScope{pool: pool, api: tt.coolify, images: tt.images, health: tt.health}
 			if s.images == nil {
 				s.images = map[string]*policy.ServerImages{}
@@ -592,7 +593,7 @@ func TestPoolPassKeepsThePullsRequeue(t *testing.T) {
 		},
 		StopFn: func(context.Context, string) error { return nil },
 	}
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool)
 	r := &BotPoolReconciler{Client: c, APIReader: c, Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api}, Coolify: &coolifyview.BulkReader{Clock: clk},
 		Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil), OrphanCheck: time.Minute}
 	key := client.ObjectKeyFromObject(pool)
@@ -643,7 +644,7 @@ func TestOrphanSweepLeavesPullersAlone(t *testing.T) {
 		StopFn:              func(context.Context, string) error { return nil },
 		DeleteApplicationFn: deleteKeepingImages,
 	}
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool)
 	r := &BotPoolReconciler{Client: c, APIReader: c, Coolify: &coolifyview.BulkReader{Clock: clk}, Clock: clk, Recorder: discardEvents{}}
 	if err := r.deleteOrphanApps(context.Background(), &poolScope{pool: pool, api: api}); err != nil {
 		t.Fatal(err)
@@ -702,7 +703,7 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := len(api.Calls())
 			pool := deleted(tt.pulls)
-			c := fakeAPIServer(t, interceptor.Funcs{}, pool)
+			c := fakeapi.New(t, interceptor.Funcs{}, pool)
 			r := &BotPoolReconciler{Client: c, APIReader: c, Connector: tt.connector, Coolify: &coolifyview.BulkReader{Clock: clk},
 				Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil)}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)})

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -217,7 +218,7 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 			for i := 0; i < tt.creating; i++ {
 				objs = append(objs, bt.MakeSlot("ns", fmt.Sprintf("pool-zoom-%03d", 100+i), "pool").Server("srv").Obj())
 			}
-			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+			c := fakeapi.New(t, interceptor.Funcs{}, objs...)
 			var list v1.BotPoolSlotList
 			if err := c.List(ctx, &list); err != nil {
 				t.Fatal(err)
@@ -324,7 +325,7 @@ func (rp *standbyRollout) pass(t *testing.T, slots ...*v1.BotPoolSlot) []v1.BotP
 	for _, sl := range slots {
 		objs = append(objs, sl)
 	}
-	c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+	c := fakeapi.New(t, interceptor.Funcs{}, objs...)
 	var list v1.BotPoolSlotList
 	if err := c.List(ctx, &list); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -86,7 +87,7 @@ func TestObservedGenerationOnlyAfterAHandledPass(t *testing.T) {
 		Finalizers(slotFinalizer).BoundTo(bot.Name, bot.UID).
 		Phase(v1.SlotIdle).Since(fclk.Now().Add(-time.Minute)).App("app-uuid").
 		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)
 	api := &bt.Coolify{
 		SetDescriptionFn: func(context.Context, string, string) error { return nil },
 		DeployFn: func(context.Context, string) (coolify.DeployResult, error) {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -211,7 +212,7 @@ func TestUnreservedInOnePass(t *testing.T) {
 			for _, sl := range tt.slots {
 				objs = append(objs, sl)
 			}
-			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+			c := fakeapi.New(t, interceptor.Funcs{}, objs...)
 			d := &Dispatcher{Client: c, Clock: clocktesting.NewFakeClock(now)}
 			var head []*v1.Bot
 			for _, n := range tt.head {
@@ -241,7 +242,7 @@ func TestBoundInForgetsABindingThatEnded(t *testing.T) {
 	// The cache shows s1 as the wave found it (the bind not yet), s2 past the bind, let go.
 	s1 := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("s1").Phase(v1.SlotIdle).Obj()
 	s2 := bt.MakeSlot("ns", "pool-zoom-002", "pool").UID("s2").Phase(v1.SlotError).Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, s1, s2)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, s1, s2)
 	version := func(s *v1.BotPoolSlot) string {
 		t.Helper()
 		got := &v1.BotPoolSlot{}
@@ -290,7 +291,7 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 	reservedBot.Spec.StartTime = &metav1.Time{Time: start}
 	lateBot := bt.MakeBot("ns", "late").UID("uid-late").MeetingURL("https://zoom.us/j/2").Obj()
 	lateBot.Spec.StartTime = &metav1.Time{Time: clk.Now().Add(5 * time.Minute)}
-	c := fakeAPIServer(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(2).Standby(v1.StandbyRunning).Obj(), reservedBot, lateBot)
+	c := fakeapi.New(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(2).Standby(v1.StandbyRunning).Obj(), reservedBot, lateBot)
 	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: nopLiveness{}, ScheduleLead: 2 * time.Minute}
 	pass := func(b *v1.Bot) (*v1.Bot, time.Duration) {
 		t.Helper()
@@ -605,7 +606,7 @@ func TestReservationDecidedAgainWhenItsWindowMoves(t *testing.T) {
 		return b
 	}
 	x, y := at("x", 30*time.Minute), at("y", 5*time.Hour)
-	c := fakeAPIServer(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(1).Standby(v1.StandbyRunning).Obj(), x, y)
+	c := fakeapi.New(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(1).Standby(v1.StandbyRunning).Obj(), x, y)
 	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: nopLiveness{}, ScheduleLead: 2 * time.Minute}
 	pass := func(name string) *v1.Bot {
 		t.Helper()

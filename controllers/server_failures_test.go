@@ -14,6 +14,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -142,7 +143,7 @@ func TestSlotFailuresMarkTheirServer(t *testing.T) {
 		bot := bt.MakeBot("ns", "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
 		slot := bt.MakeSlot("ns", slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token).Server("b").
 			BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotDeploying).Since(since).Deployment("dep-1", since).Obj()
-		c := fakeAPIServer(t, interceptor.Funcs{}, pool.DeepCopy(), bot, slot)
+		c := fakeapi.New(t, interceptor.Funcs{}, pool.DeepCopy(), bot, slot)
 		api := &bt.Coolify{
 			ListActiveDeploymentsFn: func(context.Context) ([]coolify.Deployment, error) { return nil, nil },
 			GetDeploymentFn: func(context.Context, string) (*coolify.Deployment, error) {
@@ -209,7 +210,7 @@ func TestStandbySlotWaitsForItsServer(t *testing.T) {
 				Token("0000000000000000000000000000000000000000000000000000000000000000").App(app).
 				Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).Obj()
 			slot.Status.Standby = v1.StandbyStarting
-			c := fakeAPIServer(t, interceptor.Funcs{}, pool, slot)
+			c := fakeapi.New(t, interceptor.Funcs{}, pool, slot)
 			api := &bt.Coolify{
 				SetDescriptionFn: func(context.Context, string, string) error { return nil },
 				DeployFn: func(context.Context, string) (coolify.DeployResult, error) {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -72,7 +73,7 @@ func TestADeployCutOffIsRecordedAndNotSentAgain(t *testing.T) {
 	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).BoundTo(bot.Name, bot.UID).
 		Phase(v1.SlotIdle).Since(fclk.Now().Add(-time.Minute)).App("app-uuid").
 		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)
 	api := &cutoffAPI{clock: fclk}
 	// This process bound the slot: no restart rule applies.
 	r := onePassSlots(c, c, fclk, api, memory.New(memory.WithClock(fclk)))

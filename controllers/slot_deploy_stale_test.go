@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/cachelag"
@@ -56,7 +57,7 @@ func TestNoSecondDeployOnAVersionAnotherWriterLeftBetween(t *testing.T) {
 	bot := bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
 	slot := bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token).
 		BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)
 	key := client.ObjectKeyFromObject(slot)
 
 	var (

@@ -14,13 +14,12 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/deploygate"
-	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -28,29 +27,6 @@ import (
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
-
-// builderIndexer registers the controllers' own indexes (index.Setup) on a fake client
-// builder, so the table runs against the indexes the manager has rather than copies.
-// fakeAPIServer is controller-runtime's fake client holding objs, with the status subresource
-// of the three kinds, the controllers' cache indexes and funcs to inject errors: the API server
-// of single-pass tests.
-func fakeAPIServer(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) client.WithWatch {
-	t.Helper()
-	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(objs...).
-		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
-		WithInterceptorFuncs(funcs)
-	if err := index.Setup(context.Background(), builderIndexer{b}); err != nil {
-		t.Fatal(err)
-	}
-	return b.Build()
-}
-
-type builderIndexer struct{ b *fake.ClientBuilder }
-
-func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
-	i.b.WithIndex(obj, field, fn)
-	return nil
-}
 
 // onePassSlots is a slot reconciler for single passes on a fake client: writes through c,
 // reads past the cache through reader, the fake clock, the suite's checking event recorder, a
@@ -334,7 +310,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			clk := clocktesting.NewFakeClock(now)
-			c := fakeAPIServer(t, tt.funcs, tt.objs...)
+			c := fakeapi.New(t, tt.funcs, tt.objs...)
 			r := onePassSlots(c, c, clk, tt.coolify, memory.New(memory.WithClock(clk)))
 			key := client.ObjectKey{Namespace: ns, Name: slotN}
 
@@ -372,7 +348,7 @@ func TestAStaleDeployIsFailedOnlyOnAFreshRead(t *testing.T) {
 	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
 		Token("0000000000000000000000000000000000000000000000000000000000000000").
 		BoundTo("bot", "bot-uid").App("app-1").Phase(v1.SlotDeploying).Since(since).Deployment("dep-1", since).Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)
 	down := false
 	api := &bt.Coolify{
 		ListActiveDeploymentsFn: func(context.Context) ([]coolify.Deployment, error) {
@@ -424,7 +400,7 @@ func TestAWaitClearsStalled(t *testing.T) {
 		App("app-1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).Obj()
 	slot.Status.Conditions = []metav1.Condition{{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
 		Reason: string(v1.ReasonRequestRefused), Message: "Coolify refused the request", LastTransitionTime: metav1.NewTime(clk.Now())}}
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, slot)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, slot)
 	api := &bt.Coolify{
 		ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
 			return nil, fmt.Errorf("list applications: %w", coolify.ErrServer)
@@ -462,7 +438,7 @@ func TestAStrandedSlotKeepsItsEnvUntilItTakesTheTemplate(t *testing.T) {
 	slot := bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).
 		Token("0000000000000000000000000000000000000000000000000000000000000000").
 		App(app).Template("t1-0000000000000001", "bot:1").Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, slot)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, slot)
 	var updates []coolify.AppUpdate
 	var deleted []string
 	api := &bt.Coolify{

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
@@ -258,7 +259,7 @@ func TestStandbyHangUpInOnePass(t *testing.T) {
 			slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
 			objs = append(objs, bot)
 		}
-		c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+		c := fakeapi.New(t, interceptor.Funcs{}, objs...)
 		api := &bt.Coolify{
 			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
 				return []coolify.Application{{UUID: app, Name: name}}, nil

@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
@@ -640,7 +641,7 @@ func TestStandbyReadinessCountsAsksFromTheDeployRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		c := fakeAPIServer(t, interceptor.Funcs{}, pool, slot)
+		c := fakeapi.New(t, interceptor.Funcs{}, pool, slot)
 		api := &bt.Coolify{
 			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
 				return []coolify.Application{{UUID: app, Name: name}}, nil

@@ -20,6 +20,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/deploygate"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -266,7 +267,7 @@ func newSlotPass(t *testing.T, phase v1.SlotPhase, bound bool, api *transitionAP
 		sw = sw.Deployment("dep-1", since)
 	}
 	slot := sw.Obj()
-	c := fakeAPIServer(t, interceptor.Funcs{}, pool, bot, slot)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)
 	p := &slotPass{t: t, clk: clk, c: c, api: api, key: client.ObjectKeyFromObject(slot)}
 	// onePassSlots: this process bound the slot, so no restart rule applies.
 	p.r = onePassSlots(c, c, clk, api, memory.New(memory.WithClock(clk)))

@@ -17,6 +17,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -165,7 +166,7 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			clk := clocktesting.NewFakeClock(now)
-			c := fakeAPIServer(t, tt.funcs, tt.objs...)
+			c := fakeapi.New(t, tt.funcs, tt.objs...)
 			f := api()
 			r := onePassSlots(c, c, clk, f, memory.New(memory.WithClock(clk)))
 			key := client.ObjectKey{Namespace: ns, Name: slotN}

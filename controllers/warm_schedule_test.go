@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/policy"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -252,7 +253,7 @@ func TestScaleDownInOnePass(t *testing.T) {
 			for _, sl := range tt.slots {
 				objs = append(objs, sl)
 			}
-			c := fakeAPIServer(t, interceptor.Funcs{}, objs...)
+			c := fakeapi.New(t, interceptor.Funcs{}, objs...)
 			var list v1.BotPoolSlotList
 			if err := c.List(ctx, &list); err != nil {
 				t.Fatal(err)
