@@ -83,62 +83,6 @@ func TestJudgeStart(t *testing.T) {
 	}
 }
 
-// TestPickSlots: a retried bot takes a free slot on a server none of its starts failed on;
-// without one, the first free slot; the others take the rest in order, and every bot of the
-// head is given a slot (the preference never changes who is bound).
-func TestPickSlots(t *testing.T) {
-	pool := bt.MakePool("ns", "pool").Obj()
-	slot := func(name, server string) *v1.BotPoolSlot {
-		s := bt.MakeSlot("ns", name, "pool").Obj()
-		s.Spec.Server = server
-		return s
-	}
-	bot := func(name string, failedOn ...string) *v1.Bot {
-		b := bt.MakeBot("ns", name).Obj()
-		for _, srv := range failedOn {
-			b.Status.StartAttempts = append(b.Status.StartAttempts, v1.StartAttempt{SlotName: "x", Server: srv, Reason: v1.ReasonDeploymentFailed})
-		}
-		return b
-	}
-	names := func(slots []*v1.BotPoolSlot) string {
-		var out []string
-		for _, s := range slots {
-			out = append(out, s.Name)
-		}
-		return strings.Join(out, ",")
-	}
-	tests := []struct {
-		name string
-		head []*v1.Bot
-		free []*v1.BotPoolSlot
-		want string
-	}{
-		{name: "no retried bot: in order", head: []*v1.Bot{bot("a"), bot("b")},
-			free: []*v1.BotPoolSlot{slot("s1", "A"), slot("s2", "B"), slot("s3", "B")}, want: "s1,s2"},
-		{name: "retried head avoids its server", head: []*v1.Bot{bot("r", "A")},
-			free: []*v1.BotPoolSlot{slot("s1", "A"), slot("s2", "A"), slot("s3", "B")}, want: "s3"},
-		{name: "retried bot behind another takes the other server first", head: []*v1.Bot{bot("a"), bot("r", "A")},
-			free: []*v1.BotPoolSlot{slot("s1", "B"), slot("s2", "A")}, want: "s2,s1"},
-		{name: "only its failed server free: falls back", head: []*v1.Bot{bot("r", "A")},
-			free: []*v1.BotPoolSlot{slot("s1", "A")}, want: "s1"},
-		{name: "failed on every server: falls back", head: []*v1.Bot{bot("r", "A", "B"), bot("b")},
-			free: []*v1.BotPoolSlot{slot("s1", "A"), slot("s2", "B")}, want: "s1,s2"},
-		{name: "two retried bots share the other server's slots", head: []*v1.Bot{bot("r1", "A"), bot("r2", "A"), bot("c")},
-			free: []*v1.BotPoolSlot{slot("s1", "A"), slot("s2", "B"), slot("s3", "A"), slot("s4", "B")}, want: "s2,s4,s1"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := pickSlots(tt.head, tt.free, pool)
-			if len(got) != len(tt.head) {
-				t.Fatalf("%d slots for %d bots", len(got), len(tt.head))
-			}
-			if names(got) != tt.want {
-				t.Errorf("slots %s, want %s", names(got), tt.want)
-			}
-		})
-	}
-}
-
 // TestQueueDeadline: a retried bot keeps its queuedAt (its place) but its wait counts from its
 // last failed start.
 func TestQueueDeadline(t *testing.T) {

@@ -3,12 +3,14 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -219,5 +221,84 @@ func TestAWaveForgetsTheGrantOfABotDeletedBeforeItShowed(t *testing.T) {
 				t.Fatalf("the free slot is bound to %v; want the head bound: %v", s.Spec.BotRef, !tc.wantHeld)
 			}
 		})
+	}
+}
+
+// TestPickSlots: a retried bot takes a free slot on a server none of its starts failed on;
+// without one, the first free slot; the others take the rest in order, and every bot of the
+// head is given a slot (the preference never changes who is bound).
+func TestPickSlots(t *testing.T) {
+	pool := bt.MakePool("ns", "pool").Obj()
+	slot := func(name, server string) *v1.BotPoolSlot {
+		s := bt.MakeSlot("ns", name, "pool").Obj()
+		s.Spec.Server = server
+		return s
+	}
+	bot := func(name string, failedOn ...string) *v1.Bot {
+		b := bt.MakeBot("ns", name).Obj()
+		for _, srv := range failedOn {
+			b.Status.StartAttempts = append(b.Status.StartAttempts, v1.StartAttempt{SlotName: "x", Server: srv, Reason: v1.ReasonDeploymentFailed})
+		}
+		return b
+	}
+	names := func(slots []*v1.BotPoolSlot) string {
+		var out []string
+		for _, s := range slots {
+			out = append(out, s.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	tests := []struct {
+		name string
+		head []*v1.Bot
+		free []*v1.BotPoolSlot
+		want string
+	}{
+		{name: "no retried bot: in order", head: []*v1.Bot{bot("a"), bot("b")},
+			free: []*v1.BotPoolSlot{slot("s1", "A"), slot("s2", "B"), slot("s3", "B")}, want: "s1,s2"},
+		{name: "retried head avoids its server", head: []*v1.Bot{bot("r", "A")},
+			free: []*v1.BotPoolSlot{slot("s1", "A"), slot("s2", "A"), slot("s3", "B")}, want: "s3"},
+		{name: "retried bot behind another takes the other server first", head: []*v1.Bot{bot("a"), bot("r", "A")},
+			free: []*v1.BotPoolSlot{slot("s1", "B"), slot("s2", "A")}, want: "s2,s1"},
+		{name: "only its failed server free: falls back", head: []*v1.Bot{bot("r", "A")},
+			free: []*v1.BotPoolSlot{slot("s1", "A")}, want: "s1"},
+		{name: "failed on every server: falls back", head: []*v1.Bot{bot("r", "A", "B"), bot("b")},
+			free: []*v1.BotPoolSlot{slot("s1", "A"), slot("s2", "B")}, want: "s1,s2"},
+		{name: "two retried bots share the other server's slots", head: []*v1.Bot{bot("r1", "A"), bot("r2", "A"), bot("c")},
+			free: []*v1.BotPoolSlot{slot("s1", "A"), slot("s2", "B"), slot("s3", "A"), slot("s4", "B")}, want: "s2,s4,s1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := pickSlots(tt.head, tt.free, pool)
+			if len(got) != len(tt.head) {
+				t.Fatalf("%d slots for %d bots", len(got), len(tt.head))
+			}
+			if names(got) != tt.want {
+				t.Errorf("slots %s, want %s", names(got), tt.want)
+			}
+		})
+	}
+}
+
+// TestForgetDropsAPoolsState: once a pool is gone, the dispatcher drops its drain rate and the
+// time its queue positions were written, per-pool state that would otherwise grow with every
+// pool ever made.
+func TestForgetDropsAPoolsState(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC))
+	key := types.NamespacedName{Namespace: "gone", Name: "pool"}
+	kept := types.NamespacedName{Namespace: "kept", Name: "pool"}
+	d := &Dispatcher{Clock: clk}
+	d.observe(key, 1, true)
+	d.observe(kept, 1, true)
+	d.positioned = map[types.NamespacedName]time.Time{key: clk.Now(), kept: clk.Now()}
+	d.forget(key)
+	if _, ok := d.drain[key]; ok {
+		t.Error("the deleted pool's drain rate was kept")
+	}
+	if _, ok := d.positioned[key]; ok {
+		t.Error("the deleted pool's position time was kept")
+	}
+	if d.drain[kept] == nil || d.positioned[kept].IsZero() {
+		t.Error("another pool's state was dropped with it")
 	}
 }

@@ -383,8 +383,8 @@ func TestHandWrittenQueuedStatusWithoutQueuedAt(t *testing.T) {
 	waitBot(t, bot, "queued again with queuedAt", func(b *v1.Bot) bool { return b.Status.Phase == v1.BotQueued && b.Status.QueuedAt != nil })
 }
 
-// TestPoolDeletionForgetsPerPoolState: once a pool is gone, its cached Coolify client,
-// application lists and dispatcher state are dropped.
+// TestPoolDeletionForgetsPerPoolState: once a pool is gone, its cached Coolify client and
+// application lists are dropped (the dispatcher's state: TestForgetDropsAPoolsState).
 func TestPoolDeletionForgetsPerPoolState(t *testing.T) {
 	key := types.NamespacedName{Namespace: "gone", Name: "pool"}
 	sc := &coolifyview.SecretConnector{Clients: map[types.NamespacedName]coolifyview.CachedClient{key: {}}}
@@ -394,12 +394,5 @@ func TestPoolDeletionForgetsPerPoolState(t *testing.T) {
 	r.forget(key)
 	if len(sc.Clients) != 0 || len(bulk.AppSnapshots) != 0 {
 		t.Errorf("kept %d clients and %d application lists of a deleted pool", len(sc.Clients), len(bulk.AppSnapshots))
-	}
-	d := &Dispatcher{Clock: clk}
-	d.observe(key, 1, true)
-	d.positioned = map[types.NamespacedName]time.Time{key: clk.Now()}
-	d.forget(key)
-	if len(d.drain) != 0 || len(d.positioned) != 0 {
-		t.Errorf("dispatcher kept %d drain rates and %d position times of a deleted pool", len(d.drain), len(d.positioned))
 	}
 }

@@ -198,6 +198,20 @@ func (w *BotWrapper) StartedAt(t time.Time) *BotWrapper {
 	return w
 }
 
+// Grant gives b a reservation in its pool (status.pool, else "pool") from start for its
+// maxDuration, as the Bot controller records one: the Reserved condition and
+// status.reservation.
+func Grant(b *v1.Bot, start time.Time) {
+	pool := b.Status.Pool
+	if pool == "" {
+		pool = "pool"
+	}
+	b.Spec.StartTime = &metav1.Time{Time: start}
+	b.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReserved, Status: metav1.ConditionTrue, Reason: v1.ReasonCapacityReserved}}
+	b.Status.Reservation = &v1.BotReservation{Pool: pool, From: metav1.Time{Time: start},
+		Until: metav1.Time{Time: start.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration))}}
+}
+
 // SlotWrapper builds a BotPoolSlot.
 type SlotWrapper struct{ v1.BotPoolSlot }
 
