@@ -22,6 +22,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/dispatch"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
@@ -96,7 +97,7 @@ type BotReconciler struct {
 	callbackRefusals sync.Map
 	// reservations is what the bot controller and the dispatcher share of each pool's
 	// reservations (reserve, unreserved).
-	reservations *reservationLedger
+	reservations *dispatch.Ledger
 }
 
 // CallbackQueue takes a finished bot's callback; it never blocks and ignores repeats, so a

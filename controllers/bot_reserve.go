@@ -24,7 +24,7 @@ const reservationRetry = 50 * time.Millisecond
 // held (status.reservation) or False with why not. It is decided at the bot's first pass, and
 // again when a spec change moved the window outside the one granted.
 func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, now time.Time) error {
-	if m := r.reservations.poolLock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}); m != nil {
+	if m := r.reservations.PoolLock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}); m != nil {
 		if !m.TryLock() {
 			return pass.WaitFor(reservationRetry, "", "")
 		}
@@ -34,11 +34,11 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
 	}
-	bound, err := r.reservations.boundIn(ctx, r.Client, pool, bots.Items, now)
+	bound, err := r.reservations.BoundIn(ctx, r.Client, pool, bots.Items, now)
 	if err != nil {
 		return err
 	}
-	others := r.reservations.withPending(ctx, r.Client, bots.Items, bot.Namespace, pool.Name, now)
+	others := r.reservations.WithPending(ctx, r.Client, bots.Items, bot.Namespace, pool.Name, now)
 	v := policy.DecideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
 	if st := pool.Status.Reservations; v.Granted && st != nil && st.Lead.Duration > v.Window.From.Sub(now) {
 		v.Message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Round(time.Second),
@@ -53,7 +53,7 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: status, Reason: v.Reason,
 		Message: v.Message, ObservedGeneration: bot.Generation}, now)
 	if v.Granted {
-		r.reservations.remember(bot, now)
+		r.reservations.Remember(bot, now)
 	}
 	return nil
 }

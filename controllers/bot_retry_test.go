@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/dispatch"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -208,12 +209,12 @@ func TestAClaimAfterTheRequeueEndsTheBot(t *testing.T) {
 	claimed := metav1.NewTime(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 	bot.Status.Binding = &v1.BindingClaim{SlotName: "pool-zoom-001", SlotUID: "slot-uid", ClaimedAt: claimed, CredentialSHA256: strings.Repeat("0", 64)}
 	w := newOwnershipWorld(t, slot, bot)
-	d := &Dispatcher{Client: w.base, Clock: w.clk, Metrics: metrics.New(nil)}
+	d := &dispatch.Dispatcher{Client: w.base, Clock: w.clk, Metrics: metrics.New(nil)}
 	pool := &v1.BotPool{}
 	if err := w.base.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "pool"}, pool); err != nil {
 		t.Fatal(err)
 	}
-	if q, err := d.queue(context.Background(), pool); err != nil || len(q) != 0 {
+	if q, err := d.Queue(context.Background(), pool); err != nil || len(q) != 0 {
 		t.Fatalf("queue %d bots (%v), want the claimed bot left out", len(q), err)
 	}
 	w.reconcileBot()

@@ -42,6 +42,10 @@
 // The controllers' Coolify access is package coolifyview (controllers/internal/coolifyview);
 // setup.go names its CoolifyAPI, Connector and SecretConnector for the callers.
 //
+// The dispatcher, which binds queued bots to free slots, and the reservation ledger it shares
+// with the bot reconciler (the one declared edge between reconcilers) are package dispatch
+// (controllers/dispatch).
+//
 // The deploy gate (package deploygate), the cache indexes (index), the Prometheus series
 // (metrics) and each namespace's share of a controller's workers (tenantshare) are packages
 // of their own under controllers/internal.
@@ -79,12 +83,6 @@
 //	bot_retry.go         retried starts: which failed start goes back to the queue (judgeStart), recording the attempt
 //	bot_callback.go      handing a finished bot's callback to the notifier, recording its outcome
 //	bot_webhook.go       a webhook message per phase into the outbox, status.webhook, the signing Secret
-//
-// The dispatcher (dispatch).
-//
-//	dispatcher.go        Dispatcher: binding waves (in queue order: keepOrder) and queue positions
-//	dispatcher_ledger.go the reservation ledger the bot controller and the dispatcher share: the one declared edge between reconcilers
-//	dispatcher_reservations.go the rule keeping ad-hoc bots off held slots (unreserved)
 //
 // The RBAC markers below are the manager's whole contract with the API server; controller-gen
 // turns them into config/rbac/role.yaml and the Helm chart's ClusterRole.

@@ -29,27 +29,26 @@ import (
 var layoutHome = map[string]string{
 	"setup.go": "root", "watches.go": "root", "doc.go": "root",
 
-	"dispatcher.go": "dispatch", "dispatcher_ledger.go": "dispatch", "dispatcher_reservations.go": "dispatch",
 	"warm_schedule.go": "pool",
 }
 
 // layoutUses is what each future package may use besides itself. The root (Setup and the
 // wake-up graph) may use everything. bot → dispatch is the one declared edge between
-// reconcilers, and only to the reservation ledger (layoutLedger).
+// reconcilers: the bot reconciler shares the dispatcher's reservation ledger.
 var layoutUses = map[string][]string{
 	"policy": nil, "index": nil, "metrics": nil,
 	"coolifyview": {"policy"},
 	"pass":        {"policy", "coolifyview"},
 	"deploygate":  {"policy", "coolifyview"},
 	"tenantshare": {"metrics"},
-	"fakeapi":     {"index"}, // tests only
+	"fakeapi":     {"index"}, // imported by tests only
 	"dispatch":    {"policy", "pass", "index", "metrics"},
 	"bot":         {"policy", "pass", "index", "metrics", "dispatch"},
 	"pool":        {"policy", "pass", "index", "metrics", "coolifyview", "deploygate"},
 	"slot":        {"policy", "pass", "index", "metrics", "coolifyview", "deploygate"},
 }
 
-const layoutLedger = "dispatcher_ledger.go"
+const layoutPrefix = "botpool.dev/botpool/controllers/"
 
 func layoutHomeOf(file string) string {
 	if h, ok := layoutHome[file]; ok {
@@ -133,6 +132,13 @@ func layoutProblems(dir string) ([]string, error) {
 	}
 	for name, f := range files {
 		from := layoutHomeOf(name)
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if to, ok := strings.CutPrefix(path, layoutPrefix); ok && from != "root" &&
+				!slices.Contains(layoutUses[from], strings.TrimPrefix(to, "internal/")) {
+				problems = append(problems, fmt.Sprintf("%s (%s) imports %s", name, from, path))
+			}
+		}
 		skip := map[*ast.Ident]bool{}
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
@@ -178,7 +184,7 @@ func layoutProblems(dir string) ([]string, error) {
 			if to == from || from == "root" || reported[id.Name] {
 				return true
 			}
-			if slices.Contains(layoutUses[from], to) && (from != "bot" || to != "dispatch" || df == layoutLedger) {
+			if slices.Contains(layoutUses[from], to) {
 				return true
 			}
 			reported[id.Name] = true
@@ -232,7 +238,6 @@ func TestPolicyDoesNoIO(t *testing.T) {
 // of the others only what layoutUses allows it (the compiler already keeps them from
 // importing this package: that would be a cycle).
 func TestMovedPackagesImportOnlyWhatTheyMay(t *testing.T) {
-	const prefix = "botpool.dev/botpool/controllers/"
 	dirs, err := filepath.Glob("internal/*")
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +259,7 @@ func TestMovedPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		}
 		moved++
 		problems, err := importProblems(dir, func(path string) bool {
-			rest, ok := strings.CutPrefix(path, prefix)
+			rest, ok := strings.CutPrefix(path, layoutPrefix)
 			return !ok || slices.Contains(allowed, strings.TrimPrefix(rest, "internal/"))
 		})
 		if err != nil {
@@ -282,8 +287,9 @@ func TestLayoutRules(t *testing.T) {
 	}
 }
 
-// The rules can fail: a pool file reaching a slot name, a method away from its type, a file
-// without a home, and a policy file importing context are each reported.
+// The rules can fail: a pool file reaching a slot name or importing a package its kind may
+// not, a method away from its type, a file without a home, and a policy file importing context
+// are each reported.
 func TestLayoutRulesReportBreaches(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, src string) {
@@ -293,7 +299,8 @@ func TestLayoutRulesReportBreaches(t *testing.T) {
 		}
 	}
 	write("slot_a.go", "type slotThing struct{}\n\nfunc slotHelper() int { return 1 }\n")
-	write("pool_b.go", "func (slotThing) poolMethod() {}\n\nfunc poolUse() int { return slotHelper() }\n")
+	write("pool_b.go", "import \"botpool.dev/botpool/controllers/dispatch\"\n\nvar _ dispatch.Ledger\n\n"+
+		"func (slotThing) poolMethod() {}\n\nfunc poolUse() int { return slotHelper() }\n")
 	write("unplaced.go", "func unplaced() {}\n")
 	problems, err := layoutProblems(dir)
 	if err != nil {
@@ -301,6 +308,7 @@ func TestLayoutRulesReportBreaches(t *testing.T) {
 	}
 	want := []string{
 		"pool_b.go (pool) declares slotThing.poolMethod, a method of a type of slot_a.go (slot)",
+		"pool_b.go (pool) imports botpool.dev/botpool/controllers/dispatch",
 		"pool_b.go (pool) uses slotHelper of slot_a.go (slot)",
 		"pool_b.go (pool) uses slotThing of slot_a.go (slot)",
 		"unplaced.go: no future package (add it to layoutHome)",
@@ -309,6 +317,7 @@ func TestLayoutRulesReportBreaches(t *testing.T) {
 		t.Fatalf("problems = %q, want %q", problems, want)
 	}
 
+	dir = t.TempDir()
 	write("free.go", "import (\n\t\"context\"\n\t\"strings\"\n\n\tv1 \"botpool.dev/botpool/api/v1alpha1\"\n)\n\nvar _ context.Context\n")
 	problems, err = importProblems(dir, policyMayImport)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/dispatch"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/index"
@@ -90,7 +91,7 @@ type Controllers struct {
 	Pools      *BotPoolReconciler
 	Slots      *BotPoolSlotReconciler
 	Bots       *BotReconciler
-	Dispatcher *Dispatcher
+	Dispatcher *dispatch.Dispatcher
 	// Writes remembers the versions the controllers' writes replaced (every write goes through
 	// Client, which records them); the bot API, the other writer of a Bot's status, writes
 	// through Client too when it runs in the same process (main.go's run says what changes
@@ -130,7 +131,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 	bulk := &coolifyview.BulkReader{Clock: clk}
 	writes := &cachelag.Tracker{}
 	wc := cachelag.NewClient(deps.Client, writes) // no write can forget to record itself
-	reservations := &reservationLedger{}
+	reservations := &dispatch.Ledger{}
 	gate := &deploygate.Gate{Clock: clk}
 	c := &Controllers{Writes: writes, Client: wc,
 		Pools: &BotPoolReconciler{
@@ -148,7 +149,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store, Metrics: deps.Metrics,
 			ScheduleLead: o.ScheduleLead, Writes: writes, reservations: reservations,
 		},
-		Dispatcher: &Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes, reservations: reservations},
+		Dispatcher: &dispatch.Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes, Reservations: reservations},
 	}
 	// The gate wakes the slots it refused when a deployment ends; the slot controller watches
 	// the channel. A full channel skips wake-ups (the gate retry covers them).

@@ -61,6 +61,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/dispatch"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/controllers/internal/tenantshare"
@@ -192,7 +193,7 @@ func waitingBotsOf(r *BotReconciler) handler.MapFunc {
 
 // setupDispatcher registers the dispatcher: a wave runs when a pool's slot turns free or a
 // bot of the pool starts to wait.
-func setupDispatcher(mgr ctrl.Manager, d *Dispatcher) error {
+func setupDispatcher(mgr ctrl.Manager, d *dispatch.Dispatcher) error {
 	share := tenantshare.New(d, "dispatcher", tenantshare.WorkersOf(mgr), d.Metrics)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("dispatcher").

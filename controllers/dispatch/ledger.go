@@ -1,4 +1,4 @@
-package controllers
+package dispatch
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func slotsByUID(slots []v1.BotPoolSlot) map[types.UID]*v1.BotPoolSlot {
 	return out
 }
 
-// reservationLedger is what the bot controller (deciding reservations) and the dispatcher
+// Ledger is what the bot controller (deciding reservations) and the dispatcher
 // (binding ad-hoc bots beside them) share about each pool: a lock per pool, under which a
 // decision and a binding wave exclude each other (so neither takes the slot the other just
 // gave away, and one tenant's thousands of decisions never wait on another's), the grants
@@ -63,7 +63,7 @@ func slotsByUID(slots []v1.BotPoolSlot) map[types.UID]*v1.BotPoolSlot {
 // live in the bots' Reserved conditions and status.reservation, and bindings in the slots'
 // botRefs: a restart rebuilds it all from the cache. A nil ledger shares nothing (tests that
 // build one controller alone).
-type reservationLedger struct {
+type Ledger struct {
 	mu      sync.Mutex // guards the maps
 	pools   map[types.NamespacedName]*sync.Mutex
 	pending map[types.UID]pendingGrant
@@ -80,8 +80,8 @@ type pendingGrant struct {
 // that failed left no grant, and the bot is decided again.
 const pendingGrantTTL = time.Minute
 
-// poolLock is the pool's lock (nil for a nil ledger).
-func (l *reservationLedger) poolLock(pool types.NamespacedName) *sync.Mutex {
+// PoolLock is the pool's lock (nil for a nil ledger).
+func (l *Ledger) PoolLock(pool types.NamespacedName) *sync.Mutex {
 	if l == nil {
 		return nil
 	}
@@ -98,7 +98,7 @@ func (l *reservationLedger) poolLock(pool types.NamespacedName) *sync.Mutex {
 	return m
 }
 
-// withPending adds to the cached bots of a pool the grants decided but not shown yet.
+// WithPending adds to the cached bots of a pool the grants decided but not shown yet.
 //
 // A grant whose bot the cache no longer holds, or holds as another object of that name, is
 // dropped: the grant was decided on a bot the cache showed, and the cache never goes back, so
@@ -106,7 +106,7 @@ func (l *reservationLedger) poolLock(pool types.NamespacedName) *sync.Mutex {
 // pool's queue beside a free slot for a meeting that will never come (the model check, seed
 // 2295569671406997). c is the cache the grants were decided on; an error reading it keeps
 // the grant.
-func (l *reservationLedger) withPending(ctx context.Context, c client.Reader, cached []v1.Bot, namespace, pool string, now time.Time) []v1.Bot {
+func (l *Ledger) WithPending(ctx context.Context, c client.Reader, cached []v1.Bot, namespace, pool string, now time.Time) []v1.Bot {
 	if l == nil {
 		return cached
 	}
@@ -146,14 +146,14 @@ func botGone(ctx context.Context, c client.Reader, b *v1.Bot) bool {
 }
 
 // forget drops a grant not shown yet.
-func (l *reservationLedger) forget(uid types.UID) {
+func (l *Ledger) forget(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.pending, uid)
 }
 
-// remember keeps a grant until the cache shows it (or pendingGrantTTL).
-func (l *reservationLedger) remember(bot *v1.Bot, now time.Time) {
+// Remember keeps a grant until the cache shows it (or pendingGrantTTL).
+func (l *Ledger) Remember(bot *v1.Bot, now time.Time) {
 	if l == nil {
 		return
 	}
@@ -166,7 +166,7 @@ func (l *reservationLedger) remember(bot *v1.Bot, now time.Time) {
 }
 
 // bound records a binding a wave wrote (kept bindingTTL: the cache shows it by then).
-func (l *reservationLedger) bound(bot types.UID, b waveBinding) {
+func (l *Ledger) bound(bot types.UID, b waveBinding) {
 	if l == nil {
 		return
 	}
@@ -178,7 +178,7 @@ func (l *reservationLedger) bound(bot types.UID, b waveBinding) {
 	l.binds[bot] = b
 }
 
-// boundIn is the bots of the pool bound to a slot by its botRef (the cache) or by a wave the
+// BoundIn is the bots of the pool bound to a slot by its botRef (the cache) or by a wave the
 // cache may not show yet: what HoldsOf counts as bound whatever the bot's own phase says.
 //
 // A wave's binding that ended since is not one (waveBinding.ended): a bot whose start failed
@@ -186,7 +186,7 @@ func (l *reservationLedger) bound(bot types.UID, b waveBinding) {
 // bound again. Counted for the rest of bindingTTL, it held a slot it did not have, and the
 // queue, that very bot at its head, waited beside a free slot (the model check, seeds
 // 881256409367164 and 1579723300654347). bots are the pool's bots as the caller read them.
-func (l *reservationLedger) boundIn(ctx context.Context, c client.Reader, pool *v1.BotPool, bots []v1.Bot, now time.Time) (map[types.UID]bool, error) {
+func (l *Ledger) BoundIn(ctx context.Context, c client.Reader, pool *v1.BotPool, bots []v1.Bot, now time.Time) (map[types.UID]bool, error) {
 	var slots v1.BotPoolSlotList
 	if err := c.List(ctx, &slots, client.InNamespace(pool.Namespace), client.MatchingFields{index.SlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the pool's slots: %w", err)

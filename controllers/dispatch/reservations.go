@@ -1,4 +1,4 @@
-package controllers
+package dispatch
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 		return 0, err
 	}
 	now := d.Clock.Now()
-	bots := d.reservations.withPending(ctx, d.Client, list.Items, pool.Namespace, pool.Name, now)
+	bots := d.Reservations.WithPending(ctx, d.Client, list.Items, pool.Namespace, pool.Name, now)
 	waiting := func(b *v1.Bot) bool {
 		return policy.Reserved(b) && policy.WaitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal()
 	}
@@ -42,7 +42,7 @@ func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v
 	if !promised {
 		return len(head), nil // nothing promised: the queue takes what is free, as always
 	}
-	bound, err := d.reservations.boundIn(ctx, d.Client, pool, list.Items, now)
+	bound, err := d.Reservations.BoundIn(ctx, d.Client, pool, list.Items, now)
 	if err != nil {
 		return 0, err
 	}

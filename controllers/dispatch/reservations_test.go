@@ -1,4 +1,4 @@
-package controllers
+package dispatch
 
 import (
 	"context"
@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
-	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/controllers/internal/fakeapi"
-	bt "botpool.dev/botpool/internal/botpooltest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/fakeapi"
+	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
 // TestUnreservedInOnePass: the dispatcher binds an ad-hoc bot only while every reservation not
@@ -154,7 +155,7 @@ func TestBoundInForgetsABindingThatEnded(t *testing.T) {
 		}
 		return got.ResourceVersion
 	}
-	l := &reservationLedger{}
+	l := &Ledger{}
 	at := now.Add(-10 * time.Second)
 	unseen := waveBinding{at: at, slot: "s1", version: version(s1)}
 	for _, uid := range []types.UID{"uid-failed", "uid-bound", "uid-failed-before"} {
@@ -172,7 +173,7 @@ func TestBoundInForgetsABindingThatEnded(t *testing.T) {
 	}
 	bots := []v1.Bot{bot("uid-failed", now.Add(-time.Minute), now.Add(-5*time.Second)), bot("uid-bound"), bot("uid-failed-before", now.Add(-time.Minute)),
 		bot("uid-let-go", now.Add(-time.Hour)), bot("uid-slot-gone")}
-	got, err := l.boundIn(context.Background(), c, pool, bots, now)
+	got, err := l.BoundIn(context.Background(), c, pool, bots, now)
 	if err != nil {
 		t.Fatal(err)
 	}

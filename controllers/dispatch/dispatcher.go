@@ -1,4 +1,4 @@
-package controllers
+package dispatch
 
 import (
 	"context"
@@ -56,8 +56,8 @@ type Dispatcher struct {
 	// head of the queue would be paired with it, lose the conflict, and wait while a bot
 	// behind it got a slot that was free (invariant 4).
 	taken map[types.UID]takenSlot
-	// reservations is shared with the bot controller: a wave runs under its pool's lock.
-	reservations *reservationLedger
+	// Reservations is shared with the bot controller: a wave runs under its pool's lock.
+	Reservations *Ledger
 	// drain tracks, per pool, how fast its queue moves: the basis of estimatedWait.
 	drain map[types.NamespacedName]*drainRate
 	// positioned is when each pool's queue positions were last written.
@@ -132,7 +132,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	queue, err := d.queue(ctx, pool)
+	queue, err := d.Queue(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -182,7 +182,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // each other, so neither gives away the slot the other just did. It returns how many it bound
 // and how many it tried.
 func (d *Dispatcher) reservedWave(ctx context.Context, key types.NamespacedName, pool *v1.BotPool, head []*v1.Bot, free []*v1.BotPoolSlot) (bound, n int, err error) {
-	if m := d.reservations.poolLock(key); m != nil {
+	if m := d.Reservations.PoolLock(key); m != nil {
 		m.Lock()
 		defer m.Unlock()
 	}
@@ -225,7 +225,7 @@ func (d *Dispatcher) wave(ctx context.Context, queue []*v1.Bot, slots []*v1.BotP
 			bound++
 			b := waveBinding{at: now, slot: slots[i].UID, version: versions[i]}
 			d.bound[queue[i].UID] = b
-			d.reservations.bound(queue[i].UID, b)
+			d.Reservations.bound(queue[i].UID, b)
 			d.taken[slots[i].UID] = takenSlot{version: versions[i], at: now}
 			d.Metrics.Acquired(at[i].Sub(queue[i].CreationTimestamp.Time))
 			d.Metrics.QueueWait(at[i].Sub(policy.QueuedAt(queue[i])))
@@ -301,12 +301,12 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 	return free, lagging, nil
 }
 
-// queue lists the pool's waiting bots in service order, leaving out those bound already
+// Queue lists the pool's waiting bots in service order, leaving out those bound already
 // (by the cache's index, or by a wave of ours the cache does not show yet). The bots are the
 // cache's own objects, not copies: a pool with thousands of waiters runs a wave per freed
 // slot, and copying every bot each time dominated the operator's CPU and memory. Whoever
 // writes one copies it first.
-func (d *Dispatcher) queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, error) {
+func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, error) {
 	var bots v1.BotList
 	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err

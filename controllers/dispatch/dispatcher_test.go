@@ -1,4 +1,4 @@
-package controllers
+package dispatch
 
 import (
 	"context"
@@ -205,11 +205,11 @@ func TestAWaveForgetsTheGrantOfABotDeletedBeforeItShowed(t *testing.T) {
 				objs = append(objs, b)
 			}
 			c := fakeapi.New(t, interceptor.Funcs{}, objs...)
-			ledger := &reservationLedger{}
-			ledger.remember(granted, clk.Now())
+			ledger := &Ledger{}
+			ledger.Remember(granted, clk.Now())
 			clk.Step(20 * time.Second)
 
-			d := &Dispatcher{Client: c, Clock: clk, Metrics: metrics.New(nil), reservations: ledger}
+			d := &Dispatcher{Client: c, Clock: clk, Metrics: metrics.New(nil), Reservations: ledger}
 			if _, err := d.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)}); err != nil {
 				t.Fatal(err)
 			}
