@@ -6,14 +6,12 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +22,6 @@ import (
 	"botpool.dev/botpool/callback"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/egress"
-	"botpool.dev/botpool/store"
 )
 
 // allowLoopback lets notifiers reach httptest servers, which the default policy refuses.
@@ -36,7 +33,7 @@ type callbackRig struct {
 	t      *testing.T
 	clk    *clocktesting.FakeClock
 	client client.Client
-	events *recordedEvents
+	events *bt.Events
 	bot    *v1.Bot
 	done   chan event.GenericEvent // the notifier's wake-ups
 }
@@ -51,7 +48,7 @@ func newCallbackRig(t *testing.T, url string) *callbackRig {
 	bot := bt.MakeBot("team-a", "standup").UID("uid-standup").MeetingURL("https://zoom.us/j/1").CallbackURL(url).
 		Phase(v1.BotDone).FinishedAt(clk.Now()).Obj()
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.Bot{}).WithObjects(bot).Build()
-	return &callbackRig{t: t, clk: clk, client: c, events: &recordedEvents{}, bot: bot, done: make(chan event.GenericEvent, 10)}
+	return &callbackRig{t: t, clk: clk, client: c, events: &bt.Events{}, bot: bot, done: make(chan event.GenericEvent, 10)}
 }
 
 // notifier starts a notifier on the rig's clock; it stops with the test.
@@ -69,7 +66,7 @@ func (rg *callbackRig) notifier(opts callback.Options) *callback.Notifier {
 
 // reconciler is a fresh Bot controller (a restarted or newly elected manager) using q.
 func (rg *callbackRig) reconciler(q CallbackQueue) *BotReconciler {
-	return &BotReconciler{Client: rg.client, Clock: rg.clk, Recorder: rg.events, Callbacks: q, Store: nopLiveness{}}
+	return &BotReconciler{Client: rg.client, Clock: rg.clk, Recorder: rg.events, Callbacks: q, Store: bt.NopLiveness{}}
 }
 
 func (rg *callbackRig) pass(r *BotReconciler) ctrl.Result {
@@ -103,51 +100,6 @@ func (rg *callbackRig) wake() {
 	}
 }
 
-type nopLiveness struct{}
-
-func (nopLiveness) LastHeartbeats(context.Context, []types.UID) (map[types.UID]time.Time, error) {
-	return nil, nil
-}
-func (nopLiveness) UpsertBot(context.Context, store.BotRecord) error        { return nil }
-func (nopLiveness) AppendBotEvents(context.Context, []store.BotEvent) error { return nil }
-
-type recordedEvents struct {
-	mu      sync.Mutex
-	reasons []string
-	notes   []string
-}
-
-func (e *recordedEvents) Eventf(_, _ runtime.Object, typ, reason, _, note string, args ...any) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.reasons = append(e.reasons, typ+"/"+reason)
-	e.notes = append(e.notes, note)
-}
-
-func (e *recordedEvents) has(typReason string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, r := range e.reasons {
-		if r == typReason {
-			return true
-		}
-	}
-	return false
-}
-
-// count counts the Events recorded with the reason, of any type.
-func (e *recordedEvents) count(reason string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, r := range e.reasons {
-		if strings.HasSuffix(r, "/"+reason) {
-			n++
-		}
-	}
-	return n
-}
-
 // countingReceiver answers 200 and counts requests.
 func countingReceiver(t *testing.T) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
@@ -176,8 +128,8 @@ func TestDeliveredCallbackIsNeverResent(t *testing.T) {
 	if got == nil || got.State != v1.CallbackDelivered || got.Phase != v1.BotDone || got.Attempts != 1 || got.LastError != "" || !got.Time.Equal(&metav1.Time{Time: rg.clk.Now()}) {
 		t.Fatalf("status.callback = %+v, want Delivered for Done after 1 attempt, now", got)
 	}
-	if !rg.events.has("Normal/" + v1.ReasonCallbackDelivered) {
-		t.Errorf("events %v lack %s", rg.events.reasons, v1.ReasonCallbackDelivered)
+	if !rg.events.Has("Normal/" + v1.ReasonCallbackDelivered) {
+		t.Errorf("events %v lack %s", rg.events.Reasons(), v1.ReasonCallbackDelivered)
 	}
 
 	rg.clk.Step(2 * time.Hour) // past the notifier's memory of delivered keys
@@ -298,8 +250,8 @@ func TestCallbackQueueFullGivesUpVisibly(t *testing.T) {
 	if got == nil || got.State != v1.CallbackFailed || !strings.Contains(got.LastError, "queue") {
 		t.Fatalf("status.callback = %+v, want Failed saying the queue was full", got)
 	}
-	if !rg.events.has("Warning/" + v1.ReasonCallbackFailed) {
-		t.Errorf("events %v lack a Warning %s", rg.events.reasons, v1.ReasonCallbackFailed)
+	if !rg.events.Has("Warning/" + v1.ReasonCallbackFailed) {
+		t.Errorf("events %v lack a Warning %s", rg.events.Reasons(), v1.ReasonCallbackFailed)
 	}
 	rg.pass(r)
 	if q.calls != maxCallbackQueueTries {
@@ -324,8 +276,8 @@ func TestRefusedCallbackDestinationIsRecorded(t *testing.T) {
 	if !strings.Contains(got.LastError, "POST") {
 		t.Errorf("lastError %q does not say which request failed", got.LastError)
 	}
-	if !rg.events.has("Warning/" + v1.ReasonCallbackFailed) {
-		t.Errorf("events %v lack a Warning %s", rg.events.reasons, v1.ReasonCallbackFailed)
+	if !rg.events.Has("Warning/" + v1.ReasonCallbackFailed) {
+		t.Errorf("events %v lack a Warning %s", rg.events.Reasons(), v1.ReasonCallbackFailed)
 	}
 	if n := requests.Load(); n != 0 {
 		t.Errorf("the refused receiver got %d requests", n)

@@ -43,10 +43,6 @@ const noPoolRetry = time.Minute
 // store, never the API server: nothing else brings the bot back here).
 const aliveRecheck = 10 * time.Second
 
-// botFinalizer holds a deleted Bot until its container had its leaveGracePeriod to leave the
-// meeting and its slot is released.
-const botFinalizer = "botpool.dev/slot"
-
 // BotLiveness is what the bot controller reads from the store.
 type BotLiveness interface {
 	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
@@ -395,7 +391,7 @@ func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot,
 	// answered with the version this update builds on. A bot deleted in between needs no
 	// leave: it was not running yet, and a slot bound to a bot that is gone is released.
 	if o.Err == nil && !bot.Status.Phase.Terminal() {
-		if err := pass.AddFinalizer(ctx, r.Client, bot, botFinalizer); client.IgnoreNotFound(err) != nil {
+		if err := pass.AddFinalizer(ctx, r.Client, bot, v1.FinalizerBot); client.IgnoreNotFound(err) != nil {
 			o.Err = err
 		}
 	}
@@ -466,7 +462,7 @@ func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error 
 		s.after(wait)
 		return nil
 	}
-	if _, err := pass.RemoveFinalizer(ctx, r.Client, bot, botFinalizer); err != nil {
+	if _, err := pass.RemoveFinalizer(ctx, r.Client, bot, v1.FinalizerBot); err != nil {
 		return err
 	}
 	r.projected.Delete(bot.UID)

@@ -111,11 +111,11 @@ func TestARequeuedBotIsLetGoByItsFailedSlot(t *testing.T) {
 	slot.Spec.Server = "server-a"
 	slot.Status.Reason, slot.Status.Message = string(v1.ReasonDeploymentFailed), "Deployment d-1 ended failed"
 	queued := time.Date(2026, 1, 15, 8, 49, 0, 0, time.UTC)
-	bot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(botFinalizer).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(v1.FinalizerBot).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
 		Phase(v1.BotDeploying).InPool("pool").OnSlot("pool-zoom-001", "app-uuid").Obj()
 	bot.Status.QueuedAt = &metav1.Time{Time: queued}
 	w := newOwnershipWorld(t, slot, bot)
-	events := &recordedEvents{}
+	events := &bt.Events{}
 	w.bots.Recorder = events
 	audit := memory.New(memory.WithClock(w.clk))
 	w.bots.Store = audit
@@ -136,8 +136,8 @@ func TestARequeuedBotIsLetGoByItsFailedSlot(t *testing.T) {
 	if c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionBound); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("Bound %+v, want False", c)
 	}
-	if !events.has("Warning/" + v1.ReasonStartRetried) {
-		t.Errorf("events %v, want a Warning %s", events.reasons, v1.ReasonStartRetried)
+	if !events.Has("Warning/" + v1.ReasonStartRetried) {
+		t.Errorf("events %v, want a Warning %s", events.Reasons(), v1.ReasonStartRetried)
 	}
 	rows, err := audit.BotEvents(context.Background(), "bot-uid")
 	if err != nil || len(rows) != 1 || rows[0].Type != AuditStartRetried {
@@ -177,7 +177,7 @@ func TestARequeuedBotIsLetGoByItsFailedSlot(t *testing.T) {
 func TestABotWhoseBindingWasClaimedIsNeverStartedAgain(t *testing.T) {
 	slot := boundSlot(v1.SlotError)
 	slot.Status.Reason, slot.Status.Message = string(v1.ReasonStandbyLost), "The standby container did not take the bot"
-	bot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(botFinalizer).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(v1.FinalizerBot).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
 		Phase(v1.BotDeploying).InPool("pool").OnSlot("pool-zoom-001", "app-uuid").Obj()
 	bot.Status.Binding = &v1.BindingClaim{SlotName: slot.Name, SlotUID: slot.UID, ClaimedAt: metav1.NewTime(time.Date(2026, 1, 15, 8, 55, 0, 0, time.UTC)),
 		CredentialSHA256: strings.Repeat("0", 64)}
@@ -199,8 +199,8 @@ func TestABotWhoseBindingWasClaimedIsNeverStartedAgain(t *testing.T) {
 // dispatcher does not offer it meanwhile.
 func TestAClaimAfterTheRequeueEndsTheBot(t *testing.T) {
 	at := metav1.NewTime(time.Date(2026, 1, 15, 8, 59, 0, 0, time.UTC))
-	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).Phase(v1.SlotIdle).App("app-uuid").Obj()
-	bot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(botFinalizer).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Phase(v1.SlotIdle).App("app-uuid").Obj()
+	bot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(v1.FinalizerBot).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
 		Phase(v1.BotQueued).InPool("pool").Obj()
 	bot.Status.QueuedAt = &at
 	bot.Status.StartAttempts = []v1.StartAttempt{{SlotName: "pool-zoom-001", Reason: v1.ReasonDeploymentLost, Message: "lost", At: at}}

@@ -79,7 +79,7 @@ type webhookRig struct {
 	relay  *callback.Relay
 	sender *callback.Notifier
 	outbox *memory.Outbox
-	events *recordedEvents
+	events *bt.Events
 	bot    *v1.Bot
 }
 
@@ -102,7 +102,7 @@ func newWebhookRig(t *testing.T, secret *corev1.Secret) (*webhookRig, *signedRec
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = n.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-stopped })
-	rg := &webhookRig{t: t, clk: clk, outbox: outbox, events: &recordedEvents{}}
+	rg := &webhookRig{t: t, clk: clk, outbox: outbox, events: &bt.Events{}}
 	rg.r = &BotReconciler{Client: c, Clock: clk, Recorder: rg.events, Webhooks: outbox, Secrets: c}
 	rg.sender = n
 	rg.relay = callback.NewRelay(callback.RelayOptions{Outbox: outbox, Sender: n, Secrets: WebhookSecrets{Reader: c}, Clock: clk})
@@ -184,7 +184,7 @@ func TestWebhookSecretNotAllowed(t *testing.T) {
 	if st := rg.bot.Status.Webhook; st == nil || st.Sequence != 0 || !strings.Contains(st.LastError, v1.LabelAllowWebhookSigning) {
 		t.Fatalf("status.webhook = %+v, want no message and the label in lastError", st)
 	}
-	if n := rg.events.count(v1.ReasonWebhookSecretNotAllowed); n != 1 {
+	if n := rg.events.Count(v1.ReasonWebhookSecretNotAllowed); n != 1 {
 		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookSecretNotAllowed)
 	}
 	if s.requeue != webhookRecheck {
@@ -204,7 +204,7 @@ func TestWebhookSecretNotAllowed(t *testing.T) {
 func TestWebhookSecretMissing(t *testing.T) {
 	rg, _ := newWebhookRig(t, nil)
 	rg.step(v1.BotQueued)
-	if n := rg.events.count(v1.ReasonWebhookSecretNotFound); n != 1 {
+	if n := rg.events.Count(v1.ReasonWebhookSecretNotFound); n != 1 {
 		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookSecretNotFound)
 	}
 }
@@ -221,7 +221,7 @@ func TestWebhookSecretTooLarge(t *testing.T) {
 	if st := rg.bot.Status.Webhook; st == nil || st.Sequence != 0 || !strings.Contains(st.LastError, callback.ErrKeyTooLarge.Error()) {
 		t.Fatalf("status.webhook = %+v, want no message and the size limit in lastError", st)
 	}
-	if n := rg.events.count(v1.ReasonWebhookSecretInvalid); n != 1 {
+	if n := rg.events.Count(v1.ReasonWebhookSecretInvalid); n != 1 {
 		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookSecretInvalid)
 	}
 	sec.Data["secret"] = []byte("whsec_" + base64.StdEncoding.EncodeToString(make([]byte, callback.MaxKeyLen)))
@@ -242,7 +242,7 @@ func TestWebhookGivenUpIsAWarning(t *testing.T) {
 	if st := rg.bot.Status.Webhook; st.Failures != 1 || !strings.Contains(st.LastError, "410") {
 		t.Fatalf("status.webhook = %+v", st)
 	}
-	if n := rg.events.count(v1.ReasonWebhookFailed); n != 1 {
+	if n := rg.events.Count(v1.ReasonWebhookFailed); n != 1 {
 		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookFailed)
 	}
 }
@@ -459,7 +459,7 @@ func TestWebhookDeletedBotSendsItsLastPhase(t *testing.T) {
 	ctx := context.Background()
 	scheme := runtime.NewScheme()
 	_ = v1.AddToScheme(scheme)
-	bot := bt.MakeBot("team-a", "standup").UID("uid-standup").Finalizers(botFinalizer).Phase(v1.BotFatal).Obj()
+	bot := bt.MakeBot("team-a", "standup").UID("uid-standup").Finalizers(v1.FinalizerBot).Phase(v1.BotFatal).Obj()
 	bot.Status.Reason = v1.ReasonHeartbeatTimeout
 	bot.Spec.Webhook = &v1.Webhook{URL: "https://hooks.example.com/x", Events: v1.WebhookFinal}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.Bot{}).WithObjects(bot).
@@ -474,7 +474,7 @@ func TestWebhookDeletedBotSendsItsLastPhase(t *testing.T) {
 	}
 	outbox := memory.NewOutbox(100)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
-	r := &BotReconciler{Client: c, Clock: clk, Recorder: &recordedEvents{}, Store: nopLiveness{}, Webhooks: outbox}
+	r := &BotReconciler{Client: c, Clock: clk, Recorder: &bt.Events{}, Store: bt.NopLiveness{}, Webhooks: outbox}
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(bot)}); err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestWebhookFailureAfterTheOutboxForgot(t *testing.T) {
 	if st := rg.bot.Status.Webhook; st.Sequence != 3 || st.Failures != 2 || st.Delivered != 1 || st.CountedSequence != 3 {
 		t.Fatalf("status.webhook %+v, want message 3 counted as the second failure", st)
 	}
-	if n := rg.events.count(v1.ReasonWebhookFailed); n != 1 {
+	if n := rg.events.Count(v1.ReasonWebhookFailed); n != 1 {
 		t.Fatalf("%d %s Events, want 1", n, v1.ReasonWebhookFailed)
 	}
 }

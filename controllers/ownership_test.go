@@ -197,13 +197,13 @@ func (w *ownershipWorld) checkOwners() {
 }
 
 func runningBot() *v1.Bot {
-	return bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(botFinalizer).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
+	return bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(v1.FinalizerBot).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
 		Phase(v1.BotInCall).InPool("pool").OnSlot("pool-zoom-001", "app-uuid").
 		StartedAt(time.Date(2026, 1, 15, 8, 59, 50, 0, time.UTC)).Obj()
 }
 
 func boundSlot(phase v1.SlotPhase) *v1.BotPoolSlot {
-	return bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).BoundTo("bot", "bot-uid").
+	return bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).BoundTo("bot", "bot-uid").
 		Phase(phase).Since(time.Date(2026, 1, 15, 8, 50, 0, 0, time.UTC)).App("app-uuid").
 		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
 }

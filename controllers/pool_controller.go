@@ -27,10 +27,6 @@ import (
 	"botpool.dev/botpool/coolify"
 )
 
-// poolFinalizer holds a BotPool until its slots (and through their own finalizers, the
-// Coolify applications) are gone.
-const poolFinalizer = "botpool.dev/slots"
-
 // Requeue intervals of the pool controller.
 const (
 	// credentialsRecheck: a Stalled pool looks at its credentials again this often (the
@@ -136,7 +132,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if err := pass.AddFinalizer(ctx, r.Client, pool, poolFinalizer); err != nil {
+	if err := pass.AddFinalizer(ctx, r.Client, pool, v1.FinalizerPool); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &poolScope{pool: pool, images: policy.ImagesOf(pool), warm: warmAt(pool.Spec, r.Clock.Now(), &r.zones)}
@@ -213,7 +209,7 @@ func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, s.stalled, "Connect", "%s", stalledMessage(s))
 	}
 	if !pool.DeletionTimestamp.IsZero() {
-		if controllerutil.ContainsFinalizer(pool, poolFinalizer) {
+		if controllerutil.ContainsFinalizer(pool, v1.FinalizerPool) {
 			setDrainingStatus(s, r.Clock.Now())
 		}
 	} else {
@@ -221,7 +217,7 @@ func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1
 		r.Metrics.ObservePool(pool)
 	}
 	v1.TruncateConditions(pool.Status.Conditions)
-	if controllerutil.ContainsFinalizer(pool, poolFinalizer) && !equality.Semantic.DeepEqual(before.Status, pool.Status) {
+	if controllerutil.ContainsFinalizer(pool, v1.FinalizerPool) && !equality.Semantic.DeepEqual(before.Status, pool.Status) {
 		o.Err = errors.Join(o.Err, client.IgnoreNotFound(r.Client.Status().Patch(ctx, pool, client.MergeFrom(before))))
 	}
 	return o.Result(s.requeue, credentialsRecheck)
@@ -312,7 +308,7 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 	if err := r.deletePullers(ctx, s); err != nil {
 		return err
 	}
-	if _, err := pass.RemoveFinalizer(ctx, r.Client, s.pool, poolFinalizer); err != nil {
+	if _, err := pass.RemoveFinalizer(ctx, r.Client, s.pool, v1.FinalizerPool); err != nil {
 		return err
 	}
 	r.forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name})

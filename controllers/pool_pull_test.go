@@ -500,7 +500,7 @@ func TestPrePullInOnePass(t *testing.T) {
 			if tt.pool != nil {
 				tt.pool(pool)
 			}
-			events := &recordedEvents{}
+			events := &bt.Events{}
 			live := pool.DeepCopy()
 			if tt.live != nil {
 				live.Status.Servers = []v1.ServerStatus{{UUID: srv, Pull: tt.live}}
@@ -518,7 +518,7 @@ func TestPrePullInOnePass(t *testing.T) {
 				r.pullPolls.mark(p.Pull.DeploymentUUID, now.Add(-tt.polled))
 			}
 			err := r.prePull(context.Background(), s)
-			got := pullPass{Calls: tt.coolify.Calls(), Requeue: s.requeue, Err: err != nil, Events: events.reasons}
+			got := pullPass{Calls: tt.coolify.Calls(), Requeue: s.requeue, Err: err != nil, Events: events.Reasons()}
 			for k := range s.images {
 				got.Servers = append(got.Servers, k)
 			}
@@ -581,7 +581,7 @@ func TestPoolPassKeepsThePullsRequeue(t *testing.T) {
 	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
 	pool := bt.MakePool("ns", "pool").MaxSlots(1).Image("bot", "v2").Placement("prj", "srv-1", "production").Obj()
-	pool.Finalizers = []string{poolFinalizer}
+	pool.Finalizers = []string{v1.FinalizerPool}
 	pool.Status.Servers = []v1.ServerStatus{{UUID: "srv-1", State: v1.ServerActive, Pull: &v1.ImagePull{
 		Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: "app-pull", DeploymentUUID: "dep-pull", Since: metav1.NewTime(now.Add(-time.Minute))}}}
 	status := coolify.DeploymentInProgress
@@ -666,7 +666,7 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 	deleted := func(pulls bool) *v1.BotPool {
 		pool := bt.MakePool("ns", "pool").MaxSlots(1).Image("bot", "v2").Servers("srv-1", "srv-2").Obj()
 		pool.Spec.Coolify.ProjectUUID = "prj"
-		pool.Finalizers = []string{poolFinalizer}
+		pool.Finalizers = []string{v1.FinalizerPool}
 		pool.DeletionTimestamp = &metav1.Time{Time: now}
 		if pulls {
 			pool.Status.Servers = []v1.ServerStatus{{UUID: "srv-1", Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling,
@@ -761,7 +761,7 @@ func TestPrePullReplacesOneServerAtATime(t *testing.T) {
 		"a": {Cached: slices.Clone(old), Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: "app-a", DeploymentUUID: "dep-a", Since: metav1.NewTime(now)}},
 		"b": {Cached: slices.Clone(old)},
 	}
-	r := &BotPoolReconciler{Clock: clk, Recorder: &recordedEvents{}, Coolify: &coolifyview.BulkReader{Clock: clk}}
+	r := &BotPoolReconciler{Clock: clk, Recorder: &bt.Events{}, Coolify: &coolifyview.BulkReader{Clock: clk}}
 	tmpl := policy.PoolTemplate(pool, "", "http://botapi")
 	pass := func() map[string]string {
 		t.Helper()

@@ -84,7 +84,7 @@ func TestObservedGenerationOnlyAfterAHandledPass(t *testing.T) {
 	bot := bt.MakeBot("ns", "bot").UID("bot-uid").MeetingURL("https://zoom.us/j/1").PoolRef("pool").Phase(v1.BotDeploying).Obj()
 	// Bound since the last handled pass: the binding moved the generation on.
 	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Generation(2).ObservedGeneration(1).
-		Finalizers(slotFinalizer).BoundTo(bot.Name, bot.UID).
+		Finalizers(v1.FinalizerSlot).BoundTo(bot.Name, bot.UID).
 		Phase(v1.SlotIdle).Since(fclk.Now().Add(-time.Minute)).App("app-uuid").
 		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
 	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)
@@ -121,7 +121,7 @@ func TestObservedGenerationOnlyAfterAHandledPass(t *testing.T) {
 func TestRemoveFinalizer(t *testing.T) {
 	ctx := context.Background()
 	pool := bt.MakePool("ns", "pool").Obj()
-	pool.Finalizers = []string{poolFinalizer}
+	pool.Finalizers = []string{v1.FinalizerPool}
 	c := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(pool).WithStatusSubresource(&v1.BotPool{}).Build()
 	live := &v1.BotPool{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(pool), live); err != nil {
@@ -130,7 +130,7 @@ func TestRemoveFinalizer(t *testing.T) {
 	before := live.ResourceVersion
 	live.Status.Queued = 7 // computed by this pass
 
-	removed, err := pass.RemoveFinalizer(ctx, c, live, poolFinalizer)
+	removed, err := pass.RemoveFinalizer(ctx, c, live, v1.FinalizerPool)
 	if err != nil || !removed {
 		t.Fatalf("removeFinalizer = %v, %v; want true, nil", removed, err)
 	}
@@ -145,13 +145,13 @@ func TestRemoveFinalizer(t *testing.T) {
 	if len(stored.Finalizers) != 0 || stored.ResourceVersion != live.ResourceVersion {
 		t.Fatalf("stored finalizers %v at %s; want none at %s", stored.Finalizers, stored.ResourceVersion, live.ResourceVersion)
 	}
-	if removed, err := pass.RemoveFinalizer(ctx, c, live, poolFinalizer); removed || err != nil {
+	if removed, err := pass.RemoveFinalizer(ctx, c, live, v1.FinalizerPool); removed || err != nil {
 		t.Fatalf("a second removal = %v, %v; want nothing to do", removed, err)
 	}
 
 	gone := bt.MakePool("ns", "gone").Obj()
-	gone.Finalizers = []string{poolFinalizer}
-	if removed, err := pass.RemoveFinalizer(ctx, c, gone, poolFinalizer); !removed || err != nil {
+	gone.Finalizers = []string{v1.FinalizerPool}
+	if removed, err := pass.RemoveFinalizer(ctx, c, gone, v1.FinalizerPool); !removed || err != nil {
 		t.Fatalf("removing from an object already gone = %v, %v; want true, nil", removed, err)
 	}
 }

@@ -125,7 +125,7 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 	lateBot := bt.MakeBot("ns", "late").UID("uid-late").MeetingURL("https://zoom.us/j/2").Obj()
 	lateBot.Spec.StartTime = &metav1.Time{Time: clk.Now().Add(5 * time.Minute)}
 	c := fakeapi.New(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(2).Standby(v1.StandbyRunning).Obj(), reservedBot, lateBot)
-	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: nopLiveness{}, ScheduleLead: 2 * time.Minute}
+	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: bt.NopLiveness{}, ScheduleLead: 2 * time.Minute}
 	pass := func(b *v1.Bot) (*v1.Bot, time.Duration) {
 		t.Helper()
 		res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
@@ -146,13 +146,13 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 		}
 	}
 
-	decided := &recordedEvents{}
+	decided := &bt.Events{}
 	r.Recorder = decided
 	got, after := pass(reservedBot)
 	expect(got, v1.BotScheduled, v1.ReasonCapacityReserved)
 	pass(reservedBot)
-	if n := decided.count(v1.ReasonCapacityReserved); n != 1 || !decided.has("Normal/"+v1.ReasonCapacityReserved) {
-		t.Errorf("%d CapacityReserved Events over two passes (%v), want one Normal", n, decided.reasons)
+	if n := decided.Count(v1.ReasonCapacityReserved); n != 1 || !decided.Has("Normal/"+v1.ReasonCapacityReserved) {
+		t.Errorf("%d CapacityReserved Events over two passes (%v), want one Normal", n, decided.Reasons())
 	}
 	if after != 30*time.Minute {
 		t.Errorf("reserved bot looks again in %s, want at its start (30m)", after)
@@ -195,7 +195,7 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 	if err := c.Status().Update(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
-	events := &recordedEvents{}
+	events := &bt.Events{}
 	r.Recorder = events
 	clk.SetTime(start.Add(reservationGrace))
 	got, _ = pass(reservedBot)
@@ -205,7 +205,7 @@ func TestReservedBotWaitsForItsStart(t *testing.T) {
 	}
 	clk.SetTime(start.Add(time.Minute))
 	got, _ = pass(reservedBot)
-	if n := events.count(v1.ReasonReservationLate); n != 1 {
+	if n := events.Count(v1.ReasonReservationLate); n != 1 {
 		t.Errorf("%d ReservationLate Events over two passes, want 1", n)
 	}
 	// The message says the same a minute later: a count of the time since the start would
@@ -431,7 +431,7 @@ func TestReservationDecidedAgainWhenItsWindowMoves(t *testing.T) {
 	}
 	x, y := at("x", 30*time.Minute), at("y", 5*time.Hour)
 	c := fakeapi.New(t, interceptor.Funcs{}, bt.MakePool("ns", "pool").Platform(v1.PlatformZoom).MaxSlots(1).Standby(v1.StandbyRunning).Obj(), x, y)
-	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: nopLiveness{}, ScheduleLead: 2 * time.Minute}
+	r := &BotReconciler{Client: c, Clock: clk, Recorder: discardEvents{}, Store: bt.NopLiveness{}, ScheduleLead: 2 * time.Minute}
 	pass := func(name string) *v1.Bot {
 		t.Helper()
 		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: name}}); err != nil {

@@ -141,7 +141,7 @@ func TestSlotFailuresMarkTheirServer(t *testing.T) {
 		t.Helper()
 		since := clk.Now().Add(-time.Minute)
 		bot := bt.MakeBot("ns", "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
-		slot := bt.MakeSlot("ns", slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token).Server("b").
+		slot := bt.MakeSlot("ns", slotN, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(token).Server("b").
 			BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotDeploying).Since(since).Deployment("dep-1", since).Obj()
 		c := fakeapi.New(t, interceptor.Funcs{}, pool.DeepCopy(), bot, slot)
 		api := &bt.Coolify{
@@ -206,7 +206,7 @@ func TestStandbySlotWaitsForItsServer(t *testing.T) {
 				Standby(v1.StandbyRunning).Obj()
 			pool.Status.Servers = []v1.ServerStatus{{UUID: "a", State: v1.ServerActive, Health: v1.ServerHealthy},
 				{UUID: "b", State: v1.ServerActive, Health: tc.health}}
-			slot := bt.MakeSlot("ns", slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Server("b").
+			slot := bt.MakeSlot("ns", slotN, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Server("b").
 				Token("0000000000000000000000000000000000000000000000000000000000000000").App(app).
 				Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).Obj()
 			slot.Status.Standby = v1.StandbyStarting

@@ -39,7 +39,7 @@ func TestReleaseWaitsForTheCacheAfterItsOwnStatusWrite(t *testing.T) {
 	fclk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 
 	bot := bt.MakeBot("ns", "first").UID("bot-uid").MeetingURL("https://zoom.us/j/1").PoolRef("pool").Phase(v1.BotDone).Obj()
-	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).Generation(2).
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Generation(2).
 		BoundTo(bot.Name, bot.UID).Phase(v1.SlotBusy).App("app-uuid").Obj()
 	setSlotConditions(slot)
 	// The conditions were written for generation 1, as after the slot's last status write once

@@ -31,13 +31,6 @@ import (
 	"botpool.dev/botpool/store"
 )
 
-const (
-	// slotFinalizer holds a slot until its Coolify application is stopped and deleted.
-	slotFinalizer = "botpool.dev/application"
-)
-
-// Default requeue intervals of the slot controller.
-const ()
 
 // SlotStore is what the slot controller needs from the store.
 type SlotStore interface {
@@ -114,6 +107,9 @@ type slotScope struct {
 	// createdFrom is the image reference this pass created (or adopted) the slot's application
 	// with, "" if it created none (see setEnv and syncTemplate).
 	createdFrom string
+	// recordedToken is the token hash the slot's stored status held when the pass began: the
+	// credential the bot API may know. One issued in this pass is known after the pass.
+	recordedToken string
 }
 
 // related is the bound bot for an event's related object: a nil *v1.Bot inside a non-nil
@@ -150,10 +146,10 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("pool", slot.Spec.Pool, "appUUID", slot.Status.ApplicationUUID)
 	ctx = ctrl.LoggerInto(ctx, log)
-	if err := pass.AddFinalizer(ctx, r.Client, slot, slotFinalizer); err != nil {
+	if err := pass.AddFinalizer(ctx, r.Client, slot, v1.FinalizerSlot); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	s := &slotScope{slot: slot}
+	s := &slotScope{slot: slot, recordedToken: slot.Status.TokenSHA256}
 	before := slot.DeepCopy()
 	defer func() { res, err = r.finish(ctx, s, before, pass.Settle(err, true)) }()
 	err = r.run(ctx, s)

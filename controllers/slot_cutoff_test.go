@@ -70,7 +70,7 @@ func TestADeployCutOffIsRecordedAndNotSentAgain(t *testing.T) {
 
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
 	bot := bt.MakeBot("ns", "bot").UID("bot-uid").MeetingURL("https://zoom.us/j/1").PoolRef("pool").Phase(v1.BotDeploying).Obj()
-	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).BoundTo(bot.Name, bot.UID).
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).BoundTo(bot.Name, bot.UID).
 		Phase(v1.SlotIdle).Since(fclk.Now().Add(-time.Minute)).App("app-uuid").
 		Token("0000000000000000000000000000000000000000000000000000000000000000").Obj()
 	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)

@@ -55,7 +55,7 @@ func TestNoSecondDeployOnAVersionAnotherWriterLeftBetween(t *testing.T) {
 	clk := clocktesting.NewFakeClock(now)
 	pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
 	bot := bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
-	slot := bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token).
+	slot := bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(token).
 		BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()
 	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)
 	key := client.ObjectKeyFromObject(slot)

@@ -908,7 +908,7 @@ func (r *BotPoolSlotReconciler) describe(ctx context.Context, s *slotScope, phas
 // reconcileDelete cleans Coolify before the slot goes: it lets a running bot leave first (see
 // drain), then cancels, stops and deletes the application.
 func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScope) error {
-	if controllerutil.ContainsFinalizer(s.slot, slotFinalizer) {
+	if controllerutil.ContainsFinalizer(s.slot, v1.FinalizerSlot) {
 		if done, err := r.drain(ctx, s); err != nil || !done {
 			return err
 		}
@@ -1041,7 +1041,7 @@ const deleteCheck = 5 * time.Second
 
 func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
 	r.returnAdmission(s, false) // whatever the phase: one deleted while Deploying holds one
-	if removed, err := pass.RemoveFinalizer(ctx, r.Client, s.slot, slotFinalizer); !removed || err != nil {
+	if removed, err := pass.RemoveFinalizer(ctx, r.Client, s.slot, v1.FinalizerSlot); !removed || err != nil {
 		return err
 	}
 	r.unproject(ctx, s.slot.Namespace, s.slot.Name)

@@ -75,7 +75,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		return bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
 	}
 	slot := func() *bt.SlotWrapper {
-		return bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token)
+		return bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(token)
 	}
 	deploying := func() *bt.SlotWrapper {
 		return slot().BoundTo("bot", "bot-uid").App(app).Phase(v1.SlotDeploying).Since(now.Add(-time.Minute)).
@@ -345,7 +345,7 @@ func TestAStaleDeployIsFailedOnlyOnAFreshRead(t *testing.T) {
 	since := clk.Now().Add(-v1.DefaultDeployingTimeout + 2*time.Second)
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
 	bot := bt.MakeBot("ns", "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
-	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).
 		Token("0000000000000000000000000000000000000000000000000000000000000000").
 		BoundTo("bot", "bot-uid").App("app-1").Phase(v1.SlotDeploying).Since(since).Deployment("dep-1", since).Obj()
 	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot)
@@ -395,7 +395,7 @@ func TestAWaitClearsStalled(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
-	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
+	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).
 		Token("0000000000000000000000000000000000000000000000000000000000000000").
 		App("app-1").Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Minute)).Obj()
 	slot.Status.Conditions = []metav1.Condition{{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
@@ -435,7 +435,7 @@ func TestAStrandedSlotKeepsItsEnvUntilItTakesTheTemplate(t *testing.T) {
 	hash := policy.PoolTemplate(base, "", "").Hash()
 	pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "3").Template(hash, "bot:3").
 		Cached(server, "bot:2", "", now.Add(-time.Hour)).Obj()
-	slot := bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).
+	slot := bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).
 		Token("0000000000000000000000000000000000000000000000000000000000000000").
 		App(app).Template("t1-0000000000000001", "bot:1").Phase(v1.SlotIdle).Since(now.Add(-time.Minute)).Obj()
 	c := fakeapi.New(t, interceptor.Funcs{}, pool, slot)

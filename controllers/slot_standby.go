@@ -154,6 +154,16 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 			return nil
 		}
 	}
+	if st.TokenSHA256 != s.recordedToken {
+		// A credential issued in this pass (a new slot, a release, a lost container): the bot
+		// API knows a token only once the status records its hash and the cache shows it. A
+		// container deployed now could ask first, be refused, and exit without ever asking
+		// again (the soak found one on seed 540807215885127171). The next pass deploys it,
+		// once the cache shows this pass's write.
+		st.Message = "Standby container to start once its new credential is recorded"
+		s.after(pass.CacheWait)
+		return nil
+	}
 	if !r.admit(ctx, s) {
 		if !isCoolifyBusyMessage(st.Message) {
 			st.Message = "Standby container to start; " + gateWaitMessage

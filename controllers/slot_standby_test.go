@@ -631,7 +631,7 @@ func TestStandbyReadinessCountsAsksFromTheDeployRequest(t *testing.T) {
 		t.Helper()
 		fclk := clocktesting.NewFakeClock(at)
 		pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Standby(v1.StandbyRunning).Obj()
-		slot := bt.MakeSlot(ns, name, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token).App(app).
+		slot := bt.MakeSlot(ns, name, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(token).App(app).
 			Phase(v1.SlotIdle).Since(deployed.Add(8 * time.Second)).Obj()
 		since := metav1.NewTime(deployed)
 		slot.Status.Standby, slot.Status.StandbySince, slot.Status.DeploymentUUID = standby, &since, "dep-1"

@@ -257,7 +257,7 @@ func newSlotPass(t *testing.T, phase v1.SlotPhase, bound bool, api *transitionAP
 	since := clk.Now().Add(-time.Minute)
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
 	bot := bt.MakeBot("ns", "bot").UID("bot-uid").MeetingURL("https://zoom.us/j/1").PoolRef("pool").Phase(v1.BotDeploying).Obj()
-	sw := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(slotFinalizer).
+	sw := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).
 		Phase(phase).Since(since).App("app-uuid").
 		Token("0000000000000000000000000000000000000000000000000000000000000000")
 	if bound {

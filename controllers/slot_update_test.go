@@ -53,7 +53,7 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 		return bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").InPool("pool").Phase(v1.BotDeploying).Obj()
 	}
 	slot := func() *bt.SlotWrapper {
-		return bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(slotFinalizer).Token(token).Server(server).
+		return bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(token).Server(server).
 			App(app).Template(oldHash, oldRef)
 	}
 	// written and dropped record the keys of the env last written and the env rows deleted.

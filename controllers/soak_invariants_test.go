@@ -497,8 +497,15 @@ func (o *soakObserver) standbySettled(s *v1.BotPoolSlot, app sim.AppInfo, quiet 
 	}
 	run, ok := o.bots.latestRun(s.Status.ApplicationUUID)
 	if _, live := o.bots.live(s.Status.ApplicationUUID); !ok || !live || run.asked.IsZero() || run.given != "" {
-		return fmt.Errorf("slot %s is Ready at rest, but its container does not wait for work (running %v, asked %v, received %q)",
-			s.Name, live, ok && !run.asked.IsZero(), run.given)
+		since := "-"
+		if st := s.Status.StandbySince; st != nil {
+			since = st.UTC().Format(time.TimeOnly)
+		}
+		return fmt.Errorf("slot %s is Ready at rest, but its container does not wait for work (running %v, asked %v, received %q): "+
+			"container %d started %s, last asked %s, its token the slot's %v, died %q; the slot standby since %s, %q",
+			s.Name, live, ok && !run.asked.IsZero(), run.given, run.seq, run.started.UTC().Format(time.TimeOnly),
+			run.asked.UTC().Format(time.TimeOnly), run.token != "" && slottoken.Hash([]byte(run.token)) == s.Status.TokenSHA256,
+			run.died, since, s.Status.Message)
 	}
 	return nil
 }

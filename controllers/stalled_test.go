@@ -19,7 +19,7 @@ import (
 // InProgress forever (Ready False alone means "not yet").
 func TestAFatalBotIsFailedForKstatus(t *testing.T) {
 	queued := metav1.NewTime(time.Date(2026, 1, 15, 8, 0, 0, 0, time.UTC))
-	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bot", UID: "bot-uid", Generation: 3, Finalizers: []string{botFinalizer}},
+	bot := &v1.Bot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bot", UID: "bot-uid", Generation: 3, Finalizers: []string{v1.FinalizerBot}},
 		Spec:   v1.BotSpec{MeetingURL: "https://zoom.us/j/1", PoolRef: &v1.PoolReference{Name: "pool"}},
 		Status: v1.BotStatus{Phase: v1.BotQueued, Pool: "pool", QueuedAt: &queued}}
 	idle := boundSlot(v1.SlotIdle)

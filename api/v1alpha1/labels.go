@@ -1,5 +1,17 @@
 package v1alpha1
 
+// Finalizers the operator sets: each holds an object until what it stands for is gone.
+const (
+	// FinalizerBot holds a deleted Bot until its container had its leaveGracePeriod to leave
+	// the meeting and its slot is released.
+	FinalizerBot = "botpool.dev/slot"
+	// FinalizerSlot holds a BotPoolSlot until its Coolify application is stopped and deleted.
+	FinalizerSlot = "botpool.dev/application"
+	// FinalizerPool holds a BotPool until its slots (and through their own finalizers, the
+	// Coolify applications) are gone.
+	FinalizerPool = "botpool.dev/slots"
+)
+
 // Labels and annotations the operator reads or writes.
 const (
 	// LabelPool is set on every BotPoolSlot with the name of its BotPool.

@@ -3,13 +3,17 @@ package botpooltest
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/store"
 )
 
 // Connector hands every pool the one Coolify API and remembers which pools it served, as
@@ -50,6 +54,58 @@ type DiscardEvents struct{}
 
 // Eventf implements events.EventRecorder.
 func (DiscardEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
+
+// Events is an event recorder that keeps the type and reason ("Warning/StartRetried") of
+// every event, for a test to look for one.
+type Events struct {
+	mu      sync.Mutex
+	reasons []string
+}
+
+// Eventf implements events.EventRecorder.
+func (e *Events) Eventf(_, _ runtime.Object, typ, reason, _, _ string, _ ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reasons = append(e.reasons, typ+"/"+reason)
+}
+
+// Reasons is every event's type and reason ("Normal/CapacityReserved"), in order.
+func (e *Events) Reasons() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.reasons)
+}
+
+// Has reports whether an event of the type and reason ("Warning/CallbackFailed") was recorded.
+func (e *Events) Has(typReason string) bool {
+	return slices.Contains(e.Reasons(), typReason)
+}
+
+// Count counts the events recorded with the reason, of any type.
+func (e *Events) Count(reason string) int {
+	n := 0
+	for _, r := range e.Reasons() {
+		if strings.HasSuffix(r, "/"+reason) {
+			n++
+		}
+	}
+	return n
+}
+
+// NopLiveness is the Bot controller's store (controllers.BotLiveness) with no heartbeats,
+// dropping every record.
+type NopLiveness struct{}
+
+// LastHeartbeats reports none.
+func (NopLiveness) LastHeartbeats(context.Context, []types.UID) (map[types.UID]time.Time, error) {
+	return nil, nil
+}
+
+// UpsertBot drops the record.
+func (NopLiveness) UpsertBot(context.Context, store.BotRecord) error { return nil }
+
+// AppendBotEvents drops the events.
+func (NopLiveness) AppendBotEvents(context.Context, []store.BotEvent) error { return nil }
 
 // Coolify is a coolify.API of func fields: a test sets the methods it expects to be called.
 // Every call is recorded in Calls (method and first argument) so a test can compare what a
