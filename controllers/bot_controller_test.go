@@ -122,7 +122,7 @@ func TestQueueTimeout(t *testing.T) {
 	step(61 * time.Second)
 	// The requeue at the deadline is real time; a touch makes the controller look now.
 	touch(t, impatient)
-	waitBot(t, impatient, "Fatal/QueueTimeout", func(b *v1.Bot) bool {
+	waitBot(t, impatient, "Fatal/bot.QueueTimeout", func(b *v1.Bot) bool {
 		return b.Status.Phase == v1.BotFatal && b.Status.Reason == v1.ReasonQueueTimeout
 	})
 	touch(t, patient)

@@ -12,94 +12,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/controllers/dispatch"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
 )
-
-// TestJudgeStart: the retry rule, on the objects alone. Only a failure of the infrastructure
-// retries, only for a bot that never ran and whose binding no container took, and only while
-// it has starts left (the bot's own limit before its pool's).
-func TestJudgeStart(t *testing.T) {
-	at := metav1.NewTime(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
-	failed := func(reason v1.BotReason) func(*v1.BotPoolSlot) {
-		return func(s *v1.BotPoolSlot) { s.Status.Phase, s.Status.Reason = v1.SlotError, string(reason) }
-	}
-	attempts := func(n int) func(*v1.Bot) {
-		return func(b *v1.Bot) {
-			for range n {
-				b.Status.StartAttempts = append(b.Status.StartAttempts, v1.StartAttempt{SlotName: "pool-zoom-001", Reason: v1.ReasonDeploymentFailed, At: at})
-			}
-		}
-	}
-	tests := []struct {
-		name string
-		slot func(*v1.BotPoolSlot)
-		bot  []func(*v1.Bot)
-		pool func(*v1.BotPool)
-		want startVerdict
-	}{
-		{name: "failed pull", slot: failed(v1.ReasonDeploymentFailed), want: startRetry},
-		{name: "deployment timeout", slot: failed(v1.ReasonDeploymentTimeout), want: startRetry},
-		{name: "deployment lost", slot: failed(v1.ReasonDeploymentLost), want: startRetry},
-		{name: "stale deploying", slot: failed(v1.ReasonDeployingTimeout), want: startRetry},
-		{name: "application lost", slot: failed(v1.ReasonApplicationLost), want: startRetry},
-		{name: "standby container lost", slot: failed(v1.ReasonStandbyLost), want: startRetry},
-		{name: "stop failed", slot: failed(v1.ReasonStopFailed), want: startRan},
-		{name: "a reason of the bot", slot: failed(v1.ReasonHeartbeatTimeout), want: startRan},
-		{name: "queue timeout", slot: failed(v1.ReasonQueueTimeout), want: startRan},
-		{name: "unknown reason", slot: failed("SomethingElse"), want: startRan},
-		{name: "bot started", slot: failed(v1.ReasonDeploymentFailed), bot: []func(*v1.Bot){func(b *v1.Bot) { b.Status.StartedAt = &at }}, want: startRan},
-		{name: "bot was alive", slot: failed(v1.ReasonApplicationLost), bot: []func(*v1.Bot){func(b *v1.Bot) { b.MarkAlive(at.Time) }}, want: startRan},
-		{name: "binding claimed", slot: failed(v1.ReasonStandbyLost), bot: []func(*v1.Bot){func(b *v1.Bot) {
-			b.Status.Binding = &v1.BindingClaim{SlotName: "pool-zoom-001", SlotUID: "slot-uid", ClaimedAt: at}
-		}}, want: startRan},
-		{name: "second of three", slot: failed(v1.ReasonDeploymentFailed), bot: []func(*v1.Bot){attempts(1)}, want: startRetry},
-		{name: "third of three", slot: failed(v1.ReasonDeploymentFailed), bot: []func(*v1.Bot){attempts(2)}, want: startLast},
-		{name: "pool allows one", slot: failed(v1.ReasonDeploymentFailed), pool: func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 1 }, want: startLast},
-		{name: "bot's limit over the pool's", slot: failed(v1.ReasonDeploymentFailed), bot: []func(*v1.Bot){attempts(2), func(b *v1.Bot) { b.Spec.MaxStartAttempts = 5 }},
-			pool: func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 2 }, want: startRetry},
-		{name: "bot's limit under the pool's", slot: failed(v1.ReasonDeploymentFailed), bot: []func(*v1.Bot){attempts(1), func(b *v1.Bot) { b.Spec.MaxStartAttempts = 2 }},
-			pool: func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 5 }, want: startLast},
-		{name: "pool being deleted", slot: failed(v1.ReasonDeploymentFailed), pool: func(p *v1.BotPool) { p.DeletionTimestamp = &at }, want: startLast},
-		{name: "pool gone", slot: failed(v1.ReasonDeploymentFailed), pool: func(p *v1.BotPool) { *p = v1.BotPool{} }, want: startLast},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			bot := bt.MakeBot("ns", "bot").UID("bot-uid").Phase(v1.BotDeploying).Obj()
-			for _, f := range tt.bot {
-				f(bot)
-			}
-			slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").BoundTo("bot", "bot-uid").Obj()
-			tt.slot(slot)
-			pool := bt.MakePool("ns", "pool").Obj()
-			if tt.pool != nil {
-				tt.pool(pool)
-			}
-			if got := judgeStart(bot, slot, pool); got != tt.want {
-				t.Errorf("judgeStart = %d, want %d", got, tt.want)
-			}
-		})
-	}
-}
-
-// TestQueueDeadline: a retried bot keeps its queuedAt (its place) but its wait counts from its
-// last failed start.
-func TestQueueDeadline(t *testing.T) {
-	queued := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
-	pool := bt.MakePool("ns", "pool").Obj()
-	bot := bt.MakeBot("ns", "bot").Phase(v1.BotQueued).Obj()
-	bot.Status.QueuedAt = &metav1.Time{Time: queued}
-	if got, want := queueDeadline(bot, pool), queued.Add(v1.DefaultQueueTimeout); !got.Equal(want) {
-		t.Fatalf("deadline %s, want %s", got, want)
-	}
-	failed := queued.Add(7 * time.Minute)
-	bot.Status.StartAttempts = []v1.StartAttempt{{SlotName: "s", Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(failed)}}
-	if got, want := queueDeadline(bot, pool), failed.Add(v1.DefaultQueueTimeout); !got.Equal(want) {
-		t.Fatalf("deadline of a retried bot %s, want %s (from its failed start)", got, want)
-	}
-}
 
 // TestARequeuedBotIsLetGoByItsFailedSlot: single passes on a fake API server. The slot fails a
 // bot's start (its binding never claimed): the bot controller records the attempt (status,
@@ -111,10 +29,10 @@ func TestARequeuedBotIsLetGoByItsFailedSlot(t *testing.T) {
 	slot.Spec.Server = "server-a"
 	slot.Status.Reason, slot.Status.Message = string(v1.ReasonDeploymentFailed), "Deployment d-1 ended failed"
 	queued := time.Date(2026, 1, 15, 8, 49, 0, 0, time.UTC)
-	bot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(v1.FinalizerBot).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
+	theBot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(v1.FinalizerBot).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
 		Phase(v1.BotDeploying).InPool("pool").OnSlot("pool-zoom-001", "app-uuid").Obj()
-	bot.Status.QueuedAt = &metav1.Time{Time: queued}
-	w := newOwnershipWorld(t, slot, bot)
+	theBot.Status.QueuedAt = &metav1.Time{Time: queued}
+	w := newOwnershipWorld(t, slot, theBot)
 	events := &bt.Events{}
 	w.bots.Recorder = events
 	audit := memory.New(memory.WithClock(w.clk))
@@ -140,8 +58,8 @@ func TestARequeuedBotIsLetGoByItsFailedSlot(t *testing.T) {
 		t.Errorf("events %v, want a Warning %s", events.Reasons(), v1.ReasonStartRetried)
 	}
 	rows, err := audit.BotEvents(context.Background(), "bot-uid")
-	if err != nil || len(rows) != 1 || rows[0].Type != AuditStartRetried {
-		t.Fatalf("audit rows %+v (%v), want one %s", rows, err, AuditStartRetried)
+	if err != nil || len(rows) != 1 || rows[0].Type != bot.AuditStartRetried {
+		t.Fatalf("audit rows %+v (%v), want one %s", rows, err, bot.AuditStartRetried)
 	}
 	var data map[string]any
 	if err := json.Unmarshal(rows[0].Data, &data); err != nil || data["attempt"] != float64(1) || data["server"] != "server-a" {
@@ -153,12 +71,12 @@ func TestARequeuedBotIsLetGoByItsFailedSlot(t *testing.T) {
 		t.Fatalf("a second pass before the release: %s with %d attempts, want Queued with 1", b.Status.Phase, len(b.Status.StartAttempts))
 	}
 	if !b.LeftSlot(w.getSlot()) {
-		t.Fatal("LeftSlot is false for the failed slot the bot went back from")
+		t.Fatal("LeftSlot is false for the failed slot the theBot went back from")
 	}
 
-	w.reconcileSlot() // lets go of the requeued bot
+	w.reconcileSlot() // lets go of the requeued theBot
 	if s := w.getSlot(); s.Spec.BotRef != nil {
-		t.Fatalf("the failed slot kept the requeued bot: %s, botRef %v", s.Status.Phase, s.Spec.BotRef)
+		t.Fatalf("the failed slot kept the requeued theBot: %s, botRef %v", s.Status.Phase, s.Spec.BotRef)
 	}
 	w.reconcileBot()
 	if b := w.getBot(); len(b.Status.StartAttempts) != 1 || b.Status.Phase != v1.BotQueued {
@@ -195,33 +113,33 @@ func TestABotWhoseBindingWasClaimedIsNeverStartedAgain(t *testing.T) {
 
 // TestAClaimAfterTheRequeueEndsTheBot: a container of the slot the bot left took its binding
 // after the requeue (a config answer that raced it): the bot is never bound again; once the
-// claim is older than claimSettle it ends Fatal with its last start's reason, and the
+// claim is older than ClaimSettle it ends Fatal with its last start's reason, and the
 // dispatcher does not offer it meanwhile.
 func TestAClaimAfterTheRequeueEndsTheBot(t *testing.T) {
 	at := metav1.NewTime(time.Date(2026, 1, 15, 8, 59, 0, 0, time.UTC))
 	slot := bt.MakeSlot("ns", "pool-zoom-001", "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Phase(v1.SlotIdle).App("app-uuid").Obj()
-	bot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(v1.FinalizerBot).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
+	claimedBot := bt.MakeBot("ns", "bot").UID("bot-uid").Finalizers(v1.FinalizerBot).MeetingURL("https://zoom.us/j/1").PoolRef("pool").
 		Phase(v1.BotQueued).InPool("pool").Obj()
-	bot.Status.QueuedAt = &at
-	bot.Status.StartAttempts = []v1.StartAttempt{{SlotName: "pool-zoom-001", Reason: v1.ReasonDeploymentLost, Message: "lost", At: at}}
-	// Claimed as the world's clock starts: for claimSettle it may be a fresh binding of the
+	claimedBot.Status.QueuedAt = &at
+	claimedBot.Status.StartAttempts = []v1.StartAttempt{{SlotName: "pool-zoom-001", Reason: v1.ReasonDeploymentLost, Message: "lost", At: at}}
+	// Claimed as the world's clock starts: for ClaimSettle it may be a fresh binding of the
 	// same slot that the cache does not show yet.
 	claimed := metav1.NewTime(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
-	bot.Status.Binding = &v1.BindingClaim{SlotName: "pool-zoom-001", SlotUID: "slot-uid", ClaimedAt: claimed, CredentialSHA256: strings.Repeat("0", 64)}
-	w := newOwnershipWorld(t, slot, bot)
+	claimedBot.Status.Binding = &v1.BindingClaim{SlotName: "pool-zoom-001", SlotUID: "slot-uid", ClaimedAt: claimed, CredentialSHA256: strings.Repeat("0", 64)}
+	w := newOwnershipWorld(t, slot, claimedBot)
 	d := &dispatch.Dispatcher{Client: w.base, Clock: w.clk, Metrics: metrics.New(nil)}
 	pool := &v1.BotPool{}
 	if err := w.base.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "pool"}, pool); err != nil {
 		t.Fatal(err)
 	}
 	if q, err := d.Queue(context.Background(), pool); err != nil || len(q) != 0 {
-		t.Fatalf("queue %d bots (%v), want the claimed bot left out", len(q), err)
+		t.Fatalf("queue %d bots (%v), want the claimed claimedBot left out", len(q), err)
 	}
 	w.reconcileBot()
 	if b := w.getBot(); b.Status.Phase != v1.BotQueued {
 		t.Fatalf("bot %s/%s right after the claim, want still Queued for claimSettle", b.Status.Phase, b.Status.Reason)
 	}
-	w.clk.Step(claimSettle)
+	w.clk.Step(bot.ClaimSettle)
 	w.reconcileBot()
 	b := w.getBot()
 	if b.Status.Phase != v1.BotFatal || b.Status.Reason != v1.ReasonDeploymentLost || !strings.Contains(b.Status.Message, "not started again") {

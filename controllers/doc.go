@@ -13,7 +13,7 @@
 //   - Dispatcher binds: per pool, one wave at a time, it gives the head of the queue the free
 //     slots by writing each slot's spec.botRef under the slot's resourceVersion, and keeps the
 //     waiting bots' queuePosition and estimatedWait.
-//   - BotReconciler follows one Bot: it routes it to a pool, keeps it in the queue until its
+//   - bot.Reconciler follows one Bot: it routes it to a pool, keeps it in the queue until its
 //     deadline, mirrors the binding the dispatcher made, applies the heartbeat rules from the
 //     store, ends it (Bot.Fail) when its time runs out or its slot failed or went away, lets a
 //     deleted bot leave, and hands finished bots to the callback queue.
@@ -42,9 +42,9 @@
 // The controllers' Coolify access is package coolifyview (controllers/internal/coolifyview);
 // setup.go names its CoolifyAPI, Connector and SecretConnector for the callers.
 //
-// The dispatcher, which binds queued bots to free slots, and the reservation ledger it shares
-// with the bot reconciler (the one declared edge between reconcilers) are package dispatch
-// (controllers/dispatch).
+// The bot reconciler is package bot (controllers/bot). The dispatcher, which binds queued
+// bots to free slots, and the reservation ledger it shares with the bot reconciler (the one
+// declared edge between reconcilers) are package dispatch (controllers/dispatch).
 //
 // The deploy gate (package deploygate), the cache indexes (index), the Prometheus series
 // (metrics) and each namespace's share of a controller's workers (tenantshare) are packages
@@ -74,15 +74,6 @@
 //	slot_update.go       a slot taking the pool's template: syncTemplate, the in-place update of a free slot, claimForUpdate
 //	slot_servers.go      the slot's server as its Coolify user sees it (serverOf) and whether it is out (serverOut)
 //	slot_priority.go     which of a slot pass's Coolify requests are the start path and which housekeeping (slotPriority)
-//
-// The bot reconciler (bot).
-//
-//	bot_controller.go    BotReconciler: entry, routing to a pool, the queue, liveness, deletion
-//	bot_queue.go         a queued bot's timeouts (queueTimeout, queueDeadline)
-//	bot_reserve.go       the bot controller's reservation decision (reserve, reservationMoved)
-//	bot_retry.go         retried starts: which failed start goes back to the queue (judgeStart), recording the attempt
-//	bot_callback.go      handing a finished bot's callback to the notifier, recording its outcome
-//	bot_webhook.go       a webhook message per phase into the outbox, status.webhook, the signing Secret
 //
 // The RBAC markers below are the manager's whole contract with the API server; controller-gen
 // turns them into config/rbac/role.yaml and the Helm chart's ClusterRole.

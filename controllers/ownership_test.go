@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -83,19 +84,19 @@ type ownershipWorld struct {
 	base   client.WithWatch
 	api    *ownershipAPI
 	slots  *BotPoolSlotReconciler
-	bots   *BotReconciler
+	bots   *bot.Reconciler
 	writes map[string][]string // by component: "kind verb"
 	slot   client.ObjectKey
 	bot    client.ObjectKey
 }
 
-func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) *ownershipWorld {
+func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, b *v1.Bot) *ownershipWorld {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1.AddToScheme(scheme))
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
 	pool := bt.MakePool("ns", "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Obj()
-	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, slot, bot).
+	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, slot, b).
 		WithStatusSubresource(&v1.BotPoolSlot{}, &v1.Bot{}, &v1.BotPool{}).
 		WithIndex(&v1.BotPoolSlot{}, index.SlotPool, func(o client.Object) []string { return []string{o.(*v1.BotPoolSlot).Spec.Pool} }).
 		WithIndex(&v1.BotPoolSlot{}, index.SlotBotUID, func(o client.Object) []string {
@@ -108,11 +109,11 @@ func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, bot *v1.Bot) *ownersh
 		Build()
 	w := &ownershipWorld{t: t, clk: clk, base: base, writes: map[string][]string{},
 		api:  &ownershipAPI{app: coolify.Application{UUID: slot.Status.ApplicationUUID, Name: slot.Name, Status: "running:healthy"}},
-		slot: client.ObjectKeyFromObject(slot), bot: client.ObjectKeyFromObject(bot)}
+		slot: client.ObjectKeyFromObject(slot), bot: client.ObjectKeyFromObject(b)}
 	store := memory.New(memory.WithClock(clk))
 	w.slots = onePassSlots(w.recording("slot controller"), base, clk, w.api, store)
-	w.bots = &BotReconciler{Client: w.recording("bot controller"), Clock: clk, Recorder: discardEvents{}, Store: store,
-		started: clk.Now().Add(-time.Hour)}
+	w.bots = &bot.Reconciler{Client: w.recording("bot controller"), Clock: clk, Recorder: discardEvents{}, Store: store,
+		Started: clk.Now().Add(-time.Hour)}
 	return w
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	botctrl "botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/simbot"
@@ -45,7 +46,7 @@ func auditTypes(t *testing.T, uid types.UID) []string {
 	}
 	var out []string
 	for _, r := range rows {
-		if r.Type == AuditStartRetried || r.Type == AuditStartFailed {
+		if r.Type == botctrl.AuditStartRetried || r.Type == botctrl.AuditStartFailed {
 			out = append(out, r.Type)
 		}
 	}
@@ -72,15 +73,15 @@ func TestStartRetriedAfterAFailedPull(t *testing.T) {
 		t.Fatalf("startAttempts %+v, want the one failed pull in slot %s on %s", got, first.Name, fixture.ServerUUID)
 	}
 	sc.deployed()
-	if types := auditTypes(t, b.UID); strings.Join(types, ",") != AuditStartRetried {
-		t.Errorf("audit rows %v, want one %s", types, AuditStartRetried)
+	if types := auditTypes(t, b.UID); strings.Join(types, ",") != botctrl.AuditStartRetried {
+		t.Errorf("audit rows %v, want one %s", types, botctrl.AuditStartRetried)
 	}
 	checkInvariants(t, sc.ns)
 }
 
 // TestStartFailsAfterMaxStartAttempts: every pull fails. A bot of the pool (3 starts) ends
 // Fatal on its third failure with the slot's reason, the count in its message and every
-// failure recorded; a Bot's own maxStartAttempts (2) overrides the pool's.
+// failure recorded; a Bot's own MaxStartAttempts (2) overrides the pool's.
 func TestStartFailsAfterMaxStartAttempts(t *testing.T) {
 	sc := newScenario(t, "hopeless", sim.Config{}, func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 3 })
 	sc.warm()
@@ -101,7 +102,7 @@ func TestStartFailsAfterMaxStartAttempts(t *testing.T) {
 			t.Fatalf("bot %s: %d failed starts recorded (slot %q, app %q), want %d and the last slot kept", tc.name, n, b.Status.SlotName, b.Status.ApplicationUUID, tc.limit)
 		}
 		// The audit row follows the status write the wait saw: wait for it too.
-		wantRows := strings.TrimPrefix(strings.Repeat(","+AuditStartRetried, tc.limit-1)+","+AuditStartFailed, ",")
+		wantRows := strings.TrimPrefix(strings.Repeat(","+botctrl.AuditStartRetried, tc.limit-1)+","+botctrl.AuditStartFailed, ",")
 		kubetest.Eventually(t, 10*time.Second, func() error {
 			if rows := strings.Join(auditTypes(t, b.UID), ","); rows != wantRows {
 				return fmt.Errorf("bot %s audit rows %s, want %s", tc.name, rows, wantRows)

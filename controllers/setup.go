@@ -16,6 +16,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/controllers/dispatch"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/deploygate"
@@ -30,7 +31,7 @@ import (
 // audit log of slot transitions.
 type Store interface {
 	SlotStore
-	BotLiveness
+	bot.Liveness
 }
 
 // The controllers' Coolify access, as their callers name it (main.go, the model check, the
@@ -90,7 +91,7 @@ type Options struct {
 type Controllers struct {
 	Pools      *BotPoolReconciler
 	Slots      *BotPoolSlotReconciler
-	Bots       *BotReconciler
+	Bots       *bot.Reconciler
 	Dispatcher *dispatch.Dispatcher
 	// Writes remembers the versions the controllers' writes replaced (every write goes through
 	// Client, which records them); the bot API, the other writer of a Bot's status, writes
@@ -145,9 +146,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 			BotAPIURL: o.BotAPIURL, ClusterID: o.ClusterID, Jitter: o.Jitter,
 			GateRetry: o.GateRetry, AppCheck: o.AppCheck,
 		},
-		Bots: &BotReconciler{
+		Bots: &bot.Reconciler{
 			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store, Metrics: deps.Metrics,
-			ScheduleLead: o.ScheduleLead, Writes: writes, reservations: reservations,
+			ScheduleLead: o.ScheduleLead, Writes: writes, Reservations: reservations,
 		},
 		Dispatcher: &dispatch.Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes, Reservations: reservations},
 	}
@@ -176,7 +177,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 			outbox = memory.NewOutbox(memory.DefaultHistoryLimit)
 		}
 		relay := callback.NewRelay(callback.RelayOptions{
-			Outbox: outbox, Sender: notifier, Secrets: WebhookSecrets{Reader: deps.APIReader}, Clock: clk,
+			Outbox: outbox, Sender: notifier, Secrets: bot.WebhookSecrets{Reader: deps.APIReader}, Clock: clk,
 			// A claim is sent while a quarter of its lease is left: that quarter must outlast a
 			// request, or a slow answer would be sent again under the next claim.
 			Lease:  max(callback.DefaultRelayLease, 5*notifier.RequestTimeout()),

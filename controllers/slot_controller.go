@@ -31,7 +31,6 @@ import (
 	"botpool.dev/botpool/store"
 )
 
-
 // SlotStore is what the slot controller needs from the store.
 type SlotStore interface {
 	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify/sim"
@@ -205,8 +206,8 @@ func (o *soakObserver) check(snap *soakSnapshot) {
 				continue
 			}
 			// A bot back in the queue after a failed start waits afresh from that attempt
-			// (docs/api.md, "Retried starts"): queueDeadline.
-			if late := now.Sub(queueDeadline(b, o.pool)); late > o.lateness {
+			// (docs/api.md, "Retried starts"): QueueDeadline.
+			if late := now.Sub(bot.QueueDeadline(b, o.pool)); late > o.lateness {
 				flag("5/late/"+key, "invariant 5: bot %s is still Queued %s past its deadline", b.Name, late)
 			}
 			if len(free) > 0 {
@@ -285,7 +286,7 @@ func (o *soakObserver) queueOrder(snap *soakSnapshot, now time.Time) {
 		for ouid := range waiting {
 			ahead := snap.byUID[ouid]
 			if realNow.Sub(o.queuedSince[ouid]) < o.grace || ahead.Status.QueuedAt == nil ||
-				!now.Before(ahead.Status.QueuedAt.Add(queueTimeout(ahead, o.pool))) {
+				!now.Before(ahead.Status.QueuedAt.Add(bot.QueueTimeout(ahead, o.pool))) {
 				continue
 			}
 			if policy.QueueLess(ahead, b) {
@@ -457,7 +458,7 @@ func (o *soakObserver) converged(quiet bool) error {
 			return fmt.Errorf("bot %s is still %s", b.Name, b.Status.Phase)
 		case snap.waiting(b):
 			queued++
-			if b.Status.QueuedAt == nil || now.Sub(b.Status.QueuedAt.Add(queueTimeout(b, o.pool))) > o.lateness {
+			if b.Status.QueuedAt == nil || now.Sub(b.Status.QueuedAt.Add(bot.QueueTimeout(b, o.pool))) > o.lateness {
 				return fmt.Errorf("bot %s waits past its deadline", b.Name)
 			}
 		case !b.DeletionTimestamp.IsZero():

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
@@ -314,10 +315,10 @@ func (o *soakObserver) checkStarts(snap *soakSnapshot) {
 // bot is such a failed start (explained by its attempts).
 func (o *soakObserver) checkFailedStart(b *v1.Bot) bool {
 	st := &b.Status
-	if st.Phase != v1.BotFatal || !retryableReasons[st.Reason] || policy.BotStarted(b) || st.Binding != nil {
+	if st.Phase != v1.BotFatal || !bot.RetryableReasons[st.Reason] || policy.BotStarted(b) || st.Binding != nil {
 		return false
 	}
-	n, limit := len(st.StartAttempts), maxStartAttempts(b, o.pool)
+	n, limit := len(st.StartAttempts), bot.MaxStartAttempts(b, o.pool)
 	if n < limit {
 		o.violate("bot %s failed %s (%s) after %d of its %d start attempts: a failed start of the infrastructure must send it back to the queue",
 			b.Name, st.Reason, st.Message, n, limit)

@@ -18,6 +18,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -435,7 +436,7 @@ func (s *soak) nudge(l *soakLane, snap *soakSnapshot) int {
 		case !b.DeletionTimestamp.IsZero():
 			objs = append(objs, b)
 		case snap.waiting(b):
-			if b.Status.QueuedAt == nil || !now.Before(b.Status.QueuedAt.Add(queueTimeout(b, l.pool))) {
+			if b.Status.QueuedAt == nil || !now.Before(b.Status.QueuedAt.Add(bot.QueueTimeout(b, l.pool))) {
 				objs = append(objs, b)
 			}
 		case slot != nil && slot.Status.Phase == v1.SlotBusy && b.Status.StartedAt != nil:

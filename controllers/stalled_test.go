@@ -29,11 +29,11 @@ func TestAFatalBotIsFailedForKstatus(t *testing.T) {
 
 	got := w.getBot()
 	if got.Status.Phase != v1.BotFatal || got.Status.Reason != v1.ReasonQueueTimeout {
-		t.Fatalf("bot after its queue time: %s/%s, want Fatal/QueueTimeout", got.Status.Phase, got.Status.Reason)
+		t.Fatalf("bot after its queue time: %s/%s, want Fatal/bot.QueueTimeout", got.Status.Phase, got.Status.Reason)
 	}
 	c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionStalled)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(v1.ReasonQueueTimeout) || c.Message != got.Status.Message {
-		t.Fatalf("Stalled = %+v, want True/QueueTimeout with the bot's message %q", c, got.Status.Message)
+		t.Fatalf("Stalled = %+v, want True/bot.QueueTimeout with the bot's message %q", c, got.Status.Message)
 	}
 	if !c.LastTransitionTime.Time.Equal(got.Status.FinishedAt.Time) {
 		t.Errorf("Stalled changed at %s, want the bot's end %s (the injected clock)", c.LastTransitionTime, got.Status.FinishedAt)

@@ -129,7 +129,7 @@ func runManager(e *kubetest.Env) error {
 	}, Options{
 		BotAPIURL: "http://" + botAPIAddr, ClusterID: suiteCluster, ScheduleLead: suiteScheduleLead,
 		// Receivers are httptest servers, on loopback.
-		Callbacks:   &callback.Options{BackoffBase: time.Second, BackoffCap: 5 * time.Second, Egress: allowLoopback},
+		Callbacks:   &callback.Options{BackoffBase: time.Second, BackoffCap: 5 * time.Second, Egress: bt.AllowLoopback},
 		OrphanCheck: 100 * time.Millisecond, GateRetry: 50 * time.Millisecond, AppCheck: 100 * time.Millisecond,
 	})
 	if err != nil {

@@ -61,6 +61,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
+	"botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/controllers/dispatch"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -150,8 +151,8 @@ func slotsOfBot(r *BotPoolSlotReconciler) handler.MapFunc {
 
 // setupBotController registers the bot controller: bots, the slots bound to them, and pools (a new
 // pool may serve bots that found none).
-func setupBotController(mgr ctrl.Manager, r *BotReconciler) error {
-	r.started = r.Clock.Now()
+func setupBotController(mgr ctrl.Manager, r *bot.Reconciler) error {
+	r.Started = r.Clock.Now()
 	share := tenantshare.New(r, "bot", tenantshare.WorkersOf(mgr), r.Metrics)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.Bot{}).
@@ -175,7 +176,7 @@ func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // waitingBotsOf maps a pool to the bots of its namespace that have no pool yet.
-func waitingBotsOf(r *BotReconciler) handler.MapFunc {
+func waitingBotsOf(r *bot.Reconciler) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var bots v1.BotList
 		if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
@@ -245,7 +246,7 @@ func errorBackoff() workqueue.TypedRateLimiter[reconcile.Request] {
 }
 
 // WakeOnCallback returns the notifier's OnResult for the manager: it wakes the reconcile of the
-// callback's bot through ch (the BotReconciler's CallbackDone), so the outcome is recorded at
+// callback's bot through ch (the bot reconciler's CallbackDone), so the outcome is recorded at
 // once. It never blocks a notifier worker: when ch is full the wake-up is skipped, and the
 // bot's callbackRecheck requeue records the outcome instead.
 func WakeOnCallback(ch chan<- event.GenericEvent) func(callback.Result) {

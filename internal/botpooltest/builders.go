@@ -3,6 +3,7 @@ package botpooltest
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -299,4 +300,18 @@ func (w *SlotWrapper) Deployment(uuid string, since time.Time) *SlotWrapper {
 func (w *SlotWrapper) Reason(reason, message string) *SlotWrapper {
 	w.Status.Reason, w.Status.Message = reason, message
 	return w
+}
+
+// WebhookKey is the signing key WebhookSecret holds (standard-webhooks' whsec_ form).
+const WebhookKey = "whsec_c2VjcmV0LWtleQ=="
+
+// WebhookSecret is a Secret holding WebhookKey under "secret", opted in for webhook signing
+// (the botpool.dev/allow-webhook-signing label) when labelled.
+func WebhookSecret(ns, name string, labelled bool) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Data: map[string][]byte{"secret": []byte(WebhookKey)}}
+	if labelled {
+		s.Labels = map[string]string{v1.LabelAllowWebhookSigning: "true"}
+	}
+	return s
 }

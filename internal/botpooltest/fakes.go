@@ -3,6 +3,7 @@ package botpooltest
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
+	"botpool.dev/botpool/internal/egress"
 	"botpool.dev/botpool/store"
 )
 
@@ -49,11 +51,22 @@ func (c *Connector[A]) LastKnown(pool types.NamespacedName) A {
 	return none
 }
 
-// DiscardEvents is an event recorder that drops every event.
+// DiscardEvents is an event recorder that drops every event, after the one check the real
+// recorder makes first: it calls GetObjectKind on both objects, which panics on a typed nil
+// (a nil *v1.Bot passed as the related object).
 type DiscardEvents struct{}
 
 // Eventf implements events.EventRecorder.
-func (DiscardEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
+func (DiscardEvents) Eventf(regarding, related runtime.Object, _, _, _, _ string, _ ...any) {
+	regarding.GetObjectKind()
+	if related != nil {
+		related.GetObjectKind()
+	}
+}
+
+// AllowLoopback is an egress policy that lets callbacks and webhooks reach httptest servers,
+// which the default policy refuses.
+var AllowLoopback = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 
 // Events is an event recorder that keeps the type and reason ("Warning/StartRetried") of
 // every event, for a test to look for one.
@@ -92,7 +105,7 @@ func (e *Events) Count(reason string) int {
 	return n
 }
 
-// NopLiveness is the Bot controller's store (controllers.BotLiveness) with no heartbeats,
+// NopLiveness is the Bot controller's store (bot.Liveness in controllers/bot) with no heartbeats,
 // dropping every record.
 type NopLiveness struct{}
 

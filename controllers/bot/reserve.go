@@ -1,4 +1,4 @@
-package controllers
+package bot
 
 import (
 	"context"
@@ -23,8 +23,8 @@ const reservationRetry = 50 * time.Millisecond
 // reserve decides a scheduled bot's reservation: its Reserved condition, True with the window
 // held (status.reservation) or False with why not. It is decided at the bot's first pass, and
 // again when a spec change moved the window outside the one granted.
-func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, now time.Time) error {
-	if m := r.reservations.PoolLock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}); m != nil {
+func (r *Reconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool, now time.Time) error {
+	if m := r.Reservations.PoolLock(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}); m != nil {
 		if !m.TryLock() {
 			return pass.WaitFor(reservationRetry, "", "")
 		}
@@ -34,11 +34,11 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
 	}
-	bound, err := r.reservations.BoundIn(ctx, r.Client, pool, bots.Items, now)
+	bound, err := r.Reservations.BoundIn(ctx, r.Client, pool, bots.Items, now)
 	if err != nil {
 		return err
 	}
-	others := r.reservations.WithPending(ctx, r.Client, bots.Items, bot.Namespace, pool.Name, now)
+	others := r.Reservations.WithPending(ctx, r.Client, bots.Items, bot.Namespace, pool.Name, now)
 	v := policy.DecideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
 	if st := pool.Status.Reservations; v.Granted && st != nil && st.Lead.Duration > v.Window.From.Sub(now) {
 		v.Message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Round(time.Second),
@@ -53,14 +53,14 @@ func (r *BotReconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPo
 	v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionReserved, Status: status, Reason: v.Reason,
 		Message: v.Message, ObservedGeneration: bot.Generation}, now)
 	if v.Granted {
-		r.reservations.Remember(bot, now)
+		r.Reservations.Remember(bot, now)
 	}
 	return nil
 }
 
 // reservationMoved reports whether a granted reservation must be decided again: the bot's
 // spec now asks for a window outside the one granted (a shrunk one is kept, and recorded).
-func (r *BotReconciler) reservationMoved(bot *v1.Bot, pool *v1.BotPool) bool {
+func (r *Reconciler) reservationMoved(bot *v1.Bot, pool *v1.BotPool) bool {
 	if !meta.IsStatusConditionTrue(bot.Status.Conditions, v1.ConditionReserved) || bot.Spec.StartTime == nil {
 		return false
 	}

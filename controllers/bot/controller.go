@@ -1,4 +1,4 @@
-package controllers
+package bot
 
 import (
 	"context"
@@ -43,18 +43,18 @@ const noPoolRetry = time.Minute
 // store, never the API server: nothing else brings the bot back here).
 const aliveRecheck = 10 * time.Second
 
-// BotLiveness is what the bot controller reads from the store.
-type BotLiveness interface {
+// Liveness is what the bot controller reads from the store.
+type Liveness interface {
 	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
 	UpsertBot(ctx context.Context, bot store.BotRecord) error
 	// AppendBotEvents takes the audit rows of failed starts (AuditStartRetried…).
 	AppendBotEvents(ctx context.Context, events []store.BotEvent) error
 }
 
-// BotReconciler follows one bot: it routes it to a pool, puts it in the queue (with its
+// Reconciler follows one bot: it routes it to a pool, puts it in the queue (with its
 // deadline), mirrors the slot the dispatcher bound it to, and ends it in Fatal when its queue
 // time runs out. Binding itself is the Dispatcher's, once per pool for many bots.
-type BotReconciler struct {
+type Reconciler struct {
 	Client   client.Client
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
@@ -66,7 +66,7 @@ type BotReconciler struct {
 	// outcome reaches status.callback at once; nil relies on the periodic recheck.
 	CallbackDone <-chan event.GenericEvent
 	// Store holds heartbeats and the bots' projection.
-	Store BotLiveness
+	Store Liveness
 	// Webhooks is the outbox of webhook messages (spec.webhook, the pool's webhookDefaults);
 	// nil makes none. Secrets reads their signing Secrets past the cache; nil skips the check
 	// (the relay still refuses to send unsigned what should be signed).
@@ -82,7 +82,7 @@ type BotReconciler struct {
 	// remembers nothing.
 	Writes *cachelag.Tracker
 
-	started time.Time // when this controller was set up: see LivenessReader
+	Started time.Time // when this controller was set up: see LivenessReader
 	// projected holds, per bot uid, the record last handed to the store: each pass writes the
 	// projection when it differs, not only when the pass changed the status, so a write lost
 	// (a crash or a cancelled request between the status patch and the store, a patch whose
@@ -91,9 +91,9 @@ type BotReconciler struct {
 	// callbackRefusals counts, per bot, the passes whose callback the notifier refused for a
 	// full queue (queueRefusals); see notify.
 	callbackRefusals sync.Map
-	// reservations is what the bot controller and the dispatcher share of each pool's
+	// Reservations is what the bot controller and the dispatcher share of each pool's
 	// reservations (reserve, unreserved).
-	reservations *dispatch.Ledger
+	Reservations *dispatch.Ledger
 }
 
 // CallbackQueue takes a finished bot's callback; it never blocks and ignores repeats, so a
@@ -129,7 +129,7 @@ func (s *botScope) after(d time.Duration) { s.requeue = pass.Earliest(s.requeue,
 
 // Reconcile implements reconcile.Reconciler: load, the body (delete or normal), and one
 // deferred status write computed from what the pass observed and how it ended.
-func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	bot := &v1.Bot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bot); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -157,7 +157,7 @@ func (r *BotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 
 // run is the body of a pass over a live bot: a finished bot waits for its callback and its
 // time to live; a bound one follows its slot; any other waits in its pool's queue.
-func (r *BotReconciler) run(ctx context.Context, s *botScope) error {
+func (r *Reconciler) run(ctx context.Context, s *botScope) error {
 	st := &s.bot.Status
 	now := r.Clock.Now()
 	if st.Phase == "" {
@@ -193,7 +193,7 @@ func (r *BotReconciler) run(ctx context.Context, s *botScope) error {
 
 // running follows the slot a bot is bound to: it mirrors the binding, ends the bot when the
 // slot failed or its drain is over, and applies the heartbeat rules.
-func (r *BotReconciler) running(ctx context.Context, s *botScope, slot *v1.BotPoolSlot, now time.Time) error {
+func (r *Reconciler) running(ctx context.Context, s *botScope, slot *v1.BotPoolSlot, now time.Time) error {
 	bot, st := s.bot, &s.bot.Status
 	// The slot's pool, even while it is deleted (its slots drain): the bot runs there.
 	pool := &v1.BotPool{}
@@ -243,7 +243,7 @@ func (r *BotReconciler) running(ctx context.Context, s *botScope, slot *v1.BotPo
 
 // queue routes a bot that is not bound yet to its pool and keeps its place in the queue
 // until its queue time runs out; binding is the dispatcher's.
-func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) error {
+func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) error {
 	bot, st := s.bot, &s.bot.Status
 	pool, err := r.resolvePool(ctx, bot)
 	if err != nil {
@@ -292,9 +292,9 @@ func (r *BotReconciler) queue(ctx context.Context, s *botScope, now time.Time) e
 		}
 	}
 	if st.Phase == v1.BotQueued {
-		deadline := queueDeadline(bot, pool)
+		deadline := QueueDeadline(bot, pool)
 		if !now.Before(deadline) {
-			r.fail(bot, v1.ReasonQueueTimeout, fmt.Sprintf("No slot of pool %s became free within %s", pool.Name, queueTimeout(bot, pool)))
+			r.fail(bot, v1.ReasonQueueTimeout, fmt.Sprintf("No slot of pool %s became free within %s", pool.Name, QueueTimeout(bot, pool)))
 			return nil
 		}
 		s.after(deadline.Sub(now))
@@ -312,7 +312,7 @@ const reservationGrace = 30 * time.Second
 
 // lateReservation is why a reserved bot still waits reservationGrace after its start (the
 // pool's conditions that say what went wrong), or "" while the grace lasts.
-func (r *BotReconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.Time) string {
+func (r *Reconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.Time) string {
 	late := now.Sub(s.bot.Status.Reservation.From.Time)
 	if late < reservationGrace {
 		s.after(reservationGrace - late)
@@ -337,7 +337,7 @@ func (r *BotReconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.
 // after a failure, which saw too little to judge), the status is written once if it changed
 // (observedGeneration only after a pass that handled the generation), and the Events of what
 // the write recorded follow it.
-func (r *BotReconciler) finish(ctx context.Context, s *botScope, before *v1.Bot, o pass.Outcome) (ctrl.Result, error) {
+func (r *Reconciler) finish(ctx context.Context, s *botScope, before *v1.Bot, o pass.Outcome) (ctrl.Result, error) {
 	bot := s.bot
 	if o.Err == nil && bot.DeletionTimestamp.IsZero() {
 		r.setConditions(s, o.Wait)
@@ -439,7 +439,7 @@ func boundBefore(p v1.BotPhase) bool {
 // "leave" (the bot API sees the deletion), and leaveGracePeriod after the request recorded here
 // the slot controller releases the slot anyway (and stops the container); see LeaveDeadline.
 // The release brings the bot back, and the finalizer goes.
-func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error {
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *botScope) error {
 	bot := s.bot
 	slot, err := r.boundSlot(ctx, bot)
 	if err != nil {
@@ -470,7 +470,7 @@ func (r *BotReconciler) reconcileDelete(ctx context.Context, s *botScope) error 
 }
 
 // expire deletes a finished bot once its ttlAfterFinished has passed.
-func (r *BotReconciler) expire(ctx context.Context, s *botScope, now time.Time) error {
+func (r *Reconciler) expire(ctx context.Context, s *botScope, now time.Time) error {
 	bot := s.bot
 	ttl := bot.Spec.TTLAfterFinished.Duration()
 	if ttl <= 0 || bot.Status.FinishedAt == nil {
@@ -488,7 +488,7 @@ func (r *BotReconciler) expire(ctx context.Context, s *botScope, now time.Time) 
 // bot silent for heartbeatTimeout fails. A store that cannot answer changes nothing: nobody is
 // declared dead for lack of data. Past maxDuration plus leaveGracePeriod, a bot that did not
 // leave when told to is ended.
-func (r *BotReconciler) watchLiveness(ctx context.Context, s *botScope, pool *v1.BotPool, slot *v1.BotPoolSlot, now time.Time) {
+func (r *Reconciler) watchLiveness(ctx context.Context, s *botScope, pool *v1.BotPool, slot *v1.BotPoolSlot, now time.Time) {
 	bot, st := s.bot, &s.bot.Status
 	if slot.Status.Phase != v1.SlotBusy || st.StartedAt == nil {
 		return // still deploying: the slot controller's rules apply
@@ -507,7 +507,7 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, s *botScope, pool *v1
 	}
 	// A bot that never beat is judged over heartbeatTimeout, so after a restart it waits one
 	// more timeout before its silence counts.
-	live := pass.LivenessReader{Store: r.Store, Clock: r.Clock, Started: r.started}.Read(ctx, bot.UID, timeout)
+	live := pass.LivenessReader{Store: r.Store, Clock: r.Clock, Started: r.Started}.Read(ctx, bot.UID, timeout)
 	if live.StoreDown {
 		alive(metav1.ConditionUnknown, v1.ReasonLivenessUnknown, "The liveness store cannot answer; nobody is failed meanwhile")
 		s.after(min(grace, aliveRecheck))
@@ -551,7 +551,7 @@ func (r *BotReconciler) watchLiveness(ctx context.Context, s *botScope, pool *v1
 }
 
 // project writes the bot's projection row; a store outage buffers it.
-func (r *BotReconciler) project(ctx context.Context, bot *v1.Bot) {
+func (r *Reconciler) project(ctx context.Context, bot *v1.Bot) {
 	if r.Store == nil {
 		return
 	}
@@ -588,7 +588,7 @@ func platformOf(bot *v1.Bot) v1.Platform {
 // resolvePool finds the bot's pool: spec.poolRef, else the pool of its platform in its
 // namespace (with several, the one with the most free slots). A pool of another platform is
 // never chosen. nil when there is none.
-func (r *BotReconciler) resolvePool(ctx context.Context, bot *v1.Bot) (*v1.BotPool, error) {
+func (r *Reconciler) resolvePool(ctx context.Context, bot *v1.Bot) (*v1.BotPool, error) {
 	platform := platformOf(bot)
 	name := bot.Status.Pool
 	if ref := bot.Spec.PoolRef; ref != nil {
@@ -634,7 +634,7 @@ func (r *BotReconciler) resolvePool(ctx context.Context, bot *v1.Bot) (*v1.BotPo
 }
 
 // boundSlot is the slot whose spec.botRef names this bot (the single source of truth).
-func (r *BotReconciler) boundSlot(ctx context.Context, bot *v1.Bot) (*v1.BotPoolSlot, error) {
+func (r *Reconciler) boundSlot(ctx context.Context, bot *v1.Bot) (*v1.BotPoolSlot, error) {
 	var slots v1.BotPoolSlotList
 	if err := r.Client.List(ctx, &slots, client.InNamespace(bot.Namespace), client.MatchingFields{index.SlotBotUID: string(bot.UID)}); err != nil {
 		return nil, err
@@ -647,7 +647,7 @@ func (r *BotReconciler) boundSlot(ctx context.Context, bot *v1.Bot) (*v1.BotPool
 
 // mirror copies the binding into the bot's status and follows the slot's phase until the bot
 // reports its own phases through the bot API.
-func (r *BotReconciler) mirror(bot *v1.Bot, slot *v1.BotPoolSlot, now time.Time) {
+func (r *Reconciler) mirror(bot *v1.Bot, slot *v1.BotPoolSlot, now time.Time) {
 	st := &bot.Status
 	st.SlotName, st.QueuePosition, st.EstimatedWait = slot.Name, 0, nil
 	if slot.Status.ApplicationUUID != "" {
@@ -663,7 +663,7 @@ func (r *BotReconciler) mirror(bot *v1.Bot, slot *v1.BotPoolSlot, now time.Time)
 }
 
 // fail ends the bot (see v1.Bot.Fail) and says so in an Event.
-func (r *BotReconciler) fail(bot *v1.Bot, reason v1.BotReason, msg string) {
+func (r *Reconciler) fail(bot *v1.Bot, reason v1.BotReason, msg string) {
 	if bot.Fail(reason, msg, r.Clock.Now()) {
 		r.Recorder.Eventf(bot, nil, corev1.EventTypeWarning, string(reason), "Fail", "%s", msg)
 	}
@@ -673,7 +673,7 @@ func (r *BotReconciler) fail(bot *v1.Bot, reason v1.BotReason, msg string) {
 // bound slot, and a wait with a reason (no pool serves the bot). A bot that ended has the
 // finished conditions, Stalled with its reason when it failed. Alive is the liveness rules'
 // (watchLiveness).
-func (r *BotReconciler) setConditions(s *botScope, wait *pass.Waiting) {
+func (r *Reconciler) setConditions(s *botScope, wait *pass.Waiting) {
 	bot, st, now := s.bot, &s.bot.Status, r.Clock.Now()
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		v1.SetCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,

@@ -1,4 +1,4 @@
-package controllers
+package bot
 
 import (
 	"fmt"
@@ -41,7 +41,7 @@ type queueRefusals struct {
 // again, which is what keeps a restart, a leader change or the end of the notifier's memory
 // from sending it twice. It returns how soon the bot should be looked at again (0: no need)
 // and the Event to emit once the status write succeeded (nil: none).
-func (r *BotReconciler) notify(bot *v1.Bot, now time.Time) (time.Duration, func()) {
+func (r *Reconciler) notify(bot *v1.Bot, now time.Time) (time.Duration, func()) {
 	cb, ok := callback.ForBot(bot)
 	if !ok || r.Callbacks == nil {
 		return 0, nil
@@ -74,7 +74,7 @@ func (r *BotReconciler) notify(bot *v1.Bot, now time.Time) (time.Duration, func(
 }
 
 // recordCallback writes an outcome into status.callback and returns its Event.
-func (r *BotReconciler) recordCallback(bot *v1.Bot, attempts int, err error, at time.Time) func() {
+func (r *Reconciler) recordCallback(bot *v1.Bot, attempts int, err error, at time.Time) func() {
 	rec := &v1.CallbackStatus{Phase: bot.Status.Phase, State: v1.CallbackDelivered, Attempts: int32(min(attempts, 1<<30)), Time: metav1.NewTime(at)}
 	if err != nil {
 		rec.State = v1.CallbackFailed

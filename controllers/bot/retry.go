@@ -1,4 +1,4 @@
-package controllers
+package bot
 
 import (
 	"context"
@@ -23,11 +23,11 @@ const (
 	AuditStartFailed = "startFailed"
 )
 
-// retryableReasons are the slot reasons that say the infrastructure failed a start, not the
+// RetryableReasons are the slot reasons that say the infrastructure failed a start, not the
 // bot: the deployment failed, hung or was lost, the application was deleted, the standby
 // container went away. A bot's own Fatal, a queue timeout, a heartbeat timeout, a stop that
 // failed after the bot, or a slot deleted under it are none of them.
-var retryableReasons = map[v1.BotReason]bool{
+var RetryableReasons = map[v1.BotReason]bool{
 	v1.ReasonDeploymentFailed:  true,
 	v1.ReasonDeploymentTimeout: true,
 	v1.ReasonDeploymentLost:    true,
@@ -54,19 +54,19 @@ const (
 // the slot's reason, the bot's status (never started: no startedAt, never Alive; its binding
 // never claimed) and the number of its failed starts against its limit.
 func judgeStart(bot *v1.Bot, slot *v1.BotPoolSlot, pool *v1.BotPool) startVerdict {
-	if !retryableReasons[v1.BotReason(slot.Status.Reason)] || policy.BotStarted(bot) || bot.Status.Binding != nil {
+	if !RetryableReasons[v1.BotReason(slot.Status.Reason)] || policy.BotStarted(bot) || bot.Status.Binding != nil {
 		return startRan
 	}
 	// A pool deleted or gone serves no queue to go back to.
-	if len(bot.Status.StartAttempts)+1 < maxStartAttempts(bot, pool) && pool.Name != "" && pool.DeletionTimestamp.IsZero() {
+	if len(bot.Status.StartAttempts)+1 < MaxStartAttempts(bot, pool) && pool.Name != "" && pool.DeletionTimestamp.IsZero() {
 		return startRetry
 	}
 	return startLast
 }
 
-// maxStartAttempts is how many starts the bot gets in all: its own maxStartAttempts, else its
+// MaxStartAttempts is how many starts the bot gets in all: its own MaxStartAttempts, else its
 // pool's, else the default; at most v1.MaxStartAttempts (status.startAttempts holds no more).
-func maxStartAttempts(bot *v1.Bot, pool *v1.BotPool) int {
+func MaxStartAttempts(bot *v1.Bot, pool *v1.BotPool) int {
 	n := bot.Spec.MaxStartAttempts
 	if n <= 0 && pool != nil {
 		n = pool.Spec.MaxStartAttempts
@@ -80,10 +80,10 @@ func maxStartAttempts(bot *v1.Bot, pool *v1.BotPool) int {
 // failedStart handles a bot whose slot failed under it: it records a failed start and, when
 // the bot gets another, puts it back in its queue and reports true. The bot keeps its
 // queuedAt, so it goes first among the bots of its priority; its queue timeout counts afresh
-// from the attempt (queueDeadline). The slot still names it until it sees the bot Queued
+// from the attempt (QueueDeadline). The slot still names it until it sees the bot Queued
 // with this attempt (Bot.LeftSlot) and lets go; meanwhile the dispatcher does not offer it
 // (a bot some slot holds is not in the queue it serves).
-func (r *BotReconciler) failedStart(s *botScope, slot *v1.BotPoolSlot, pool *v1.BotPool, now time.Time) bool {
+func (r *Reconciler) failedStart(s *botScope, slot *v1.BotPoolSlot, pool *v1.BotPool, now time.Time) bool {
 	bot, st := s.bot, &s.bot.Status
 	verdict := judgeStart(bot, slot, pool)
 	if verdict == startRan {
@@ -109,7 +109,7 @@ func (r *BotReconciler) failedStart(s *botScope, slot *v1.BotPoolSlot, pool *v1.
 // attempt it was when the bot had more than one (with one, the message is the slot's, as for
 // any failure of a pool that never retries).
 func startMessage(bot *v1.Bot, pool *v1.BotPool, slotMsg string) string {
-	n, limit := len(bot.Status.StartAttempts), maxStartAttempts(bot, pool)
+	n, limit := len(bot.Status.StartAttempts), MaxStartAttempts(bot, pool)
 	switch {
 	case limit <= 1:
 		return slotMsg
@@ -122,7 +122,7 @@ func startMessage(bot *v1.Bot, pool *v1.BotPool, slotMsg string) string {
 // recordAttempt reports a failed start once the status write that recorded it is stored: a
 // Warning Event and an audit row for a retry (the last failure's Event is the bot's Fatal one),
 // an audit row for the last. A store that cannot take the row logs it; the status keeps it.
-func (r *BotReconciler) recordAttempt(ctx context.Context, s *botScope) {
+func (r *Reconciler) recordAttempt(ctx context.Context, s *botScope) {
 	a, bot := s.attempt, s.bot
 	n := len(bot.Status.StartAttempts)
 	typ := AuditStartFailed
@@ -143,24 +143,24 @@ func (r *BotReconciler) recordAttempt(ctx context.Context, s *botScope) {
 	}
 }
 
-// claimSettle is how long a claim may be older than the cache's view of the slot that holds
+// ClaimSettle is how long a claim may be older than the cache's view of the slot that holds
 // it: a bot bound again to the slot its start failed in, and claimed there at once (a standby
 // container), may show its claim here before the binding.
-const claimSettle = 10 * time.Second
+const ClaimSettle = 10 * time.Second
 
 // claimedWhileQueued ends a bot that is back in the queue but whose binding a container of
 // the slot it left took after all (a config answer that raced the bot's requeue): that
 // container has the meeting URL, so the bot is never started again. It reports whether it
 // ended the bot. A claim of another slot is a fresh binding the cache shows before the slot
-// that holds it, and so is, for claimSettle, a claim of the same slot: it waits for it (the
+// that holds it, and so is, for ClaimSettle, a claim of the same slot: it waits for it (the
 // dispatcher does not offer a claimed bot meanwhile).
-func (r *BotReconciler) claimedWhileQueued(s *botScope, now time.Time) bool {
+func (r *Reconciler) claimedWhileQueued(s *botScope, now time.Time) bool {
 	bot, st := s.bot, &s.bot.Status
 	n := len(st.StartAttempts)
 	if n == 0 || st.Binding.SlotName != st.StartAttempts[n-1].SlotName {
 		return false
 	}
-	if wait := st.Binding.ClaimedAt.Add(claimSettle).Sub(now); wait > 0 {
+	if wait := st.Binding.ClaimedAt.Add(ClaimSettle).Sub(now); wait > 0 {
 		s.after(wait)
 		return false
 	}

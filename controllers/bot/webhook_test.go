@@ -1,4 +1,4 @@
-package controllers
+package bot
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +26,6 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
 	"botpool.dev/botpool/controllers/internal/index"
-	"botpool.dev/botpool/coolify/sim"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/store/memory"
@@ -75,7 +73,7 @@ func (sr *signedReceiver) phases() []string {
 type webhookRig struct {
 	t      *testing.T
 	clk    *clocktesting.FakeClock
-	r      *BotReconciler
+	r      *Reconciler
 	relay  *callback.Relay
 	sender *callback.Notifier
 	outbox *memory.Outbox
@@ -89,7 +87,7 @@ func newWebhookRig(t *testing.T, secret *corev1.Secret) (*webhookRig, *signedRec
 	_ = v1.AddToScheme(scheme)
 	_ = corev1.AddToScheme(scheme)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
-	key, _ := callback.DecodeSecret([]byte("whsec_c2VjcmV0LWtleQ=="))
+	key, _ := callback.DecodeSecret([]byte(bt.WebhookKey))
 	srv, sr := newSignedReceiver(t, clk, key)
 	b := fake.NewClientBuilder().WithScheme(scheme)
 	if secret != nil {
@@ -97,13 +95,13 @@ func newWebhookRig(t *testing.T, secret *corev1.Secret) (*webhookRig, *signedRec
 	}
 	c := b.Build()
 	outbox := memory.NewOutbox(100)
-	n := callback.New(callback.Options{Clock: clk, Egress: allowLoopback, Registerer: prometheus.NewRegistry()})
+	n := callback.New(callback.Options{Clock: clk, Egress: bt.AllowLoopback, Registerer: prometheus.NewRegistry()})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = n.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-stopped })
 	rg := &webhookRig{t: t, clk: clk, outbox: outbox, events: &bt.Events{}}
-	rg.r = &BotReconciler{Client: c, Clock: clk, Recorder: rg.events, Webhooks: outbox, Secrets: c}
+	rg.r = &Reconciler{Client: c, Clock: clk, Recorder: rg.events, Webhooks: outbox, Secrets: c}
 	rg.sender = n
 	rg.relay = callback.NewRelay(callback.RelayOptions{Outbox: outbox, Sender: n, Secrets: WebhookSecrets{Reader: c}, Clock: clk})
 	rg.bot = &v1.Bot{
@@ -112,15 +110,6 @@ func newWebhookRig(t *testing.T, secret *corev1.Secret) (*webhookRig, *signedRec
 			SecretRef: &v1.WebhookSecretRef{Name: "hook", Key: "secret"}}},
 	}
 	return rg, sr
-}
-
-func webhookSecret(labelled bool) *corev1.Secret {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "hook"},
-		Data: map[string][]byte{"secret": []byte("whsec_c2VjcmV0LWtleQ==")}}
-	if labelled {
-		s.Labels = map[string]string{v1.LabelAllowWebhookSigning: "true"}
-	}
-	return s
 }
 
 // step runs the webhook step of a pass over the bot stored in phase p and emits its Events,
@@ -155,7 +144,7 @@ func (rg *webhookRig) doneRejected() {
 // TestWebhookEveryPhaseSignedInOrder: each phase the controller sees becomes one message,
 // delivered signed and in order; a pass in the same phase makes none; status.webhook follows.
 func TestWebhookEveryPhaseSignedInOrder(t *testing.T) {
-	rg, sr := newWebhookRig(t, webhookSecret(true))
+	rg, sr := newWebhookRig(t, bt.WebhookSecret("team-a", "hook", true))
 	phases := []v1.BotPhase{v1.BotPending, v1.BotQueued, v1.BotQueued, v1.BotDone}
 	for _, p := range phases {
 		rg.step(p)
@@ -178,7 +167,7 @@ func TestWebhookEveryPhaseSignedInOrder(t *testing.T) {
 // TestWebhookSecretNotAllowed: a Secret without the opt-in label makes no message, says why in
 // status.webhook.lastError and one Warning Event, and the message goes once it is labelled.
 func TestWebhookSecretNotAllowed(t *testing.T) {
-	rg, sr := newWebhookRig(t, webhookSecret(false))
+	rg, sr := newWebhookRig(t, bt.WebhookSecret("team-a", "hook", false))
 	s := rg.step(v1.BotQueued)
 	rg.step(v1.BotQueued)
 	if st := rg.bot.Status.Webhook; st == nil || st.Sequence != 0 || !strings.Contains(st.LastError, v1.LabelAllowWebhookSigning) {
@@ -190,7 +179,7 @@ func TestWebhookSecretNotAllowed(t *testing.T) {
 	if s.requeue != webhookRecheck {
 		t.Errorf("requeue %s, want %s", s.requeue, webhookRecheck)
 	}
-	sec := webhookSecret(true)
+	sec := bt.WebhookSecret("team-a", "hook", true)
 	if err := rg.r.Client.Update(context.Background(), sec); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +202,7 @@ func TestWebhookSecretMissing(t *testing.T) {
 // so in status.webhook.lastError and one WebhookSecretInvalid Warning, and the message goes once
 // the key is replaced by one of the largest size allowed.
 func TestWebhookSecretTooLarge(t *testing.T) {
-	sec := webhookSecret(true)
+	sec := bt.WebhookSecret("team-a", "hook", true)
 	sec.Data["secret"] = []byte("whsec_" + base64.StdEncoding.EncodeToString(make([]byte, callback.MaxKeyLen+1)))
 	rg, _ := newWebhookRig(t, sec)
 	rg.step(v1.BotQueued)
@@ -237,7 +226,7 @@ func TestWebhookSecretTooLarge(t *testing.T) {
 // TestWebhookGivenUpIsAWarning: a message the receiver rejects shows in status.webhook and as
 // one WebhookFailed Warning.
 func TestWebhookGivenUpIsAWarning(t *testing.T) {
-	rg, _ := newWebhookRig(t, webhookSecret(true))
+	rg, _ := newWebhookRig(t, bt.WebhookSecret("team-a", "hook", true))
 	rg.doneRejected()
 	if st := rg.bot.Status.Webhook; st.Failures != 1 || !strings.Contains(st.LastError, "410") {
 		t.Fatalf("status.webhook = %+v", st)
@@ -251,7 +240,7 @@ func TestWebhookGivenUpIsAWarning(t *testing.T) {
 // with the bot API): the next pass finds the phase's message in the outbox and makes no second
 // one; the next phase gets the next number, never one already used.
 func TestWebhookLostStatusWrite(t *testing.T) {
-	rg, _ := newWebhookRig(t, webhookSecret(true))
+	rg, _ := newWebhookRig(t, bt.WebhookSecret("team-a", "hook", true))
 	rg.step(v1.BotQueued)
 	rg.bot.Status.Webhook = nil // the write is lost
 	rg.step(v1.BotQueued)
@@ -276,7 +265,7 @@ func TestWebhookLostStatusWrite(t *testing.T) {
 // it read (Deploying), with that phase's reason and message; the new one is the next pass's,
 // once written.
 func TestWebhookSendsTheStoredPhase(t *testing.T) {
-	rg, _ := newWebhookRig(t, webhookSecret(true))
+	rg, _ := newWebhookRig(t, bt.WebhookSecret("team-a", "hook", true))
 	rg.bot.Status.Phase, rg.bot.Status.Message = v1.BotDeploying, "deploying on srv-1"
 	stored := rg.bot.DeepCopy()
 	rg.bot.Status.Phase, rg.bot.Status.Reason = v1.BotFatal, v1.ReasonDeploymentFailed
@@ -301,7 +290,7 @@ func TestWebhookSendsTheStoredPhase(t *testing.T) {
 // outbox restarted; retention on Postgres): status.webhook keeps its counts, and the next
 // message is numbered after the last one the status knows, so its id is new.
 func TestWebhookCountersNeverGoDown(t *testing.T) {
-	rg, sr := newWebhookRig(t, webhookSecret(true))
+	rg, sr := newWebhookRig(t, bt.WebhookSecret("team-a", "hook", true))
 	for _, p := range []v1.BotPhase{v1.BotQueued, v1.BotInCall} {
 		rg.step(p)
 		rg.relay.Pass(context.Background())
@@ -339,120 +328,6 @@ func settled(t *testing.T, what string, cond func() bool) {
 	})
 }
 
-// TestWebhookEveryPhaseThroughTheManager runs the manager's wiring end to end: a bot asking
-// for every phase gets one signed POST per phase the controller saw, in the bot's phase order,
-// each a new webhook-id; the receiver's first answer is a 503, so the first message is tried
-// again (same id) on the relay's backoff, and the ones after it wait for it. status.webhook
-// ends with every message delivered, the last one Done.
-func TestWebhookEveryPhaseThroughTheManager(t *testing.T) {
-	key, _ := callback.DecodeSecret([]byte("whsec_c2VjcmV0LWtleQ=="))
-	var mu sync.Mutex
-	var ids, phases, refused []string
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		defer mu.Unlock()
-		// The fake clock runs ahead of the header's stamp as the test steps it: the tolerance
-		// is the test's whole run, the signature is what is checked.
-		if err := callback.Verify(key, r.Header, body, clk.Now(), 24*time.Hour); err != nil {
-			refused = append(refused, err.Error())
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		ids = append(ids, r.Header.Get(callback.HeaderWebhookID))
-		if len(ids) == 1 {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		var ev callback.PhaseEvent
-		_ = json.Unmarshal(body, &ev)
-		phases = append(phases, ev.Phase)
-	}))
-	defer receiver.Close()
-
-	sc := newScenario(t, "webhooks", sim.Config{})
-	secret := webhookSecret(true)
-	secret.Namespace = sc.ns
-	if err := env.Client.Create(context.Background(), secret); err != nil {
-		t.Fatal(err)
-	}
-	bot, _ := sc.running("hooked", func(b *v1.Bot) {
-		b.Spec.Webhook = &v1.Webhook{URL: receiver.URL + "/hook", Events: v1.WebhookEveryPhase,
-			SecretRef: &v1.WebhookSecretRef{Name: secret.Name, Key: "secret"}}
-	})
-	finish(t, bot)
-	done := waitBot(t, bot, "every message delivered", func(b *v1.Bot) bool {
-		step(5 * time.Second) // the relay polls, and backs off, on the fake clock
-		w := b.Status.Webhook
-		return w != nil && w.DeliveredPhase == v1.BotDone && w.Pending == 0 && int64(w.Delivered) == w.Sequence
-	})
-
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("received %v with ids %v; status.webhook %+v", phases, ids, done.Status.Webhook)
-	if len(refused) > 0 {
-		t.Fatalf("the receiver refused signatures: %v", refused)
-	}
-	if len(phases) < 2 || phases[len(phases)-1] != string(v1.BotDone) || int64(len(phases)) != done.Status.Webhook.Sequence {
-		t.Fatalf("received phases %v, status.webhook %+v: want one per message, the last Done", phases, done.Status.Webhook)
-	}
-	order := []v1.BotPhase{v1.BotPending, v1.BotScheduled, v1.BotQueued, v1.BotDeploying, v1.BotJoiningCall,
-		v1.BotInWaitingRoom, v1.BotInCall, v1.BotLeaving, v1.BotCallEnded, v1.BotDone}
-	last := -1
-	for _, p := range phases {
-		i := slices.Index(order, v1.BotPhase(p))
-		if i <= last {
-			t.Fatalf("received phases %v: not in the bot's phase order", phases)
-		}
-		last = i
-	}
-	if ids[0] != ids[1] {
-		t.Errorf("the retry of the refused message came with id %s, want %s (ids %v)", ids[1], ids[0], ids)
-	}
-	if distinct := slices.Compact(slices.Clone(ids[1:])); len(distinct) != len(phases) {
-		t.Errorf("ids %v: want one per delivered message", ids)
-	}
-	if done.Status.Webhook.Failures != 0 || done.Status.Webhook.LastError != "" {
-		t.Errorf("status.webhook %+v: want no failures, and the 503 forgotten once delivered", done.Status.Webhook)
-	}
-}
-
-// TestWebhookScheduledBotSaysSo: a bot scheduled hours ahead waits, and its webhook hears of it
-// at once (Scheduled), not only when the bot enters the queue. Unsigned: no secretRef.
-func TestWebhookScheduledBotSaysSo(t *testing.T) {
-	var mu sync.Mutex
-	var phases []string
-	var signed bool
-	receiver := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		var ev callback.PhaseEvent
-		_ = json.NewDecoder(r.Body).Decode(&ev)
-		mu.Lock()
-		defer mu.Unlock()
-		phases = append(phases, ev.Phase)
-		signed = signed || r.Header.Get(callback.HeaderWebhookSignature) != ""
-	}))
-	defer receiver.Close()
-	sc := newScenario(t, "scheduled-hook", sim.Config{})
-	start := metav1.NewTime(clk.Now().Add(3 * time.Hour))
-	bot := newBot(t, sc.ns, "later", sc.pool.Name, func(b *v1.Bot) {
-		b.Spec.StartTime = &start
-		b.Spec.Webhook = &v1.Webhook{URL: receiver.URL, Events: v1.WebhookEveryPhase}
-	})
-	waitBot(t, bot, "Scheduled, its message delivered", func(b *v1.Bot) bool {
-		step(5 * time.Second) // the relay polls on the fake clock
-		w := b.Status.Webhook
-		return b.Status.Phase == v1.BotScheduled && w != nil && w.DeliveredPhase == v1.BotScheduled
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(phases) == 0 || phases[len(phases)-1] != string(v1.BotScheduled) || slices.Contains(phases, string(v1.BotQueued)) {
-		t.Fatalf("received %v, want Scheduled last and nothing of the queue yet", phases)
-	}
-	if signed {
-		t.Error("a webhook without a secretRef was signed")
-	}
-}
-
 // TestWebhookDeletedBotSendsItsLastPhase: a bot deleted right after it was stored Fatal (say
 // by automation cleaning up failed bots) gets its final message before its finalizer goes.
 func TestWebhookDeletedBotSendsItsLastPhase(t *testing.T) {
@@ -474,7 +349,7 @@ func TestWebhookDeletedBotSendsItsLastPhase(t *testing.T) {
 	}
 	outbox := memory.NewOutbox(100)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
-	r := &BotReconciler{Client: c, Clock: clk, Recorder: &bt.Events{}, Store: bt.NopLiveness{}, Webhooks: outbox}
+	r := &Reconciler{Client: c, Clock: clk, Recorder: &bt.Events{}, Store: bt.NopLiveness{}, Webhooks: outbox}
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(bot)}); err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +365,7 @@ func TestWebhookDeletedBotSendsItsLastPhase(t *testing.T) {
 // TestWebhookFailureAfterTheOutboxForgot: the outbox lost the bot's older messages (a restart
 // of the in-memory one); a new message given up still counts and still says so in an Event.
 func TestWebhookFailureAfterTheOutboxForgot(t *testing.T) {
-	rg, _ := newWebhookRig(t, webhookSecret(true))
+	rg, _ := newWebhookRig(t, bt.WebhookSecret("team-a", "hook", true))
 	rg.bot.Status.Webhook = &v1.WebhookStatus{Sequence: 2, Phase: v1.BotInCall, CountedSequence: 2, Delivered: 1, Failures: 1}
 	rg.doneRejected()
 	if st := rg.bot.Status.Webhook; st.Sequence != 3 || st.Failures != 2 || st.Delivered != 1 || st.CountedSequence != 3 {

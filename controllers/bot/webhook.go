@@ -1,4 +1,4 @@
-package controllers
+package bot
 
 import (
 	"context"
@@ -50,7 +50,7 @@ type WebhookOutbox interface {
 // lost status write neither repeats a message nor reuses its number.
 //
 // stored is the bot as this pass read it: its phase, reason and message make the message.
-func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored *v1.Bot) {
+func (r *Reconciler) webhook(ctx context.Context, s *botScope, stored *v1.Bot) {
 	bot, phase := s.bot, stored.Status.Phase
 	if r.Webhooks == nil || phase == "" {
 		return
@@ -100,7 +100,7 @@ func (r *BotReconciler) webhook(ctx context.Context, s *botScope, stored *v1.Bot
 // webhookSecretRefused records why no message could be made (the Secret is missing, not opted
 // in, or its key unusable), with one Warning Event per new reason; the summary of earlier
 // messages still goes to the status.
-func (r *BotReconciler) webhookSecretRefused(s *botScope, st *v1.WebhookStatus, sum store.OutboxSummary, err error) {
+func (r *Reconciler) webhookSecretRefused(s *botScope, st *v1.WebhookStatus, sum store.OutboxSummary, err error) {
 	msg := v1.Truncate(err.Error(), maxCallbackError)
 	if st.LastError != msg {
 		reason := v1.ReasonWebhookSecretNotFound
@@ -126,7 +126,7 @@ func (r *BotReconciler) webhookSecretRefused(s *botScope, st *v1.WebhookStatus, 
 // never go down when the outbox forgets finished messages (retention, the memory outbox's
 // history or restart). A lost status write loses the counts with the watermark: the next pass
 // counts the same messages again from the same old values.
-func (r *BotReconciler) recordWebhook(s *botScope, st *v1.WebhookStatus, sum store.OutboxSummary) {
+func (r *Reconciler) recordWebhook(s *botScope, st *v1.WebhookStatus, sum store.OutboxSummary) {
 	if sum.Failed > 0 {
 		bot, msg, given := s.bot, v1.Truncate(sum.LastError, maxCallbackError), sum.Failed
 		s.events = append(s.events, func() {
@@ -156,7 +156,7 @@ func (r *BotReconciler) recordWebhook(s *botScope, st *v1.WebhookStatus, sum sto
 
 // effectiveWebhook is the bot's webhook, or its pool's default (the pool it names or was
 // routed to); nil when there is none.
-func (r *BotReconciler) effectiveWebhook(ctx context.Context, bot *v1.Bot) (*v1.Webhook, error) {
+func (r *Reconciler) effectiveWebhook(ctx context.Context, bot *v1.Bot) (*v1.Webhook, error) {
 	if bot.Spec.Webhook != nil {
 		return bot.Spec.Webhook, nil
 	}
@@ -177,7 +177,7 @@ func (r *BotReconciler) effectiveWebhook(ctx context.Context, bot *v1.Bot) (*v1.
 // checkWebhookSecret makes sure the signing Secret exists in the bot's namespace, is opted in
 // and has a usable key, so a message is made only when it can be signed; nil when the webhook
 // is unsigned.
-func (r *BotReconciler) checkWebhookSecret(ctx context.Context, namespace string, ref *v1.WebhookSecretRef) error {
+func (r *Reconciler) checkWebhookSecret(ctx context.Context, namespace string, ref *v1.WebhookSecretRef) error {
 	if r.Secrets == nil || ref == nil {
 		return nil
 	}

@@ -1,10 +1,9 @@
-package controllers
+package bot
 
 import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,16 +15,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/callback"
 	bt "botpool.dev/botpool/internal/botpooltest"
-	"botpool.dev/botpool/internal/egress"
 )
-
-// allowLoopback lets notifiers reach httptest servers, which the default policy refuses.
-var allowLoopback = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 
 // callbackRig is a Bot reconciler on a fake client and a fake clock, for single passes over one
 // finished bot; the notifier, when there is one, is real and posts to an httptest receiver.
@@ -35,7 +29,7 @@ type callbackRig struct {
 	client client.Client
 	events *bt.Events
 	bot    *v1.Bot
-	done   chan event.GenericEvent // the notifier's wake-ups
+	done   chan callback.Result // the notifier's outcomes (the manager wakes the bot on each: WakeOnCallback)
 }
 
 func newCallbackRig(t *testing.T, url string) *callbackRig {
@@ -48,14 +42,14 @@ func newCallbackRig(t *testing.T, url string) *callbackRig {
 	bot := bt.MakeBot("team-a", "standup").UID("uid-standup").MeetingURL("https://zoom.us/j/1").CallbackURL(url).
 		Phase(v1.BotDone).FinishedAt(clk.Now()).Obj()
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.Bot{}).WithObjects(bot).Build()
-	return &callbackRig{t: t, clk: clk, client: c, events: &bt.Events{}, bot: bot, done: make(chan event.GenericEvent, 10)}
+	return &callbackRig{t: t, clk: clk, client: c, events: &bt.Events{}, bot: bot, done: make(chan callback.Result, 10)}
 }
 
 // notifier starts a notifier on the rig's clock; it stops with the test.
 func (rg *callbackRig) notifier(opts callback.Options) *callback.Notifier {
 	rg.t.Helper()
 	opts.Clock = rg.clk
-	opts.OnResult = WakeOnCallback(rg.done)
+	opts.OnResult = func(res callback.Result) { rg.done <- res }
 	n := callback.New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
@@ -65,11 +59,11 @@ func (rg *callbackRig) notifier(opts callback.Options) *callback.Notifier {
 }
 
 // reconciler is a fresh Bot controller (a restarted or newly elected manager) using q.
-func (rg *callbackRig) reconciler(q CallbackQueue) *BotReconciler {
-	return &BotReconciler{Client: rg.client, Clock: rg.clk, Recorder: rg.events, Callbacks: q, Store: bt.NopLiveness{}}
+func (rg *callbackRig) reconciler(q CallbackQueue) *Reconciler {
+	return &Reconciler{Client: rg.client, Clock: rg.clk, Recorder: rg.events, Callbacks: q, Store: bt.NopLiveness{}}
 }
 
-func (rg *callbackRig) pass(r *BotReconciler) ctrl.Result {
+func (rg *callbackRig) pass(r *Reconciler) ctrl.Result {
 	rg.t.Helper()
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rg.bot)})
 	if err != nil {
@@ -87,13 +81,14 @@ func (rg *callbackRig) get() *v1.Bot {
 	return b
 }
 
-// wake waits for the notifier to report an outcome for the rig's bot.
+// wake waits for the notifier to report an outcome for the rig's bot: the wake-up the
+// manager turns it into.
 func (rg *callbackRig) wake() {
 	rg.t.Helper()
 	select {
-	case ev := <-rg.done:
-		if ev.Object.GetName() != rg.bot.Name || ev.Object.GetNamespace() != rg.bot.Namespace {
-			rg.t.Fatalf("wake-up for %s/%s, want %s/%s", ev.Object.GetNamespace(), ev.Object.GetName(), rg.bot.Namespace, rg.bot.Name)
+	case res := <-rg.done:
+		if b := res.Callback.Body; b.Bot != rg.bot.Name || b.Namespace != rg.bot.Namespace {
+			rg.t.Fatalf("outcome for %s/%s, want %s/%s", b.Namespace, b.Bot, rg.bot.Namespace, rg.bot.Name)
 		}
 	case <-time.After(time.Minute): // a liveness bound
 		rg.t.Fatal("the notifier reported no outcome within a minute")
@@ -116,7 +111,7 @@ func countingReceiver(t *testing.T) (*httptest.Server, *atomic.Int32) {
 func TestDeliveredCallbackIsNeverResent(t *testing.T) {
 	srv, requests := countingReceiver(t)
 	rg := newCallbackRig(t, srv.URL+"/hook")
-	q := &countingQueue{CallbackQueue: rg.notifier(callback.Options{Egress: allowLoopback})}
+	q := &countingQueue{CallbackQueue: rg.notifier(callback.Options{Egress: bt.AllowLoopback})}
 	r := rg.reconciler(q)
 
 	if res := rg.pass(r); res.RequeueAfter != callbackRecheck {
@@ -136,7 +131,7 @@ func TestDeliveredCallbackIsNeverResent(t *testing.T) {
 	if res := rg.pass(r); res.RequeueAfter != 0 {
 		t.Errorf("a recorded callback's bot requeues after %s", res.RequeueAfter)
 	}
-	restartedQueue := &countingQueue{CallbackQueue: rg.notifier(callback.Options{Egress: allowLoopback})}
+	restartedQueue := &countingQueue{CallbackQueue: rg.notifier(callback.Options{Egress: bt.AllowLoopback})}
 	restarted := rg.reconciler(restartedQueue)
 	rg.pass(restarted)
 	rg.pass(restarted)
@@ -173,7 +168,7 @@ func TestFullCallbackQueueDoesNotLoseTheCallback(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	srv, requests := countingReceiver(t)
 	rg := newCallbackRig(t, srv.URL+"/hook")
-	n := rg.notifier(callback.Options{Egress: allowLoopback, QueueCapacity: 1})
+	n := rg.notifier(callback.Options{Egress: bt.AllowLoopback, QueueCapacity: 1})
 	r := rg.reconciler(n)
 
 	// Another bot's callback fills the queue.

@@ -1,4 +1,4 @@
-package controllers
+package bot
 
 import (
 	"testing"
@@ -8,6 +8,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/policy"
+	bt "botpool.dev/botpool/internal/botpooltest"
 )
 
 func TestQueueOrder(t *testing.T) {
@@ -69,7 +70,7 @@ func TestQueueTimeoutOfABot(t *testing.T) {
 	for _, tt := range tests {
 		b := &v1.Bot{}
 		b.Spec.QueueTimeout = tt.own
-		if got := queueTimeout(b, pool); got != tt.want {
+		if got := QueueTimeout(b, pool); got != tt.want {
 			t.Errorf("queueTimeout(%q) = %v, want %v", tt.own, got, tt.want)
 		}
 	}
@@ -87,5 +88,22 @@ func TestPositionChanged(t *testing.T) {
 		if got := policy.PositionChanged(tt.old, tt.updated); got != tt.want {
 			t.Errorf("positionChanged(%d, %d) = %v, want %v", tt.old, tt.updated, got, tt.want)
 		}
+	}
+}
+
+// TestQueueDeadline: a retried bot keeps its queuedAt (its place) but its wait counts from its
+// last failed start.
+func TestQueueDeadline(t *testing.T) {
+	queued := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
+	pool := bt.MakePool("ns", "pool").Obj()
+	bot := bt.MakeBot("ns", "bot").Phase(v1.BotQueued).Obj()
+	bot.Status.QueuedAt = &metav1.Time{Time: queued}
+	if got, want := QueueDeadline(bot, pool), queued.Add(v1.DefaultQueueTimeout); !got.Equal(want) {
+		t.Fatalf("deadline %s, want %s", got, want)
+	}
+	failed := queued.Add(7 * time.Minute)
+	bot.Status.StartAttempts = []v1.StartAttempt{{SlotName: "s", Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(failed)}}
+	if got, want := QueueDeadline(bot, pool), failed.Add(v1.DefaultQueueTimeout); !got.Equal(want) {
+		t.Fatalf("deadline of a retried bot %s, want %s (from its failed start)", got, want)
 	}
 }
