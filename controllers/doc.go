@@ -1,6 +1,6 @@
 // Package controllers holds the operator's reconcilers, one per kind, and the dispatcher:
 //
-//   - BotPoolReconciler keeps a pool's supply of BotPoolSlots: a slot for every waiting bot,
+//   - pool.Reconciler keeps a pool's supply of BotPoolSlots: a slot for every waiting bot,
 //     minIdle free ones, never more than maxSlots (shrinking by free slots when it is lowered);
 //     it pre-pulls its image on each of its servers (a puller application per server), deletes
 //     Coolify applications of the pool's tag that no slot owns and reports the pool's counts
@@ -42,27 +42,14 @@
 // The controllers' Coolify access is package coolifyview (controllers/internal/coolifyview);
 // setup.go names its CoolifyAPI, Connector and SecretConnector for the callers.
 //
-// The bot reconciler is package bot (controllers/bot). The dispatcher, which binds queued
+// The pool reconciler is package pool (controllers/pool), the bot reconciler package bot
+// (controllers/bot). The dispatcher, which binds queued
 // bots to free slots, and the reservation ledger it shares with the bot reconciler (the one
 // declared edge between reconcilers) are package dispatch (controllers/dispatch).
 //
 // The deploy gate (package deploygate), the cache indexes (index), the Prometheus series
 // (metrics) and each namespace's share of a controller's workers (tenantshare) are packages
 // of their own under controllers/internal.
-//
-// The pool reconciler (pool).
-//
-//	pool_controller.go   BotPoolReconciler: entry, observe, connect, deletion
-//	pool_supply.go       supply, scaleDown, shrink and newSlot, with the arithmetic (slotsToCreate, countSlots)
-//	pool_naming.go       slot names pool-<platform>-NNN, which the pool gives its new slots (slotName, lowestFree)
-//	warm_schedule.go     spec.warmSchedule read at a moment: the minIdle in force, the open windows, the next change (warmAt)
-//	pool_reservations.go how many free slots the pool warms for its reservations now, from the lead its servers were observed to need (observedLead, warming)
-//	pool_servers.go      a pool over several servers: placement of new slots, drain, status.servers, the servers' limits read (readServerLimits)
-//	pool_orphans.go      deleting Coolify applications of the pool's tag that no slot owns
-//	pool_template.go     the template the pool asks for now (readTemplate) and the env digests it hashes
-//	pool_pull.go         the image pre-pull: a puller application per server, status.servers[].cached and .pull
-//	pool_rollout.go      a rollout's bookkeeping (status.rollout, updatedSlots, SlotsUpdated) and a standby pool's admissions and surge
-//	pool_status.go       the pool's status and conditions, computed from one pass, DeploymentsCapped among them (setServerCondition)
 //
 // The slot reconciler (slot).
 //

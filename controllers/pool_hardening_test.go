@@ -17,6 +17,7 @@ import (
 	"botpool.dev/botpool/botapi/botclient"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -110,10 +111,10 @@ func TestOrphanSweepChecksOwnershipItself(t *testing.T) {
 	sc.phase(v1.SlotIdle)
 	sc.sim.SetFault("list-applications", sim.Fault{ErrorRate: 1}) // no sweep while we set up
 	other := coolifyview.ClusterPoolTag("uid:another-cluster", sc.ns, sc.pool.Name)
-	foreign := sc.createApp(slotName(v1.PlatformZoom, 7), []string{other}, coolifyview.Marked("[IDLE]", coolifyview.OwnerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
-	unmarked := sc.createApp(slotName(v1.PlatformZoom, 8), nil, "")
-	orphan := sc.createApp(slotName(v1.PlatformZoom, 9), []string{sc.tag()}, coolifyview.Marked("[IDLE]", coolifyview.OwnerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
-	running := sc.createApp(slotName(v1.PlatformZoom, 6), []string{sc.tag()}, coolifyview.Marked("[BUSY]", coolifyview.OwnerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	foreign := sc.createApp(poolctrl.SlotName(v1.PlatformZoom, 7), []string{other}, coolifyview.Marked("[IDLE]", coolifyview.OwnerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	unmarked := sc.createApp(poolctrl.SlotName(v1.PlatformZoom, 8), nil, "")
+	orphan := sc.createApp(poolctrl.SlotName(v1.PlatformZoom, 9), []string{sc.tag()}, coolifyview.Marked("[IDLE]", coolifyview.OwnerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	running := sc.createApp(poolctrl.SlotName(v1.PlatformZoom, 6), []string{sc.tag()}, coolifyview.Marked("[BUSY]", coolifyview.OwnerMark(sc.tag(), sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	sc.warm()
 	if _, err := sc.api.Deploy(context.Background(), running); err != nil {
 		t.Fatal(err)
@@ -150,9 +151,9 @@ func TestSlotNeverAdoptsAnotherClustersApplication(t *testing.T) {
 	sc := newScenario(t, "twoclusters", sim.Config{}, func(p *v1.BotPool) { p.Spec.MinIdle = 0 })
 	connector.use(sc.pool.Name, ignoringFilter{sc.api})
 	other := coolifyview.ClusterPoolTag("uid:production", sc.ns, sc.pool.Name)
-	theirs := sc.createApp(slotName(v1.PlatformZoom, 1), []string{other}, coolifyview.Marked("[IDLE] Available - never used", coolifyview.OwnerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	theirs := sc.createApp(poolctrl.SlotName(v1.PlatformZoom, 1), []string{other}, coolifyview.Marked("[IDLE] Available - never used", coolifyview.OwnerMark(other, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	legacy := coolifyview.ClusterPoolTag("", sc.ns, sc.pool.Name)
-	oldOnes := sc.createApp(slotName(v1.PlatformZoom, 1), []string{legacy}, coolifyview.Marked("[IDLE] Available - never used", coolifyview.OwnerMark(legacy, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
+	oldOnes := sc.createApp(poolctrl.SlotName(v1.PlatformZoom, 1), []string{legacy}, coolifyview.Marked("[IDLE] Available - never used", coolifyview.OwnerMark(legacy, sc.pool, sc.pool.Spec.Coolify.ServerUUID)))
 	patch := client.MergeFrom(sc.pool.DeepCopy())
 	sc.pool.Spec.MinIdle = 1
 	if err := env.Client.Patch(context.Background(), sc.pool, patch); err != nil {
@@ -390,8 +391,8 @@ func TestPoolDeletionForgetsPerPoolState(t *testing.T) {
 	sc := &coolifyview.SecretConnector{Clients: map[types.NamespacedName]coolifyview.CachedClient{key: {}}}
 	bulk := &coolifyview.BulkReader{Clock: clk, AppSnapshots: map[string]coolifyview.Snapshot[map[string]coolify.Application]{
 		coolifyview.ClusterPoolTag("uid:x", key.Namespace, key.Name): {}, coolifyview.PoolTagOf(key.Namespace, key.Name): {}}}
-	r := &BotPoolReconciler{Connector: sc, Coolify: bulk, Metrics: metrics.New(nil), ClusterID: "uid:x"}
-	r.forget(key)
+	r := &poolctrl.Reconciler{Connector: sc, Coolify: bulk, Metrics: metrics.New(nil), ClusterID: "uid:x"}
+	r.Forget(key)
 	if len(sc.Clients) != 0 || len(bulk.AppSnapshots) != 0 {
 		t.Errorf("kept %d clients and %d application lists of a deleted pool", len(sc.Clients), len(bulk.AppSnapshots))
 	}

@@ -11,13 +11,14 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 )
 
 // isPullerApp reports whether a Coolify application is a pool's puller (its image pre-pull),
 // no slot's.
-func isPullerApp(name string) bool { return strings.HasPrefix(name, pullerPrefix) }
+func isPullerApp(name string) bool { return strings.HasPrefix(name, poolctrl.PullerPrefix) }
 
 // pullerApps are the uuids of the simulator's puller applications.
 func (sc *scenario) pullerApps() map[string]bool {
@@ -120,7 +121,7 @@ func noSlots(p *v1.BotPool) { p.Spec.MinIdle = 0 }
 func (sc *scenario) pullers() map[string]sim.AppInfo {
 	out := map[string]sim.AppInfo{}
 	for _, a := range sc.sim.Apps() {
-		if srv, ok := strings.CutPrefix(a.Name, pullerPrefix); ok && !a.Deleting {
+		if srv, ok := strings.CutPrefix(a.Name, poolctrl.PullerPrefix); ok && !a.Deleting {
 			out[srv] = a
 		}
 	}
@@ -198,8 +199,8 @@ func TestPoolPrePullsItsImageOnEachServer(t *testing.T) {
 			t.Fatalf("no puller application on server %s: %+v", srv, sc.sim.Apps())
 		case a.ServerUUID != srv || a.Image != ref || len(a.Tags) != 1 || a.Tags[0] != sc.tag():
 			t.Errorf("puller on %s: %+v", srv, a)
-		case len(a.Env) != 1 || a.Env[prePullEnv] != "1":
-			t.Errorf("puller on %s has env %v, want only %s=1", srv, a.Env, prePullEnv)
+		case len(a.Env) != 1 || a.Env[poolctrl.PrePullEnv] != "1":
+			t.Errorf("puller on %s has env %v, want only %s=1", srv, a.Env, poolctrl.PrePullEnv)
 		case deploys[srv] != 1:
 			t.Errorf("puller on %s deployed %d times, want once", srv, deploys[srv])
 		}

@@ -16,6 +16,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -208,7 +209,7 @@ func TestPoolMovesFromOneServerToSeveral(t *testing.T) {
 	}
 	// A slot as an earlier version made it: no spec.server.
 	legacy := &v1.BotPoolSlot{}
-	legacy.Namespace, legacy.Name = sc.ns, slotName(sc.pool.Spec.Platform, 9)
+	legacy.Namespace, legacy.Name = sc.ns, poolctrl.SlotName(sc.pool.Spec.Platform, 9)
 	legacy.Labels = map[string]string{v1.LabelPool: sc.pool.Name}
 	legacy.Spec.Pool = sc.pool.Name
 	if err := env.Client.Create(context.Background(), legacy); err != nil {

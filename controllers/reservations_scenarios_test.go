@@ -12,6 +12,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/policy"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -93,7 +94,7 @@ func TestReservationWarmedByTheObservedLead(t *testing.T) {
 	// A new push of the tag: the server must pull again, and the lead waits for that pull as
 	// long as the last one took (the clock stands still while it is requested).
 	sc.updatePool(func(p *v1.BotPool) { p.Annotations = map[string]string{v1.AnnotationRestartedAt: "push-2"} })
-	reservations("the observed pull ahead while it runs (rounded up to the minute)", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: ceilMinute(pull + policy.ReservationMargin)}})
+	reservations("the observed pull ahead while it runs (rounded up to the minute)", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: poolctrl.CeilMinute(pull + policy.ReservationMargin)}})
 	sc.prePulled()
 	reservations("the margin again", v1.ReservationStatus{Pending: 2, Lead: metav1.Duration{Duration: policy.ReservationMargin}})
 	if n := len(listLiveSlots(t, sc.ns)); n != 0 {

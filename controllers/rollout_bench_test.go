@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/policy"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/simbot"
@@ -481,7 +482,7 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 	// Which requests were about the pullers, and when their pulls began.
 	pullers := map[string]bool{}
 	for _, app := range bs.sc.sim.Apps() {
-		if strings.HasPrefix(app.Name, pullerPrefix) {
+		if strings.HasPrefix(app.Name, poolctrl.PullerPrefix) {
 			pullers[app.UUID] = true
 		}
 	}
@@ -495,7 +496,7 @@ func measureRollout(tb testing.TB, name string, c rolloutCase, seed uint64) roll
 	}
 	pulls.mu.Lock()
 	for _, p := range pulls.pulls {
-		if strings.HasPrefix(p.AppName, pullerPrefix) && p.Ref == newRef && !p.At.Before(t0) {
+		if strings.HasPrefix(p.AppName, poolctrl.PullerPrefix) && p.Ref == newRef && !p.At.Before(t0) {
 			res.prePulls++
 			if _, seen := res.pullStart[p.ServerUUID]; !seen {
 				res.pullStart[p.ServerUUID] = p.At.Sub(t0)

@@ -15,6 +15,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/policy"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/simbot"
@@ -39,7 +40,7 @@ func (l *pullLog) coldStarts() []string {
 	defer l.mu.Unlock()
 	var out []string
 	for _, p := range l.pulls {
-		if p.Cold && !strings.HasPrefix(p.AppName, pullerPrefix) {
+		if p.Cold && !strings.HasPrefix(p.AppName, poolctrl.PullerPrefix) {
 			out = append(out, fmt.Sprintf("%s pulled %s cold on %s", p.AppName, p.Ref, p.ServerUUID))
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"botpool.dev/botpool/controllers/internal/coolifyview"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 )
@@ -52,7 +53,7 @@ func TestCleanedSince(t *testing.T) {
 		{"every minute: after minRePull", everyMinute, day(8, 0), day(8, 10), true},
 		{"unknown schedule", coolify.CleanupSchedule{}, day(8, 0).Add(-23 * time.Hour), day(8, 0), false},
 	} {
-		if got := cleanedSince(tc.schedule, tc.pulled, tc.now); got != tc.want {
+		if got := poolctrl.CleanedSince(tc.schedule, tc.pulled, tc.now); got != tc.want {
 			t.Errorf("%s: pulled %s, now %s: cleaned %v, want %v", tc.name, tc.pulled, tc.now, got, tc.want)
 		}
 	}

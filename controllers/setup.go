@@ -22,6 +22,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
@@ -89,7 +90,7 @@ type Options struct {
 // Controllers are the reconcilers Setup registered, for callers that drive them by hand (the
 // model check) or share their state (the bot API).
 type Controllers struct {
-	Pools      *BotPoolReconciler
+	Pools      *poolctrl.Reconciler
 	Slots      *BotPoolSlotReconciler
 	Bots       *bot.Reconciler
 	Dispatcher *dispatch.Dispatcher
@@ -135,7 +136,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 	reservations := &dispatch.Ledger{}
 	gate := &deploygate.Gate{Clock: clk}
 	c := &Controllers{Writes: writes, Client: wc,
-		Pools: &BotPoolReconciler{
+		Pools: &poolctrl.Reconciler{
 			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Coolify: bulk, Gate: gate,
 			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, ClusterID: o.ClusterID,
 			OrphanCheck: o.OrphanCheck, BotAPIURL: o.BotAPIURL,

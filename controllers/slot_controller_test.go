@@ -17,6 +17,7 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -616,7 +617,7 @@ func TestOrphanedApplicationsAreDeleted(t *testing.T) {
 		}
 		return uuid
 	}
-	orphan, manual := create(slotName(v1.PlatformZoom, 9)), create("manual-app")
+	orphan, manual := create(poolctrl.SlotName(v1.PlatformZoom, 9)), create("manual-app")
 	for range 5 {
 		step(time.Second)
 		if app, _ := sc.sim.App(orphan); app.Deleting {

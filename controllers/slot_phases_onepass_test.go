@@ -123,7 +123,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 				return []coolify.Application{{UUID: "old-tag", Name: slotN, Description: "[Creating]" + mark,
 					DockerRegistryImageName: "bot", DockerRegistryImageTag: "0", Status: "exited:unhealthy"}}, nil
 			},
-			DeleteApplicationFn: deleteKeepingImages,
+			DeleteApplicationFn: bt.DeleteKeepingImages,
 			CreateDockerImageApplicationFn: func(context.Context, coolify.CreateApplicationRequest) (string, error) {
 				return app, nil
 			},
@@ -261,7 +261,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		name: "Deleted free slot: the application is stopped and deleted, the finalizer goes",
 		objs: []client.Object{pool(), slot().App(app).Phase(v1.SlotIdle).Since(now.Add(-time.Hour)).Deleting(now).Obj()},
 		coolify: &bt.Coolify{StopFn: ok,
-			DeleteApplicationFn: deleteKeepingImages,
+			DeleteApplicationFn: bt.DeleteKeepingImages,
 			GetApplicationFn: func(context.Context, string) (*coolify.Application, error) {
 				return nil, fmt.Errorf("get: %w", coolify.ErrNotFound)
 			},
@@ -272,7 +272,7 @@ func TestSlotPhasesInOnePass(t *testing.T) {
 		// Coolify, and a replacement placed on another server made a second one (invariant 2).
 		name: "Deleted Creating slot whose create took effect unanswered: the application of its name and mark is deleted, the slot waits for Coolify",
 		objs: []client.Object{pool(), slot().Phase(v1.SlotCreating).Since(now.Add(-time.Minute)).Deleting(now).Obj()},
-		coolify: &bt.Coolify{StopFn: ok, DeleteApplicationFn: deleteKeepingImages,
+		coolify: &bt.Coolify{StopFn: ok, DeleteApplicationFn: bt.DeleteKeepingImages,
 			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
 				return []coolify.Application{
 					{UUID: "other-slot", Name: "pool-zoom-002", Description: "[Creating]" + mark},

@@ -81,6 +81,7 @@ type botRun struct {
 	given     string    // the bot of the configuration it received; empty until then
 	cred      string    // the binding credential that came with it
 	died      string    // why its bot process ended on its own, if it did
+	diedAt    time.Time // fake clock: when
 }
 
 func newSoakBots(meeting func() (time.Duration, time.Duration)) *soakBots {
@@ -190,7 +191,7 @@ func (b *soakBots) finish(run *botRun, res simbot.Result, err error, stopped boo
 		// The bot's process died on its own: its container runs on without it, and only the
 		// heartbeat timeout can tell. Remember why, to explain the bot's end.
 		b.outcomes["died: "+errorClass(err)]++
-		run.died = err.Error()
+		run.died, run.diedAt = err.Error(), clk.Now()
 		b.dead[run.app] = clk.Now()
 		b.lost[run.app] = append(b.lost[run.app], clk.Now())
 		if len(b.deaths) < 5 {

@@ -489,7 +489,7 @@ func (o *soakObserver) standbySettled(s *v1.BotPoolSlot, app sim.AppInfo, quiet 
 	case st == v1.StandbyStarting && !quiet:
 		return nil
 	case st != v1.StandbyReady:
-		return fmt.Errorf("slot %s is Idle and free with its standby container %q (%s)", s.Name, st, s.Status.Message)
+		return fmt.Errorf("slot %s is Idle and free with its standby container %q (%s): %s", s.Name, st, s.Status.Message, o.lastContainer(s))
 	case !app.Running:
 		return fmt.Errorf("slot %s is Ready but its container does not run (%s)", s.Name, app.TrueStatus)
 	}
@@ -498,17 +498,28 @@ func (o *soakObserver) standbySettled(s *v1.BotPoolSlot, app sim.AppInfo, quiet 
 	}
 	run, ok := o.bots.latestRun(s.Status.ApplicationUUID)
 	if _, live := o.bots.live(s.Status.ApplicationUUID); !ok || !live || run.asked.IsZero() || run.given != "" {
-		since := "-"
-		if st := s.Status.StandbySince; st != nil {
-			since = st.UTC().Format(time.TimeOnly)
-		}
-		return fmt.Errorf("slot %s is Ready at rest, but its container does not wait for work (running %v, asked %v, received %q): "+
-			"container %d started %s, last asked %s, its token the slot's %v, died %q; the slot standby since %s, %q",
-			s.Name, live, ok && !run.asked.IsZero(), run.given, run.seq, run.started.UTC().Format(time.TimeOnly),
-			run.asked.UTC().Format(time.TimeOnly), run.token != "" && slottoken.Hash([]byte(run.token)) == s.Status.TokenSHA256,
-			run.died, since, s.Status.Message)
+		return fmt.Errorf("slot %s is Ready at rest, but its container does not wait for work (running %v, asked %v, received %q): %s",
+			s.Name, live, ok && !run.asked.IsZero(), run.given, o.lastContainer(s))
 	}
 	return nil
+}
+
+// lastContainer describes the last container started for the slot's application, for a
+// violation: when it started and last asked, whether its credential is the one the slot
+// records, and why its bot process died, if it did.
+func (o *soakObserver) lastContainer(s *v1.BotPoolSlot) string {
+	run, ok := o.bots.latestRun(s.Status.ApplicationUUID)
+	if !ok {
+		return "no container started"
+	}
+	since := "-"
+	if st := s.Status.StandbySince; st != nil {
+		since = st.UTC().Format(time.TimeOnly)
+	}
+	return fmt.Sprintf("container %d started %s, last asked %s, its token the slot's %v, died %q at %s; the slot standby since %s, deployment %q",
+		run.seq, run.started.UTC().Format(time.TimeOnly), run.asked.UTC().Format(time.TimeOnly),
+		run.token != "" && slottoken.Hash([]byte(run.token)) == s.Status.TokenSHA256, run.died,
+		run.diedAt.UTC().Format(time.TimeOnly), since, s.Status.DeploymentUUID)
 }
 
 // explainFailures checks every failed bot against what the soak did to it, and counts the

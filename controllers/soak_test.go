@@ -19,6 +19,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/bot"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
@@ -601,7 +602,7 @@ func (s *soak) checkProjection(l *soakLane) {
 			}
 		}
 		for n := 1; n <= int(l.pool.Spec.MaxSlots); n++ {
-			name := slotName(l.pool.Spec.Platform, n)
+			name := poolctrl.SlotName(l.pool.Spec.Platform, n)
 			_, ok, err := s.store.Slot(ctx, l.ns, name)
 			if err != nil {
 				return err

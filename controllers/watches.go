@@ -66,11 +66,12 @@ import (
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/controllers/internal/tenantshare"
+	poolctrl "botpool.dev/botpool/controllers/pool"
 )
 
 // setupPoolController registers the pool controller: pools, the slots they own, and bots whose pool
 // or phase changed (a bot starting to wait may need a new slot).
-func setupPoolController(mgr ctrl.Manager, r *BotPoolReconciler) error {
+func setupPoolController(mgr ctrl.Manager, r *poolctrl.Reconciler) error {
 	share := tenantshare.New(r, "botpool", tenantshare.WorkersOf(mgr), r.Metrics)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPool{}).

@@ -120,6 +120,16 @@ func (NopLiveness) UpsertBot(context.Context, store.BotRecord) error { return ni
 // AppendBotEvents drops the events.
 func (NopLiveness) AppendBotEvents(context.Context, []store.BotEvent) error { return nil }
 
+// DeleteKeepingImages is a DeleteApplicationFn that fails unless it is asked to keep the
+// server's images (coolify.AppLeftovers): a Docker cleanup is server-wide, and would evict
+// what every pool there pre-pulled.
+func DeleteKeepingImages(_ context.Context, uuid string, opts coolify.DeleteOptions) error {
+	if opts != coolify.AppLeftovers {
+		return fmt.Errorf("application %s deleted with %+v, want coolify.AppLeftovers (no Docker cleanup)", uuid, opts)
+	}
+	return nil
+}
+
 // Coolify is a coolify.API of func fields: a test sets the methods it expects to be called.
 // Every call is recorded in Calls (method and first argument) so a test can compare what a
 // reconcile asked of Coolify; a method left unset fails the call with an error naming it, so an

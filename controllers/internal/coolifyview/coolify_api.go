@@ -21,7 +21,7 @@ type CoolifyAPI interface {
 	// ServerVersion checks the pool's credentials and reachability.
 	ServerVersion(ctx context.Context) (string, error)
 	// GetServerDockerCleanup says when the server's scheduled Docker cleanup runs: the pool
-	// pulls its image there again after each run (pool_pull.go).
+	// pulls its image there again after each run (controllers/pool/pull.go).
 	GetServerDockerCleanup(ctx context.Context, serverUUID string) (*coolify.DockerCleanup, error)
 
 	// Applications: a slot's application is created, found by name, its env and description

@@ -15,7 +15,7 @@ import (
 // daily at midnight by default), and it removes an image the pool pre-pulled there and no slot
 // has run yet: its puller deployed it, its slots did not. The pool reads each server's schedule
 // (GET /servers/{uuid}/docker-cleanup) and pulls its image there again once a run may have
-// removed it (cleanedSince, pool_pull.go). The cleanup also runs, unannounced, when the disk
+// removed it (pool.CleanedSince, controllers/pool/pull.go). The cleanup also runs, unannounced, when the disk
 // passes its threshold, and on older releases after stops and deletes whatever the operator
 // asks: rePullAge bounds those.
 const (

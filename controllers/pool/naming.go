@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // slotPrefix is the name prefix of a platform's slots: slots are named pool-<platform>-NNN.
 func slotPrefix(p v1.Platform) string { return "pool-" + string(p) + "-" }
 
-func slotName(p v1.Platform, n int) string { return fmt.Sprintf("%s%03d", slotPrefix(p), n) }
+func SlotName(p v1.Platform, n int) string { return fmt.Sprintf("%s%03d", slotPrefix(p), n) }
 
 // slotNumber parses NNN out of a slot name with the given prefix.
 func slotNumber(prefix, name string) (int, bool) {

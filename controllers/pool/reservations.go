@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"sort"
@@ -152,7 +152,7 @@ func pendingStarts(bots []v1.Bot) []time.Time {
 // planReservations decides, for the pass, how many free slots the pending reservations need
 // now (s.warming, added to supply's need and kept from the scale-down), and when to look again.
 // It runs before supply, on the status's view of the servers (what the last pass recorded).
-func (r *BotPoolReconciler) planReservations(s *poolScope, now time.Time) {
+func (r *Reconciler) planReservations(s *poolScope, now time.Time) {
 	if len(s.reservedStarts) == 0 {
 		return
 	}
@@ -179,15 +179,15 @@ func reservationStatus(s *poolScope) *v1.ReservationStatus {
 		// Rounded up to the minute: less a pull in flight, the lead falls with every second of
 		// the pull, and a status that changes at every pass is written at every pass (the
 		// model check's settle found a pool writing every 5 s, seed 3457702266237806).
-		st.Lead.Duration = ceilMinute(s.lead.lead(len(s.reservedStarts)))
+		st.Lead.Duration = CeilMinute(s.lead.lead(len(s.reservedStarts)))
 	case last != nil: // the pass did not get as far as planning: what the last one said
 		st.Lead, st.Warming = last.Lead, last.Warming
 	}
 	return st
 }
 
-// ceilMinute rounds d up to a whole minute.
-func ceilMinute(d time.Duration) time.Duration {
+// CeilMinute rounds d up to a whole minute.
+func CeilMinute(d time.Duration) time.Duration {
 	if r := d % time.Minute; r != 0 {
 		return d - r + time.Minute
 	}

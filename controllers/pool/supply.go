@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func countSlots(slots []v1.BotPoolSlot) v1.SlotCounts {
 }
 
 // supply creates the slots the pool needs now.
-func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) supply(ctx context.Context, s *poolScope) error {
 	spec := s.pool.Spec
 	if excess := len(s.slots) - int(spec.MaxSlots); excess > 0 {
 		return r.shrink(ctx, s, excess)
@@ -104,7 +104,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 		}
 		n := lowestFree(used, 1)[0]
 		used[n] = true
-		slot := r.newSlot(s.pool, slotName(spec.Platform, n), server)
+		slot := r.newSlot(s.pool, SlotName(spec.Platform, n), server)
 		if err := r.Client.Create(ctx, slot); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				place.slots[server]-- // not placed after all
@@ -130,7 +130,7 @@ func (r *BotPoolReconciler) supply(ctx context.Context, s *poolScope) error {
 // (the pool is growing) and while a rollout runs (its end removes its own surge). Slots whose
 // standby container is not Ready go first, then the highest numbers; removeIdle never takes a
 // slot bound meanwhile.
-func (r *BotPoolReconciler) scaleDown(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) scaleDown(ctx context.Context, s *poolScope) error {
 	free, creating := countFree(s)
 	growing := creating || len(s.created) > 0
 	need := max(s.waiting, s.warm.soon) + s.warming
@@ -182,7 +182,7 @@ func countFree(s *poolScope) (free int, creating bool) {
 // removeNotReadyFirst removes up to n of slots with removeIdle: in a standby Running pool
 // those whose container is not Ready first (a Ready one serves a bot at once), then the rest;
 // highest numbers first within each.
-func (r *BotPoolReconciler) removeNotReadyFirst(ctx context.Context, pool *v1.BotPool, slots []*v1.BotPoolSlot, n int) ([]string, error) {
+func (r *Reconciler) removeNotReadyFirst(ctx context.Context, pool *v1.BotPool, slots []*v1.BotPoolSlot, n int) ([]string, error) {
 	var cold, ready []*v1.BotPoolSlot
 	for _, sl := range slots {
 		if pool.Spec.Standby.Running() && sl.Status.Standby != v1.StandbyReady {
@@ -203,7 +203,7 @@ func (r *BotPoolReconciler) removeNotReadyFirst(ctx context.Context, pool *v1.Bo
 // shrink brings a pool whose maxSlots was lowered back under it (invariant 2): free Idle
 // slots go first (removeIdle). Busy slots are never taken from their bots; the pool shrinks
 // further as they come back.
-func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int) error {
+func (r *Reconciler) shrink(ctx context.Context, s *poolScope, excess int) error {
 	slots := make([]*v1.BotPoolSlot, len(s.slots))
 	for i := range s.slots {
 		slots[i] = &s.slots[i]
@@ -217,7 +217,7 @@ func (r *BotPoolReconciler) shrink(ctx context.Context, s *poolScope, excess int
 
 // removeIdle deletes up to n of slots that are removable, highest numbers first, each only if
 // it is still the version seen (a slot bound meanwhile stays). It returns the names deleted.
-func (r *BotPoolReconciler) removeIdle(ctx context.Context, pool *v1.BotPool, slots []*v1.BotPoolSlot, n int) ([]string, error) {
+func (r *Reconciler) removeIdle(ctx context.Context, pool *v1.BotPool, slots []*v1.BotPoolSlot, n int) ([]string, error) {
 	prefix := slotPrefix(pool.Spec.Platform)
 	var idle []*v1.BotPoolSlot
 	for _, sl := range slots {
@@ -247,7 +247,7 @@ func (r *BotPoolReconciler) removeIdle(ctx context.Context, pool *v1.BotPool, sl
 	return removed, nil
 }
 
-func (r *BotPoolReconciler) newSlot(pool *v1.BotPool, name, server string) *v1.BotPoolSlot {
+func (r *Reconciler) newSlot(pool *v1.BotPool, name, server string) *v1.BotPoolSlot {
 	slot := &v1.BotPoolSlot{}
 	slot.Namespace, slot.Name = pool.Namespace, name
 	slot.Labels = map[string]string{v1.LabelPool: pool.Name}

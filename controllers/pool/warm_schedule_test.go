@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -262,7 +262,7 @@ func TestScaleDownInOnePass(t *testing.T) {
 			if tt.warm != nil {
 				warm = *tt.warm
 			}
-			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: metrics.New(nil)}
+			r := &Reconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: bt.DiscardEvents{}, Metrics: metrics.New(nil)}
 			s := &poolScope{pool: tt.pool, slots: list.Items, waiting: tt.waiting, warm: warm}
 			if tt.shrinkFirst {
 				if err := r.supply(ctx, s); err != nil {

@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"reflect"
@@ -8,10 +8,10 @@ import (
 )
 
 func TestSlotNames(t *testing.T) {
-	if got := slotName(v1.PlatformGoogleMeet, 7); got != "pool-google-meet-007" {
+	if got := SlotName(v1.PlatformGoogleMeet, 7); got != "pool-google-meet-007" {
 		t.Errorf("slotName = %q", got)
 	}
-	if got := slotName(v1.PlatformZoom, 1000); got != "pool-zoom-1000" {
+	if got := SlotName(v1.PlatformZoom, 1000); got != "pool-zoom-1000" {
 		t.Errorf("slotName(1000) = %q", got)
 	}
 	prefix := slotPrefix(v1.PlatformZoom)

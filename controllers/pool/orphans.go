@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 // team), each candidate must carry the pool's owner mark on our side too. Only a stopped
 // application is deleted: a running one may serve a meeting (of a cluster whose identity
 // changed, say), so it gets a Warning Event and is left alone.
-func (r *BotPoolReconciler) deleteOrphanApps(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) deleteOrphanApps(ctx context.Context, s *poolScope) error {
 	ctx = coolify.WithPriority(ctx, coolify.Housekeeping) // nobody waits for a sweep
 	tag := r.tag(s.pool)
 	apps, err := r.Coolify.Apps(ctx, s.api, tag, policy.OrDefault(r.OrphanCheck, pass.DefaultAppCheck))

@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -208,8 +208,8 @@ func TestPrePullInOnePass(t *testing.T) {
 				return app, nil
 			},
 			UpsertEnvsFn: func(_ context.Context, _ string, e []coolify.EnvVar) ([]coolify.EnvVar, error) {
-				if len(e) != 1 || e[0].Key != prePullEnv || e[0].Value != "1" {
-					return nil, fmt.Errorf("the puller's env is %+v, want only %s=1", e, prePullEnv)
+				if len(e) != 1 || e[0].Key != PrePullEnv || e[0].Value != "1" {
+					return nil, fmt.Errorf("the puller's env is %+v, want only %s=1", e, PrePullEnv)
 				}
 				return e, nil
 			},
@@ -484,7 +484,7 @@ func TestPrePullInOnePass(t *testing.T) {
 		},
 		coolify: &bt.Coolify{
 			ListApplicationsFn: listing(puller("bot", "v2"), coolify.Application{UUID: "app-gone", Name: pullerName("gone"), Description: coolifyview.Marked(pullerDescription, coolifyview.OwnerMark(tag, basePool(), "gone"))}),
-			CancelDeploymentFn: ok, StopFn: ok, DeleteApplicationFn: deleteKeepingImages, GetServerDockerCleanupFn: schedule("0 0 * * *"),
+			CancelDeploymentFn: ok, StopFn: ok, DeleteApplicationFn: bt.DeleteKeepingImages, GetServerDockerCleanupFn: schedule("0 0 * * *"),
 			ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) {
 				return 1, []coolify.Deployment{{DeploymentUUID: "dep-gone", Status: coolify.DeploymentFinished}}, nil
 			},
@@ -505,7 +505,7 @@ func TestPrePullInOnePass(t *testing.T) {
 			if tt.live != nil {
 				live.Status.Servers = []v1.ServerStatus{{UUID: srv, Pull: tt.live}}
 			}
-			r := &BotPoolReconciler{Clock: clk, Recorder: events, Coolify: &coolifyview.BulkReader{Clock: clk}, APIReader: fakeapi.New(t, interceptor.Funcs{}, live)}
+			r := &Reconciler{Clock: clk, Recorder: events, Coolify: &coolifyview.BulkReader{Clock: clk}, APIReader: fakeapi.New(t, interceptor.Funcs{}, live)}
 			s := &poolScope{pool: pool, api: tt.coolify, images: tt.images, health: tt.health}
 			if s.images == nil {
 				s.images = map[string]*policy.ServerImages{}
@@ -569,8 +569,8 @@ func clockOf(t, now time.Time) string {
 // TestPrePullEnvMatchesTheSDK: the variable the operator gives a puller is the one the bot SDK
 // tells an image to exit on.
 func TestPrePullEnvMatchesTheSDK(t *testing.T) {
-	if prePullEnv != botclient.PrePullEnv {
-		t.Fatalf("the operator sets %s, the SDK reads %s", prePullEnv, botclient.PrePullEnv)
+	if PrePullEnv != botclient.PrePullEnv {
+		t.Fatalf("the operator sets %s, the SDK reads %s", PrePullEnv, botclient.PrePullEnv)
 	}
 }
 
@@ -594,8 +594,8 @@ func TestPoolPassKeepsThePullsRequeue(t *testing.T) {
 		StopFn: func(context.Context, string) error { return nil },
 	}
 	c := fakeapi.New(t, interceptor.Funcs{}, pool)
-	r := &BotPoolReconciler{Client: c, APIReader: c, Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api}, Coolify: &coolifyview.BulkReader{Clock: clk},
-		Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil), OrphanCheck: time.Minute}
+	r := &Reconciler{Client: c, APIReader: c, Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api}, Coolify: &coolifyview.BulkReader{Clock: clk},
+		Clock: clk, Recorder: bt.DiscardEvents{}, Metrics: metrics.New(nil), OrphanCheck: time.Minute}
 	key := client.ObjectKeyFromObject(pool)
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
 	if err != nil || res.RequeueAfter != v1.DefaultDeploymentPollInterval {
@@ -642,10 +642,10 @@ func TestOrphanSweepLeavesPullersAlone(t *testing.T) {
 			}, nil
 		},
 		StopFn:              func(context.Context, string) error { return nil },
-		DeleteApplicationFn: deleteKeepingImages,
+		DeleteApplicationFn: bt.DeleteKeepingImages,
 	}
 	c := fakeapi.New(t, interceptor.Funcs{}, pool)
-	r := &BotPoolReconciler{Client: c, APIReader: c, Coolify: &coolifyview.BulkReader{Clock: clk}, Clock: clk, Recorder: discardEvents{}}
+	r := &Reconciler{Client: c, APIReader: c, Coolify: &coolifyview.BulkReader{Clock: clk}, Clock: clk, Recorder: bt.DiscardEvents{}}
 	if err := r.deleteOrphanApps(context.Background(), &poolScope{pool: pool, api: api}); err != nil {
 		t.Fatal(err)
 	}
@@ -683,7 +683,7 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 		ListApplicationDeploymentsFn: func(context.Context, string, int, int) (int, []coolify.Deployment, error) { return 0, nil, nil },
 		CancelDeploymentFn:           func(context.Context, string) error { return nil },
 		StopFn:                       func(context.Context, string) error { return nil },
-		DeleteApplicationFn:          deleteKeepingImages,
+		DeleteApplicationFn:          bt.DeleteKeepingImages,
 	}
 	for _, tt := range []struct {
 		name      string
@@ -704,8 +704,8 @@ func TestPoolDeletionDeletesPullers(t *testing.T) {
 			before := len(api.Calls())
 			pool := deleted(tt.pulls)
 			c := fakeapi.New(t, interceptor.Funcs{}, pool)
-			r := &BotPoolReconciler{Client: c, APIReader: c, Connector: tt.connector, Coolify: &coolifyview.BulkReader{Clock: clk},
-				Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil)}
+			r := &Reconciler{Client: c, APIReader: c, Connector: tt.connector, Coolify: &coolifyview.BulkReader{Clock: clk},
+				Clock: clk, Recorder: bt.DiscardEvents{}, Metrics: metrics.New(nil)}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
 			if err != nil {
 				t.Fatal(err)
@@ -761,7 +761,7 @@ func TestPrePullReplacesOneServerAtATime(t *testing.T) {
 		"a": {Cached: slices.Clone(old), Pull: &v1.ImagePull{Image: "bot:v2", State: v1.ImagePulling, ApplicationUUID: "app-a", DeploymentUUID: "dep-a", Since: metav1.NewTime(now)}},
 		"b": {Cached: slices.Clone(old)},
 	}
-	r := &BotPoolReconciler{Clock: clk, Recorder: &bt.Events{}, Coolify: &coolifyview.BulkReader{Clock: clk}}
+	r := &Reconciler{Clock: clk, Recorder: &bt.Events{}, Coolify: &coolifyview.BulkReader{Clock: clk}}
 	tmpl := policy.PoolTemplate(pool, "", "http://botapi")
 	pass := func() map[string]string {
 		t.Helper()
@@ -799,26 +799,6 @@ func TestPrePullReplacesOneServerAtATime(t *testing.T) {
 	clk.Step(v1.DefaultDeploymentPollInterval)
 	if got, want := pass(), map[string]string{"a": "cached", "b": "cached", "c": "cached"}; !maps.Equal(got, want) {
 		t.Fatalf("every pull ended: %v, want %v", got, want)
-	}
-}
-
-// deleteKeepingImages is a fake DeleteApplication that fails unless it is asked to keep the
-// server's images: a Docker cleanup is server-wide, and would evict what every pool there
-// pre-pulled.
-func deleteKeepingImages(_ context.Context, uuid string, opts coolify.DeleteOptions) error {
-	if opts != coolify.AppLeftovers {
-		return fmt.Errorf("application %s deleted with %+v, want coolify.AppLeftovers (no Docker cleanup)", uuid, opts)
-	}
-	return nil
-}
-
-// TestPullBackoff: a pull that keeps failing is tried again after 2, 4, 8, 16, then 30 minutes.
-func TestPullBackoff(t *testing.T) {
-	for failures, want := range map[int32]time.Duration{0: 2 * time.Minute, 1: 2 * time.Minute, 2: 4 * time.Minute, 3: 8 * time.Minute,
-		4: 16 * time.Minute, 5: 30 * time.Minute, 40: 30 * time.Minute} {
-		if got := policy.PullBackoff(failures); got != want {
-			t.Errorf("pullBackoff(%d) = %s, want %s", failures, got, want)
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -36,11 +36,11 @@ const (
 	healthRecheck = 5 * time.Minute
 )
 
-// BotPoolReconciler keeps the supply of a pool: it pre-pulls the pool's image on its servers,
+// Reconciler keeps the supply of a pool: it pre-pulls the pool's image on its servers,
 // creates slots when bots wait and the pool is below maxSlots, keeps minIdle slots free, and
 // reports counts and health. It never binds bots and never talks to a slot's application:
 // that is the slot controller's job.
-type BotPoolReconciler struct {
+type Reconciler struct {
 	Client client.Client
 	// APIReader lists slots past the cache before creating any, so a stale cache never makes
 	// the pool exceed maxSlots.
@@ -68,7 +68,7 @@ type BotPoolReconciler struct {
 }
 
 // tag is the Coolify tag of the pool's applications created by this cluster.
-func (r *BotPoolReconciler) tag(pool *v1.BotPool) string {
+func (r *Reconciler) tag(pool *v1.BotPool) string {
 	return coolifyview.ClusterPoolTag(r.ClusterID, pool.Namespace, pool.Name)
 }
 
@@ -124,11 +124,11 @@ type poolScope struct {
 
 // Reconcile implements reconcile.Reconciler: load, the body (delete or normal), and one
 // deferred status write computed from what the pass observed and how it ended.
-func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	pool := &v1.BotPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
+			r.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -149,7 +149,7 @@ func (r *BotPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 
 // reconcileNormal checks the pool's Coolify access, pre-pulls its image on its servers,
 // creates the slots it needs and sweeps orphaned applications.
-func (r *BotPoolReconciler) reconcileNormal(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *poolScope) error {
 	r.readTemplate(ctx, s)
 	if err := r.connect(ctx, s); err != nil {
 		return err
@@ -199,7 +199,7 @@ func (s *poolScope) after(d time.Duration) { s.requeue = pass.Earliest(s.requeue
 // finish ends a pass: it computes the status from what the pass observed and how it ended
 // (a wait is Coolify throttling, a stall a credentials problem), writes it once if it
 // changed, and answers with the pass's timers.
-func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1.BotPool, o pass.Outcome) (ctrl.Result, error) {
+func (r *Reconciler) finish(ctx context.Context, s *poolScope, before *v1.BotPool, o pass.Outcome) (ctrl.Result, error) {
 	pool := s.pool
 	if o.Wait != nil {
 		s.throttled = o.Wait.Msg
@@ -224,7 +224,7 @@ func (r *BotPoolReconciler) finish(ctx context.Context, s *poolScope, before *v1
 }
 
 // observe reads the pool's slots and waiting bots from the cache.
-func (r *BotPoolReconciler) observe(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) observe(ctx context.Context, s *poolScope) error {
 	var slots v1.BotPoolSlotList
 	if err := r.Client.List(ctx, &slots, client.InNamespace(s.pool.Namespace), client.MatchingFields{index.SlotPool: s.pool.Name}); err != nil {
 		return fmt.Errorf("listing slots: %w", err)
@@ -246,7 +246,7 @@ func (r *BotPoolReconciler) observe(ctx context.Context, s *poolScope) error {
 // connect checks that the pool can reach its Coolify instance with its credentials. Problems a
 // person must fix (a missing Secret, a refused token, the API switched off, slots left on
 // another instance) stall the pool; anything else is transient and retried with backoff.
-func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) connect(ctx context.Context, s *poolScope) error {
 	api, err := r.Connector.ForPool(ctx, s.pool)
 	if err == nil {
 		_, err = api.ServerVersion(ctx)
@@ -270,7 +270,7 @@ func (r *BotPoolReconciler) connect(ctx context.Context, s *poolScope) error {
 // deleted; see the slot's drain), then stops and deletes its Coolify application. The
 // dispatcher binds nothing to a deleted pool, and a deleted slot is never free. The pool's
 // puller applications (its image pre-pulls) are deleted last, before the finalizer goes.
-func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *poolScope) error {
 	for i := range s.slots {
 		if sl := &s.slots[i]; sl.Spec.BotRef != nil && sl.Status.Phase == v1.SlotBusy {
 			s.draining++
@@ -311,17 +311,17 @@ func (r *BotPoolReconciler) reconcileDelete(ctx context.Context, s *poolScope) e
 	if _, err := pass.RemoveFinalizer(ctx, r.Client, s.pool, v1.FinalizerPool); err != nil {
 		return err
 	}
-	r.forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name})
+	r.Forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name})
 	if ref := s.pool.Spec.SlotEnvFrom; ref != nil {
 		r.envDigests.forget(types.NamespacedName{Namespace: s.pool.Namespace, Name: ref.Name})
 	}
 	return nil
 }
 
-// forget drops what this process remembers about a pool that is gone: its metrics, its cached
+// Forget drops what this process remembers about a pool that is gone: its metrics, its cached
 // application lists and its Coolify client. The maps would otherwise only grow as pools come
 // and go.
-func (r *BotPoolReconciler) forget(pool types.NamespacedName) {
+func (r *Reconciler) Forget(pool types.NamespacedName) {
 	r.Metrics.ForgetPool(pool.Namespace, pool.Name)
 	if r.Coolify != nil {
 		r.Coolify.Invalidate(coolifyview.ClusterPoolTag(r.ClusterID, pool.Namespace, pool.Name))

@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -225,7 +225,7 @@ func TestRolloutAdmitsWithinTheStrategy(t *testing.T) {
 			}
 			slots = list.Items
 			tmpl := policy.PoolTemplate(tt.pool, "", "")
-			r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: discardEvents{}, Metrics: metrics.New(nil)}
+			r := &Reconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(now), Recorder: bt.DiscardEvents{}, Metrics: metrics.New(nil)}
 			s := &poolScope{pool: tt.pool, slots: slots, template: &tmpl, images: policy.ImagesOf(tt.pool), warm: warmAt(tt.pool.Spec, now, nil)}
 			if err := r.rollout(ctx, s); err != nil {
 				t.Fatal(err)
@@ -330,7 +330,7 @@ func (rp *standbyRollout) pass(t *testing.T, slots ...*v1.BotPoolSlot) []v1.BotP
 	if err := c.List(ctx, &list); err != nil {
 		t.Fatal(err)
 	}
-	r := &BotPoolReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(rp.now), Recorder: discardEvents{}, Metrics: metrics.New(nil)}
+	r := &Reconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(rp.now), Recorder: bt.DiscardEvents{}, Metrics: metrics.New(nil)}
 	s := &poolScope{pool: rp.pool, slots: list.Items, template: &rp.tmpl, images: policy.ImagesOf(rp.pool), warm: warmAt(rp.pool.Spec, rp.now, nil)}
 	if err := r.rollout(ctx, s); err != nil {
 		t.Fatal(err)

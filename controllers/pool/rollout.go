@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 // A rollout: the pool's template (image, tag, limits, slotEnvFrom content, bot API URL,
 // botpool.dev/restartedAt) changed, and its slots follow. The pool pre-pulls the image on each
-// server (pool_pull.go); each slot takes the template itself once its server holds the image
+// server (pool/pull.go); each slot takes the template itself once its server holds the image
 // (slot_update.go). What the pool adds here:
 //
 //   - the bookkeeping: status.rollout while slots differ, status.updatedSlots, the conditions
@@ -115,7 +115,7 @@ func observeRollout(pool *v1.BotPool, slots []v1.BotPoolSlot, waiting, minIdle i
 
 // rollout keeps the pool's rollout going: it starts and ends the bookkeeping, and in a standby
 // pool admits slots and asks supply for surge. It runs before supply.
-func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) rollout(ctx context.Context, s *poolScope) error {
 	if s.template == nil {
 		return nil // the template is unknown this pass: nothing moves on a guess
 	}
@@ -177,7 +177,7 @@ func (r *BotPoolReconciler) rollout(ctx context.Context, s *poolScope) error {
 
 // settleAdmissions takes the botpool.dev/update annotation off the slots whose admission is
 // spent, so that a slot's later recycles (after a bot) are never taken for the rollout's work.
-func (r *BotPoolReconciler) settleAdmissions(ctx context.Context, v *rolloutView) error {
+func (r *Reconciler) settleAdmissions(ctx context.Context, v *rolloutView) error {
 	for _, sl := range v.settled {
 		before := sl.DeepCopy()
 		delete(sl.Annotations, v1.AnnotationUpdate)
@@ -195,7 +195,7 @@ func (r *BotPoolReconciler) settleAdmissions(ctx context.Context, v *rolloutView
 // their numbers (late admissions and surge alike), and removing Ready ones instead leaves the
 // pool short of minIdle ready slots until the others have deployed (BenchmarkRollout, one
 // server: 99 ready free slots fell to 74 for minutes).
-func (r *BotPoolReconciler) endRollout(ctx context.Context, s *poolScope, v *rolloutView) error {
+func (r *Reconciler) endRollout(ctx context.Context, s *poolScope, v *rolloutView) error {
 	if !s.pool.Spec.Standby.Running() || s.pool.Status.Rollout == nil {
 		return nil
 	}
@@ -215,7 +215,7 @@ func (r *BotPoolReconciler) endRollout(ctx context.Context, s *poolScope, v *rol
 }
 
 // warnFloatingTag sends the MutableTag Warning once per generation of a pool on a floating tag.
-func (r *BotPoolReconciler) warnFloatingTag(s *poolScope) {
+func (r *Reconciler) warnFloatingTag(s *poolScope) {
 	p := s.pool
 	if !policy.FloatingTag(p.Spec.ImageTag) {
 		return

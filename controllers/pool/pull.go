@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -32,14 +32,14 @@ import (
 // flight, or the last one that failed). The pool writes both, and nobody else.
 
 const (
-	// pullerPrefix starts the name of a pool's puller application on a server. Slot names
+	// PullerPrefix starts the name of a pool's puller application on a server. Slot names
 	// (pool-<platform>-NNN) never start with it, so the orphan sweep, which takes slot names
 	// only, never takes a puller.
-	pullerPrefix = "botpool-pull-"
-	// prePullEnv is the one variable of a puller's container, set to "1": a bot image should
+	PullerPrefix = "botpool-pull-"
+	// PrePullEnv is the one variable of a puller's container, set to "1": a bot image should
 	// exit at once when it is set (docs/botapi.md). The puller holds no other: its container
 	// runs the pool's image, which the operator does not trust with a credential.
-	prePullEnv = "BOTPOOL_PREPULL"
+	PrePullEnv = "BOTPOOL_PREPULL"
 	// rePullAge is when a pre-pull is repeated whatever the server's cleanup schedule says:
 	// Coolify's Docker cleanup also runs, unannounced, when the disk fills, and the schedule
 	// may be unknown (server_cleanup.go). The image stays listed in cached meanwhile.
@@ -59,7 +59,7 @@ const (
 // pullerName is the name of the pool's puller application on the server. A server uuid is at
 // most 64 characters, so the cut never applies to a valid pool.
 func pullerName(server string) string {
-	name := pullerPrefix + server
+	name := PullerPrefix + server
 	if len(name) > maxAppName {
 		name = name[:maxAppName]
 	}
@@ -70,7 +70,7 @@ func pullerName(server string) string {
 // name and the exact owner mark of that server (the tag filter may be ignored by old servers,
 // and another pool's puller on the same server has the same name).
 func isPuller(app *coolify.Application, tag string, pool *v1.BotPool) (server string, ok bool) {
-	server, ok = strings.CutPrefix(app.Name, pullerPrefix)
+	server, ok = strings.CutPrefix(app.Name, PullerPrefix)
 	if !ok || server == "" || !strings.HasSuffix(app.Description, coolifyview.OwnerMark(tag, pool, server)) {
 		return "", false
 	}
@@ -83,7 +83,7 @@ func isPuller(app *coolify.Application, tag string, pool *v1.BotPool) (server st
 // (on every listed server: a pull on a server since cordoned is followed to its end), and
 // deletes the pullers of servers the pool no longer lists. Servers are handled one by one; an
 // error on one does not keep the others from their pulls.
-func (r *BotPoolReconciler) prePull(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) prePull(ctx context.Context, s *poolScope) error {
 	if s.api == nil {
 		return nil
 	}
@@ -117,7 +117,7 @@ func (r *BotPoolReconciler) prePull(ctx context.Context, s *poolScope) error {
 // notePull tells the deploy gate whether the pool's pull on the server is in flight after
 // this pass (one on a server it no longer lists is not followed, and counts no more): the gate
 // counts it against the server's builds (AdmitPull).
-func (r *BotPoolReconciler) notePull(s *poolScope, uuid string, listed bool) {
+func (r *Reconciler) notePull(s *poolScope, uuid string, listed bool) {
 	if r.Gate == nil {
 		return
 	}
@@ -135,7 +135,7 @@ func (r *BotPoolReconciler) notePull(s *poolScope, uuid string, listed bool) {
 // starting meanwhile on the old image need both (BenchmarkRollout on three servers: starts
 // took 2.5 times as long while three pulls ran at once). A server that holds no image of the
 // pool yet pulls at once: a start there would pull cold anyway.
-func (r *BotPoolReconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.PoolServer, replacing *int) error {
+func (r *Reconciler) prePullOn(ctx context.Context, s *poolScope, srv v1.PoolServer, replacing *int) error {
 	im := s.images[srv.UUID]
 	if im == nil {
 		im = &policy.ServerImages{}
@@ -217,10 +217,10 @@ func poolHealth(s *poolScope, server string) v1.ServerHealth {
 
 // needsPull reports whether the server must pull ref (under restarted): cached lacks it, a
 // scheduled run of the server's Docker cleanup may have removed it since its pull
-// (cleanedSince; cleanup is the zero schedule when unknown), or its pull is rePullAge old.
+// (CleanedSince; cleanup is the zero schedule when unknown), or its pull is rePullAge old.
 func needsPull(cached []v1.CachedImage, ref, restarted string, now time.Time, cleanup coolify.CleanupSchedule) bool {
 	pulled, ok := pulledAt(cached, ref, restarted)
-	return !ok || now.Sub(pulled) >= rePullAge || cleanedSince(cleanup, pulled, now)
+	return !ok || now.Sub(pulled) >= rePullAge || CleanedSince(cleanup, pulled, now)
 }
 
 // pulledAt is when the server's last pull of ref (under restarted) finished; false when cached
@@ -233,11 +233,11 @@ func pulledAt(cached []v1.CachedImage, ref, restarted string) (time.Time, bool) 
 	return cached[i].PulledAt.Time, true
 }
 
-// cleanedSince reports whether a scheduled run of the cleanup may have removed an image pulled
+// CleanedSince reports whether a scheduled run of the cleanup may have removed an image pulled
 // at pulled: a run was due after it (or up to CleanupSettle before it, still running as the
 // pull ended) and has had CleanupSettle to end by now. Never within minRePull of the pull, and
 // never while the schedule is unknown (the zero schedule).
-func cleanedSince(cleanup coolify.CleanupSchedule, pulled, now time.Time) bool {
+func CleanedSince(cleanup coolify.CleanupSchedule, pulled, now time.Time) bool {
 	run := cleanup.Next(pulled.Add(-coolifyview.CleanupSettle))
 	return !run.IsZero() && !now.Before(run.Add(coolifyview.CleanupSettle)) && now.Sub(pulled) >= minRePull
 }
@@ -255,7 +255,7 @@ func withCached(cached []v1.CachedImage, c v1.CachedImage) []v1.CachedImage {
 }
 
 // startPull deploys the server's puller with the template's image and records the pull.
-func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.PoolServer, im *policy.ServerImages, ref, restarted string) error {
+func (r *Reconciler) startPull(ctx context.Context, s *poolScope, srv v1.PoolServer, im *policy.ServerImages, ref, restarted string) error {
 	known := ""
 	if im.Pull != nil {
 		known = im.Pull.ApplicationUUID
@@ -266,7 +266,7 @@ func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.
 	}
 	// Set on every pull, so an application adopted after a crash between its create and its
 	// env has it too; never anything else (no slotEnvFrom, no token).
-	if _, err := s.api.UpsertEnvs(ctx, app.UUID, []coolify.EnvVar{{Key: prePullEnv, Value: "1", IsLiteral: true}}); err != nil {
+	if _, err := s.api.UpsertEnvs(ctx, app.UUID, []coolify.EnvVar{{Key: PrePullEnv, Value: "1", IsLiteral: true}}); err != nil {
 		return fmt.Errorf("setting the puller's env: %w", err)
 	}
 	if u := pullerUpdate(app, s.template); u != (coolify.AppUpdate{}) {
@@ -340,7 +340,7 @@ func (r *BotPoolReconciler) startPull(ctx context.Context, s *poolScope, srv v1.
 
 // recordedPull reads the pool past the cache and returns the pull its status records on the
 // server when that is deployment dep of ref (restarted), or nil.
-func (r *BotPoolReconciler) recordedPull(ctx context.Context, pool *v1.BotPool, server, dep, ref, restarted string) (*v1.ImagePull, error) {
+func (r *Reconciler) recordedPull(ctx context.Context, pool *v1.BotPool, server, dep, ref, restarted string) (*v1.ImagePull, error) {
 	live := &v1.BotPool{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pool), live); err != nil {
 		return nil, fmt.Errorf("reading the pool's recorded pulls: %w", err)
@@ -357,7 +357,7 @@ func (r *BotPoolReconciler) recordedPull(ctx context.Context, pool *v1.BotPool, 
 // findOrCreatePuller adopts the server's puller (by name and owner mark, preferring the one the
 // status recorded), or creates it. The list is read past the shared cache, as a slot's create
 // does: a puller a crash left between its create and its record must be found, not doubled.
-func (r *BotPoolReconciler) findOrCreatePuller(ctx context.Context, s *poolScope, srv v1.PoolServer, known string) (*coolify.Application, error) {
+func (r *Reconciler) findOrCreatePuller(ctx context.Context, s *poolScope, srv v1.PoolServer, known string) (*coolify.Application, error) {
 	tag := r.tag(s.pool)
 	listed, err := s.api.ListApplications(ctx, tag)
 	if err != nil {
@@ -426,7 +426,7 @@ func pullerUpdate(app *coolify.Application, t *policy.SlotTemplate) coolify.AppU
 
 // followPull looks at the server's pull in flight, at most once per deploymentPollInterval:
 // done says it is no longer in flight (cached, failed, or lost, then im.Pull is nil).
-func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server string, im *policy.ServerImages) (done bool, err error) {
+func (r *Reconciler) followPull(ctx context.Context, s *poolScope, server string, im *policy.ServerImages) (done bool, err error) {
 	p := im.Pull
 	timing := s.pool.Spec.Timing
 	poll := timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)
@@ -503,7 +503,7 @@ func (r *BotPoolReconciler) followPull(ctx context.Context, s *poolScope, server
 
 // lostPull forgets a pull whose deployment Coolify does not know (a phantom or a purged one):
 // the server pulls again in this pass if it still needs to.
-func (r *BotPoolReconciler) lostPull(ctx context.Context, server string, im *policy.ServerImages) {
+func (r *Reconciler) lostPull(ctx context.Context, server string, im *policy.ServerImages) {
 	ctrl.LoggerFrom(ctx).Info("Pre-pull lost: Coolify does not know its deployment; pulling again", "server", server,
 		"image", im.Pull.Image, "deploymentUUID", im.Pull.DeploymentUUID)
 	r.pullPolls.forget(im.Pull.DeploymentUUID)
@@ -511,7 +511,7 @@ func (r *BotPoolReconciler) lostPull(ctx context.Context, server string, im *pol
 }
 
 // failPull records a failed pull, one more in a row; it is retried PullBackoff from now.
-func (r *BotPoolReconciler) failPull(s *poolScope, p *v1.ImagePull, msg string) {
+func (r *Reconciler) failPull(s *poolScope, p *v1.ImagePull, msg string) {
 	r.pullPolls.forget(p.DeploymentUUID)
 	p.State, p.Since, p.Message = v1.ImagePullFailed, metav1.NewTime(r.Clock.Now()), v1.Truncate(msg, v1.MaxMessageLength)
 	p.Failures++
@@ -538,7 +538,7 @@ func pullFailure(p *v1.ImagePull, server string, dep *coolify.Deployment) string
 
 // cancelLive cancels the application's deployment dep, or its newest when dep is "", unless
 // it is over. An error means Coolify did not confirm it.
-func (r *BotPoolReconciler) cancelLive(ctx context.Context, api coolifyview.CoolifyAPI, app, dep string) error {
+func (r *Reconciler) cancelLive(ctx context.Context, api coolifyview.CoolifyAPI, app, dep string) error {
 	if dep == "" && app != "" {
 		_, deps, err := api.ListApplicationDeployments(ctx, app, 0, 1)
 		switch {
@@ -566,7 +566,7 @@ func (r *BotPoolReconciler) cancelLive(ctx context.Context, api coolifyview.Cool
 // application list (the one the orphan sweep reads, shared and cached) finds the others; a
 // failed list deletes nothing this time. The same list shows a listed server's puller whose
 // container still runs after its pull: it is stopped again.
-func (r *BotPoolReconciler) dropUnlisted(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) dropUnlisted(ctx context.Context, s *poolScope) error {
 	var errs []error
 	for _, server := range slices.Sorted(maps.Keys(s.images)) {
 		if _, listed := s.pool.Spec.Coolify.Server(server); listed {
@@ -609,7 +609,7 @@ func (r *BotPoolReconciler) dropUnlisted(ctx context.Context, s *poolScope) erro
 // strayPuller reports whether the listed puller's container runs though no pull is in flight
 // on its server, StrayAfter after the server's last pull ended (its stop had time to show in a
 // list), and it was not stopped again within StrayAfter.
-func (r *BotPoolReconciler) strayPuller(s *poolScope, server string, app *coolify.Application) bool {
+func (r *Reconciler) strayPuller(s *poolScope, server string, app *coolify.Application) bool {
 	status := app.Status
 	if !strings.HasPrefix(status, "running") && !strings.HasPrefix(status, "restarting") && !strings.HasPrefix(status, "starting") {
 		return false
@@ -635,7 +635,7 @@ func (r *BotPoolReconciler) strayPuller(s *poolScope, server string, app *coolif
 
 // deletePuller cancels the puller's deployment in flight (a deleted application's deployment
 // runs on, and holds a build slot), stops it and deletes it. A puller already gone is deleted.
-func (r *BotPoolReconciler) deletePuller(ctx context.Context, api coolifyview.CoolifyAPI, pool *v1.BotPool, app string, p *v1.ImagePull) error {
+func (r *Reconciler) deletePuller(ctx context.Context, api coolifyview.CoolifyAPI, pool *v1.BotPool, app string, p *v1.ImagePull) error {
 	dep := ""
 	if p != nil && p.State == v1.ImagePulling {
 		dep = p.DeploymentUUID
@@ -661,7 +661,7 @@ func (r *BotPoolReconciler) deletePuller(ctx context.Context, api coolifyview.Co
 // credentials went first, and this process never served the pool), a pool whose status shows
 // no pre-pull goes, and one that does waits like its slots do, until Coolify is reachable or
 // the pool is annotated to let its applications go.
-func (r *BotPoolReconciler) deletePullers(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) deletePullers(ctx context.Context, s *poolScope) error {
 	ctx = coolify.WithPriority(ctx, coolify.Housekeeping) // nobody waits for a cleanup
 	api, err := r.Connector.ForPool(ctx, s.pool)
 	if err != nil {

@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -113,7 +113,7 @@ func (p *placement) better(a, b v1.PoolServer) bool {
 
 // recordServers writes the pool's default server on its slots that name none (created before
 // slots recorded their server), so that a later change of the pool's servers cannot move them.
-func (r *BotPoolReconciler) recordServers(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) recordServers(ctx context.Context, s *poolScope) error {
 	server := s.pool.Spec.Coolify.DefaultServer()
 	for i := range s.slots {
 		sl := &s.slots[i]
@@ -132,7 +132,7 @@ func (r *BotPoolReconciler) recordServers(ctx context.Context, s *poolScope) err
 // drain deletes the free slots of servers that take no new bots (cordoned, or no longer
 // listed) and those above a server's maxSlots (removeIdle: a slot bound meanwhile stays, and
 // goes when its bot ends).
-func (r *BotPoolReconciler) drain(ctx context.Context, s *poolScope) error {
+func (r *Reconciler) drain(ctx context.Context, s *poolScope) error {
 	byServer := map[string][]*v1.BotPoolSlot{}
 	for i := range s.slots {
 		sl := &s.slots[i]
@@ -272,7 +272,7 @@ func whyNoRoom(p *v1.BotPool) string {
 // readServerLimits refreshes the servers of the pool's Coolify user (housekeeping, at most
 // every ServersRefresh) and notes what the pool's servers run, for its status, and their
 // health.
-func (r *BotPoolReconciler) readServerLimits(ctx context.Context, s *poolScope) {
+func (r *Reconciler) readServerLimits(ctx context.Context, s *poolScope) {
 	if s.api == nil || r.Coolify == nil {
 		return
 	}

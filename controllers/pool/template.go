@@ -1,4 +1,4 @@
-package controllers
+package pool
 
 import (
 	"context"
@@ -84,7 +84,7 @@ func (d *envDigests) forget(key types.NamespacedName) {
 // readTemplate computes the template the pool asks for now (s.template). When the slotEnvFrom
 // Secret cannot be read, the pool keeps the template its status names (s.templateErr says
 // why): a rollout never starts on a guess.
-func (r *BotPoolReconciler) readTemplate(ctx context.Context, s *poolScope) {
+func (r *Reconciler) readTemplate(ctx context.Context, s *poolScope) {
 	digest := ""
 	if ref := s.pool.Spec.SlotEnvFrom; ref != nil {
 		d, err := r.envDigests.digest(ctx, r.APIReader, r.Clock, types.NamespacedName{Namespace: s.pool.Namespace, Name: ref.Name})
