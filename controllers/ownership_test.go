@@ -19,7 +19,11 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/bot"
+	"botpool.dev/botpool/controllers/internal/coolifyview"
+	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/index"
+	"botpool.dev/botpool/controllers/internal/metrics"
+	slotctrl "botpool.dev/botpool/controllers/slot"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/store/memory"
@@ -83,7 +87,7 @@ type ownershipWorld struct {
 	clk    *clocktesting.FakeClock
 	base   client.WithWatch
 	api    *ownershipAPI
-	slots  *BotPoolSlotReconciler
+	slots  *slotctrl.Reconciler
 	bots   *bot.Reconciler
 	writes map[string][]string // by component: "kind verb"
 	slot   client.ObjectKey
@@ -111,8 +115,13 @@ func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, b *v1.Bot) *ownership
 		api:  &ownershipAPI{app: coolify.Application{UUID: slot.Status.ApplicationUUID, Name: slot.Name, Status: "running:healthy"}},
 		slot: client.ObjectKeyFromObject(slot), bot: client.ObjectKeyFromObject(b)}
 	store := memory.New(memory.WithClock(clk))
-	w.slots = onePassSlots(w.recording("slot controller"), base, clk, w.api, store)
-	w.bots = &bot.Reconciler{Client: w.recording("bot controller"), Clock: clk, Recorder: discardEvents{}, Store: store,
+	// The slot reconciler as its own package's single-pass tests build it: a fixed jitter, and
+	// a process that has run for an hour, so no restart rule applies.
+	w.slots = &slotctrl.Reconciler{Client: w.recording("slot controller"), APIReader: base,
+		Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: w.api}, Store: store, Clock: clk, Recorder: bt.DiscardEvents{},
+		Metrics: metrics.New(nil), Coolify: &coolifyview.BulkReader{Clock: clk}, Gate: &deploygate.Gate{Clock: clk},
+		Jitter: func() float64 { return 0.5 }, Started: clk.Now().Add(-time.Hour)}
+	w.bots = &bot.Reconciler{Client: w.recording("bot controller"), Clock: clk, Recorder: bt.DiscardEvents{}, Store: store,
 		Started: clk.Now().Add(-time.Hour)}
 	return w
 }

@@ -8,6 +8,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/policy"
+	slotctrl "botpool.dev/botpool/controllers/slot"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/simbot"
@@ -299,7 +300,7 @@ func (st *meetingStream) follow(cur *streamBot, slots []v1.BotPoolSlot) (hold bo
 	// Bound to a slot that deploys for it: the deploy request goes out at once, unless the
 	// deploy gate (or a busy Coolify) holds it until a deployment ends.
 	msg := bound.Status.Message
-	return bound.Status.Phase == v1.SlotIdle && !strings.Contains(msg, gateWaitMessage) && !strings.HasPrefix(msg, "Coolify is busy")
+	return bound.Status.Phase == v1.SlotIdle && !strings.Contains(msg, slotctrl.GateWaitMessage) && !strings.HasPrefix(msg, "Coolify is busy")
 }
 
 // count is how many bots the window created; finished and inMeeting how many of them are

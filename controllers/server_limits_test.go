@@ -13,8 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/controllers/internal/coolifyview"
-	"botpool.dev/botpool/coolify"
+	slotctrl "botpool.dev/botpool/controllers/slot"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/kubetest"
 )
@@ -139,7 +138,7 @@ func TestPoolsOfOneServerShareItsBuilds(t *testing.T) {
 			return err
 		}
 		for _, s := range []*v1.BotPoolSlot{sa, sb} {
-			if s.Spec.BotRef != nil && s.Status.Phase == v1.SlotIdle && strings.Contains(s.Status.Message, gateWaitMessage) {
+			if s.Spec.BotRef != nil && s.Status.Phase == v1.SlotIdle && strings.Contains(s.Status.Message, slotctrl.GateWaitMessage) {
 				sawWaiting = true
 				if sc.Status.Phase == v1.SlotDeploying {
 					sawOtherBeside = true
@@ -176,34 +175,5 @@ func TestPoolsOfOneServerShareItsBuilds(t *testing.T) {
 	}
 	if !sawOtherBeside {
 		t.Error("the other instance's pool never deployed while the narrow server was full: it shares the gate")
-	}
-}
-
-// TestServerKeyIsPerInstanceAndUser: the deploy gate's server key of a slot's pool differs
-// for another Coolify instance or another user's token, and is one for the pools of one user.
-func TestServerKeyIsPerInstanceAndUser(t *testing.T) {
-	client := func(url, token string) coolifyview.CoolifyAPI {
-		c, err := coolify.New(url, token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	r := &BotPoolSlotReconciler{Coolify: &coolifyview.BulkReader{}}
-	key := func(api coolifyview.CoolifyAPI, pool string) string {
-		return r.serverOf(&slotScope{api: api, pool: gatePool("ns", pool, "srv-0"), slot: &v1.BotPoolSlot{}}).Key
-	}
-	mine := key(client("https://coolify-a.example", "1|mine"), "meet")
-	if key(client("https://coolify-a.example/api/v1", "1|mine"), "zoom") != mine {
-		t.Error("two pools of one user on one server do not share its key")
-	}
-	if key(client("https://coolify-b.example", "1|mine"), "meet") == mine {
-		t.Error("another instance's server of the same uuid shares the key")
-	}
-	if key(client("https://coolify-a.example", "2|theirs"), "meet") == mine {
-		t.Error("another user's pool naming the server shares the key")
-	}
-	if strings.Contains(mine, "mine") {
-		t.Errorf("the key %q shows the token", mine)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
 	poolctrl "botpool.dev/botpool/controllers/pool"
+	slotctrl "botpool.dev/botpool/controllers/slot"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 	"botpool.dev/botpool/store/memory"
@@ -31,7 +32,7 @@ import (
 // Store is what the controllers keep outside Kubernetes: heartbeats, the projection and the
 // audit log of slot transitions.
 type Store interface {
-	SlotStore
+	slotctrl.Store
 	bot.Liveness
 }
 
@@ -43,6 +44,14 @@ type (
 	Connector       = coolifyview.Connector
 	SecretConnector = coolifyview.SecretConnector
 )
+
+// The slot phases' rule, as the model check names it when it checks the audit log: whether a
+// slot may move from one phase to another, and the error a refused move fails its pass with
+// (package slot).
+var ErrIllegalSlotTransition = slotctrl.ErrIllegalTransition
+
+// SlotTransitionAllowed reports whether a slot may move from one phase to the other.
+func SlotTransitionAllowed(from, to v1.SlotPhase) bool { return slotctrl.TransitionAllowed(from, to) }
 
 // NewMetrics registers the controllers' Prometheus series on reg (nil: registered nowhere),
 // for Deps.Metrics.
@@ -91,7 +100,7 @@ type Options struct {
 // model check) or share their state (the bot API).
 type Controllers struct {
 	Pools      *poolctrl.Reconciler
-	Slots      *BotPoolSlotReconciler
+	Slots      *slotctrl.Reconciler
 	Bots       *bot.Reconciler
 	Dispatcher *dispatch.Dispatcher
 	// Writes remembers the versions the controllers' writes replaced (every write goes through
@@ -141,7 +150,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, ClusterID: o.ClusterID,
 			OrphanCheck: o.OrphanCheck, BotAPIURL: o.BotAPIURL,
 		},
-		Slots: &BotPoolSlotReconciler{
+		Slots: &slotctrl.Reconciler{
 			Client: wc, APIReader: deps.APIReader, Connector: deps.Connector, Store: deps.Store, Writes: writes,
 			Clock: clk, Recorder: deps.Recorder, Metrics: deps.Metrics, Coolify: bulk, Gate: gate,
 			BotAPIURL: o.BotAPIURL, ClusterID: o.ClusterID, Jitter: o.Jitter,

@@ -11,30 +11,19 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	clocktesting "k8s.io/utils/clock/testing"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
-	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/policy"
-	"botpool.dev/botpool/coolify"
+	slotctrl "botpool.dev/botpool/controllers/slot"
 	"botpool.dev/botpool/coolify/sim"
-	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/simbot"
-	"botpool.dev/botpool/internal/slottoken"
-	"botpool.dev/botpool/store"
-	"botpool.dev/botpool/store/memory"
-	"botpool.dev/botpool/store/storetest"
 )
 
 // TestStandbyContainerThatHangsUpIsLost: a Ready slot's container that dies closes the
 // connection of its wait; the bot API records the hang-up, and the slot, still Ready within
-// standbyRejoinGrace, is Lost once the grace is over (the ask window is 75 s: only the hang-up
+// StandbyRejoinGrace, is Lost once the grace is over (the ask window is 75 s: only the hang-up
 // can make it Lost 11 s on) and gets a fresh container.
 func TestStandbyContainerThatHangsUpIsLost(t *testing.T) {
 	cs := newContainers(t, simbot.Behaviour{PollEvery: 20 * time.Millisecond})
@@ -47,12 +36,12 @@ func TestStandbyContainerThatHangsUpIsLost(t *testing.T) {
 	// until the slot has seen the hang-up, so it is seen within the grace.
 	cs.freeze(first.Status.ApplicationUUID)
 	hung := sc.slot("Ready, its container's hang-up seen", func(s *v1.BotPoolSlot) bool {
-		return strings.HasPrefix(s.Status.Message, hungUpMessage) || s.Status.Standby != v1.StandbyReady
+		return strings.HasPrefix(s.Status.Message, slotctrl.HungUpMessage) || s.Status.Standby != v1.StandbyReady
 	})
 	if hung.Status.Standby != v1.StandbyReady || hung.Status.DeploymentUUID != first.Status.DeploymentUUID {
 		t.Fatalf("within the grace the slot is %s (%s), want Ready on its container", hung.Status.Standby, hung.Status.Message)
 	}
-	clk.Step(standbyRejoinGrace + time.Second)
+	clk.Step(slotctrl.StandbyRejoinGrace + time.Second)
 	var message string
 	lost := sc.slot("Lost, redeploying", func(s *v1.BotPoolSlot) bool {
 		if s.Status.Standby == v1.StandbyLost {
@@ -101,14 +90,14 @@ func TestStandbyContainerThatAsksAgainAfterAHangUpStaysReady(t *testing.T) {
 		return nil
 	})
 	hung := sc.slot("Ready, its container's hang-up seen", func(s *v1.BotPoolSlot) bool {
-		return strings.HasPrefix(s.Status.Message, hungUpMessage) || s.Status.Standby != v1.StandbyReady
+		return strings.HasPrefix(s.Status.Message, slotctrl.HungUpMessage) || s.Status.Standby != v1.StandbyReady
 	})
 	if hung.Status.Standby != v1.StandbyReady {
 		t.Fatalf("within the grace the slot is %s (%s), want Ready", hung.Status.Standby, hung.Status.Message)
 	}
 	cut.release()
 	back := sc.slot("Ready, its container asking again", func(s *v1.BotPoolSlot) bool {
-		return !strings.HasPrefix(s.Status.Message, hungUpMessage)
+		return !strings.HasPrefix(s.Status.Message, slotctrl.HungUpMessage)
 	})
 	if back.Status.Standby != v1.StandbyReady || back.Status.DeploymentUUID != first.Status.DeploymentUUID {
 		t.Fatalf("after its container asked again the slot is %s (%s) on deployment %s, want Ready on %s",
@@ -123,7 +112,7 @@ func TestStandbyContainerThatAsksAgainAfterAHangUpStaysReady(t *testing.T) {
 	}
 
 	// Past the grace nothing changes: the container is back.
-	clk.Step(standbyRejoinGrace + time.Second)
+	clk.Step(slotctrl.StandbyRejoinGrace + time.Second)
 	bot := newBot(t, sc.ns, "afterblip", sc.pool.Name)
 	kubetest.Eventually(t, 15*time.Second, func() error {
 		cs.check()
@@ -231,120 +220,4 @@ func (c *waitCutter) release() {
 		close(c.hold)
 		c.hold, c.app = nil, ""
 	}
-}
-
-// TestStandbyHangUpInOnePass drives single passes of a Ready standby slot whose container's
-// ask shows a hang-up: within standbyRejoinGrace it stays Ready and looks again just after the
-// grace; past it the slot is Lost, saying when its container hung up; an ask after the hang-up
-// (which clears it) keeps it Ready.
-func TestStandbyHangUpInOnePass(t *testing.T) {
-	const ns, name, app = "ns", "pool-zoom-001", "app-1"
-	const token = "bpt_current"
-	deployed := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
-	asked := deployed.Add(9 * time.Second)
-	hungUp := asked.Add(20 * time.Second)
-	pass := func(t *testing.T, at time.Time, record func(store.Store), bound ...*v1.Bot) (*v1.BotPoolSlot, time.Duration) {
-		t.Helper()
-		fclk := clocktesting.NewFakeClock(at)
-		pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Standby(v1.StandbyRunning).Obj()
-		slot := bt.MakeSlot(ns, name, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(slottoken.Hash([]byte(token))).App(app).
-			Phase(v1.SlotIdle).Since(deployed.Add(8 * time.Second)).Obj()
-		since := metav1.NewTime(deployed)
-		slot.Status.Standby, slot.Status.StandbySince, slot.Status.DeploymentUUID = v1.StandbyReady, &since, "dep-1"
-		slot.Status.Message = "Standby container asks for work"
-		st := memory.New(memory.WithClock(fclk))
-		record(st)
-		objs := []client.Object{pool, slot}
-		for _, bot := range bound {
-			slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
-			objs = append(objs, bot)
-		}
-		c := fakeapi.New(t, interceptor.Funcs{}, objs...)
-		api := &bt.Coolify{
-			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
-				return []coolify.Application{{UUID: app, Name: name}}, nil
-			},
-			SetDescriptionFn: func(context.Context, string, string) error { return nil },
-		}
-		r := onePassSlots(c, c, fclk, api, st)
-		key := client.ObjectKeyFromObject(slot)
-		res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got v1.BotPoolSlot
-		if err := c.Get(context.Background(), key, &got); err != nil {
-			t.Fatal(err)
-		}
-		return &got, res.RequeueAfter
-	}
-	ask := storetest.Ask("slot-uid", ns, token, asked)
-	ask.Name = name
-	hangUp := func(st store.Store) {
-		if err := st.RecordSlotAsk(context.Background(), ask); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.RecordSlotLeft(context.Background(), storetest.Left("slot-uid", token, asked, hungUp)); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	t.Run("within the grace it stays Ready and looks again after it", func(t *testing.T) {
-		got, requeue := pass(t, hungUp.Add(2*time.Second), hangUp)
-		if got.Status.Standby != v1.StandbyReady || !strings.HasPrefix(got.Status.Message, hungUpMessage) {
-			t.Fatalf("standby %s (%s), want Ready, saying its container hung up", got.Status.Standby, got.Status.Message)
-		}
-		if left := standbyRejoinGrace - 2*time.Second; requeue <= 0 || requeue > left+time.Second {
-			t.Errorf("looks again in %s, want just after the grace (%s)", requeue, left)
-		}
-	})
-	t.Run("past the grace it is Lost", func(t *testing.T) {
-		got, _ := pass(t, hungUp.Add(standbyRejoinGrace+time.Second), hangUp)
-		want := "hung up its wait for work at " + hungUp.Format(time.RFC3339)
-		if got.Status.Standby != v1.StandbyLost || !strings.Contains(got.Status.Message, want) || got.Status.DeploymentUUID != "" {
-			t.Fatalf("standby %s (%s), want Lost saying %q", got.Status.Standby, got.Status.Message, want)
-		}
-	})
-	// A bot bound to the slot just after its container hung up (within the grace, while it
-	// was still offered): past the grace, with no claim, it fails now instead of after the
-	// 75 s ask window; a claim by the container keeps it.
-	boundBot := func(claimed bool) *v1.Bot {
-		bot := bt.MakeBot(ns, "bot").UID("bot-uid").PoolRef("pool").Obj()
-		v1.SetCondition(&bot.Status.Conditions, metav1.Condition{Type: v1.ConditionBound, Status: metav1.ConditionTrue, Reason: v1.ReasonBound}, hungUp.Add(time.Second))
-		if claimed {
-			bot.Status.Binding = &v1.BindingClaim{SlotName: name, SlotUID: "slot-uid", ClaimedAt: metav1.NewTime(hungUp.Add(2 * time.Second)), CredentialSHA256: "x"}
-		}
-		return bot
-	}
-	t.Run("a bot bound to a container that hung up fails past the grace", func(t *testing.T) {
-		got, _ := pass(t, hungUp.Add(standbyRejoinGrace+time.Second), hangUp, boundBot(false))
-		if got.Status.Phase != v1.SlotError || got.Status.Reason != string(v1.ReasonStandbyLost) || !strings.Contains(got.Status.Message, "it will not take bot bot") {
-			t.Fatalf("slot %s %s (%s), want Error StandbyLost: the container will not take the bot", got.Status.Phase, got.Status.Reason, got.Status.Message)
-		}
-	})
-	t.Run("a bot bound within the grace waits for it", func(t *testing.T) {
-		got, requeue := pass(t, hungUp.Add(5*time.Second), hangUp, boundBot(false))
-		if got.Status.Phase != v1.SlotIdle || requeue <= 0 || requeue > standbyRejoinGrace {
-			t.Fatalf("slot %s (%s), looks again in %s; want Idle, again just after the grace", got.Status.Phase, got.Status.Message, requeue)
-		}
-	})
-	t.Run("a claimed bot is not failed for its container's hang-up", func(t *testing.T) {
-		got, _ := pass(t, hungUp.Add(standbyRejoinGrace+time.Second), hangUp, boundBot(true))
-		if got.Status.Phase == v1.SlotError {
-			t.Fatalf("slot failed (%s): the container claimed the bot", got.Status.Message)
-		}
-	})
-	t.Run("an ask after the hang-up keeps it Ready", func(t *testing.T) {
-		got, _ := pass(t, hungUp.Add(time.Minute), func(st store.Store) {
-			hangUp(st)
-			again := ask
-			again.At = hungUp.Add(100 * time.Millisecond)
-			if err := st.RecordSlotAsk(context.Background(), again); err != nil {
-				t.Fatal(err)
-			}
-		})
-		if got.Status.Standby != v1.StandbyReady {
-			t.Fatalf("standby %s (%s), want Ready", got.Status.Standby, got.Status.Message)
-		}
-	})
 }

@@ -11,24 +11,15 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
-	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/policy"
-	"botpool.dev/botpool/coolify"
 	"botpool.dev/botpool/coolify/sim"
-	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/simbot"
 	"botpool.dev/botpool/internal/slottoken"
-	"botpool.dev/botpool/store"
-	"botpool.dev/botpool/store/memory"
 )
 
 // containers runs a simulated bot in every container the simulator starts, stops it when the
@@ -616,73 +607,4 @@ func trail(t *testing.T, ns, slot string) string {
 		fmt.Fprintf(&b, "%s>%s(%s)@%s ", tr.From, tr.To, tr.Reason, tr.At.Format("15:04:05.000"))
 	}
 	return b.String()
-}
-
-// TestStandbyReadinessCountsAsksFromTheDeployRequest drives single passes of a free standby
-// slot on a fake client and the fake clock: an ask made after its container's deploy request
-// makes it Ready, and keeps it Ready within the ask window however late the slot looked (the
-// ask came before the slot noticed it); an ask older than the deploy request, or made with
-// another credential, never does; past the window the slot is Lost.
-func TestStandbyReadinessCountsAsksFromTheDeployRequest(t *testing.T) {
-	const ns, name, app = "ns", "pool-zoom-001", "app-1"
-	token := slottoken.Hash([]byte("bpt_current"))
-	deployed := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
-	pass := func(t *testing.T, standby v1.StandbyState, ask store.SlotAsk, at time.Time) *v1.BotPoolSlot {
-		t.Helper()
-		fclk := clocktesting.NewFakeClock(at)
-		pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Standby(v1.StandbyRunning).Obj()
-		slot := bt.MakeSlot(ns, name, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(token).App(app).
-			Phase(v1.SlotIdle).Since(deployed.Add(8 * time.Second)).Obj()
-		since := metav1.NewTime(deployed)
-		slot.Status.Standby, slot.Status.StandbySince, slot.Status.DeploymentUUID = standby, &since, "dep-1"
-		st := memory.New(memory.WithClock(fclk))
-		if ask.SlotUID != "" {
-			if err := st.RecordSlotAsk(context.Background(), ask); err != nil {
-				t.Fatal(err)
-			}
-		}
-		c := fakeapi.New(t, interceptor.Funcs{}, pool, slot)
-		api := &bt.Coolify{
-			ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
-				return []coolify.Application{{UUID: app, Name: name}}, nil
-			},
-			SetDescriptionFn: func(context.Context, string, string) error { return nil },
-		}
-		r := onePassSlots(c, c, fclk, api, st)
-		key := client.ObjectKeyFromObject(slot)
-		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil {
-			t.Fatal(err)
-		}
-		var got v1.BotPoolSlot
-		if err := c.Get(context.Background(), key, &got); err != nil {
-			t.Fatal(err)
-		}
-		return &got
-	}
-	ask := func(at time.Time, hash string) store.SlotAsk {
-		return store.SlotAsk{SlotUID: "slot-uid", Namespace: ns, Name: name, TokenSHA256: hash, At: at}
-	}
-	for _, tc := range []struct {
-		name    string
-		standby v1.StandbyState
-		ask     store.SlotAsk
-		at      time.Time
-		want    v1.StandbyState
-	}{
-		{"the first ask, noticed late, makes it Ready", v1.StandbyStarting, ask(deployed.Add(9*time.Second), token), deployed.Add(20 * time.Second), v1.StandbyReady},
-		{"a Ready slot stays Ready on an ask made before it turned Ready", v1.StandbyReady, ask(deployed.Add(9*time.Second), token), deployed.Add(70 * time.Second), v1.StandbyReady},
-		{"an ask from before the deploy request is an earlier container's", v1.StandbyStarting, ask(deployed.Add(-5*time.Second), token), deployed.Add(20 * time.Second), v1.StandbyStarting},
-		{"an ask with another credential is another container's", v1.StandbyStarting, ask(deployed.Add(9*time.Second), slottoken.Hash([]byte("bpt_old"))), deployed.Add(20 * time.Second), v1.StandbyStarting},
-		{"past the ask window a Ready slot is Lost", v1.StandbyReady, ask(deployed.Add(9*time.Second), token), deployed.Add(9*time.Second + standbyAskWindow + time.Second), v1.StandbyLost},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := pass(t, tc.standby, tc.ask, tc.at)
-			if got.Status.Standby != tc.want || got.Status.Phase != v1.SlotIdle {
-				t.Fatalf("standby %s (%s, %s), want %s", got.Status.Standby, got.Status.Phase, got.Status.Message, tc.want)
-			}
-			if tc.want == v1.StandbyReady && !got.Status.StandbySince.Time.Equal(deployed) {
-				t.Errorf("standbySince %s, want the deploy request's %s", got.Status.StandbySince, deployed)
-			}
-		})
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"botpool.dev/botpool/controllers/bot"
 	"botpool.dev/botpool/controllers/internal/coolifyview"
 	"botpool.dev/botpool/controllers/internal/policy"
+	slotctrl "botpool.dev/botpool/controllers/slot"
 	"botpool.dev/botpool/coolify/sim"
 	"botpool.dev/botpool/internal/slottoken"
 )
@@ -380,7 +381,7 @@ func (o *soakObserver) converged(quiet bool) error {
 			// A container stops a moment after the stop request (sim.DefaultStopDelay).
 			stopping := s.Status.PhaseSince != nil && now.Sub(s.Status.PhaseSince.Time) <= sim.DefaultStopDelay
 			switch {
-			case bot != nil && !quiet && deploying > 0 && strings.HasSuffix(s.Status.Message, gateWaitMessage):
+			case bot != nil && !quiet && deploying > 0 && strings.HasSuffix(s.Status.Message, slotctrl.GateWaitMessage):
 				continue
 			case bot != nil:
 				return fmt.Errorf("slot %s is Idle and bound to bot %s, with %d slots Deploying (%s)", s.Name, bot.Name, deploying, s.Status.Message)
@@ -573,7 +574,7 @@ func (o *soakObserver) explainFailures(step time.Duration, outages []*soakOutage
 		case v1.ReasonStandbyLost:
 			// Bound to a Ready slot whose container did not take it: legal only when that
 			// container died (a crash the soak injected) or the clock outran it.
-			if !o.bots.lostBetween(b.Status.ApplicationUUID, policy.QueuedAt(b).Add(-standbyAskWindow), end) {
+			if !o.bots.lostBetween(b.Status.ApplicationUUID, policy.QueuedAt(b).Add(-slotctrl.StandbyAskWindow), end) {
 				o.violate("bot %s failed %s (%s), but the container of its application %s neither crashed nor fell behind the clock",
 					b.Name, reason, b.Status.Message, b.Status.ApplicationUUID)
 			}

@@ -67,6 +67,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/controllers/internal/tenantshare"
 	poolctrl "botpool.dev/botpool/controllers/pool"
+	slotctrl "botpool.dev/botpool/controllers/slot"
 )
 
 // setupPoolController registers the pool controller: pools, the slots they own, and bots whose pool
@@ -104,8 +105,8 @@ var botQueueChanged = predicate.Funcs{
 
 // setupSlotController registers the slot controller: slots, and the bots bound to them (a bot that
 // ends or goes away releases its slot at once).
-func setupSlotController(mgr ctrl.Manager, r *BotPoolSlotReconciler) error {
-	r.started = r.Clock.Now()
+func setupSlotController(mgr ctrl.Manager, r *slotctrl.Reconciler) error {
+	r.Started = r.Clock.Now()
 	share := tenantshare.New(r, "botpoolslot", tenantshare.WorkersOf(mgr), r.Metrics)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.BotPoolSlot{}).
@@ -136,7 +137,7 @@ var botLetGo = predicate.Funcs{
 }
 
 // slotsOfBot maps a bot to the slots bound to it (by the slot index on spec.botRef.uid).
-func slotsOfBot(r *BotPoolSlotReconciler) handler.MapFunc {
+func slotsOfBot(r *slotctrl.Reconciler) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var slots v1.BotPoolSlotList
 		if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{index.SlotBotUID: string(o.GetUID())}); err != nil {

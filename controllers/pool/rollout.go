@@ -20,7 +20,7 @@ import (
 // A rollout: the pool's template (image, tag, limits, slotEnvFrom content, bot API URL,
 // botpool.dev/restartedAt) changed, and its slots follow. The pool pre-pulls the image on each
 // server (pool/pull.go); each slot takes the template itself once its server holds the image
-// (slot_update.go). What the pool adds here:
+// (slot/update.go). What the pool adds here:
 //
 //   - the bookkeeping: status.rollout while slots differ, status.updatedSlots, the conditions
 //     SlotsUpdated, Reconciling and Stalled, and the Events RolloutStarted and RolloutComplete;

@@ -2,7 +2,7 @@
 // is free, the order of a queue, the release deadlines, what a bot's status says, the slot
 // template and its hash, the images each server may give a slot, a pool's servers as its
 // status says, the reservations' arithmetic, a bot's liveness. It does no I/O: it imports no
-// client, clock, store, network or Coolify client (layout_test.go in package controllers
+// client, clock, store, network or Coolify client (the tests of controllers/internal/layout
 // keeps it so), so every decision here is a function of its arguments, tested without an
 // API server.
 //

@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -80,8 +80,8 @@ func TestReleaseWaitsForTheCacheAfterItsOwnStatusWrite(t *testing.T) {
 			},
 		}).Build()
 	writes := &cachelag.Tracker{}
-	r := &BotPoolSlotReconciler{Client: cachelag.NewClient(c, writes), APIReader: c, Writes: writes, Store: memory.New(memory.WithClock(fclk)),
-		Clock: fclk, Recorder: discardEvents{}, Metrics: metrics.New(nil), Gate: &deploygate.Gate{Clock: fclk}}
+	r := &Reconciler{Client: cachelag.NewClient(c, writes), APIReader: c, Writes: writes, Store: memory.New(memory.WithClock(fclk)),
+		Clock: fclk, Recorder: bt.DiscardEvents{}, Metrics: metrics.New(nil), Gate: &deploygate.Gate{Clock: fclk}}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(slot)}
 
 	// The bot is done: the pass unbinds, then writes the status the unbind's generation changed.

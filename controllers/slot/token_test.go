@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -21,16 +21,16 @@ import (
 
 // tokenFixture is a slot reconciler over a fake API server holding one slot and, optionally,
 // a Secret under the slot's token Secret name.
-func tokenFixture(t *testing.T, status v1.BotPoolSlotStatus, secret func(slot *v1.BotPoolSlot) *corev1.Secret) (*BotPoolSlotReconciler, *v1.BotPoolSlot, client.Client) {
+func tokenFixture(t *testing.T, status v1.BotPoolSlotStatus, secret func(slot *v1.BotPoolSlot) *corev1.Secret) (*Reconciler, *v1.BotPoolSlot, client.Client) {
 	t.Helper()
 	slot := bt.MakeSlot("team", "pool-zoom-001", "pool").UID("slot-uid").Obj()
 	slot.Status = status
-	b := fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(slot.DeepCopy())
+	b := fake.NewClientBuilder().WithScheme(bt.Scheme()).WithObjects(slot.DeepCopy())
 	if secret != nil {
 		b = b.WithObjects(secret(slot))
 	}
 	c := b.Build()
-	return &BotPoolSlotReconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0))}, slot, c
+	return &Reconciler{Client: c, APIReader: c, Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0))}, slot, c
 }
 
 // tokenSecret is a Secret under the slot's token Secret name, controlled by the slot and
@@ -40,7 +40,7 @@ func tokenSecret(t *testing.T, token string) func(*v1.BotPoolSlot) *corev1.Secre
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name),
 			Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: slot.Name, v1.LabelPool: slot.Spec.Pool}},
 			Data: map[string][]byte{slottoken.Key: []byte(token)}}
-		if err := controllerutil.SetControllerReference(slot, s, env.Scheme); err != nil {
+		if err := controllerutil.SetControllerReference(slot, s, bt.Scheme()); err != nil {
 			t.Fatal(err)
 		}
 		return s

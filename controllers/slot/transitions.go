@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -43,16 +43,16 @@ var slotTransitions = map[v1.SlotPhase]map[v1.SlotPhase]entry{
 	v1.SlotError:     {v1.SlotIdle: nextPass, v1.SlotCreating: nextPass},
 }
 
-// SlotTransitionAllowed reports whether a slot's phase may move from one phase to another
+// TransitionAllowed reports whether a slot's phase may move from one phase to another
 // ("" being a new slot), for checks outside this package (the model check's audit).
-func SlotTransitionAllowed(from, to v1.SlotPhase) bool {
+func TransitionAllowed(from, to v1.SlotPhase) bool {
 	_, ok := slotTransitions[from][to]
 	return ok
 }
 
-// ErrIllegalSlotTransition fails a pass that tried a move slotTransitions does not allow: a
+// ErrIllegalTransition fails a pass that tried a move slotTransitions does not allow: a
 // programming error, which the move refuses (the slot keeps its phase).
-var ErrIllegalSlotTransition = errors.New("illegal slot transition")
+var ErrIllegalTransition = errors.New("illegal slot transition")
 
 // maxSteps bounds the handlers one pass runs. The samePass moves make no cycle, so a pass runs
 // at most one handler per phase; reaching the bound is a programming error.
@@ -61,7 +61,7 @@ var maxSteps = len(slotTransitions)
 // advance runs the handler of the slot's phase, then the handler of each phase a samePass move
 // entered. An admission of the deploy gate taken in this pass for a deployment that did not
 // start goes back when the pass is done with the phases.
-func (r *BotPoolSlotReconciler) advance(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) advance(ctx context.Context, s *slotScope) error {
 	defer func() {
 		if s.admitted && s.slot.Status.Phase != v1.SlotDeploying {
 			r.returnAdmission(s, false)
@@ -77,11 +77,11 @@ func (r *BotPoolSlotReconciler) advance(ctx context.Context, s *slotScope) error
 			return err
 		}
 	}
-	return fmt.Errorf("%w: more than %d moves in one pass, the last to %s", ErrIllegalSlotTransition, maxSteps, s.slot.Status.Phase)
+	return fmt.Errorf("%w: more than %d moves in one pass, the last to %s", ErrIllegalTransition, maxSteps, s.slot.Status.Phase)
 }
 
 // handler is the step of a phase.
-func (r *BotPoolSlotReconciler) handler(phase v1.SlotPhase) func(context.Context, *slotScope) error {
+func (r *Reconciler) handler(phase v1.SlotPhase) func(context.Context, *slotScope) error {
 	switch phase {
 	case "":
 		return r.start
@@ -102,7 +102,7 @@ func (r *BotPoolSlotReconciler) handler(phase v1.SlotPhase) func(context.Context
 }
 
 // start takes a new slot into its lifecycle.
-func (r *BotPoolSlotReconciler) start(_ context.Context, s *slotScope) error {
+func (r *Reconciler) start(_ context.Context, s *slotScope) error {
 	r.moveTo(s, v1.SlotCreating, "", "Creating the Coolify application")
 	return nil
 }
@@ -110,12 +110,12 @@ func (r *BotPoolSlotReconciler) start(_ context.Context, s *slotScope) error {
 // moveTo changes the slot's phase, with what the move entails; the status patch and the audit
 // trail follow at the end of the pass. A move slotTransitions does not allow is refused, and
 // fails the pass.
-func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, msg string) {
+func (r *Reconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, msg string) {
 	st := &s.slot.Status
 	from := st.Phase
 	when, ok := slotTransitions[from][to]
 	if !ok {
-		s.refused = errors.Join(s.refused, fmt.Errorf("%w: %s → %s (%s)", ErrIllegalSlotTransition, orNone(string(from)), to, msg))
+		s.refused = errors.Join(s.refused, fmt.Errorf("%w: %s → %s (%s)", ErrIllegalTransition, orNone(string(from)), to, msg))
 		return
 	}
 	if from == v1.SlotDeploying {
@@ -145,7 +145,7 @@ func (r *BotPoolSlotReconciler) moveTo(s *slotScope, to v1.SlotPhase, reason, ms
 // admit asks the deploy gate whether the slot may start a deployment now. The admission goes
 // back when the slot leaves Deploying (moveTo), when the pass that took it did not get there
 // (advance), or when the slot goes away (dropFinalizer).
-func (r *BotPoolSlotReconciler) admit(ctx context.Context, s *slotScope) bool {
+func (r *Reconciler) admit(ctx context.Context, s *slotScope) bool {
 	deploying, here, warm := r.poolDeploys(ctx, s)
 	s.admitted = r.Gate.Admit(s.pool, r.serverOf(s), deploygate.DeployAsk{
 		Slot: s.slot.Name, Deploying: deploying, Here: here, Warm: warm,
@@ -156,7 +156,7 @@ func (r *BotPoolSlotReconciler) admit(ctx context.Context, s *slotScope) bool {
 
 // returnAdmission gives the slot's admission back to the deploy gate, if it holds one;
 // finished says a deployment of the pool's image completed. It is the one caller of Gate.Done.
-func (r *BotPoolSlotReconciler) returnAdmission(s *slotScope, finished bool) {
+func (r *Reconciler) returnAdmission(s *slotScope, finished bool) {
 	s.admitted = false
 	if s.pool != nil {
 		r.Gate.Done(s.pool, s.slot.Name, finished)

@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 )
 
 // serverOf is the slot's server, with what its last read settings say it runs.
-func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyview.CoolifyServer {
+func (r *Reconciler) serverOf(s *slotScope) coolifyview.CoolifyServer {
 	return coolifyview.ServerFor(s.api, r.Coolify, policy.SlotServer(s.slot, s.pool))
 }
 
@@ -16,7 +16,7 @@ func (r *BotPoolSlotReconciler) serverOf(s *slotScope) coolifyview.CoolifyServer
 // server is out ("Unreachable", "Unusable"), or "" when Coolify reports it functional or
 // does not say. A server the user does not see is not out here: no container of the slot can
 // run there, and deleting the slot must not wait for a server that will never be back.
-func (r *BotPoolSlotReconciler) serverOut(ctx context.Context, s *slotScope) string {
+func (r *Reconciler) serverOut(ctx context.Context, s *slotScope) string {
 	if s.pool == nil {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 
 // create makes sure the slot has a token and an application with its env, adopting an
 // application of the same name left by a crash between create and record, then turns Idle.
-func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) create(ctx context.Context, s *slotScope) error {
 	token, err := r.ensureToken(ctx, s.slot)
 	if err != nil {
 		return err
@@ -68,7 +68,7 @@ func (r *BotPoolSlotReconciler) create(ctx context.Context, s *slotScope) error 
 // this slot's (owner mark: cluster, namespace, pool, project, server; and the pool's image):
 // Coolify's list carries no tags, an old server ignores the tag filter, and another cluster
 // may run a pool of the same name in the same Coolify team.
-func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScope, tag string) (string, error) {
+func (r *Reconciler) findOrCreateApp(ctx context.Context, s *slotScope, tag string) (string, error) {
 	r.Coolify.Invalidate(tag) // adopting needs the truth, not a cached list
 	listed, err := s.api.ListApplications(ctx, tag)
 	if err != nil {
@@ -126,7 +126,7 @@ func (r *BotPoolSlotReconciler) findOrCreateApp(ctx context.Context, s *slotScop
 // rollout, seed 3457702266237806). It was never deployed by the slot, which never knew it; one
 // that is not stopped serves someone, so it is left alone and the slot waits, with a Warning,
 // for a person to stop or delete it.
-func (r *BotPoolSlotReconciler) replaceUnadoptable(ctx context.Context, s *slotScope, tag string, app *coolify.Application) error {
+func (r *Reconciler) replaceUnadoptable(ctx context.Context, s *slotScope, tag string, app *coolify.Application) error {
 	if app.State() != coolify.StateExited {
 		r.Recorder.Eventf(s.slot, nil, corev1.EventTypeWarning, v1.ReasonAdoptionRefused, "Create",
 			"Application %s has this slot's name and the pool's tag but another image or placement, and it is %s: not adopted; stop or delete it in Coolify", app.UUID, app.Status)
@@ -149,13 +149,13 @@ func (r *BotPoolSlotReconciler) replaceUnadoptable(ctx context.Context, s *slotS
 // application's env is set; it is read past the cache (the manager caches no Secrets) and
 // served only while it still holds the token whose hash the slot recorded, so a Secret someone
 // else wrote or changed is replaced, never believed.
-func (r *BotPoolSlotReconciler) ensureToken(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
+func (r *Reconciler) ensureToken(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
 	return r.issueToken(ctx, slot, false)
 }
 
 // issueToken is ensureToken; fresh replaces even the token the slot issued (a standby slot's
 // next container gets a credential no earlier container had).
-func (r *BotPoolSlotReconciler) issueToken(ctx context.Context, slot *v1.BotPoolSlot, fresh bool) (string, error) {
+func (r *Reconciler) issueToken(ctx context.Context, slot *v1.BotPoolSlot, fresh bool) (string, error) {
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}
 	err := r.APIReader.Get(ctx, key, secret)
@@ -225,7 +225,7 @@ func issuedToken(slot *v1.BotPoolSlot, secret *corev1.Secret) bool {
 // A legacy slot whose Secret is missing or foreign gets no hash and its containers no access
 // (as before, when the bot API looked the Secret up); a free one goes back through create,
 // which issues a token and sets it in the application's env before any bot deploys.
-func (r *BotPoolSlotReconciler) backfillTokenHash(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) backfillTokenHash(ctx context.Context, s *slotScope) error {
 	slot := s.slot
 	if slot.Status.TokenSHA256 != "" || slot.Status.ApplicationUUID == "" || !slot.DeletionTimestamp.IsZero() {
 		return nil
@@ -256,7 +256,7 @@ const (
 
 // slotEnv is the environment of every container of the slot, and the digest of the pool's
 // slotEnvFrom data in it (SecretDigest: part of the slot template).
-func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([]coolify.EnvVar, string, error) {
+func (r *Reconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([]coolify.EnvVar, string, error) {
 	env := map[string]string{}
 	digest := ""
 	if ref := s.pool.Spec.SlotEnvFrom; ref != nil {
@@ -293,7 +293,7 @@ func (r *BotPoolSlotReconciler) slotEnv(ctx context.Context, s *slotScope, token
 
 // idle starts a deployment for a newly bound bot, within the pool's deployment budget; a free
 // slot only checks now and then that its application still exists.
-func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) idle(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	if s.bot == nil {
 		if st.DeployingSince != nil {
@@ -325,7 +325,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 	}
 	if !r.admit(ctx, s) {
 		if !strings.HasPrefix(s.slot.Status.Message, "Coolify is busy") {
-			s.slot.Status.Message = "Bot " + s.bot.Name + " bound; " + gateWaitMessage
+			s.slot.Status.Message = "Bot " + s.bot.Name + " bound; " + GateWaitMessage
 		}
 		s.after(r.jittered(r.gateRetry()))
 		return nil
@@ -351,7 +351,7 @@ func (r *BotPoolSlotReconciler) idle(ctx context.Context, s *slotScope) error {
 // version: it knows the version a pass read, not one another writer (a label, kubectl) left
 // between that read and the pass's status write, which replaces it too. A slot the cache
 // shows behind waits for it (CacheWait), admission returned.
-func (r *BotPoolSlotReconciler) storedAsRead(ctx context.Context, s *slotScope) (bool, error) {
+func (r *Reconciler) storedAsRead(ctx context.Context, s *slotScope) (bool, error) {
 	if r.APIReader == nil {
 		return true, nil
 	}
@@ -371,10 +371,10 @@ func (r *BotPoolSlotReconciler) storedAsRead(ctx context.Context, s *slotScope) 
 // before this one bound the slot and may have deployed before it could record it. A
 // deployment since then is this bot's, and the slot follows it: deploying again would restart
 // its container once it runs, killing the bot mid-call. done says the pass is over.
-func (r *BotPoolSlotReconciler) joinUnanswered(ctx context.Context, s *slotScope) (done bool, err error) {
+func (r *Reconciler) joinUnanswered(ctx context.Context, s *slotScope) (done bool, err error) {
 	st := &s.slot.Status
 	maybe := st.DeployingSince
-	if maybe == nil && st.PhaseSince != nil && st.PhaseSince.Before(&metav1.Time{Time: r.started}) {
+	if maybe == nil && st.PhaseSince != nil && st.PhaseSince.Before(&metav1.Time{Time: r.Started}) {
 		maybe = st.PhaseSince
 	}
 	if maybe == nil {
@@ -399,7 +399,7 @@ func (r *BotPoolSlotReconciler) joinUnanswered(ctx context.Context, s *slotScope
 // deploy requests a deployment, admitted by the gate at now: of the bound bot's container, or
 // (no bot) of a standby slot's fresh container. A request that did not start one leaves the
 // slot Idle (with its bot bound), and the admission goes back (advance).
-func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now time.Time) error {
+func (r *Reconciler) deploy(ctx context.Context, s *slotScope, now time.Time) error {
 	st := &s.slot.Status
 	what := "a standby container"
 	if s.bot != nil {
@@ -453,7 +453,7 @@ func (r *BotPoolSlotReconciler) deploy(ctx context.Context, s *slotScope, now ti
 // known to be cached on the slot's server: a slot of the pool there runs it now (the gate
 // also remembers every deployment that finished). A slot's lastUsedAt proves nothing: a bot
 // may have let go during a cold pull that never completed.
-func (r *BotPoolSlotReconciler) poolDeploys(ctx context.Context, s *slotScope) (deploying, here []string, warm bool) {
+func (r *Reconciler) poolDeploys(ctx context.Context, s *slotScope) (deploying, here []string, warm bool) {
 	var slots v1.BotPoolSlotList // read only: no copy of each slot
 	if err := r.Client.List(ctx, &slots, client.InNamespace(s.slot.Namespace), client.MatchingFields{index.SlotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, false
@@ -489,7 +489,7 @@ func (r *BotPoolSlotReconciler) poolDeploys(ctx context.Context, s *slotScope) (
 
 // deploying follows the deployment until the container runs (Busy) or it fails (Error), and
 // applies the heartbeat-aware stale-deploying rules.
-func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) deploying(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	timing := s.pool.Spec.Timing
 	poll := r.jittered(timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval))
@@ -519,7 +519,7 @@ func (r *BotPoolSlotReconciler) deploying(ctx context.Context, s *slotScope) err
 	}
 	now := r.Clock.Now()
 	freshness := timing.HeartbeatFreshness.OrDefault(v1.DefaultHeartbeatFreshness)
-	live := pass.LivenessReader{Store: r.Store, Clock: r.Clock, Started: r.started}.Read(ctx, s.bot.UID, freshness)
+	live := pass.LivenessReader{Store: r.Store, Clock: r.Clock, Started: r.Started}.Read(ctx, s.bot.UID, freshness)
 	// A store that cannot answer counts as a fresh beat: no deployment is failed for lack of
 	// liveness data (invariant 10), only delayed until the store answers again.
 	fresh := !live.Known || live.BeatWithin(now, freshness)
@@ -574,7 +574,7 @@ const readNow = -1 * time.Nanosecond
 // judge reads the slot's deployment (or, when none can be found, its application) and judges
 // it. listed says the answer came from one of the pool's lists, which may be up to maxAge old;
 // otherwise Coolify was asked about this deployment now.
-func (r *BotPoolSlotReconciler) judge(ctx context.Context, s *slotScope, maxAge time.Duration, fresh bool) (v deployVerdict, listed bool, err error) {
+func (r *Reconciler) judge(ctx context.Context, s *slotScope, maxAge time.Duration, fresh bool) (v deployVerdict, listed bool, err error) {
 	st := &s.slot.Status
 	dep, listed, err := r.findDeployment(ctx, s, maxAge)
 	if err != nil {
@@ -597,7 +597,7 @@ func (r *BotPoolSlotReconciler) judge(ctx context.Context, s *slotScope, maxAge 
 // pollLater handles a failed Coolify read while deploying: it acts on nothing (invariant 9)
 // and polls again at the usual cadence, not at the error backoff, which would grow to minutes
 // during an outage and leave a finished deployment unnoticed long after Coolify returned.
-func (r *BotPoolSlotReconciler) pollLater(ctx context.Context, s *slotScope, err error, poll time.Duration) error {
+func (r *Reconciler) pollLater(ctx context.Context, s *slotScope, err error, poll time.Duration) error {
 	ctrl.LoggerFrom(ctx).Info("Reading the deployment failed; polling again", "error", err.Error())
 	s.slot.Status.Message = "Deploying bot " + s.bot.Name + "; Coolify did not answer the last poll"
 	if wait, ok := pass.CoolifyWait(err); ok {
@@ -607,7 +607,7 @@ func (r *BotPoolSlotReconciler) pollLater(ctx context.Context, s *slotScope, err
 	return nil
 }
 
-func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg string) {
+func (r *Reconciler) toBusy(ctx context.Context, s *slotScope, msg string) {
 	s.slot.Status.RecoveryAttempts = 0
 	r.setStandby(s, "") // the container is the bot's now
 	if s.pool != nil {
@@ -627,7 +627,7 @@ func (r *BotPoolSlotReconciler) toBusy(ctx context.Context, s *slotScope, msg st
 // ended. Without a uuid (Coolify de-duplicated the request), or with a phantom one (a full
 // queue), the application's newest deployment is the one. nil when there is none; listed
 // says the answer came from the shared list.
-func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope, maxAge time.Duration) (dep *coolify.Deployment, listed bool, err error) {
+func (r *Reconciler) findDeployment(ctx context.Context, s *slotScope, maxAge time.Duration) (dep *coolify.Deployment, listed bool, err error) {
 	st := &s.slot.Status
 	if st.DeploymentUUID != "" {
 		active, err := r.Coolify.ActiveDeployments(ctx, s.api, r.appTag(s), maxAge)
@@ -664,7 +664,7 @@ func (r *BotPoolSlotReconciler) findDeployment(ctx context.Context, s *slotScope
 // deploymentSince returns the application's newest deployment if it was created at or after
 // since (to the second: Coolify's timestamps may be coarser than ours), else nil. A cancelled
 // one is never the answer: only a bot that let go has its deployment cancelled.
-func (r *BotPoolSlotReconciler) deploymentSince(ctx context.Context, s *slotScope, since time.Time) (*coolify.Deployment, error) {
+func (r *Reconciler) deploymentSince(ctx context.Context, s *slotScope, since time.Time) (*coolify.Deployment, error) {
 	_, deps, err := s.api.ListApplicationDeployments(ctx, s.slot.Status.ApplicationUUID, 0, 1)
 	if err != nil || len(deps) == 0 || deps[0].Status == coolify.DeploymentCancelled {
 		return nil, err
@@ -681,7 +681,7 @@ func (r *BotPoolSlotReconciler) deploymentSince(ctx context.Context, s *slotScop
 // deployment left queued would run after the slot was stopped and bound to its next bot, start
 // a container with that bot's credential, and be replaced by that bot's own deployment in the
 // middle of its meeting.
-func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) cancelDeployment(ctx context.Context, s *slotScope) error {
 	uuid := s.slot.Status.DeploymentUUID
 	if uuid == "" && s.slot.Status.ApplicationUUID != "" {
 		// De-duplicated deploys carry no uuid: cancel the application's newest if it still runs,
@@ -708,7 +708,7 @@ func (r *BotPoolSlotReconciler) cancelDeployment(ctx context.Context, s *slotSco
 }
 
 // busy waits for the bot to let go, checking now and then that the application still exists.
-func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) busy(ctx context.Context, s *slotScope) error {
 	if s.bot == nil {
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go")
 		return nil // advance stops the container now, in this pass
@@ -718,7 +718,7 @@ func (r *BotPoolSlotReconciler) busy(ctx context.Context, s *slotScope) error {
 
 // checkApp confirms from the pool's shared list that the slot's application exists. A
 // missing one is confirmed with a GET before acting: a list can be older than our own create.
-func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lostReason string) error {
+func (r *Reconciler) checkApp(ctx context.Context, s *slotScope, lostReason string) error {
 	next := r.jittered(r.appCheck())
 	s.after(next)
 	apps, err := r.Coolify.Apps(ctx, s.api, r.appTag(s), r.appCheck())
@@ -750,7 +750,7 @@ func (r *BotPoolSlotReconciler) checkApp(ctx context.Context, s *slotScope, lost
 // deploy request pending) has a container running well after it stopped it: a stop Coolify
 // lost, which it does when the server is not reachable (the job gives up, and the container
 // runs on when the server is back) — with whatever meeting it was in.
-func (r *BotPoolSlotReconciler) strayContainer(s *slotScope, status string) bool {
+func (r *Reconciler) strayContainer(s *slotScope, status string) bool {
 	st := &s.slot.Status
 	if s.bot != nil || s.slot.Spec.BotRef != nil || st.Phase != v1.SlotIdle || st.Standby != "" || st.DeployingSince != nil || st.PhaseSince == nil {
 		return false
@@ -760,7 +760,7 @@ func (r *BotPoolSlotReconciler) strayContainer(s *slotScope, status string) bool
 }
 
 // releasing stops the container and returns the slot to the pool.
-func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) releasing(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	stopped, err := r.stop(ctx, s, "Stopping the container")
 	if err != nil {
@@ -785,7 +785,7 @@ func (r *BotPoolSlotReconciler) releasing(ctx context.Context, s *slotScope) err
 // stop stops the slot's container. stopped=false with a nil error means the caller is done
 // for this pass: the application is gone (the slot goes back to Creating), or Coolify did not
 // answer (tried again soon; a busy Coolify never fails a slot). A definitive failure is err.
-func (r *BotPoolSlotReconciler) stop(ctx context.Context, s *slotScope, doing string) (stopped bool, err error) {
+func (r *Reconciler) stop(ctx context.Context, s *slotScope, doing string) (stopped bool, err error) {
 	err = s.api.Stop(ctx, s.slot.Status.ApplicationUUID)
 	switch {
 	case errors.Is(err, coolify.ErrNotFound):
@@ -811,21 +811,21 @@ func transient(err error) bool {
 		errors.Is(err, context.DeadlineExceeded)
 }
 
-// gateWaitMessage ends the message of a bound slot the deploy gate holds back.
-const gateWaitMessage = "waiting for one of the pool's deployment slots"
+// GateWaitMessage ends the message of a bound slot the deploy gate holds back.
+const GateWaitMessage = "waiting for one of the pool's deployment slots"
 
 // transientRetry is how soon a step Coolify did not answer is tried again.
 const transientRetry = 10 * time.Second
 
 // recreate sends a slot whose application is gone back to Creating, which creates it again
 // under the same name (a bound bot stays bound and deploys once it exists).
-func (r *BotPoolSlotReconciler) recreate(s *slotScope) {
+func (r *Reconciler) recreate(s *slotScope) {
 	s.slot.Status.ApplicationUUID = ""
 	r.moveTo(s, v1.SlotCreating, string(v1.ReasonApplicationLost), "The application is gone (deleted behind the operator's back?); creating it again")
 }
 
 // toError moves the slot to Error; recovery runs on the next pass.
-func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reason, msg string) {
+func (r *Reconciler) toError(ctx context.Context, s *slotScope, reason, msg string) {
 	switch v1.BotReason(reason) {
 	case v1.ReasonDeploymentFailed, v1.ReasonDeploymentLost, v1.ReasonApplicationLost, v1.ReasonDeploymentTimeout:
 		// What a server outage looks like from a slot: the pool reads the servers' health
@@ -848,7 +848,7 @@ func (r *BotPoolSlotReconciler) toError(ctx context.Context, s *slotScope, reaso
 // judgeStart); either brings the slot back, and releaseOrphan lets it go. A slot that failed
 // maxRecoveryAttempts times in a row is deleted with its application; the pool creates a
 // fresh one on demand.
-func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) recover(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	if s.bot != nil {
 		s.after(r.jittered(transientRetry)) // in case the bot's end is missed: it wakes the slot
@@ -884,7 +884,7 @@ func (r *BotPoolSlotReconciler) recover(ctx context.Context, s *slotScope) error
 
 // describe sets the application's description for a phase. It is informational: a failure is
 // logged, never fatal to the transition.
-func (r *BotPoolSlotReconciler) describe(ctx context.Context, s *slotScope, phase v1.SlotPhase, at time.Time, msg ...string) {
+func (r *Reconciler) describe(ctx context.Context, s *slotScope, phase v1.SlotPhase, at time.Time, msg ...string) {
 	uuid := s.slot.Status.ApplicationUUID
 	if uuid == "" {
 		return
@@ -907,7 +907,7 @@ func (r *BotPoolSlotReconciler) describe(ctx context.Context, s *slotScope, phas
 
 // reconcileDelete cleans Coolify before the slot goes: it lets a running bot leave first (see
 // drain), then cancels, stops and deletes the application.
-func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *slotScope) error {
 	if controllerutil.ContainsFinalizer(s.slot, v1.FinalizerSlot) {
 		if done, err := r.drain(ctx, s); err != nil || !done {
 			return err
@@ -967,7 +967,7 @@ func (r *BotPoolSlotReconciler) reconcileDelete(ctx context.Context, s *slotScop
 // orphan sweep would find it only later. It is the slot's when it has the slot's name and
 // owner mark (this cluster's tag and the slot's placement); without the pool, the tag alone.
 // A list that fails keeps the slot, and its name, for the retry.
-func (r *BotPoolSlotReconciler) claimUnrecorded(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) claimUnrecorded(ctx context.Context, s *slotScope) error {
 	tag := r.appTag(s)
 	r.Coolify.Invalidate(tag) // a cached list may predate the create
 	listed, err := s.api.ListApplications(ctx, tag)
@@ -998,7 +998,7 @@ func (r *BotPoolSlotReconciler) claimUnrecorded(ctx context.Context, s *slotScop
 // that for a bot that reports Leaving or CallEnded, being on its way out. A bot not yet in
 // its call has nothing to leave and fails with SlotLost at once. done says the caller may
 // delete the application now.
-func (r *BotPoolSlotReconciler) drain(ctx context.Context, s *slotScope) (done bool, err error) {
+func (r *Reconciler) drain(ctx context.Context, s *slotScope) (done bool, err error) {
 	ref := s.slot.Spec.BotRef
 	if ref == nil {
 		return true, nil
@@ -1039,7 +1039,7 @@ func (r *BotPoolSlotReconciler) drain(ctx context.Context, s *slotScope) (done b
 // deleteCheck is how often a deleted slot looks whether Coolify has deleted its application.
 const deleteCheck = 5 * time.Second
 
-func (r *BotPoolSlotReconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
 	r.returnAdmission(s, false) // whatever the phase: one deleted while Deploying holds one
 	if removed, err := pass.RemoveFinalizer(ctx, r.Client, s.slot, v1.FinalizerSlot); !removed || err != nil {
 		return err

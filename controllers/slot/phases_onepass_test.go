@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -32,11 +32,11 @@ import (
 // reads past the cache through reader, the fake clock, the suite's checking event recorder, a
 // fixed jitter (jittered(d) == d) and a process that has run for an hour, so no restart rule
 // applies.
-func onePassSlots(c client.Client, reader client.Reader, clk *clocktesting.FakeClock, api coolify.API, st SlotStore) *BotPoolSlotReconciler {
-	return &BotPoolSlotReconciler{Client: c, APIReader: reader, Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api},
-		Store: st, Clock: clk, Recorder: discardEvents{}, Metrics: metrics.New(nil),
+func onePassSlots(c client.Client, reader client.Reader, clk *clocktesting.FakeClock, api coolify.API, st Store) *Reconciler {
+	return &Reconciler{Client: c, APIReader: reader, Connector: &bt.Connector[coolifyview.CoolifyAPI]{API: api},
+		Store: st, Clock: clk, Recorder: bt.DiscardEvents{}, Metrics: metrics.New(nil),
 		Coolify: &coolifyview.BulkReader{Clock: clk}, Gate: &deploygate.Gate{Clock: clk}, Jitter: func() float64 { return 0.5 },
-		started: clk.Now().Add(-time.Hour)}
+		Started: clk.Now().Add(-time.Hour)}
 }
 
 // onePassResult is what one slot reconcile did: the stored slot afterwards (nil: gone), what

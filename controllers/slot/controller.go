@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -31,8 +31,8 @@ import (
 	"botpool.dev/botpool/store"
 )
 
-// SlotStore is what the slot controller needs from the store.
-type SlotStore interface {
+// Store is what the slot controller needs from the store.
+type Store interface {
 	LastHeartbeats(ctx context.Context, bots []types.UID) (map[types.UID]time.Time, error)
 	// LastSlotAsks: when standby slots' containers last asked the bot API for work.
 	LastSlotAsks(ctx context.Context, slots []types.UID) (map[types.UID]store.SlotAsk, error)
@@ -41,13 +41,13 @@ type SlotStore interface {
 	DeleteSlot(ctx context.Context, namespace, name string) error
 }
 
-// BotPoolSlotReconciler drives one slot's Coolify application through its lifecycle:
+// Reconciler drives one slot's Coolify application through its lifecycle:
 // Creating → Idle ⇄ (Deploying → Busy) → Releasing → Idle, and Error → recovered or deleted.
-type BotPoolSlotReconciler struct {
+type Reconciler struct {
 	Client    client.Client
 	APIReader client.Reader
 	Connector coolifyview.Connector
-	Store     SlotStore
+	Store     Store
 	Clock     clock.PassiveClock
 	Recorder  events.EventRecorder
 	Metrics   *metrics.Metrics
@@ -71,8 +71,8 @@ type BotPoolSlotReconciler struct {
 	// remembers nothing.
 	Writes *cachelag.Tracker
 
-	// started is when this controller was set up: see LivenessReader.
-	started time.Time
+	// Started is when this controller was set up: see LivenessReader.
+	Started time.Time
 
 	// projected holds, per slot (namespace/name), the record last handed to the store: a pass
 	// writes the projection when it differs, not only when the pass changed the status, so a
@@ -81,10 +81,10 @@ type BotPoolSlotReconciler struct {
 	projected sync.Map
 }
 
-func (r *BotPoolSlotReconciler) gateRetry() time.Duration {
+func (r *Reconciler) gateRetry() time.Duration {
 	return policy.OrDefault(r.GateRetry, pass.DefaultGateRetry)
 }
-func (r *BotPoolSlotReconciler) appCheck() time.Duration {
+func (r *Reconciler) appCheck() time.Duration {
 	return policy.OrDefault(r.AppCheck, pass.DefaultAppCheck)
 }
 
@@ -132,7 +132,7 @@ const statusWriteTimeout = 10 * time.Second
 
 // Reconcile implements reconcile.Reconciler: load, the body, and one deferred status write
 // computed from what the pass observed and how it ended.
-func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	slot := &v1.BotPoolSlot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, slot); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -159,7 +159,7 @@ func (r *BotPoolSlotReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 // run is the body of a pass: the steps every slot takes, then its phase's or its deletion's.
-func (r *BotPoolSlotReconciler) run(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) run(ctx context.Context, s *slotScope) error {
 	deleted := !s.slot.DeletionTimestamp.IsZero()
 	// Before anything that may wait on Coolify: a slot made before slots recorded their token's
 	// hash has running containers whose every call is refused until it does.
@@ -194,7 +194,7 @@ func (r *BotPoolSlotReconciler) run(ctx context.Context, s *slotScope) error {
 // with its reason, a pass that went well clears Stalled; the conditions follow from the
 // phase; the status is written once, if it changed, and observedGeneration only after a pass
 // that handled the generation (a failure leaves it for the retry).
-func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before *v1.BotPoolSlot, o pass.Outcome) (ctrl.Result, error) {
+func (r *Reconciler) finish(ctx context.Context, s *slotScope, before *v1.BotPoolSlot, o pass.Outcome) (ctrl.Result, error) {
 	slot := s.slot
 	switch {
 	case o.Wait != nil:
@@ -236,7 +236,7 @@ func (r *BotPoolSlotReconciler) finish(ctx context.Context, s *slotScope, before
 
 // setStalled reports a problem only a person can fix: nothing else changes until they do,
 // and the slot looks again every StalledRetry.
-func (r *BotPoolSlotReconciler) setStalled(s *slotScope, reason, msg string) {
+func (r *Reconciler) setStalled(s *slotScope, reason, msg string) {
 	v1.SetCondition(&s.slot.Status.Conditions, metav1.Condition{Type: v1.ConditionStalled, Status: metav1.ConditionTrue,
 		Reason: reason, Message: msg, ObservedGeneration: s.slot.Generation}, r.Clock.Now())
 }
@@ -271,7 +271,7 @@ func setSlotConditions(slot *v1.BotPoolSlot) {
 // deleteUnreachable deletes a slot whose pool or credentials are gone: with the last client
 // the pool used, if this process knows it; else only when the slot (or its pool) carries
 // v1.AnnotationOrphanApplication, after a person decided the application may leak.
-func (r *BotPoolSlotReconciler) deleteUnreachable(ctx context.Context, s *slotScope, cause error) error {
+func (r *Reconciler) deleteUnreachable(ctx context.Context, s *slotScope, cause error) error {
 	key := types.NamespacedName{Namespace: s.slot.Namespace, Name: s.slot.Spec.Pool}
 	if api := r.Connector.LastKnown(key); api != nil {
 		s.api = api
@@ -288,7 +288,7 @@ func (r *BotPoolSlotReconciler) deleteUnreachable(ctx context.Context, s *slotSc
 	return nil
 }
 
-func (r *BotPoolSlotReconciler) orphanAllowed(ctx context.Context, slot *v1.BotPoolSlot) bool {
+func (r *Reconciler) orphanAllowed(ctx context.Context, slot *v1.BotPoolSlot) bool {
 	if slot.Annotations[v1.AnnotationOrphanApplication] == "true" {
 		return true
 	}
@@ -298,7 +298,7 @@ func (r *BotPoolSlotReconciler) orphanAllowed(ctx context.Context, slot *v1.BotP
 }
 
 // connect loads the slot's pool and the pool's Coolify client.
-func (r *BotPoolSlotReconciler) connect(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) connect(ctx context.Context, s *slotScope) error {
 	pool := &v1.BotPool{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: s.slot.Spec.Pool}, pool); err != nil {
 		return fmt.Errorf("pool %s: %w", s.slot.Spec.Pool, err)
@@ -315,7 +315,7 @@ func (r *BotPoolSlotReconciler) connect(ctx context.Context, s *slotScope) error
 // appTag is the Coolify tag of the slot's application: the one recorded with it, the legacy
 // tag (no cluster identity) for an application recorded before tags had one, and this
 // cluster's pool tag for an application still to create.
-func (r *BotPoolSlotReconciler) appTag(s *slotScope) string {
+func (r *Reconciler) appTag(s *slotScope) string {
 	st := &s.slot.Status
 	switch {
 	case st.ApplicationTag != "" && st.ApplicationUUID != "":
@@ -332,7 +332,7 @@ func (r *BotPoolSlotReconciler) appTag(s *slotScope) string {
 // back": the slot would create a new application and the old one, with valid bot credentials
 // in its env, would leak. The slot stalls instead until a person restores the credentials or
 // lets the application go (v1.AnnotationOrphanApplication).
-func (r *BotPoolSlotReconciler) sameInstance(s *slotScope) bool {
+func (r *Reconciler) sameInstance(s *slotScope) bool {
 	st := &s.slot.Status
 	now := coolifyview.InstanceOf(s.api)
 	if st.ApplicationUUID == "" || now == "" {
@@ -347,7 +347,7 @@ func (r *BotPoolSlotReconciler) sameInstance(s *slotScope) bool {
 
 // instanceChanged stalls a slot whose application lives on another Coolify instance than the
 // pool's credentials now name. Its Event is said once, when the slot starts to stall for it.
-func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) instanceChanged(ctx context.Context, s *slotScope) error {
 	msg := "The pool's credentials Secret " + s.pool.Spec.Coolify.CredentialsSecretRef.Name +
 		" now names another Coolify instance than the one holding application " + s.slot.Status.ApplicationUUID +
 		": restore its url (the application is cleaned up, then the slot moves), or annotate the slot with " +
@@ -363,7 +363,7 @@ func (r *BotPoolSlotReconciler) instanceChanged(ctx context.Context, s *slotScop
 // went back to the queue from this failed slot (Bot.LeftSlot), or is deleted and past its
 // leave (see LeaveDeadline). Releasing is the slot controller's alone: the
 // Bot controller of a deleted bot waits for it.
-func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope) (bool, error) {
+func (r *Reconciler) releaseOrphan(ctx context.Context, s *slotScope) (bool, error) {
 	ref := s.slot.Spec.BotRef
 	if ref == nil {
 		return false, nil
@@ -405,7 +405,7 @@ func (r *BotPoolSlotReconciler) releaseOrphan(ctx context.Context, s *slotScope)
 
 // unbind clears spec.botRef, with the slot's resourceVersion as an optimistic lock. The
 // update brings the slot back, to stop its container.
-func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why string) error {
+func (r *Reconciler) unbind(ctx context.Context, s *slotScope, why string) error {
 	ref := *s.slot.Spec.BotRef
 	ctrl.LoggerFrom(ctx).Info("Releasing slot", "bot", ref.Name, "why", why)
 	if st := &s.slot.Status; st.Phase == v1.SlotIdle && st.Standby == v1.StandbyReady {
@@ -436,7 +436,7 @@ func (r *BotPoolSlotReconciler) unbind(ctx context.Context, s *slotScope, why st
 // application); then the slot's projection. The routine cycle (Idle, Deploying, Busy,
 // Releasing) has no Events: four API writes per bot for what the audit log, the status and
 // the bot's own Bound Event already tell.
-func (r *BotPoolSlotReconciler) flush(ctx context.Context, s *slotScope) {
+func (r *Reconciler) flush(ctx context.Context, s *slotScope) {
 	log := ctrl.LoggerFrom(ctx)
 	for _, t := range s.transitions {
 		log.Info("Slot transition", "slot", t.Slot, "pool", t.Pool, "bot", t.BotName, "appUUID", t.ApplicationUUID,
@@ -456,7 +456,7 @@ func (r *BotPoolSlotReconciler) flush(ctx context.Context, s *slotScope) {
 	r.project(ctx, s.slot.Namespace, s.slot.Name, s.slot)
 }
 
-func (r *BotPoolSlotReconciler) project(ctx context.Context, namespace, name string, slot *v1.BotPoolSlot) {
+func (r *Reconciler) project(ctx context.Context, namespace, name string, slot *v1.BotPoolSlot) {
 	key := namespace + "/" + name
 	if slot == nil || !slot.DeletionTimestamp.IsZero() && len(slot.Finalizers) == 0 {
 		r.unproject(ctx, namespace, name)
@@ -489,7 +489,7 @@ func sameSlotRecord(a, b store.SlotRecord) bool {
 }
 
 // unproject removes a slot's projection.
-func (r *BotPoolSlotReconciler) unproject(ctx context.Context, namespace, name string) {
+func (r *Reconciler) unproject(ctx context.Context, namespace, name string) {
 	if err := r.Store.DeleteSlot(ctx, namespace, name); !store.Accepted(err) {
 		ctrl.LoggerFrom(ctx).Error(err, "Removing the slot's projection failed")
 		return
@@ -505,7 +505,7 @@ func orNone(s string) string {
 }
 
 // jittered spreads polls over ±20% so slots deployed together do not poll together.
-func (r *BotPoolSlotReconciler) jittered(d time.Duration) time.Duration {
+func (r *Reconciler) jittered(d time.Duration) time.Duration {
 	j := rand.Float64
 	if r.Jitter != nil {
 		j = r.Jitter

@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -29,7 +29,7 @@ import (
 //	Idle,      Starting  a fresh container is to be deployed (the gate admits it) …
 //	Deploying, Starting  … is being deployed …
 //	Idle,      Starting  … runs, and has not asked for work yet
-//	Idle,      Ready     its current container asked for work within standbyAskWindow:
+//	Idle,      Ready     its current container asked for work within StandbyAskWindow:
 //	                     the only standby slot the dispatcher binds (IsFree)
 //	Idle,      Lost      it stopped asking: a fresh one is deployed
 //	Idle → Busy          the bound bot's first report or beat
@@ -44,35 +44,35 @@ import (
 // Ready or claim the next binding (invariant 12).
 
 const (
-	// standbyAskWindow is how recent the last ask of a Ready slot's container must be. A
+	// StandbyAskWindow is how recent the last ask of a Ready slot's container must be. A
 	// container long-polls with a wait of at most maxConfigWait (the bot API's bound, 60 s)
 	// and asks again at once, so a live one asks well within it; one silent this long has
 	// crashed, restarts or cannot reach the bot API. A bound slot whose container has not
 	// taken its bot within the same window failed it (ReasonStandbyLost).
-	standbyAskWindow = 75 * time.Second
+	StandbyAskWindow = 75 * time.Second
 	// standbyStartCheck is how often a slot whose fresh container runs looks for its first
 	// ask (a read of the store, no Coolify request).
 	standbyStartCheck = time.Second
 	// standbyReadyCheck is how often a Ready slot checks that its container still asks.
 	standbyReadyCheck = 15 * time.Second
-	// standbyRejoinGrace is how long a Ready slot's container may take to ask again after it
+	// StandbyRejoinGrace is how long a Ready slot's container may take to ask again after it
 	// hung up its wait (the bot API records the hang-up: store.SlotAsk.LeftAt). A container
 	// that dies closes its connection, and is Lost this long after instead of after the ask
 	// window; one whose client merely timed out (or whose proxy cut the connection) asks again
 	// at once, and its ask clears the hang-up. "At once" is after the client's backoff: the Go
 	// client's (botclient.WaitForBinding) doubles up to 5 s while failures follow each other,
 	// as they do when a proxy cuts every wait, so the grace is longer than that.
-	standbyRejoinGrace = 10 * time.Second
-	// hungUpMessage starts the message of a Ready slot whose container hung up its wait and
+	StandbyRejoinGrace = 10 * time.Second
+	// HungUpMessage starts the message of a Ready slot whose container hung up its wait and
 	// has not asked again yet.
-	hungUpMessage = "Standby container hung up its wait for work"
+	HungUpMessage = "Standby container hung up its wait for work"
 )
 
 // standbyCheck is when a standby slot looks again: after d, or sooner at the pool's
 // deployment poll interval (the store reads it costs are cheap; a pool that polls faster
 // wants its slots to notice sooner, and a timer runs on the workqueue's clock, not on the
 // injected one).
-func (r *BotPoolSlotReconciler) standbyCheck(s *slotScope, d time.Duration) time.Duration {
+func (r *Reconciler) standbyCheck(s *slotScope, d time.Duration) time.Duration {
 	poll := s.pool.Spec.Timing.DeploymentPollInterval.OrDefault(v1.DefaultDeploymentPollInterval)
 	return r.jittered(min(d, poll))
 }
@@ -81,7 +81,7 @@ func (r *BotPoolSlotReconciler) standbyCheck(s *slotScope, d time.Duration) time
 func standbyPool(s *slotScope) bool { return s.pool != nil && s.pool.Spec.Standby.Running() }
 
 // setStandby records the state of the slot's standby container.
-func (r *BotPoolSlotReconciler) setStandby(s *slotScope, state v1.StandbyState) {
+func (r *Reconciler) setStandby(s *slotScope, state v1.StandbyState) {
 	st := &s.slot.Status
 	if st.Standby == state {
 		return
@@ -101,7 +101,7 @@ func (r *BotPoolSlotReconciler) setStandby(s *slotScope, state v1.StandbyState) 
 
 // standbyIdle is the step of a free Idle slot of a standby pool: deploy a fresh container,
 // wait for its first ask, and watch that it keeps asking.
-func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) standbyIdle(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	if st.Standby == v1.StandbyReady && admittedForUpdate(s.slot, s.pool) {
 		if claimed, err := r.claimForUpdate(ctx, s); err != nil || !claimed {
@@ -166,7 +166,7 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 	}
 	if !r.admit(ctx, s) {
 		if !isCoolifyBusyMessage(st.Message) {
-			st.Message = "Standby container to start; " + gateWaitMessage
+			st.Message = "Standby container to start; " + GateWaitMessage
 		}
 		s.after(r.jittered(r.gateRetry()))
 		return nil
@@ -177,7 +177,7 @@ func (r *BotPoolSlotReconciler) standbyIdle(ctx context.Context, s *slotScope) e
 // watchStandby turns a slot whose fresh container asked for work Ready, and a Ready one whose
 // container stopped asking Lost (a fresh one follows). A store that cannot answer changes
 // nothing: readiness unknown is no reason to redeploy, nor to offer a slot (invariant 10).
-func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) watchStandby(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	now := r.Clock.Now()
 	ask, asked, err := r.lastAsk(ctx, s)
@@ -212,31 +212,31 @@ func (r *BotPoolSlotReconciler) watchStandby(ctx context.Context, s *slotScope) 
 		st.Message = "Standby container deployed; waiting for it to ask for work"
 		s.after(r.standbyCheck(s, standbyStartCheck))
 	case v1.StandbyReady:
-		if !asked || now.Sub(ask.At) > standbyAskWindow {
+		if !asked || now.Sub(ask.At) > StandbyAskWindow {
 			r.standbyLost(s, "The standby container stopped asking for work "+lastAskText(ask, asked, now))
 			return nil
 		}
 		if left := ask.LeftAt; !left.IsZero() && !left.Before(ask.At) {
 			at := left.UTC().Format(time.RFC3339)
-			if gone := now.Sub(left); gone > standbyRejoinGrace {
-				r.standbyLost(s, fmt.Sprintf("The standby container hung up its wait for work at %s and did not ask again within %s", at, standbyRejoinGrace))
+			if gone := now.Sub(left); gone > StandbyRejoinGrace {
+				r.standbyLost(s, fmt.Sprintf("The standby container hung up its wait for work at %s and did not ask again within %s", at, StandbyRejoinGrace))
 				return nil
 			}
 			// Still offered: a bot bound now is taken by the container's next ask, and one
 			// that never comes fails the bot as a silent container would.
-			st.Message = hungUpMessage + " at " + at + "; it has " + standbyRejoinGrace.String() + " to ask again"
-			s.after(r.standbyCheck(s, standbyRejoinGrace-now.Sub(left)+100*time.Millisecond))
-		} else if strings.HasPrefix(st.Message, hungUpMessage) {
+			st.Message = HungUpMessage + " at " + at + "; it has " + StandbyRejoinGrace.String() + " to ask again"
+			s.after(r.standbyCheck(s, StandbyRejoinGrace-now.Sub(left)+100*time.Millisecond))
+		} else if strings.HasPrefix(st.Message, HungUpMessage) {
 			st.Message = "Standby container " + shortToken(st.TokenSHA256) + " asks for work again"
 		}
-		s.after(r.standbyCheck(s, min(standbyReadyCheck, standbyAskWindow-now.Sub(ask.At)+time.Second)))
+		s.after(r.standbyCheck(s, min(standbyReadyCheck, StandbyAskWindow-now.Sub(ask.At)+time.Second)))
 	}
 	return r.checkApp(ctx, s, "")
 }
 
 // lastAsk returns the last ask of the slot's current container: one made with the slot's
 // current credential since its deploy request. asked is false when there is none.
-func (r *BotPoolSlotReconciler) lastAsk(ctx context.Context, s *slotScope) (store.SlotAsk, bool, error) {
+func (r *Reconciler) lastAsk(ctx context.Context, s *slotScope) (store.SlotAsk, bool, error) {
 	st := &s.slot.Status
 	asks, err := r.Store.LastSlotAsks(ctx, []types.UID{s.slot.UID})
 	if err != nil {
@@ -251,7 +251,7 @@ func (r *BotPoolSlotReconciler) lastAsk(ctx context.Context, s *slotScope) (stor
 
 // standbyLost marks a free slot whose container stopped asking: it is not offered any more,
 // and the next pass deploys a fresh container.
-func (r *BotPoolSlotReconciler) standbyLost(s *slotScope, msg string) {
+func (r *Reconciler) standbyLost(s *slotScope, msg string) {
 	r.setStandby(s, v1.StandbyLost)
 	s.slot.Status.DeploymentUUID = ""
 	s.slot.Status.Message = msg + "; deploying a fresh one"
@@ -261,9 +261,9 @@ func (r *BotPoolSlotReconciler) standbyLost(s *slotScope, msg string) {
 
 // standbyBound is the step of a standby slot a bot was bound to: no Coolify request, the
 // container learns the binding from its long-poll; the slot turns Busy on the bot's first
-// report or beat. A container that does not take the bot within standbyAskWindow is gone:
+// report or beat. A container that does not take the bot within StandbyAskWindow is gone:
 // the slot fails (the bot ends with ReasonStandbyLost) and gets a fresh container.
-func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) standbyBound(ctx context.Context, s *slotScope) error {
 	if policy.BotStarted(s.bot) {
 		r.toBusy(ctx, s, "Bot "+s.bot.Name+" runs on the standby container")
 		return nil
@@ -282,17 +282,17 @@ func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) 
 		// not at the end of the ask window. A store that cannot answer changes nothing.
 		if ask, asked, err := r.lastAsk(ctx, s); err == nil && asked && !ask.LeftAt.IsZero() && !ask.LeftAt.Before(ask.At) {
 			silent := r.Clock.Since(ask.LeftAt)
-			if silent > standbyRejoinGrace {
+			if silent > StandbyRejoinGrace {
 				s.slot.Status.DeploymentUUID = ""
 				r.setStandby(s, v1.StandbyLost)
 				r.toError(ctx, s, string(v1.ReasonStandbyLost), fmt.Sprintf("The standby container hung up its wait for work at %s and did not ask again within %s: it will not take bot %s",
-					ask.LeftAt.UTC().Format(time.RFC3339), standbyRejoinGrace, s.bot.Name))
+					ask.LeftAt.UTC().Format(time.RFC3339), StandbyRejoinGrace, s.bot.Name))
 				return nil
 			}
-			s.after(r.standbyCheck(s, standbyRejoinGrace-silent+100*time.Millisecond))
+			s.after(r.standbyCheck(s, StandbyRejoinGrace-silent+100*time.Millisecond))
 		}
 	}
-	if waited := r.Clock.Since(bound.Time); waited > standbyAskWindow {
+	if waited := r.Clock.Since(bound.Time); waited > StandbyAskWindow {
 		if claimed {
 			// Its container took the binding (the bot API recorded the claim) but has not
 			// reported yet: it is the bot's, and the heartbeat rules judge it from here,
@@ -304,11 +304,11 @@ func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) 
 		s.slot.Status.DeploymentUUID = ""
 		r.setStandby(s, v1.StandbyLost)
 		r.toError(ctx, s, string(v1.ReasonStandbyLost),
-			fmt.Sprintf("The standby container did not take bot %s within %s of its binding", s.bot.Name, standbyAskWindow))
+			fmt.Sprintf("The standby container did not take bot %s within %s of its binding", s.bot.Name, StandbyAskWindow))
 		return nil
 	}
 	s.slot.Status.Message = "Bot " + s.bot.Name + " bound; its standby container takes it from the bot API"
-	s.after(r.standbyCheck(s, standbyAskWindow-r.Clock.Since(bound.Time)+time.Second))
+	s.after(r.standbyCheck(s, StandbyAskWindow-r.Clock.Since(bound.Time)+time.Second))
 	return nil
 }
 
@@ -318,7 +318,7 @@ func (r *BotPoolSlotReconciler) standbyBound(ctx context.Context, s *slotScope) 
 // the container of the bot before as running. There is no bot, so no heartbeat can speak for
 // it: deploymentTimeout applies as it is, and a deployment that cannot be found is lost after
 // deployGracePeriod.
-func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotScope, poll time.Duration) error {
+func (r *Reconciler) deployingStandby(ctx context.Context, s *slotScope, poll time.Duration) error {
 	st := &s.slot.Status
 	inPhase := r.Clock.Since(st.PhaseSince.Time)
 	if inPhase < poll/2 {
@@ -373,7 +373,7 @@ func (r *BotPoolSlotReconciler) deployingStandby(ctx context.Context, s *slotSco
 // running in it) holds the old one, which the bot API stops accepting as soon as the new hash
 // is recorded, so it can neither claim the next binding nor make the slot Ready. Coolify
 // applies an env change at the next deployment, which the fresh container is.
-func (r *BotPoolSlotReconciler) rotateCredential(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) rotateCredential(ctx context.Context, s *slotScope) error {
 	token, err := r.issueToken(ctx, s.slot, true)
 	if err != nil {
 		return err
@@ -387,7 +387,7 @@ func (r *BotPoolSlotReconciler) rotateCredential(ctx context.Context, s *slotSco
 // deploys it). Whatever the last container kept — a meeting's code still running in it, a
 // copy of its environment — can then claim no later binding of the slot (invariant 12). done
 // says the pass is over: the application is gone and the slot goes back to Creating.
-func (r *BotPoolSlotReconciler) freshCredential(ctx context.Context, s *slotScope) (done bool, err error) {
+func (r *Reconciler) freshCredential(ctx context.Context, s *slotScope) (done bool, err error) {
 	if err := r.rotateCredential(ctx, s); err != nil {
 		if s.slot.Status.ApplicationUUID == "" {
 			r.recreate(s)
@@ -414,7 +414,7 @@ func (r *BotPoolSlotReconciler) freshCredential(ctx context.Context, s *slotScop
 // takes a new template, the keys the template no longer has (taken out of the Secret, or the
 // whole slotEnvFrom) are deleted: an upsert never removes one, and a removed credential would
 // otherwise reach every later bot.
-func (r *BotPoolSlotReconciler) setEnv(ctx context.Context, s *slotScope, token string) error {
+func (r *Reconciler) setEnv(ctx context.Context, s *slotScope, token string) error {
 	env, digest, err := r.slotEnv(ctx, s, token)
 	if err != nil {
 		return err
@@ -451,7 +451,7 @@ func (r *BotPoolSlotReconciler) setEnv(ctx context.Context, s *slotScope, token 
 
 // dropStaleEnv deletes the application's variables that env lacks (each row: a key's preview
 // twin is a row of its own).
-func (r *BotPoolSlotReconciler) dropStaleEnv(ctx context.Context, s *slotScope, env []coolify.EnvVar) error {
+func (r *Reconciler) dropStaleEnv(ctx context.Context, s *slotScope, env []coolify.EnvVar) error {
 	app := s.slot.Status.ApplicationUUID
 	have, err := s.api.ListEnvs(ctx, app)
 	if err != nil {
@@ -472,7 +472,7 @@ func (r *BotPoolSlotReconciler) dropStaleEnv(ctx context.Context, s *slotScope, 
 }
 
 // leaveStandby stops the container of a free slot whose pool went back to standby Stopped.
-func (r *BotPoolSlotReconciler) leaveStandby(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) leaveStandby(ctx context.Context, s *slotScope) error {
 	if s.slot.Status.Standby != v1.StandbyStarting || s.slot.Status.DeploymentUUID != "" {
 		if stopped, err := r.stop(ctx, s, "Stopping the standby container (the pool's standby is Stopped)"); err != nil || !stopped {
 			return err

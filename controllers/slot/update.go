@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -42,7 +42,7 @@ import (
 // syncTemplate gives the slot's application the pool's current template t, whose env setEnv
 // just wrote, and records it. A template the server has not pulled yet leaves the image and
 // limits as they are: the slot stays on its template, outdated, until the pull finishes.
-func (r *BotPoolSlotReconciler) syncTemplate(ctx context.Context, s *slotScope, t policy.SlotTemplate) error {
+func (r *Reconciler) syncTemplate(ctx context.Context, s *slotScope, t policy.SlotTemplate) error {
 	st := &s.slot.Status
 	hash := t.Hash()
 	switch {
@@ -87,7 +87,7 @@ func limitOrNone(v string) string {
 //
 // A slot whose image its server does not hold, while the pool pulled another there
 // (strandedImage), is then given that one, as a slot created now would be (CreateImage).
-func (r *BotPoolSlotReconciler) updateInPlace(ctx context.Context, s *slotScope) (done bool, err error) {
+func (r *Reconciler) updateInPlace(ctx context.Context, s *slotScope) (done bool, err error) {
 	if policy.Outdated(s.slot, s.pool) {
 		token, err := r.ensureToken(ctx, s.slot)
 		if err != nil {
@@ -149,7 +149,7 @@ const strandedTemplate = "stranded"
 // the pool pulled on its server, and nothing else: its env and limits stay those of its
 // template, which it is no longer on in full (strandedTemplate); the pool's template follows,
 // env and all, once its server pulled it (syncTemplate).
-func (r *BotPoolSlotReconciler) leaveStrandedImage(ctx context.Context, s *slotScope) error {
+func (r *Reconciler) leaveStrandedImage(ctx context.Context, s *slotScope) error {
 	st := &s.slot.Status
 	warm := strandedImage(s.slot, s.pool)
 	if warm == "" {
@@ -184,7 +184,7 @@ func admittedForUpdate(slot *v1.BotPoolSlot, pool *v1.BotPool) bool {
 // claim fails, and the slot updates after that bot) or the slot is claimed first (the binding
 // fails, and the dispatcher picks another slot). The container it replaces never held a
 // binding, so it keeps the slot's credential; the next deployment replaces it.
-func (r *BotPoolSlotReconciler) claimForUpdate(ctx context.Context, s *slotScope) (bool, error) {
+func (r *Reconciler) claimForUpdate(ctx context.Context, s *slotScope) (bool, error) {
 	before := s.slot.DeepCopy()
 	st := &s.slot.Status
 	r.setStandby(s, v1.StandbyStarting)
@@ -209,7 +209,7 @@ func (r *BotPoolSlotReconciler) claimForUpdate(ctx context.Context, s *slotScope
 // deployment took from the request (phaseSince) to now: seconds on a warm image, minutes on a
 // cold pull: what a user reads to tell a warm start from one that pulled (the operator does
 // not act on it).
-func (r *BotPoolSlotReconciler) recordDeployDuration(s *slotScope) {
+func (r *Reconciler) recordDeployDuration(s *slotScope) {
 	st := &s.slot.Status
 	if st.Phase != v1.SlotDeploying || st.PhaseSince == nil {
 		return

@@ -1,4 +1,4 @@
-package controllers
+package slot
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func phaseName(p v1.SlotPhase) string { return orNone(string(p)) }
 // every move ends in a known phase; the samePass moves make no cycle, so advance's loop ends
 // within maxSteps; and a slot can never go back to "".
 func TestSlotTransitionsReachEveryHandler(t *testing.T) {
-	r := &BotPoolSlotReconciler{}
+	r := &Reconciler{}
 	for _, p := range allSlotPhases {
 		if r.handler(p) == nil {
 			t.Errorf("phase %s has no handler", phaseName(p))
@@ -157,7 +157,7 @@ func TestSlotMovesReturnTheGateAdmission(t *testing.T) {
 				if !gate.Admit(pool, coolifyview.CoolifyServer{}, deploygate.DeployAsk{Slot: "slot", Warm: false}) {
 					t.Fatal("the gate refused an empty pool")
 				}
-				r := &BotPoolSlotReconciler{Clock: fclk, Gate: gate}
+				r := &Reconciler{Clock: fclk, Gate: gate}
 				slot := &v1.BotPoolSlot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "slot"},
 					Spec: v1.BotPoolSlotSpec{Pool: "pool"}, Status: v1.BotPoolSlotStatus{Phase: from}}
 				s := &slotScope{slot: slot, pool: pool}
@@ -167,7 +167,7 @@ func TestSlotMovesReturnTheGateAdmission(t *testing.T) {
 				admitted, warm, _ := gate.Size()
 				switch {
 				case !allowed:
-					if !errors.Is(s.refused, ErrIllegalSlotTransition) || slot.Status.Phase != from || len(s.transitions) != 0 {
+					if !errors.Is(s.refused, ErrIllegalTransition) || slot.Status.Phase != from || len(s.transitions) != 0 {
 						t.Errorf("a move the table lacks: refused %v, phase %s, %d transitions recorded; want it refused, the phase kept, none recorded",
 							s.refused, phaseName(slot.Status.Phase), len(s.transitions))
 					}
@@ -248,7 +248,7 @@ type slotPass struct {
 	api   *transitionAPI
 	store *memory.Store
 	gate  *deploygate.Gate
-	r     *BotPoolSlotReconciler
+	r     *Reconciler
 	key   client.ObjectKey
 }
 
