@@ -207,3 +207,70 @@ func TestStandbyHangUpInOnePass(t *testing.T) {
 		}
 	})
 }
+
+// TestStandbyDeploysOnlyOnARecordedCredential: a standby slot whose container stopped asking
+// gets a fresh credential, and the fresh container is deployed only in the next pass, once
+// the slot's status records the credential's hash: the bot API knows a token only from there,
+// and a container that asked before would be refused and exit (the soak found one). The
+// container then starts with the very token whose hash the slot records.
+func TestStandbyDeploysOnlyOnARecordedCredential(t *testing.T) {
+	const ns, name, app = "ns", "pool-zoom-001", "app-1"
+	old := slottoken.Hash([]byte("bpt_lost-container"))
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	pool := bt.MakePool(ns, "pool").UID("pool-uid").MaxSlots(1).Image("bot", "1").Standby(v1.StandbyRunning).Obj()
+	slot := bt.MakeSlot(ns, name, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(old).App(app).
+		Phase(v1.SlotIdle).Since(clk.Now().Add(-time.Hour)).Standby(v1.StandbyLost, clk.Now().Add(-time.Minute)).Obj()
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, slot)
+	var envToken string
+	deploys := 0
+	api := &bt.Coolify{
+		ListApplicationsFn: func(context.Context, string) ([]coolify.Application, error) {
+			return []coolify.Application{{UUID: app, Name: name, Status: "running:healthy"}}, nil
+		},
+		SetDescriptionFn: func(context.Context, string, string) error { return nil },
+		UpsertEnvsFn: func(_ context.Context, _ string, env []coolify.EnvVar) ([]coolify.EnvVar, error) {
+			for _, e := range env {
+				if e.Key == "BOTPOOL_SLOT_TOKEN" {
+					envToken = e.Value
+				}
+			}
+			return env, nil
+		},
+		ListEnvsFn: func(context.Context, string) ([]coolify.EnvVar, error) { return nil, nil },
+		DeployFn: func(context.Context, string) (coolify.DeployResult, error) {
+			deploys++
+			return coolify.DeployResult{DeploymentUUID: "dep-2"}, nil
+		},
+	}
+	r := onePassSlots(c, c, clk, api, memory.New(memory.WithClock(clk)))
+	key := client.ObjectKeyFromObject(slot)
+	pass := func() *v1.BotPoolSlot {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatalf("pass: %v (calls %v)", err, api.Calls())
+		}
+		var got v1.BotPoolSlot
+		if err := c.Get(context.Background(), key, &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+
+	got := pass()
+	if envToken == "" || got.Status.TokenSHA256 == old || got.Status.TokenSHA256 != slottoken.Hash([]byte(envToken)) {
+		t.Fatalf("after the first pass: env token %q, recorded hash %s (old %s): want a fresh credential in the env and its hash recorded", envToken, got.Status.TokenSHA256, old)
+	}
+	if deploys != 0 || got.Status.Standby != v1.StandbyStarting || got.Status.DeploymentUUID != "" {
+		t.Fatalf("the first pass deployed %d time(s) (standby %s, deployment %q, %s): want no deployment before the credential is recorded",
+			deploys, got.Status.Standby, got.Status.DeploymentUUID, got.Status.Message)
+	}
+	issued := envToken
+
+	got = pass()
+	if deploys != 1 || got.Status.DeploymentUUID != "dep-2" {
+		t.Fatalf("the second pass deployed %d time(s) (deployment %q, %s), want one", deploys, got.Status.DeploymentUUID, got.Status.Message)
+	}
+	if envToken != issued || got.Status.TokenSHA256 != slottoken.Hash([]byte(issued)) {
+		t.Fatalf("the container starts with token %q, the slot records %s: want the credential recorded in the first pass", envToken, got.Status.TokenSHA256)
+	}
+}

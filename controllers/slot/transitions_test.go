@@ -32,7 +32,7 @@ var allSlotPhases = []v1.SlotPhase{"", v1.SlotCreating, v1.SlotIdle, v1.SlotDepl
 // TestSlotTransitionsAreDocumented: the table of moves in docs/pools-and-slots.md is the
 // code's, row for row, with the same pass/next pass column.
 func TestSlotTransitionsAreDocumented(t *testing.T) {
-	doc, err := os.ReadFile("../docs/pools-and-slots.md")
+	doc, err := os.ReadFile("../../docs/pools-and-slots.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/policy"
 	"botpool.dev/botpool/coolify"
 	bt "botpool.dev/botpool/internal/botpooltest"
+	"botpool.dev/botpool/internal/slottoken"
 	"botpool.dev/botpool/store/memory"
 )
 
@@ -32,8 +33,11 @@ import (
 func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 	const (
 		ns, slotN, app, server = "ns", "pool-zoom-001", "app-1", "srv-1"
-		token                  = "0000000000000000000000000000000000000000000000000000000000000000"
 	)
+	// The token the slot recorded, and its Secret: a slot whose Secret is missing gets a new
+	// credential, and a standby slot deploys on a new credential only in its next pass.
+	tokenValue := "bpt_update-test"
+	token := slottoken.Hash([]byte(tokenValue))
 	now := time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC)
 	oldRef, newRef := "bot:1", "bot:2"
 	poolW := func(mode v1.StandbyMode) *bt.PoolWrapper {
@@ -55,6 +59,10 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 	slot := func() *bt.SlotWrapper {
 		return bt.MakeSlot(ns, slotN, "pool").UID("slot-uid").Finalizers(v1.FinalizerSlot).Token(token).Server(server).
 			App(app).Template(oldHash, oldRef)
+	}
+	// withSecret is the pool, the slot and the slot's token Secret.
+	withSecret := func(pool client.Object, sl *v1.BotPoolSlot) []client.Object {
+		return []client.Object{pool, sl, tokenSecret(t, tokenValue)(sl)}
 	}
 	// written and dropped record the keys of the env last written and the env rows deleted.
 	var written, dropped []string
@@ -142,7 +150,7 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 		want: result{Template: oldHash, Image: oldRef, Phase: v1.SlotIdle, Standby: v1.StandbyLost},
 	}, {
 		name: "an admitted ready standby slot takes itself off offer, takes the template and deploys a fresh container",
-		objs: []client.Object{pulled(v1.StandbyRunning), ready().Annotate(v1.AnnotationUpdate, target).Obj()},
+		objs: withSecret(pulled(v1.StandbyRunning), ready().Annotate(v1.AnnotationUpdate, target).Obj()),
 		want: result{Template: target, Image: newRef, Phase: v1.SlotDeploying, Standby: v1.StandbyStarting, Patched: true, Deployed: true, BeforeDeploy: true, Env: full, Dropped: "e2 e3"},
 	}, {
 		name:  "an admitted ready standby slot that loses the race for itself to a binding changes nothing",
@@ -155,11 +163,11 @@ func TestSlotTakesTheTemplateInOnePass(t *testing.T) {
 		want: result{Template: oldHash, Image: oldRef, Phase: v1.SlotIdle, Standby: v1.StandbyLost},
 	}, {
 		name: "a standby slot with no container yet takes the template before its deployment",
-		objs: []client.Object{pulled(v1.StandbyRunning), slot().Phase(v1.SlotIdle).Since(now).Standby(v1.StandbyStarting, now).Obj()},
+		objs: withSecret(pulled(v1.StandbyRunning), slot().Phase(v1.SlotIdle).Since(now).Standby(v1.StandbyStarting, now).Obj()),
 		want: result{Template: target, Image: newRef, Phase: v1.SlotDeploying, Standby: v1.StandbyStarting, Patched: true, Deployed: true, BeforeDeploy: true, Env: full, Dropped: "e2 e3"},
 	}, {
 		name: "a standby slot with no container yet whose server still pulls deploys on its template, its env untouched",
-		objs: []client.Object{pulling(v1.StandbyRunning), slot().Phase(v1.SlotIdle).Since(now).Standby(v1.StandbyStarting, now).Obj()},
+		objs: withSecret(pulling(v1.StandbyRunning), slot().Phase(v1.SlotIdle).Since(now).Standby(v1.StandbyStarting, now).Obj()),
 		want: result{Template: oldHash, Image: oldRef, Phase: v1.SlotDeploying, Standby: v1.StandbyStarting, Deployed: true},
 	}}
 	for _, tt := range tests {
