@@ -13,10 +13,13 @@
 // # Where things are
 //
 //	controller.go   Reconciler: entry, run/advance/finish, binding and release helpers; Store, what it reads and writes of the store
-//	phases.go       one handler per slot phase (create, idle, deploying, busy, releasing, recover, delete); the slot's token and env
+//	phases.go       one handler per slot phase (create, idle, busy, releasing, recover), the moves to Busy and Error, the application's description
+//	deployments.go  a deployment: requested (deploy, through the gate), found, judged, polled and cancelled
+//	credentials.go  the slot's bot API token (issued, rotated for each fresh container, backfilled) and the env every container gets
+//	deletion.go     a deleted slot: its bot leaves, its application goes, its finalizer last
 //	transitions.go  the allowed phase moves (a table: TransitionAllowed), moveTo, and the loop that runs the phase entered
 //	decide.go       pure decisions of the phases: decideStale, judgeDeployment, description
-//	standby.go      standby slots (spec.standby Running): fresh containers, observed readiness, credential rotation
+//	standby.go      standby slots (spec.standby Running): fresh containers, observed readiness, lost ones
 //	update.go       a slot taking the pool's template: syncTemplate, the in-place update of a free slot, claimForUpdate
 //	servers.go      the slot's server as its Coolify user sees it (serverOf) and whether it is out (serverOut)
 //	priority.go     which of a slot pass's Coolify requests are the start path and which housekeeping (slotPriority)
