@@ -116,36 +116,60 @@ func TestPoolsOfOneServerShareItsBuilds(t *testing.T) {
 		}
 		return nil
 	})
+	// The pools' own pre-pulls take the narrow server's one build first: they end before the
+	// bots come, so the clock can stand still from there on.
+	for _, p := range []*v1.BotPool{a.pool, b, other.pool} {
+		waitPrePull(t, client.ObjectKeyFromObject(p), func() { clk.Step(5 * time.Second) })
+	}
+	narrowWaits := func() (bool, error) {
+		for _, pool := range []string{a.pool.Name, b.Name} {
+			s, err := slotOfPool(a.ns, pool)
+			if err != nil {
+				return false, err
+			}
+			if s.Spec.BotRef != nil && s.Status.Phase == v1.SlotIdle && strings.Contains(s.Status.Message, slotctrl.GateWaitMessage) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
 	newBot(t, a.ns, "bot-a", a.pool.Name)
 	newBot(t, a.ns, "bot-b", b.Name)
-	newBot(t, other.ns, "bot-c", other.pool.Name)
-
-	// Both bots of the narrow server run, one after the other; the other instance's pool
-	// deploys while one of them waits for the server.
-	busy := map[string]bool{}
-	sawOtherBeside, sawWaiting := false, false
+	// With the clock still, the narrow server's one deployment cannot end: one bot deploys
+	// and the other waits for the server, for as long as the test looks.
 	kubetest.Eventually(t, 30*time.Second, func() error {
-		sa, err := slotOfPool(a.ns, a.pool.Name)
-		if err != nil {
-			return err
+		if waits, err := narrowWaits(); err != nil || !waits {
+			return fmt.Errorf("no bot of the narrow server waits for it yet (%v)", err)
 		}
-		sb, err := slotOfPool(a.ns, b.Name)
-		if err != nil {
-			return err
-		}
+		return nil
+	})
+	// Meanwhile the other instance's pool deploys on its server of the same uuid: its gate is
+	// not the narrow server's.
+	newBot(t, other.ns, "bot-c", other.pool.Name)
+	kubetest.Eventually(t, 30*time.Second, func() error {
 		sc, err := slotOfPool(other.ns, other.pool.Name)
 		if err != nil {
 			return err
 		}
-		for _, s := range []*v1.BotPoolSlot{sa, sb} {
-			if s.Spec.BotRef != nil && s.Status.Phase == v1.SlotIdle && strings.Contains(s.Status.Message, slotctrl.GateWaitMessage) {
-				sawWaiting = true
-				if sc.Status.Phase == v1.SlotDeploying {
-					sawOtherBeside = true
-				}
+		if sc.Status.Phase != v1.SlotDeploying && sc.Status.Phase != v1.SlotBusy {
+			return fmt.Errorf("the other instance's slot is %s (%s): it shares the narrow server's gate", sc.Status.Phase, sc.Status.Message)
+		}
+		return nil
+	})
+	if waits, err := narrowWaits(); err != nil || !waits {
+		t.Fatalf("the narrow server's second bot stopped waiting while the clock stood still (%v)", err)
+	}
+
+	// Both bots of the narrow server run, one after the other, as the clock moves.
+	busy := map[string]bool{}
+	kubetest.Eventually(t, 30*time.Second, func() error {
+		for _, pool := range []string{a.pool.Name, b.Name} {
+			s, err := slotOfPool(a.ns, pool)
+			if err != nil {
+				return err
 			}
 			if s.Status.Phase == v1.SlotBusy {
-				busy[s.Spec.Pool] = true
+				busy[pool] = true
 			}
 		}
 		if !busy[a.pool.Name] || !busy[b.Name] {
@@ -169,11 +193,5 @@ func TestPoolsOfOneServerShareItsBuilds(t *testing.T) {
 	}
 	if first, second := narrowDeps[0], narrowDeps[1]; first.Finished.IsZero() || first.Finished.After(second.Created) {
 		t.Errorf("both pools deployed at once on a server that runs one: %+v began before %+v finished", second, first)
-	}
-	if !sawWaiting {
-		t.Error("no bot of the narrow server ever waited for it")
-	}
-	if !sawOtherBeside {
-		t.Error("the other instance's pool never deployed while the narrow server was full: it shares the gate")
 	}
 }
