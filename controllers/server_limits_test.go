@@ -138,10 +138,11 @@ func TestPoolsOfOneServerShareItsBuilds(t *testing.T) {
 	// With the clock still, the narrow server's one deployment cannot end: one bot deploys
 	// and the other waits for the server, for as long as the test looks.
 	kubetest.Eventually(t, 30*time.Second, func() error {
-		if waits, err := narrowWaits(); err != nil || !waits {
-			return fmt.Errorf("no bot of the narrow server waits for it yet (%v)", err)
+		waits, err := narrowWaits()
+		if err == nil && !waits {
+			err = errors.New("no bot of the narrow server waits for it yet")
 		}
-		return nil
+		return err
 	})
 	// Meanwhile the other instance's pool deploys on its server of the same uuid: its gate is
 	// not the narrow server's.
