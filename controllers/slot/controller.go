@@ -74,10 +74,7 @@ type Reconciler struct {
 	// Started is when this controller was set up: see LivenessReader.
 	Started time.Time
 
-	// projected holds, per slot (namespace/name), the record last handed to the store: a pass
-	// writes the projection when it differs, not only when the pass changed the status, so a
-	// write lost between the status patch and the store (a crash, a cancelled request) or a
-	// binding (spec only) is made by the next pass.
+	// projected is the projection's memory (see projection).
 	projected sync.Map
 }
 
@@ -136,7 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	slot := &v1.BotPoolSlot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, slot); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.project(ctx, req.Namespace, req.Name, nil)
+			r.projection().write(ctx, req.Namespace, req.Name, nil)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -176,7 +173,7 @@ func (r *Reconciler) run(ctx context.Context, s *slotScope) error {
 		}
 		return pass.Stall(pass.UnreachableReason(err), "Cannot reach Coolify: see the pool's conditions", err)
 	}
-	if !r.sameInstance(s) {
+	if !s.sameInstance() {
 		if deleted && r.orphanAllowed(ctx, s.slot) {
 			ctrl.LoggerFrom(ctx).Info("Deleting the slot without cleaning its old Coolify instance, as annotated")
 			return r.dropFinalizer(ctx, s)
@@ -229,7 +226,7 @@ func (r *Reconciler) finish(ctx context.Context, s *slotScope, before *v1.BotPoo
 			o.Err = errors.Join(o.Err, perr)
 		}
 	} else {
-		r.project(ctx, slot.Namespace, slot.Name, slot)
+		r.projection().write(ctx, slot.Namespace, slot.Name, slot)
 	}
 	return o.Result(s.requeue, pass.StalledRetry)
 }
@@ -332,7 +329,7 @@ func (r *Reconciler) appTag(s *slotScope) string {
 // back": the slot would create a new application and the old one, with valid bot credentials
 // in its env, would leak. The slot stalls instead until a person restores the credentials or
 // lets the application go (v1.AnnotationOrphanApplication).
-func (r *Reconciler) sameInstance(s *slotScope) bool {
+func (s *slotScope) sameInstance() bool {
 	st := &s.slot.Status
 	now := coolifyview.InstanceOf(s.api)
 	if st.ApplicationUUID == "" || now == "" {
@@ -453,48 +450,7 @@ func (r *Reconciler) flush(ctx context.Context, s *slotScope) {
 		}
 		r.Metrics.SlotTransition(t.From, t.To, t.Reason)
 	}
-	r.project(ctx, s.slot.Namespace, s.slot.Name, s.slot)
-}
-
-func (r *Reconciler) project(ctx context.Context, namespace, name string, slot *v1.BotPoolSlot) {
-	key := namespace + "/" + name
-	if slot == nil || !slot.DeletionTimestamp.IsZero() && len(slot.Finalizers) == 0 {
-		r.unproject(ctx, namespace, name)
-		return
-	}
-	rec := store.SlotRecord{Namespace: namespace, Name: name, Pool: slot.Spec.Pool, Phase: string(slot.Status.Phase),
-		ApplicationUUID: slot.Status.ApplicationUUID}
-	if ref := slot.Spec.BotRef; ref != nil {
-		rec.BotUID, rec.BotName = ref.UID, ref.Name
-	}
-	if slot.Status.LastUsedAt != nil {
-		rec.LastUsedAt = &slot.Status.LastUsedAt.Time
-	}
-	if last, ok := r.projected.Load(key); ok && sameSlotRecord(last.(store.SlotRecord), rec) {
-		return
-	}
-	stamped := rec
-	stamped.UpdatedAt = r.Clock.Now()
-	if err := r.Store.UpsertSlot(ctx, stamped); !store.Accepted(err) {
-		ctrl.LoggerFrom(ctx).Error(err, "Projecting the slot failed")
-		return
-	}
-	r.projected.Store(key, rec)
-}
-
-// sameSlotRecord compares two projections of a slot, its write time aside.
-func sameSlotRecord(a, b store.SlotRecord) bool {
-	return a.Namespace == b.Namespace && a.Name == b.Name && a.Pool == b.Pool && a.Phase == b.Phase &&
-		a.ApplicationUUID == b.ApplicationUUID && a.BotUID == b.BotUID && a.BotName == b.BotName && policy.SameTime(a.LastUsedAt, b.LastUsedAt)
-}
-
-// unproject removes a slot's projection.
-func (r *Reconciler) unproject(ctx context.Context, namespace, name string) {
-	if err := r.Store.DeleteSlot(ctx, namespace, name); !store.Accepted(err) {
-		ctrl.LoggerFrom(ctx).Error(err, "Removing the slot's projection failed")
-		return
-	}
-	r.projected.Delete(namespace + "/" + name)
+	r.projection().write(ctx, s.slot.Namespace, s.slot.Name, s.slot)
 }
 
 func orNone(s string) string {

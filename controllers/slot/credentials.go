@@ -28,22 +28,34 @@ const (
 	envSlotToken = "BOTPOOL_SLOT_TOKEN"
 )
 
-// ensureToken returns the slot's bot API token, issuing a new one when the slot has none it
-// can trust: it records the hash of the token it issues in status.tokenSHA256, and the bot
-// API accepts that token alone. The Secret only keeps the token for the next time the
-// application's env is set; it is read past the cache (the manager caches no Secrets) and
-// served only while it still holds the token whose hash the slot recorded, so a Secret someone
-// else wrote or changed is replaced, never believed.
-func (r *Reconciler) ensureToken(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
-	return r.issueToken(ctx, slot, false)
+// tokens issues the slots' bot API credentials and composes their containers' environment:
+// every read and write of the slot's token Secret and of the pool's slotEnvFrom, all past the
+// cache (the manager caches no Secrets).
+type tokens struct {
+	client    client.Client
+	apiReader client.Reader
+	botAPIURL string
 }
 
-// issueToken is ensureToken; fresh replaces even the token the slot issued (a standby slot's
-// next container gets a credential no earlier container had).
-func (r *Reconciler) issueToken(ctx context.Context, slot *v1.BotPoolSlot, fresh bool) (string, error) {
+func (r *Reconciler) tokens() tokens {
+	return tokens{client: r.Client, apiReader: r.APIReader, botAPIURL: r.BotAPIURL}
+}
+
+// ensure returns the slot's bot API token, issuing a new one when the slot has none it can
+// trust: it records the hash of the token it issues in status.tokenSHA256, and the bot API
+// accepts that token alone. The Secret only keeps the token for the next time the
+// application's env is set; it is served only while it still holds the token whose hash the
+// slot recorded, so a Secret someone else wrote or changed is replaced, never believed.
+func (t tokens) ensure(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
+	return t.issue(ctx, slot, false)
+}
+
+// issue is ensure; fresh replaces even the token the slot issued (a standby slot's next
+// container gets a credential no earlier container had).
+func (t tokens) issue(ctx context.Context, slot *v1.BotPoolSlot, fresh bool) (string, error) {
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}
-	err := r.APIReader.Get(ctx, key, secret)
+	err := t.apiReader.Get(ctx, key, secret)
 	switch {
 	case err == nil && !fresh && issuedToken(slot, secret):
 		return string(secret.Data[slottoken.Key]), nil
@@ -59,7 +71,7 @@ func (r *Reconciler) issueToken(ctx context.Context, slot *v1.BotPoolSlot, fresh
 		// recording the hash: its token must not serve this slot. The next one is issued while
 		// no container has the old one (the application's env is set after this).
 		uid := secret.UID
-		if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		if err := t.client.Delete(ctx, secret, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return "", fmt.Errorf("deleting a token Secret the slot did not record: %w", err)
 		}
 	case !apierrors.IsNotFound(err):
@@ -72,10 +84,10 @@ func (r *Reconciler) issueToken(ctx context.Context, slot *v1.BotPoolSlot, fresh
 	secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 		Labels: map[string]string{v1.LabelSlotToken: "true", v1.LabelSlot: slot.Name, v1.LabelPool: slot.Spec.Pool}},
 		Data: map[string][]byte{slottoken.Key: []byte(token)}}
-	if err := controllerutil.SetControllerReference(slot, secret, r.Client.Scheme()); err != nil {
+	if err := controllerutil.SetControllerReference(slot, secret, t.client.Scheme()); err != nil {
 		return "", err
 	}
-	if err := r.Client.Create(ctx, secret); err != nil {
+	if err := t.client.Create(ctx, secret); err != nil {
 		// AlreadyExists: the replaced one is still being deleted; the next pass tries again.
 		return "", fmt.Errorf("creating slot token Secret %s: %w", key.Name, err)
 	}
@@ -115,16 +127,10 @@ func (r *Reconciler) backfillTokenHash(ctx context.Context, s *slotScope) error 
 	if slot.Status.TokenSHA256 != "" || slot.Status.ApplicationUUID == "" || !slot.DeletionTimestamp.IsZero() {
 		return nil
 	}
-	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}, secret)
-	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("reading the slot's token Secret: %w", err)
-	}
-	tok := secret.Data[slottoken.Key]
-	if err == nil && len(tok) > 0 && metav1.IsControlledBy(secret, slot) &&
-		secret.Labels[v1.LabelSlotToken] == "true" && secret.Labels[v1.LabelSlot] == slot.Name {
-		slot.Status.TokenSHA256 = slottoken.Hash(tok)
-		return nil
+	hash, err := r.tokens().legacyHash(ctx, slot)
+	if err != nil || hash != "" {
+		slot.Status.TokenSHA256 = hash
+		return err
 	}
 	if slot.Status.Phase == v1.SlotIdle && slot.Spec.BotRef == nil {
 		r.moveTo(s, v1.SlotCreating, "", "Issuing a new bot API token: the slot's token Secret is missing or not the operator's")
@@ -132,14 +138,30 @@ func (r *Reconciler) backfillTokenHash(ctx context.Context, s *slotScope) error 
 	return nil
 }
 
-// slotEnv is the environment of every container of the slot, and the digest of the pool's
+// legacyHash is the hash of the token in the slot's Secret if the Secret is the one this
+// controller names, labels and controls through the slot; "" if it is missing or foreign.
+func (t tokens) legacyHash(ctx context.Context, slot *v1.BotPoolSlot) (string, error) {
+	secret := &corev1.Secret{}
+	err := t.apiReader.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slottoken.SecretName(slot.Name)}, secret)
+	if client.IgnoreNotFound(err) != nil {
+		return "", fmt.Errorf("reading the slot's token Secret: %w", err)
+	}
+	tok := secret.Data[slottoken.Key]
+	if err == nil && len(tok) > 0 && metav1.IsControlledBy(secret, slot) &&
+		secret.Labels[v1.LabelSlotToken] == "true" && secret.Labels[v1.LabelSlot] == slot.Name {
+		return slottoken.Hash(tok), nil
+	}
+	return "", nil
+}
+
+// env is the environment of every container of the slot, and the digest of the pool's
 // slotEnvFrom data in it (SecretDigest: part of the slot template).
-func (r *Reconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([]coolify.EnvVar, string, error) {
+func (t tokens) env(ctx context.Context, pool *v1.BotPool, slot *v1.BotPoolSlot, token string) ([]coolify.EnvVar, string, error) {
 	env := map[string]string{}
 	digest := ""
-	if ref := s.pool.Spec.SlotEnvFrom; ref != nil {
+	if ref := pool.Spec.SlotEnvFrom; ref != nil {
 		var secret corev1.Secret
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, &secret); err != nil {
+		if err := t.apiReader.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: ref.Name}, &secret); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, "", fmt.Errorf("the pool's slotEnvFrom Secret %s: %w", ref.Name, pass.ErrSlotEnvNotFound)
 			}
@@ -154,8 +176,8 @@ func (r *Reconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([
 		}
 	}
 	// The operator's own variables win over the pool's.
-	env[envSlotUUID] = s.slot.Status.ApplicationUUID
-	env[envAPIURL] = r.BotAPIURL
+	env[envSlotUUID] = slot.Status.ApplicationUUID
+	env[envAPIURL] = t.botAPIURL
 	env[envSlotToken] = token
 	keys := make([]string, 0, len(env))
 	for k := range env {
@@ -175,7 +197,7 @@ func (r *Reconciler) slotEnv(ctx context.Context, s *slotScope, token string) ([
 // is recorded, so it can neither claim the next binding nor make the slot Ready. Coolify
 // applies an env change at the next deployment, which the fresh container is.
 func (r *Reconciler) rotateCredential(ctx context.Context, s *slotScope) error {
-	token, err := r.issueToken(ctx, s.slot, true)
+	token, err := r.tokens().issue(ctx, s.slot, true)
 	if err != nil {
 		return err
 	}
@@ -216,7 +238,7 @@ func (r *Reconciler) freshCredential(ctx context.Context, s *slotScope) (done bo
 // whole slotEnvFrom) are deleted: an upsert never removes one, and a removed credential would
 // otherwise reach every later bot.
 func (r *Reconciler) setEnv(ctx context.Context, s *slotScope, token string) error {
-	env, digest, err := r.slotEnv(ctx, s, token)
+	env, digest, err := r.tokens().env(ctx, s.pool, s.slot, token)
 	if err != nil {
 		return err
 	}
@@ -243,9 +265,31 @@ func (r *Reconciler) setEnv(ctx context.Context, s *slotScope, token string) err
 		return nil
 	}
 	if takes {
-		if err := r.dropStaleEnv(ctx, s, env); err != nil {
+		if err := s.dropStaleEnv(ctx, env); err != nil {
 			return err
 		}
 	}
 	return r.syncTemplate(ctx, s, t)
+}
+
+// dropStaleEnv deletes the application's variables that env lacks (each row: a key's preview
+// twin is a row of its own).
+func (s *slotScope) dropStaleEnv(ctx context.Context, env []coolify.EnvVar) error {
+	app := s.slot.Status.ApplicationUUID
+	have, err := s.api.ListEnvs(ctx, app)
+	if err != nil {
+		if errors.Is(err, coolify.ErrNotFound) {
+			s.slot.Status.ApplicationUUID = ""
+		}
+		return fmt.Errorf("listing the application's env: %w", err)
+	}
+	for _, e := range have {
+		if slices.ContainsFunc(env, func(w coolify.EnvVar) bool { return w.Key == e.Key }) {
+			continue
+		}
+		if err := s.api.DeleteEnv(ctx, app, e.UUID); err != nil && !errors.Is(err, coolify.ErrNotFound) {
+			return fmt.Errorf("deleting variable %s, which the pool's template no longer has: %w", e.Key, err)
+		}
+	}
+	return nil
 }

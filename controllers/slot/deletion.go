@@ -45,7 +45,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *slotScope) error {
 					return nil
 				}
 				if s.slot.Status.Phase == v1.SlotDeploying {
-					if err := r.cancelDeployment(ctx, s); err != nil {
+					if err := s.cancelDeployment(ctx); err != nil {
 						return err
 					}
 				}
@@ -157,6 +157,6 @@ func (r *Reconciler) dropFinalizer(ctx context.Context, s *slotScope) error {
 	if removed, err := pass.RemoveFinalizer(ctx, r.Client, s.slot, v1.FinalizerSlot); !removed || err != nil {
 		return err
 	}
-	r.unproject(ctx, s.slot.Namespace, s.slot.Name)
+	r.projection().remove(ctx, s.slot.Namespace, s.slot.Name)
 	return nil
 }

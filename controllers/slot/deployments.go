@@ -134,7 +134,7 @@ func (r *Reconciler) deploying(ctx context.Context, s *slotScope) error {
 		return nil
 	}
 	if s.bot == nil { // released mid-deploy: stop it
-		if err := r.cancelDeployment(ctx, s); err != nil {
+		if err := s.cancelDeployment(ctx); err != nil {
 			return err
 		}
 		r.moveTo(s, v1.SlotReleasing, "", "The bot let go during the deployment")
@@ -155,14 +155,14 @@ func (r *Reconciler) deploying(ctx context.Context, s *slotScope) error {
 		verdict, _, err = r.judge(ctx, s, readNow, fresh)
 	}
 	if err != nil {
-		return r.pollLater(ctx, s, err, poll)
+		return s.pollLater(ctx, err, poll)
 	}
 	switch verdict.phase {
 	case v1.SlotBusy:
 		r.toBusy(ctx, s, verdict.message)
 		return nil
 	case v1.SlotError:
-		if err := r.cancelDeployment(ctx, s); err != nil {
+		if err := s.cancelDeployment(ctx); err != nil {
 			return err
 		}
 		r.toError(ctx, s, verdict.reason, verdict.message)
@@ -171,7 +171,7 @@ func (r *Reconciler) deploying(ctx context.Context, s *slotScope) error {
 
 	switch stale {
 	case staleRecover:
-		if err := r.cancelDeployment(ctx, s); err != nil {
+		if err := s.cancelDeployment(ctx); err != nil {
 			return err
 		}
 		r.toError(ctx, s, string(v1.ReasonDeployingTimeout), "Deploying for longer than deployingTimeout without a recent heartbeat")
@@ -217,7 +217,7 @@ func (r *Reconciler) judge(ctx context.Context, s *slotScope, maxAge time.Durati
 // pollLater handles a failed Coolify read while deploying: it acts on nothing (invariant 9)
 // and polls again at the usual cadence, not at the error backoff, which would grow to minutes
 // during an outage and leave a finished deployment unnoticed long after Coolify returned.
-func (r *Reconciler) pollLater(ctx context.Context, s *slotScope, err error, poll time.Duration) error {
+func (s *slotScope) pollLater(ctx context.Context, err error, poll time.Duration) error {
 	ctrl.LoggerFrom(ctx).Info("Reading the deployment failed; polling again", "error", err.Error())
 	s.slot.Status.Message = "Deploying bot " + s.bot.Name + "; Coolify did not answer the last poll"
 	if wait, ok := pass.CoolifyWait(err); ok {
@@ -269,7 +269,7 @@ func (r *Reconciler) findDeployment(ctx context.Context, s *slotScope, maxAge ti
 // deploymentSince returns the application's newest deployment if it was created at or after
 // since (to the second: Coolify's timestamps may be coarser than ours), else nil. A cancelled
 // one is never the answer: only a bot that let go has its deployment cancelled.
-func (r *Reconciler) deploymentSince(ctx context.Context, s *slotScope, since time.Time) (*coolify.Deployment, error) {
+func (s *slotScope) deploymentSince(ctx context.Context, since time.Time) (*coolify.Deployment, error) {
 	_, deps, err := s.api.ListApplicationDeployments(ctx, s.slot.Status.ApplicationUUID, 0, 1)
 	if err != nil || len(deps) == 0 || deps[0].Status == coolify.DeploymentCancelled {
 		return nil, err
@@ -286,7 +286,7 @@ func (r *Reconciler) deploymentSince(ctx context.Context, s *slotScope, since ti
 // deployment left queued would run after the slot was stopped and bound to its next bot, start
 // a container with that bot's credential, and be replaced by that bot's own deployment in the
 // middle of its meeting.
-func (r *Reconciler) cancelDeployment(ctx context.Context, s *slotScope) error {
+func (s *slotScope) cancelDeployment(ctx context.Context) error {
 	uuid := s.slot.Status.DeploymentUUID
 	if uuid == "" && s.slot.Status.ApplicationUUID != "" {
 		// De-duplicated deploys carry no uuid: cancel the application's newest if it still runs,

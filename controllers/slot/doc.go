@@ -13,9 +13,10 @@
 // # Where things are
 //
 //	controller.go   Reconciler: entry, run/advance/finish, binding and release helpers; Store, what it reads and writes of the store
+//	projection.go   the store's copy of each slot (bot_pool_slots), written when it differs from the last one handed
 //	phases.go       one handler per slot phase (create, idle, busy, releasing, recover), the moves to Busy and Error, the application's description
 //	deployments.go  a deployment: requested (deploy, through the gate), found, judged, polled and cancelled
-//	credentials.go  the slot's bot API token (issued, rotated for each fresh container, backfilled) and the env every container gets
+//	credentials.go  tokens: the slot's bot API token (issued, rotated for each fresh container, backfilled) and the env every container gets; setEnv
 //	deletion.go     a deleted slot: its bot leaves, its application goes, its finalizer last
 //	transitions.go  the allowed phase moves (a table: TransitionAllowed), moveTo, and the loop that runs the phase entered
 //	decide.go       pure decisions of the phases: decideStale, judgeDeployment, description

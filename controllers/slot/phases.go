@@ -22,7 +22,7 @@ import (
 // create makes sure the slot has a token and an application with its env, adopting an
 // application of the same name left by a crash between create and record, then turns Idle.
 func (r *Reconciler) create(ctx context.Context, s *slotScope) error {
-	token, err := r.ensureToken(ctx, s.slot)
+	token, err := r.tokens().ensure(ctx, s.slot)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (r *Reconciler) idle(ctx context.Context, s *slotScope) error {
 		if st.DeployingSince != nil {
 			// A deploy request for a bot that let go since failed, maybe after Coolify had
 			// queued it: cancel and stop what it may have started.
-			if err := r.cancelDeployment(ctx, s); err != nil {
+			if err := s.cancelDeployment(ctx); err != nil {
 				return err
 			}
 			r.moveTo(s, v1.SlotReleasing, "", "The bot let go before its deployment was confirmed")
@@ -226,7 +226,7 @@ func (r *Reconciler) joinUnanswered(ctx context.Context, s *slotScope) (done boo
 	if maybe == nil {
 		return false, nil
 	}
-	dep, err := r.deploymentSince(ctx, s, maybe.Time)
+	dep, err := s.deploymentSince(ctx, maybe.Time)
 	switch {
 	case errors.Is(err, coolify.ErrNotFound): // the application is gone: no deployment to find
 		r.recreate(s)

@@ -25,7 +25,7 @@ func TestSlotEnvSecretNeedsOptIn(t *testing.T) {
 		slot: bt.MakeSlot("team", "pool-zoom-001", "pool").Obj(),
 		pool: bt.MakePool("team", "pool").SlotEnvFrom("db-password").Obj(),
 	}
-	vars, _, err := r.slotEnv(context.Background(), s, "bpt_x")
+	vars, _, err := r.tokens().env(context.Background(), s.pool, s.slot, "bpt_x")
 	if err == nil {
 		t.Fatalf("an unlabelled slotEnvFrom Secret reached the env: %v", vars)
 	}
@@ -40,7 +40,7 @@ func TestSlotEnvSecretNeedsOptIn(t *testing.T) {
 	if err := c.Update(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
-	vars, _, err = r.slotEnv(context.Background(), s, "bpt_x")
+	vars, _, err = r.tokens().env(context.Background(), s.pool, s.slot, "bpt_x")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,7 @@ package slot
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -360,33 +358,11 @@ func (r *Reconciler) deployingStandby(ctx context.Context, s *slotScope, poll ti
 	default:
 		failed = deployVerdict{reason: string(v1.ReasonDeploymentLost), message: "No deployment of the standby container can be found"}
 	}
-	if err := r.cancelDeployment(ctx, s); err != nil {
+	if err := s.cancelDeployment(ctx); err != nil {
 		return err
 	}
 	st.DeploymentUUID, st.DeployingSince = "", nil
 	r.toError(ctx, s, failed.reason, "Starting a standby container: "+failed.message)
-	return nil
-}
-
-// dropStaleEnv deletes the application's variables that env lacks (each row: a key's preview
-// twin is a row of its own).
-func (r *Reconciler) dropStaleEnv(ctx context.Context, s *slotScope, env []coolify.EnvVar) error {
-	app := s.slot.Status.ApplicationUUID
-	have, err := s.api.ListEnvs(ctx, app)
-	if err != nil {
-		if errors.Is(err, coolify.ErrNotFound) {
-			s.slot.Status.ApplicationUUID = ""
-		}
-		return fmt.Errorf("listing the application's env: %w", err)
-	}
-	for _, e := range have {
-		if slices.ContainsFunc(env, func(w coolify.EnvVar) bool { return w.Key == e.Key }) {
-			continue
-		}
-		if err := s.api.DeleteEnv(ctx, app, e.UUID); err != nil && !errors.Is(err, coolify.ErrNotFound) {
-			return fmt.Errorf("deleting variable %s, which the pool's template no longer has: %w", e.Key, err)
-		}
-	}
 	return nil
 }
 

@@ -60,14 +60,14 @@ func storedToken(t *testing.T, c client.Client, slot *v1.BotPoolSlot) string {
 // slot's status; the next pass serves the same token.
 func TestTokenIssuedIsRecorded(t *testing.T) {
 	r, slot, c := tokenFixture(t, v1.BotPoolSlotStatus{}, nil)
-	token, err := r.ensureToken(context.Background(), slot)
+	token, err := r.tokens().ensure(context.Background(), slot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if token == "" || storedToken(t, c, slot) != token || slot.Status.TokenSHA256 != slottoken.Hash([]byte(token)) {
 		t.Fatalf("token %q, Secret %q, recorded hash %q: want the token in both", token, storedToken(t, c, slot), slot.Status.TokenSHA256)
 	}
-	again, err := r.ensureToken(context.Background(), slot)
+	again, err := r.tokens().ensure(context.Background(), slot)
 	if err != nil || again != token {
 		t.Errorf("second pass: %q, %v; want the same token", again, err)
 	}
@@ -86,7 +86,7 @@ func TestForgedTokenSecretIsReplaced(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r, slot, c := tokenFixture(t, status, tokenSecret(t, forged))
-			token, err := r.ensureToken(context.Background(), slot)
+			token, err := r.tokens().ensure(context.Background(), slot)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,9 +173,9 @@ func TestATokenSecretNameTakenByAnotherSecretIsLeftAlone(t *testing.T) {
 				mutate(s)
 				return s
 			})
-			_, err := r.ensureToken(context.Background(), slot)
+			_, err := r.tokens().ensure(context.Background(), slot)
 			if reason, ok := pass.NeedsPerson(err); !ok || reason != v1.ReasonTokenSecretTaken {
-				t.Fatalf("ensureToken: %v (reason %q); want a stall with %s", err, reason, v1.ReasonTokenSecretTaken)
+				t.Fatalf("tokens.ensure: %v (reason %q); want a stall with %s", err, reason, v1.ReasonTokenSecretTaken)
 			}
 			if storedToken(t, c, slot) != theirs || slot.Status.TokenSHA256 != "" {
 				t.Fatalf("the Secret holds %q and the slot recorded %q: want theirs left alone, nothing issued", storedToken(t, c, slot), slot.Status.TokenSHA256)
@@ -188,9 +188,9 @@ func TestATokenSecretNameTakenByAnotherSecretIsLeftAlone(t *testing.T) {
 			old.UID = "retired-slot-uid"
 			return tokenSecret(t, theirs)(old)
 		})
-		token, err := r.ensureToken(context.Background(), slot)
+		token, err := r.tokens().ensure(context.Background(), slot)
 		if err != nil || token == theirs || storedToken(t, c, slot) != token {
-			t.Fatalf("ensureToken: %q, %v; want a new token stored", token, err)
+			t.Fatalf("tokens.ensure: %q, %v; want a new token stored", token, err)
 		}
 	})
 }

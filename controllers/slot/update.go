@@ -89,7 +89,7 @@ func limitOrNone(v string) string {
 // (strandedImage), is then given that one, as a slot created now would be (CreateImage).
 func (r *Reconciler) updateInPlace(ctx context.Context, s *slotScope) (done bool, err error) {
 	if policy.Outdated(s.slot, s.pool) {
-		token, err := r.ensureToken(ctx, s.slot)
+		token, err := r.tokens().ensure(ctx, s.slot)
 		if err != nil {
 			return false, err
 		}
