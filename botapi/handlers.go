@@ -58,12 +58,16 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 	if err := r.Context().Err(); err != nil {
 		return 0, nil, &apiError{code: http.StatusServiceUnavailable, msg: "the request ended before the answer"}
 	}
+	params, secrets, err := s.parametersOf(r.Context(), slot, bot)
+	if err != nil {
+		return 0, nil, err
+	}
 	cred, err := s.claim(r.Context(), slot, bot)
 	if err != nil {
 		return 0, nil, err
 	}
 	cfg := s.configOf(bot)
-	cfg.Credential = cred
+	cfg.Credential, cfg.Parameters, cfg.SecretParameters = cred, params, secrets
 	return http.StatusOK, cfg, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -365,7 +366,7 @@ func TestConfig(t *testing.T) {
 	}
 	cred := cfg.Credential
 	cfg.Credential = ""
-	if cfg != want {
+	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("config =\n  %+v\nwant\n  %+v", cfg, want)
 	}
 	// The answer claimed the binding: a credential for this bot, its hash in the Bot's status.

@@ -14,10 +14,15 @@ import (
 // only), under a ServiceAccount of its own. It reads Bots and BotPoolSlots through its cache
 // (list and watch) and Bots past it (get: APIReader, never a slot), patches Bot status (the
 // binding claim, the phases bots report), and records the Warning Event of a binding claimed
-// twice (events.k8s.io, the API of the manager's recorder). It never reads or writes a Secret
-// (a token is checked against the hash its slot records, see index.go) and never writes a
-// slot: binding is the dispatcher's.
+// twice (events.k8s.io, the API of the manager's recorder). It reads BotPools through its
+// cache (a bot's parameters go over its pool's parameterDefaults). It reads a Secret only to
+// hand a bot's secretParameters to the container that claims its binding (get, past the cache:
+// only Secrets the bound Bot names, in its own namespace, labelled
+// botpool.dev/allow-bot-parameters); it writes none (a token is checked against the hash its
+// slot records, see index.go) and never writes a slot: binding is the dispatcher's.
 // +kubebuilder:rbac:groups=botpool.dev,resources=bots,verbs=get;list;watch
+// +kubebuilder:rbac:groups=botpool.dev,resources=botpools,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=botpool.dev,resources=botpoolslots,verbs=list;watch
 // +kubebuilder:rbac:groups=botpool.dev,resources=bots/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

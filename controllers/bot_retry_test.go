@@ -132,7 +132,7 @@ func TestAClaimAfterTheRequeueEndsTheBot(t *testing.T) {
 	if err := w.base.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "pool"}, pool); err != nil {
 		t.Fatal(err)
 	}
-	if q, err := d.Queue(context.Background(), pool); err != nil || len(q) != 0 {
+	if q, _, err := d.Queue(context.Background(), pool); err != nil || len(q) != 0 {
 		t.Fatalf("queue %d bots (%v), want the claimed claimedBot left out", len(q), err)
 	}
 	w.reconcileBot()

@@ -158,7 +158,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		},
 		Bots: &bot.Reconciler{
 			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store, Metrics: deps.Metrics,
-			ScheduleLead: o.ScheduleLead, Writes: writes, Reservations: reservations,
+			ScheduleLead: o.ScheduleLead, Writes: writes, Reservations: reservations, Secrets: deps.APIReader,
 		},
 		Dispatcher: &dispatch.Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes, Reservations: reservations},
 	}
@@ -202,7 +202,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		if err := mgr.Add(relay); err != nil {
 			return nil, fmt.Errorf("adding the webhook relay: %w", err)
 		}
-		c.Bots.Webhooks, c.Bots.Secrets = outbox, deps.APIReader
+		c.Bots.Webhooks = outbox
 	}
 
 	if err := setupPoolController(mgr, c.Pools); err != nil {

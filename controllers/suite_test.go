@@ -6,11 +6,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -47,7 +50,9 @@ var (
 	// Postgres) swaps in another for its run and puts liveStore back when it ends.
 	managerStore store.Store = liveStore
 	// suiteMetrics are the series of every manager the suite runs (registered nowhere).
-	suiteMetrics = metrics.New(nil)
+	suiteMetrics = metrics.New(suiteRegistry)
+	// suiteRegistry holds suiteMetrics, for tests that read the series (their labels).
+	suiteRegistry = prometheus.NewRegistry()
 )
 
 // botAPIAddr is where the suite's bot API listens, the same across manager restarts.
@@ -222,7 +227,7 @@ type discardEvents struct{}
 
 var eventMisuse atomic.Value // string: the first event the real recorder would have panicked on
 
-func (discardEvents) Eventf(regarding, related runtime.Object, _, reason, _, _ string, _ ...any) {
+func (discardEvents) Eventf(regarding, related runtime.Object, _, reason, _, note string, args ...any) {
 	defer func() {
 		if p := recover(); p != nil {
 			eventMisuse.CompareAndSwap(nil, fmt.Sprintf("event %s: %v", reason, p))
@@ -232,6 +237,47 @@ func (discardEvents) Eventf(regarding, related runtime.Object, _, reason, _, _ s
 	if related != nil {
 		related.GetObjectKind()
 	}
+	eventTap.see(reason + " " + fmt.Sprintf(note, args...))
+}
+
+// eventTap hands every Event's reason and message to the watches of watchEvents.
+var eventTap eventWatches
+
+type eventWatches struct {
+	mu      sync.Mutex
+	watches []*eventWatch
+}
+
+// eventWatch looks for a string in every Event recorded while it is registered.
+type eventWatch struct {
+	needle string
+	found  atomic.Bool
+	seen   atomic.Int64 // Events seen: a watch that saw none proves nothing
+}
+
+func (e *eventWatches) see(text string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, w := range e.watches {
+		w.seen.Add(1)
+		if strings.Contains(text, w.needle) {
+			w.found.Store(true)
+		}
+	}
+}
+
+// watchEvents watches the Events of every manager of the suite for needle until t ends.
+func watchEvents(t testing.TB, needle string) *eventWatch {
+	w := &eventWatch{needle: needle}
+	eventTap.mu.Lock()
+	eventTap.watches = append(eventTap.watches, w)
+	eventTap.mu.Unlock()
+	t.Cleanup(func() {
+		eventTap.mu.Lock()
+		defer eventTap.mu.Unlock()
+		eventTap.watches = slices.DeleteFunc(eventTap.watches, func(x *eventWatch) bool { return x == w })
+	})
+	return w
 }
 
 // Builders.

@@ -36,8 +36,8 @@ package controllers
 //	                                             (slotToPool, slotFreed)        the queue
 //	BotPoolSlot in Error lets go of a bot   ──▶  its pool's dispatcher          the requeued bot takes a free
 //	                                             (slotToPool, slotFreed)        slot
-//	Bot enters/leaves a queue or pool       ──▶  its pool's dispatcher          the queue changed
-//	                                             (botToPool, botQueueChanged)
+//	Bot enters/leaves a queue or pool, or   ──▶  its pool's dispatcher          the queue changed
+//	its parameters turn (not) ready              (botToPool, botQueueChanged)
 //
 // The filters keep the graph quiet where it would be loud: a running bot's status changes with
 // every phase it reports and with its heartbeat condition, and without botQueueChanged and
@@ -99,7 +99,7 @@ var botQueueChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
 		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.Status.Pool != n.Status.Pool ||
-			policy.Reserved(o) != policy.Reserved(n)
+			policy.Reserved(o) != policy.Reserved(n) || o.ParametersHeld() != n.ParametersHeld()
 	},
 }
 

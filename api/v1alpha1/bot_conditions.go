@@ -72,3 +72,10 @@ func (b *Bot) setCondition(typ string, status metav1.ConditionStatus, reason, ms
 	SetCondition(&b.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
 		Message: msg, ObservedGeneration: b.Generation}, at)
 }
+
+// ParametersHeld reports whether the bot waits for its parameters (ParametersReady False): the
+// dispatcher binds no such bot, as its container could not be given what it needs.
+func (b *Bot) ParametersHeld() bool {
+	c := meta.FindStatusCondition(b.Status.Conditions, ConditionParametersReady)
+	return c != nil && c.Status == metav1.ConditionFalse
+}

@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -123,6 +125,40 @@ type BotSpec struct {
 	// +optional
 	TTLAfterFinished Duration `json:"ttlAfterFinished,omitempty"`
 
+	// Parameters is a JSON object handed to the bot's container in its configuration, exactly
+	// as written, over its pool's parameterDefaults (top-level keys; the bot's win): the
+	// transcription provider, the language, the avatar, whatever the bot image reads. At most
+	// 64 top-level keys (the API server) and 32 KiB once merged with the defaults (the bot
+	// waits with ParametersReady False, ParametersTooLarge, until it is smaller). It reaches
+	// the container when its binding is handed out: a change after that does not. Not for
+	// secrets: see secretParameters.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:MaxProperties=64
+	Parameters *apiextensionsv1.JSON `json:"parameters,omitempty"`
+
+	// SecretParameters are values read from Secrets of the bot's namespace when its binding is
+	// handed out, and given to the container that takes the binding alone: never to a slot's
+	// env, a status, an Event, a log line or a webhook. Each Secret must carry the label
+	// botpool.dev/allow-bot-parameters=true. Until every one can be read the bot waits in its
+	// queue (ParametersReady False) and is not bound.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	SecretParameters []SecretParameter `json:"secretParameters,omitempty"`
+
+	// DeduplicationKey names the meeting (or anything else one bot at a time should do): a
+	// second Bot with the same key in the same pool, while one that holds it has not ended,
+	// ends Fatal with reason Duplicate. Pools with spec.deduplication MeetingURL give bots
+	// without one the key of their normalized meeting URL. Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="deduplicationKey is immutable"
+	DeduplicationKey string `json:"deduplicationKey,omitempty"`
+
 	// MaxStartAttempts is how many starts the bot gets in all, overriding its pool's
 	// maxStartAttempts: a start that fails for a reason of the infrastructure (the
 	// deployment failed or was lost, the application or the standby container went away)
@@ -130,6 +166,36 @@ type BotSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="maxStartAttempts must be between 1 and 10"
 	MaxStartAttempts int32 `json:"maxStartAttempts,omitempty"`
+}
+
+// SecretParameter is one value of spec.secretParameters: the key of a Secret in the bot's
+// namespace.
+type SecretParameter struct {
+	// Name is the value's name in the configuration's secretParameters object.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_.-]*$`
+	Name string `json:"name"`
+	// SecretKeyRef is the Secret (labelled botpool.dev/allow-bot-parameters=true) and its key.
+	// The value is at most 8 KiB of UTF-8 text.
+	// +required
+	SecretKeyRef SecretKeyReference `json:"secretKeyRef"`
+}
+
+// SecretKeyReference names a key of a Secret in the bot's namespace.
+type SecretKeyReference struct {
+	// Name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key of the value in the Secret's data.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key"`
 }
 
 // Recording configures the meeting recording.

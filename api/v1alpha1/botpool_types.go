@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -166,6 +168,25 @@ type BotPoolSpec struct {
 	// +optional
 	WebhookDefaults *Webhook `json:"webhookDefaults,omitempty"`
 
+	// ParameterDefaults are the parameters of the pool's bots that a bot's own
+	// spec.parameters does not set (top-level keys: a key the bot sets replaces the default's
+	// whole value). At most 64 top-level keys; 32 KiB once merged with a bot's.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:MaxProperties=64
+	ParameterDefaults *apiextensionsv1.JSON `json:"parameterDefaults,omitempty"`
+
+	// Deduplication gives the pool's bots that set no spec.deduplicationKey a key of their
+	// own: MeetingURL, the normalized meeting URL (scheme, host case, query strings, passwords
+	// and trailing slashes do not make two links to one meeting differ), so a second bot sent
+	// to a meeting the pool already serves ends Fatal with reason Duplicate. None (the
+	// default) keys only the bots that set one.
+	// +optional
+	// +kubebuilder:default=None
+	// +kubebuilder:validation:Enum=None;MeetingURL
+	Deduplication Deduplication `json:"deduplication,omitempty"`
+
 	// UpdateStrategy bounds how a rollout (a change of image, imageTag, resources, the
 	// slotEnvFrom Secret's content or the botpool.dev/restartedAt annotation) takes ready slots
 	// away and how many it may add. Set by the user; the defaults keep minIdle slots ready.
@@ -173,6 +194,16 @@ type BotPoolSpec struct {
 	// +kubebuilder:default={}
 	UpdateStrategy UpdateStrategy `json:"updateStrategy,omitempty"`
 }
+
+// Deduplication says which bots of a pool have a deduplication key: None (only those that set
+// spec.deduplicationKey) or MeetingURL (every bot, by its normalized meeting URL unless it
+// sets its own key).
+type Deduplication string
+
+const (
+	DeduplicationNone       Deduplication = "None"
+	DeduplicationMeetingURL Deduplication = "MeetingURL"
+)
 
 // WarmWindow is a recurring window of warm capacity: from each time its schedule names, for
 // duration, the pool keeps at least minIdle free slots ready.

@@ -51,6 +51,12 @@ const (
 	// ConditionReserved is on a Bot with a startTime: True (CapacityReserved) when a slot of its
 	// pool is held for its start, False (TooLate, PoolFull) with why not. Absent on ad-hoc bots.
 	ConditionReserved = "Reserved"
+	// ConditionParametersReady is on a Bot with secretParameters or parameters: True
+	// (ParametersResolved) when every Secret it names can be read and its parameters fit,
+	// False with why not (ParameterSecretNotFound, ParameterSecretNotAllowed,
+	// ParameterSecretTooLarge, ParameterSecretInvalid, ParametersTooLarge). While it is False
+	// the bot waits in its queue and is not bound. Absent on bots with neither.
+	ConditionParametersReady = "ParametersReady"
 )
 
 // BotReason says why a Bot ended in Fatal (status.reason) or why a condition has its status.
@@ -77,6 +83,9 @@ const (
 	ReasonPoolNotFound BotReason = "PoolNotFound"
 	// ReasonBotReported: the bot reported Fatal without a reason of its own.
 	ReasonBotReported BotReason = "BotReported"
+	// ReasonDuplicate: another Bot of the pool with the same deduplication key holds the
+	// meeting (it is bound, or was created first and has not ended); the message names it.
+	ReasonDuplicate BotReason = "Duplicate"
 )
 
 // Reasons of the pool conditions.

@@ -34,6 +34,11 @@ const (
 	// a Secret opted in for pools (Coolify credentials, slot env) must not become a key
 	// anyone who may create a Bot can have the operator compute HMACs with.
 	LabelAllowWebhookSigning = "botpool.dev/allow-webhook-signing"
+	// LabelAllowBotParameters, set to "true" on a Secret, lets Bots of its namespace name its
+	// keys in spec.secretParameters, which hands them to the bot's container. A label of its
+	// own: a Secret opted in for pools or for webhook signing must not become readable by
+	// anyone who may create a Bot and run an image.
+	LabelAllowBotParameters = "botpool.dev/allow-bot-parameters"
 
 	// AnnotationLogLevel on a Bot sets the log level its container is told to use in every
 	// heartbeat answer: debug, info, warn or error.

@@ -207,3 +207,25 @@ const (
 	// conditions say went wrong. It is bound first as soon as a slot is.
 	ReasonReservationLate = "ReservationLate"
 )
+
+// Reasons of the ParametersReady condition of a Bot. While it is False the bot is not bound,
+// and a Warning Event with the reason says so once.
+const (
+	// ReasonParametersResolved: every Secret of spec.secretParameters can be read and the
+	// parameters fit (ParametersReady True).
+	ReasonParametersResolved = "ParametersResolved"
+	// ReasonParameterSecretNotFound: a Secret of spec.secretParameters, or its key, does not
+	// exist.
+	ReasonParameterSecretNotFound = "ParameterSecretNotFound"
+	// ReasonParameterSecretNotAllowed: a Secret of spec.secretParameters lacks the label
+	// LabelAllowBotParameters.
+	ReasonParameterSecretNotAllowed = "ParameterSecretNotAllowed"
+	// ReasonParameterSecretTooLarge: a secret parameter's value is over 8 KiB, or all of them
+	// together over 32 KiB.
+	ReasonParameterSecretTooLarge = "ParameterSecretTooLarge"
+	// ReasonParameterSecretInvalid: a secret parameter's value is not UTF-8 text.
+	ReasonParameterSecretInvalid = "ParameterSecretInvalid"
+	// ReasonParametersTooLarge: spec.parameters merged over the pool's parameterDefaults is
+	// over 32 KiB.
+	ReasonParametersTooLarge = "ParametersTooLarge"
+)

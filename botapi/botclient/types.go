@@ -32,6 +32,23 @@ type Config struct {
 	// other, while its binding lasts. It is handed out once: a later config call for the same
 	// binding is refused (409). The Client keeps it and sends it with every bot call.
 	Credential string `json:"credential,omitempty"`
+	// Parameters is the bot's spec.parameters over its pool's parameterDefaults (top-level
+	// keys, the bot's win), a JSON object exactly as written; nil when neither has any. Decode
+	// it into the image's own type with DecodeParameters.
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+	// SecretParameters are the values of the bot's spec.secretParameters by name, read from
+	// its namespace's Secrets when the binding is handed out. They are in this answer only:
+	// keep them in memory, never in a log line or a report.
+	SecretParameters map[string]string `json:"secretParameters,omitempty"`
+}
+
+// DecodeParameters decodes the bot's parameters into v (a pointer to the image's own type);
+// nil parameters leave v as it is.
+func (c Config) DecodeParameters(v any) error {
+	if len(c.Parameters) == 0 {
+		return nil
+	}
+	return json.Unmarshal(c.Parameters, v)
 }
 
 // AutomaticLeave holds the timeouts after which a bot leaves on its own.

@@ -68,8 +68,10 @@ type Reconciler struct {
 	// Store holds heartbeats and the bots' projection.
 	Store Liveness
 	// Webhooks is the outbox of webhook messages (spec.webhook, the pool's webhookDefaults);
-	// nil makes none. Secrets reads their signing Secrets past the cache; nil skips the check
-	// (the relay still refuses to send unsigned what should be signed).
+	// nil makes none. Secrets reads Secrets past the cache: the webhooks' signing keys and the
+	// bots' secret parameters (checkParameters). Without it no webhook key is checked (the
+	// relay still refuses to send unsigned what should be signed) and no bot with secret
+	// parameters is bound.
 	Webhooks WebhookOutbox
 	Secrets  client.Reader
 	// ScheduleLead is how long before its startTime a scheduled bot enters the queue, so that
@@ -255,6 +257,12 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 			fmt.Sprintf("No BotPool serves this bot: create a %s pool in namespace %s, or name one in spec.poolRef", platformOf(bot), bot.Namespace))
 	}
 	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
+	if ended, err := r.endDuplicate(ctx, bot, pool); err != nil || ended {
+		return err
+	}
+	if err := r.checkParameters(ctx, s, pool); err != nil {
+		return err
+	}
 
 	if start := bot.Spec.StartTime; start != nil && (st.Phase == v1.BotPending || st.Phase == v1.BotScheduled) {
 		if pool.Spec.Reservations.Reserves() {
@@ -695,6 +703,9 @@ func (r *Reconciler) setConditions(s *botScope, wait *pass.Waiting) {
 	switch {
 	case st.Phase == v1.BotScheduled:
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonScheduled, "Waiting for its start time")
+	case s.slot == nil && bot.ParametersHeld():
+		c := meta.FindStatusCondition(st.Conditions, v1.ConditionParametersReady)
+		set(v1.ConditionReady, metav1.ConditionFalse, c.Reason, "Waiting for its parameters: "+c.Message)
 	case s.slot == nil && s.late != "":
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonReservationLate, s.late)
 	case s.slot == nil:

@@ -14,6 +14,8 @@
 //
 //	controller.go  Reconciler: entry, routing to a pool, the queue, the binding mirrored, liveness, deletion; Liveness, what it reads of the store
 //	queue.go       a queued bot's timeouts (QueueTimeout, QueueDeadline)
+//	dedup.go       one bot per meeting: a bot whose deduplication key another bot of its pool holds ends Duplicate (endDuplicate)
+//	parameters.go  the ParametersReady condition: a bot whose parameters or secret parameters cannot be handed out waits (checkParameters)
 //	reserve.go     a scheduled bot's reservation decision (reserve, reservationMoved)
 //	retry.go       retried starts: which failed start goes back to the queue (judgeStart), recording the attempt (AuditStartRetried, AuditStartFailed)
 //	callback.go    handing a finished bot's callback to the notifier (CallbackQueue), recording its outcome

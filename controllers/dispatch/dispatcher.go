@@ -132,7 +132,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	queue, err := d.Queue(ctx, pool)
+	queue, waiting, err := d.Queue(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -154,7 +154,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	if n == 0 {
-		return d.updatePositions(ctx, key, queue, 0)
+		return d.updatePositions(ctx, key, queue, waiting, 0)
 	}
 	if bound > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
@@ -172,7 +172,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	// hold the pool's next wave: they are written at most every positionEvery, and by the
 	// wave that follows a busy one (which binds nothing unless a slot came free meanwhile).
 	if d.positionsDue(key) {
-		return d.updatePositions(ctx, key, queue[bound:], positionEvery)
+		return d.updatePositions(ctx, key, queue[bound:], waiting, positionEvery)
 	}
 	return ctrl.Result{RequeueAfter: positionEvery}, nil
 }
@@ -302,18 +302,21 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 }
 
 // Queue lists the pool's waiting bots in service order, leaving out those bound already
-// (by the cache's index, or by a wave of ours the cache does not show yet). The bots are the
-// cache's own objects, not copies: a pool with thousands of waiters runs a wave per freed
-// slot, and copying every bot each time dominated the operator's CPU and memory. Whoever
-// writes one copies it first.
-func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, error) {
+// (by the cache's index, or by a wave of ours the cache does not show yet), those whose
+// deduplication key another bot holds (policy.Holder: the bot controller ends them), and
+// those that wait for their parameters (v1.Bot.ParametersHeld), which it returns apart as
+// waiting: they keep no place in the queue until they can be bound. The bots are the cache's
+// own objects, not copies: a pool with thousands of waiters runs a wave per freed slot, and
+// copying every bot each time dominated the operator's CPU and memory. Whoever writes one
+// copies it first.
+func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waiting []*v1.Bot, err error) {
 	var bots v1.BotList
 	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var bound v1.BotPoolSlotList
 	if err := d.Client.List(ctx, &bound, client.InNamespace(pool.Namespace), client.MatchingFields{index.SlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	held := map[types.UID]bool{}
 	for i := range bound.Items {
@@ -329,7 +332,7 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 			delete(d.bound, uid) // the cache shows it now, or it never will
 		}
 	}
-	var queue []*v1.Bot
+	holders := d.holders(pool, bots.Items, held)
 	for i := range bots.Items {
 		b := &bots.Items[i]
 		if w, ok := d.bound[b.UID]; ok {
@@ -344,13 +347,47 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) ([]*v1.Bot, er
 		// A Queued bot whose binding was claimed went back to the queue and then had its
 		// binding taken by a container of the slot it left: the bot controller ends it, and it
 		// is never bound again (claimedWhileQueued).
-		if b.Status.Phase == v1.BotQueued && b.DeletionTimestamp.IsZero() && !held[b.UID] && b.Status.Binding == nil {
+		if b.Status.Phase != v1.BotQueued || !b.DeletionTimestamp.IsZero() || held[b.UID] || b.Status.Binding != nil {
+			continue
+		}
+		switch key := policy.DeduplicationKey(b, pool); {
+		case key != "" && holders[key] != b.UID:
+			// Another bot holds its key: never bound, and ended by the bot controller.
+		case b.ParametersHeld():
+			waiting = append(waiting, b)
+		default:
 			queue = append(queue, b)
 		}
 	}
 	d.mu.Unlock()
 	policy.SortQueue(queue)
-	return queue, nil
+	return queue, waiting, nil
+}
+
+// holders is, per deduplication key of the pool's bots, the bot that holds it (policy.Holder),
+// counting as bound the bots held by a slot (held) and by a wave of ours the cache does not
+// show yet. The caller holds d.mu.
+func (d *Dispatcher) holders(pool *v1.BotPool, bots []v1.Bot, held map[types.UID]bool) map[string]types.UID {
+	byKey := map[string][]*v1.Bot{}
+	for i := range bots {
+		if key := policy.DeduplicationKey(&bots[i], pool); key != "" {
+			byKey[key] = append(byKey[key], &bots[i])
+		}
+	}
+	if len(byKey) == 0 {
+		return nil
+	}
+	bound := func(b *v1.Bot) bool {
+		_, ours := d.bound[b.UID]
+		return held[b.UID] || ours
+	}
+	out := make(map[string]types.UID, len(byKey))
+	for key, bots := range byKey {
+		if h := policy.Holder(bots, bound); h != nil {
+			out[key] = h.UID
+		}
+	}
+	return out
 }
 
 // pickSlots chooses the slot each bot at the head of the queue takes, from the free slots
@@ -411,7 +448,7 @@ func lostSlot(err error) bool {
 // A write refused for a conflict (the bot changed since the cache showed it: its finalizer was
 // just added, say) is tried again by another wave soon; the result asks for it, else for a
 // wave after next (0: none).
-func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedName, queue []*v1.Bot, next time.Duration) (ctrl.Result, error) {
+func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedName, queue, waiting []*v1.Bot, next time.Duration) (ctrl.Result, error) {
 	d.mu.Lock()
 	if d.positioned == nil {
 		d.positioned = map[types.NamespacedName]time.Time{}
@@ -422,8 +459,12 @@ func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedN
 	var g errgroup.Group
 	g.SetLimit(bindWorkers)
 	var conflicts atomic.Bool
-	for i, b := range queue {
+	// A bot that waits for its parameters has no place: position 0, no estimate.
+	for i, b := range append(queue[:len(queue):len(queue)], waiting...) {
 		pos := int32(i + 1)
+		if i >= len(queue) {
+			pos = 0
+		}
 		if !policy.PositionChanged(b.Status.QueuePosition, pos) {
 			continue
 		}
@@ -431,7 +472,9 @@ func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedN
 			patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 			b := b.DeepCopy() // b is the cache's: write a copy
 			b.Status.QueuePosition = pos
-			if per > 0 {
+			if pos == 0 {
+				b.Status.EstimatedWait = nil
+			} else if per > 0 {
 				b.Status.EstimatedWait = &metav1.Duration{Duration: (time.Duration(pos) * per).Round(time.Second)}
 			}
 			err := d.Client.Status().Patch(ctx, b, patch)

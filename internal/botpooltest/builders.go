@@ -3,6 +3,8 @@ package botpooltest
 import (
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -132,6 +134,18 @@ func (w *PoolWrapper) Annotate(key, value string) *PoolWrapper {
 	return w
 }
 
+// ParameterDefaults sets spec.parameterDefaults to the JSON object raw.
+func (w *PoolWrapper) ParameterDefaults(raw string) *PoolWrapper {
+	w.Spec.ParameterDefaults = &apiextensionsv1.JSON{Raw: []byte(raw)}
+	return w
+}
+
+// Deduplication sets spec.deduplication.
+func (w *PoolWrapper) Deduplication(d v1.Deduplication) *PoolWrapper {
+	w.Spec.Deduplication = d
+	return w
+}
+
 // SlotEnvFrom names the Secret whose keys every slot's containers get as env variables.
 func (w *PoolWrapper) SlotEnvFrom(secret string) *PoolWrapper {
 	w.Spec.SlotEnvFrom = &v1.SecretReference{Name: secret}
@@ -184,6 +198,22 @@ func (w *BotWrapper) FinishedAt(t time.Time) *BotWrapper {
 	w.Status.FinishedAt = &at
 	return w
 }
+
+// Parameters sets spec.parameters to the JSON object raw.
+func (w *BotWrapper) Parameters(raw string) *BotWrapper {
+	w.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(raw)}
+	return w
+}
+
+// SecretParameter adds a secret parameter: name from key of Secret secret.
+func (w *BotWrapper) SecretParameter(name, secret, key string) *BotWrapper {
+	w.Spec.SecretParameters = append(w.Spec.SecretParameters,
+		v1.SecretParameter{Name: name, SecretKeyRef: v1.SecretKeyReference{Name: secret, Key: key}})
+	return w
+}
+
+// DeduplicationKey sets spec.deduplicationKey.
+func (w *BotWrapper) DeduplicationKey(k string) *BotWrapper { w.Spec.DeduplicationKey = k; return w }
 
 // InPool sets the pool the Bot controller resolved (status.pool).
 func (w *BotWrapper) InPool(pool string) *BotWrapper { w.Status.Pool = pool; return w }
@@ -312,6 +342,19 @@ func WebhookSecret(ns, name string, labelled bool) *corev1.Secret {
 		Data: map[string][]byte{"secret": []byte(WebhookKey)}}
 	if labelled {
 		s.Labels = map[string]string{v1.LabelAllowWebhookSigning: "true"}
+	}
+	return s
+}
+
+// ParameterSecret is a Secret holding data, opted in for bot parameters (the
+// botpool.dev/allow-bot-parameters label) when labelled.
+func ParameterSecret(ns, name string, labelled bool, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	if labelled {
+		s.Labels = map[string]string{v1.LabelAllowBotParameters: "true"}
 	}
 	return s
 }

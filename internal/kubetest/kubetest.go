@@ -108,13 +108,14 @@ func (e *Env) Namespace(t testing.TB) string {
 // it in a package variable), runs the tests and stops the environment.
 //
 // Logs of the code under test go to stderr (go test shows them for failing packages only):
-// errors by default, everything with BOTPOOL_TEST_VERBOSE=1.
+// errors by default, everything with BOTPOOL_TEST_VERBOSE=1; and, at every level, to the
+// watches of WatchLogs.
 func Main(m *testing.M, use func(*Env)) {
 	level := zapcore.ErrorLevel
 	if os.Getenv("BOTPOOL_TEST_VERBOSE") != "" {
 		level = zapcore.DebugLevel
 	}
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level), zap.RawZapOpts(withTap())))
 
 	env, err := Start()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/internal/policy"
 )
 
 // Cache indexes the controllers look objects up by.
@@ -16,6 +17,9 @@ const (
 	BotPool = "status.pool"
 	// SlotBotUID indexes BotPoolSlots by spec.botRef.uid: the slot a bot is bound to.
 	SlotBotUID = "spec.botRef.uid"
+	// BotDeduplication indexes Bots by policy.IndexedDeduplicationKey: the bots that may share
+	// a deduplication key.
+	BotDeduplication = "deduplication"
 )
 
 // Setup registers the controllers' cache indexes; call it before the cache starts.
@@ -33,9 +37,17 @@ func Setup(ctx context.Context, indexer client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
-	return indexer.IndexField(ctx, &v1.Bot{}, BotPool, func(o client.Object) []string {
+	if err := indexer.IndexField(ctx, &v1.Bot{}, BotPool, func(o client.Object) []string {
 		if pool := o.(*v1.Bot).Status.Pool; pool != "" {
 			return []string{pool}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &v1.Bot{}, BotDeduplication, func(o client.Object) []string {
+		if key := policy.IndexedDeduplicationKey(o.(*v1.Bot)); key != "" {
+			return []string{key}
 		}
 		return nil
 	})

@@ -31,7 +31,8 @@ const (
 // bot's reservation is decided under the per-pool lock a binding wave runs under. A package
 // missing from the table fails the test: a new package must say what it may use.
 var mayImport = map[string][]string{
-	"policy": nil, "index": nil, "metrics": nil,
+	"policy": nil, "metrics": nil,
+	"index":       {"policy"}, // a bot's deduplication key is indexed as policy computes it
 	"coolifyview": {"policy"},
 	"pass":        {"policy", "coolifyview"},
 	"deploygate":  {"policy", "coolifyview"},

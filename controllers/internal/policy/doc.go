@@ -11,6 +11,7 @@
 //	free.go              the "is this slot free?" predicates side by side (IsFree, Removable, Available, Offered)
 //	release.go           the release rules the bot and slot controllers both read (LeaveDeadline, DrainDeadline)
 //	queue_order.go       the order of a queue and of free slots (QueueLess, SlotLess, Reserved, PositionChanged)
+//	dedup.go             one bot per meeting: a bot's deduplication key (DeduplicationKey) and which bot of a key holds it (Holder)
 //	bot_state.go         what a Bot's status says that several controllers read (BotStarted, BoundSince, FailedSince)
 //	template.go          the slot template and its hash (SlotTemplate, SecretDigest, FloatingTag), rollout arithmetic (RolloutBudget), Outdated
 //	images.go            the images each server may give a slot (ImagesOf, FreshCached, CachedOn, CreateImage, TemplateReady), the pull back-off
