@@ -32,6 +32,7 @@ import (
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/botapi/botclient"
+	bt "botpool.dev/botpool/internal/botpooltest"
 	"botpool.dev/botpool/internal/kubetest"
 	"botpool.dev/botpool/internal/slottoken"
 	"botpool.dev/botpool/store"
@@ -452,6 +453,28 @@ func testSpecConfig(t *testing.T, c *specCheck) {
 		b.Status.StartAttempts = []v1.StartAttempt{{SlotName: retried.slot.Name, Reason: v1.ReasonDeploymentFailed, At: metav1.NewTime(time.Now())}}
 	})
 	h.expect(request{method: "GET", path: "/v1/slots/" + retried.app + "/config", token: retried.token}, 410, "went back to the queue")
+
+	// Parameters and a secret parameter: a Secret missing at the claim is a 503 that claims
+	// nothing; once it is there, the one answer carries both.
+	withParams := h.slot("pool-google-meet-004")
+	pb := bt.MakeBot(h.ns, "parameters").MeetingURL("https://meet.google.com/abc-defg-hij").
+		Parameters(`{"transcription":{"provider":"deepgram"}}`).SecretParameter("transcriptionKey", "deepgram", "apiKey").Obj()
+	must(t, env.Client.Create(ctx, pb))
+	pb.Status.Phase = v1.BotDeploying
+	must(t, env.Client.Status().Update(ctx, pb))
+	h.synced(pb)
+	h.bind(withParams, pb)
+	paramsPath := "/v1/slots/" + withParams.app + "/config"
+	header := h.expect(request{method: "GET", path: paramsPath, token: withParams.token}, 503, "ParameterSecretNotFound")
+	if header.Get("Retry-After") != "5" {
+		t.Errorf("Retry-After %q on parameters that cannot be read, want 5", header.Get("Retry-After"))
+	}
+	must(t, env.Client.Create(ctx, bt.ParameterSecret(h.ns, "deepgram", true, map[string]string{"apiKey": "dg_value"})))
+	cfg, err = h.client(withParams).Config(ctx)
+	if err != nil || string(cfg.Parameters) != `{"transcription":{"provider":"deepgram"}}` || cfg.SecretParameters["transcriptionKey"] != "dg_value" {
+		t.Fatalf("the claim of a bot with parameters: %s, %d secret values, %v", cfg.Parameters, len(cfg.SecretParameters), err)
+	}
+	h.expect(request{method: "GET", path: paramsPath, token: withParams.token}, 409, "handed out once")
 }
 
 func testSpecConfigWait(t *testing.T, c *specCheck) {

@@ -15,7 +15,7 @@ export { BotApiError, BotApiNetworkError, BotClientConfigError, parseRetryAfter 
 export { isAbortError, isRetryable, retry, retryAfterOf, sleep } from "./retry.js";
 export type { RetryOptions } from "./retry.js";
 export { formatDuration, parseDuration } from "./duration.js";
-export { Action, Phase } from "./types.js";
+export { Action, Phase, decodeParameters } from "./types.js";
 export type {
   AutomaticLeave,
   BotConfig,

@@ -29,6 +29,17 @@ export interface BotConfig {
    * binding is refused with 409). The client keeps it and sends it with every bot call.
    */
   credential?: string;
+  /**
+   * The Bot's `spec.parameters` over its pool's `parameterDefaults` (top-level keys, the Bot's
+   * win), exactly as written; absent when neither has any. `unknown`: check its shape with
+   * {@link decodeParameters} before use.
+   */
+  parameters?: unknown;
+  /**
+   * The values of the Bot's `spec.secretParameters`, by name. In this answer alone: keep them
+   * in memory, never log or report them.
+   */
+  secretParameters?: Record<string, string>;
 }
 
 /** The timeouts after which a bot leaves on its own; an absent one is not set. */
@@ -124,4 +135,19 @@ export interface EventsResponse {
 /** The body of every 4xx and 5xx answer. */
 export interface ErrorResponse {
   error: string;
+}
+
+/**
+ * The bot's parameters as the image's own type: `check` validates the value (a type guard, or
+ * a schema library's parse wrapped in one) and throws nothing; a value it refuses throws a
+ * TypeError naming what was wrong. Absent parameters decode as `fallback`.
+ */
+export function decodeParameters<T>(cfg: BotConfig, check: (v: unknown) => v is T, fallback: T): T {
+  if (cfg.parameters === undefined || cfg.parameters === null) {
+    return fallback;
+  }
+  if (!check(cfg.parameters)) {
+    throw new TypeError(`bot ${cfg.bot}: its parameters do not have the shape this image expects`);
+  }
+  return cfg.parameters;
 }

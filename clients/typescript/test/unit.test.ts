@@ -16,6 +16,7 @@ import {
   parseDuration,
   parseRetryAfter,
   retry,
+  decodeParameters,
 } from "@botpool/client";
 
 import { packageDir } from "./testserver.js";
@@ -215,5 +216,29 @@ describe("the package", () => {
       assert.ok(existsSync(path.join(packageDir, file)), `${file} is not built`);
       assert.ok(pkg.files.some((f) => file.startsWith(`./${f}/`)), `${file} is not in files`);
     }
+  });
+});
+
+describe("decodeParameters: the bot's parameters as the image's type", () => {
+  interface Transcription {
+    transcription: { provider: string; language?: string };
+  }
+  const isTranscription = (v: unknown): v is Transcription =>
+    typeof v === "object" && v !== null && typeof (v as { transcription?: { provider?: unknown } }).transcription?.provider === "string";
+  const base = { bot: "standup", namespace: "team-a", meetingUrl: "https://meet.google.com/abc-defg-hij", platform: "google-meet",
+    recording: false, maxDuration: "1h0m0s", automaticLeave: {}, heartbeatInterval: "10s" };
+
+  test("a value of the image's shape comes back typed", () => {
+    const got = decodeParameters({ ...base, parameters: { transcription: { provider: "deepgram", language: "de" } } }, isTranscription,
+      { transcription: { provider: "none" } });
+    assert.equal(got.transcription.provider, "deepgram");
+    assert.equal(got.transcription.language, "de");
+  });
+  test("absent parameters are the fallback", () => {
+    assert.deepEqual(decodeParameters(base, isTranscription, { transcription: { provider: "none" } }), { transcription: { provider: "none" } });
+  });
+  test("a value of another shape throws, naming the bot", () => {
+    assert.throws(() => decodeParameters({ ...base, parameters: { transcription: 3 } }, isTranscription, { transcription: { provider: "none" } }),
+      /bot standup: its parameters/);
   });
 });
