@@ -96,8 +96,8 @@ func TestAWaveBindsOneBotPerDeduplicationKey(t *testing.T) {
 		bound.Status.Phase = v1.SlotDeploying
 		younger := queued("younger", time.Minute).DeduplicationKey("standup").Obj()
 		younger.Status.Phase = v1.BotDeploying
-		objs := append(all, pool, younger, queued("older", time.Hour).DeduplicationKey("standup").Obj())
-		c := fakeapi.New(t, interceptor.Funcs{}, objs...)
+		all = append(all, pool, younger, queued("older", time.Hour).DeduplicationKey("standup").Obj())
+		c := fakeapi.New(t, interceptor.Funcs{}, all...)
 		d := &Dispatcher{Client: c, Clock: clk, Metrics: metrics.New(nil)}
 		if got := boundBots(t, d, c, pool); got["older"] != "" {
 			t.Fatalf("bound %v; the older bot was bound beside the bound holder of its key", got)
