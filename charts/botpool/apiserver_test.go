@@ -201,8 +201,9 @@ func checkSlotBindingPolicy(t *testing.T, env *kubetest.Env, ns, serviceAccount 
 }
 
 // checkBotAPIServiceAccount: the API server, given the chart's RBAC, lets the bot API's
-// ServiceAccount read bots and slots and patch Bot status, and refuses it every Secret, any
-// change of a slot and of a Bot's spec.
+// ServiceAccount read bots and slots, patch Bot status and get a Secret by name (a bound bot's
+// secret parameters), and refuses it any list or write of Secrets, any change of a slot and of
+// a Bot's spec.
 func checkBotAPIServiceAccount(t *testing.T, env *kubetest.Env, ns, serviceAccount string) {
 	t.Helper()
 	ctx := t.Context()
@@ -231,8 +232,10 @@ func checkBotAPIServiceAccount(t *testing.T, env *kubetest.Env, ns, serviceAccou
 	if err := botAPI.Status().Patch(ctx, reported, client.MergeFrom(bot)); err != nil {
 		t.Errorf("the bot API's ServiceAccount patching a Bot's status: %v", err)
 	}
+	if err := botAPI.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}); err != nil {
+		t.Errorf("the bot API's ServiceAccount getting a Secret by name (secret parameters): %v", err)
+	}
 	for what, err := range map[string]error{
-		"reading a Secret":  botAPI.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}),
 		"listing Secrets":   botAPI.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)),
 		"creating a Secret": botAPI.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: ns}}),
 		"binding a slot": botAPI.Patch(ctx, &v1.BotPoolSlot{ObjectMeta: slot.ObjectMeta,
