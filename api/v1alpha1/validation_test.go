@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -148,6 +150,27 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 			want: "spec.webhookDefaults.url"},
 		{name: "negative ttlAfterFinished", obj: bot(func(b *v1.Bot) { b.Spec.TTLAfterFinished = "-1h" }),
 			want: "spec.ttlAfterFinished: Invalid value"},
+		{name: "parameters that are no object", obj: bot(), set: map[string]any{"spec.parameters": "deepgram"},
+			want: "spec.parameters: Invalid value: \"string\""},
+		{name: "parameters with 65 keys", obj: bot(func(b *v1.Bot) { b.Spec.Parameters = manyKeys(65) }),
+			want: "spec.parameters: Too many: 65: must have at most 64 items"},
+		{name: "pool parameterDefaults with 65 keys", obj: pool(func(p *v1.BotPool) { p.Spec.ParameterDefaults = manyKeys(65) }),
+			want: "spec.parameterDefaults: Too many: 65: must have at most 64 items"},
+		{name: "secret parameter without a key", obj: bot(func(b *v1.Bot) {
+			b.Spec.SecretParameters = []v1.SecretParameter{{Name: "apiKey", SecretKeyRef: v1.SecretKeyReference{Name: "stt"}}}
+		}), want: "spec.secretParameters[0].secretKeyRef.key"},
+		{name: "secret parameter named like no variable", obj: bot(func(b *v1.Bot) {
+			b.Spec.SecretParameters = []v1.SecretParameter{{Name: "api key", SecretKeyRef: v1.SecretKeyReference{Name: "stt", Key: "k"}}}
+		}), want: "spec.secretParameters[0].name: Invalid value: \"api key\""},
+		{name: "two secret parameters of one name", obj: bot(func(b *v1.Bot) {
+			ref := v1.SecretKeyReference{Name: "stt", Key: "k"}
+			b.Spec.SecretParameters = []v1.SecretParameter{{Name: "apiKey", SecretKeyRef: ref}, {Name: "apiKey", SecretKeyRef: ref}}
+		}), want: "spec.secretParameters[1]: Duplicate value"},
+		{name: "changed deduplication key", obj: bot(func(b *v1.Bot) { b.Spec.DeduplicationKey = "standup" }), update: func(o client.Object) {
+			o.(*v1.Bot).Spec.DeduplicationKey = "retro"
+		}, want: "deduplicationKey is immutable"},
+		{name: "unknown deduplication", obj: pool(func(p *v1.BotPool) { p.Spec.Deduplication = "Everything" }),
+			want: "spec.deduplication: Unsupported value: \"Everything\""},
 		{name: "changed meeting URL", obj: bot(), update: func(o client.Object) {
 			o.(*v1.Bot).Spec.MeetingURL = "https://zoom.us/j/999"
 		}, want: "meetingUrl is immutable"},
@@ -458,6 +481,16 @@ func TestSamplesAreAcceptedAndDefaulted(t *testing.T) {
 			expect(t, "automaticLeave.inactivityTimeout", s.AutomaticLeave.InactivityTimeout.Duration(), 30*time.Minute)
 			expect(t, "ttlAfterFinished (kept forever)", s.TTLAfterFinished, v1.Duration(""))
 		},
+		"Secret/deepgram": func(*testing.T, client.ObjectKey) {},
+		"Bot/customer-interview": func(t *testing.T, key client.ObjectKey) {
+			var b v1.Bot
+			get(t, key, &b)
+			s := b.Spec
+			expect(t, "parameters", string(s.Parameters.Raw), `{"transcription":{"language":"de","provider":"deepgram"},"upload":{"bucket":"s3://team-a-recordings"}}`)
+			expect(t, "secretParameters", len(s.SecretParameters), 1)
+			expect(t, "secretParameters[0]", s.SecretParameters[0].SecretKeyRef, v1.SecretKeyReference{Name: "deepgram", Key: "apiKey"})
+			expect(t, "deduplicationKey", s.DeduplicationKey, "calendar-event-4711")
+		},
 		"Bot/board-meeting": func(t *testing.T, key client.ObjectKey) {
 			var b v1.Bot
 			get(t, key, &b)
@@ -583,4 +616,18 @@ func TestUpdateStrategyDefaults(t *testing.T) {
 	if us.MaxSurge == nil || *us.MaxSurge != intstr.FromInt32(1) {
 		t.Errorf("maxSurge = %v, want the count 1 as set", us.MaxSurge)
 	}
+}
+
+// manyKeys is a JSON object of n keys.
+func manyKeys(n int) *apiextensionsv1.JSON {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "%q:%d", fmt.Sprintf("k%d", i), i)
+	}
+	b.WriteString("}")
+	return &apiextensionsv1.JSON{Raw: []byte(b.String())}
 }

@@ -3,7 +3,7 @@
 // Replace YourMeeting with your browser automation (Playwright, Puppeteer…).
 import { pathToFileURL } from "node:url";
 
-import { BotApiError, BotClient, Phase, isPrePull, retry, type BotConfig, type StatusReport } from "@botpool/client";
+import { BotApiError, BotClient, Phase, decodeParameters, isPrePull, retry, type BotConfig, type StatusReport } from "@botpool/client";
 
 /** The meeting side of the bot: your browser automation. */
 export interface Meeting {
@@ -17,6 +17,31 @@ export interface Meeting {
   ended(signal: AbortSignal): Promise<void>;
   /** Leaves the meeting and closes the browser (safe to call twice); returns where the recording is, if anywhere. */
   leave(): Promise<string | undefined>;
+}
+
+/**
+ * What this image reads of its Bot's parameters (spec.parameters over the pool's
+ * parameterDefaults): the transcription provider its customer chose, and the key the
+ * customer's namespace holds for it (spec.secretParameters, name "transcriptionKey"). The key
+ * lives in memory only: never log it or put it in a report.
+ */
+export interface Transcription {
+  provider: string;
+  language?: string;
+  apiKey?: string;
+}
+
+const hasTranscription = (v: unknown): v is { transcription?: { provider: string; language?: string } } => {
+  if (typeof v !== "object" || v === null) return false;
+  const t = (v as { transcription?: unknown }).transcription;
+  return t === undefined || (typeof t === "object" && t !== null && typeof (t as { provider?: unknown }).provider === "string");
+};
+
+/** The transcription settings of a configuration, or undefined when its Bot asked for none. */
+export function transcriptionOf(config: BotConfig): Transcription | undefined {
+  const t = decodeParameters(config, hasTranscription, {}).transcription;
+  const apiKey = config.secretParameters?.["transcriptionKey"];
+  return t && (apiKey === undefined ? { ...t } : { ...t, apiKey });
 }
 
 /** A failure the bot reports as Fatal, with its own reason: a CamelCase word ("WaitingRoomTimeout", "Kicked"). */
