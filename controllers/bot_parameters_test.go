@@ -207,3 +207,39 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestRetriedStartGetsTheSameParameters: the first start of a bot with parameters fails at the
+// pull (no container ever asked); the bot goes back to the queue, takes the other slot, and the
+// container there gets the same parameters and secret value in its configuration.
+func TestRetriedStartGetsTheSameParameters(t *testing.T) {
+	var got configLog
+	cs := newContainers(t, simbot.Behaviour{MeetingLength: 50 * time.Millisecond, HeartbeatEvery: 10 * time.Millisecond,
+		PollEvery: 20 * time.Millisecond, OnConfig: got.add})
+	sc := newScenario(t, "params-retried", sim.Config{Hooks: cs.hooks()}, func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle = 2, 2
+		p.Spec.ParameterDefaults = bt.MakePool("", "").ParameterDefaults(poolDefaults).Spec.ParameterDefaults
+	})
+	sc.warm()
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 2})
+	sc.sim.FailPulls(sc.pool.Spec.Image, 1)
+	secret := "dg_" + rand.Text()
+	must(t, env.Client.Create(context.Background(), bt.ParameterSecret(sc.ns, "deepgram", true, map[string]string{"apiKey": secret})))
+	bot := newBot(t, sc.ns, "retried", sc.pool.Name, func(b *v1.Bot) {
+		*b = *bt.MakeBot(b.Namespace, b.Name).PoolRef(sc.pool.Name).Parameters(botParameters).
+			SecretParameter("transcriptionKey", "deepgram", "apiKey").Obj()
+	})
+	b := sc.waitBot(bot.Name, "Done after a failed start", func(b *v1.Bot) bool { cs.check(); return b.Status.Phase.Terminal() })
+	if b.Status.Phase != v1.BotDone || len(b.Status.StartAttempts) != 1 {
+		t.Fatalf("bot ended %s/%s after %d failed starts, want Done after 1: %s", b.Status.Phase, b.Status.Reason, len(b.Status.StartAttempts), b.Status.Message)
+	}
+	if failed := b.Status.StartAttempts[0].SlotName; failed == b.Status.SlotName {
+		t.Errorf("the retried start ran on slot %s, where the first one failed; want the other slot", failed)
+	}
+	cfgs := got.of(bot.Name)
+	if len(cfgs) != 1 {
+		t.Fatalf("%d containers got bot %s's configuration, want 1 (the retried start's)", len(cfgs), bot.Name)
+	}
+	if !jsonEqual(t, cfgs[0].Parameters, []byte(mergedParameters)) || cfgs[0].SecretParameters["transcriptionKey"] != secret {
+		t.Fatalf("the retried start's parameters %s and %d secret values, want %s and the key", cfgs[0].Parameters, len(cfgs[0].SecretParameters), mergedParameters)
+	}
+}
