@@ -111,7 +111,7 @@ bench: ## Run the benchmarks (envtest, simulator, real Postgres) and print the f
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -timeout 180m -bench Rollout ./controllers/
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench Reservations ./controllers/
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench WorkersUnderAttack ./controllers/
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench Heartbeats ./botapi/
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(BENCH_FLAGS) -bench 'Heartbeats|ConfigParameters' ./botapi/
 	go test $(BENCH_FLAGS) -bench WebhookOutbox -benchtime 5000x ./store/postgres/
 
 .PHONY: soak

@@ -137,7 +137,7 @@ func (f *fakeLiveness) beatsOf(uid types.UID) int {
 
 // harness is one bot API server over the shared envtest cache, with its own namespace.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	ns     string
 	clock  *clocktesting.FakeClock
 	live   *fakeLiveness
@@ -147,7 +147,7 @@ type harness struct {
 	events *recordedEvents
 }
 
-func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
+func newHarness(t testing.TB, mutate ...func(*Config)) *harness {
 	h := &harness{t: t, ns: env.Namespace(t), clock: clocktesting.NewFakeClock(time.Now()), live: &fakeLiveness{}, logs: &bytes.Buffer{}, events: &recordedEvents{}}
 	var logMu sync.Mutex
 	cfg := Config{
@@ -318,14 +318,14 @@ func (h *harness) client(f *slotFixture) *botclient.Client {
 	return botclient.New(h.url, f.app, f.token, nil)
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-func wantStatus(t *testing.T, what string, code int, body string, want int, wantBody string) {
+func wantStatus(t testing.TB, what string, code int, body string, want int, wantBody string) {
 	t.Helper()
 	if code != want || !strings.Contains(body, wantBody) {
 		t.Errorf("%s: got %d %s; want %d containing %q", what, code, strings.TrimSpace(body), want, wantBody)
