@@ -95,9 +95,11 @@ type options struct {
 	// eventQuota bounds the events one bot and one namespace may store.
 	eventQuota botapi.EventQuota
 	// callbackAllowPrivate lets callbacks reach private (RFC 1918, ULA, CGNAT) addresses;
-	// callbackAllowedCIDRs lets the listed prefixes through even when a rule refuses them.
+	// callbackAllowedCIDRs lets the listed prefixes through even when a rule refuses them,
+	// loopback included (the demo's --webhook-url: never in production).
 	callbackAllowPrivate bool
 	callbackAllowedCIDRs string
+	callbackAllowed      []netip.Prefix
 	zap                  zap.Options
 
 	// Hardening (issue 13): see hardening.go.
@@ -148,7 +150,9 @@ func parseFlags(args []string) (options, error) {
 	fs.Float64Var(&o.eventQuota.NamespaceBytes, "event-quota-namespace-bytes", 1<<20, "Bytes of event data per second the bots of one namespace may store together; 0 is unlimited.")
 	fs.DurationVar(&o.eventQuota.Window, "event-quota-window", 30*time.Second, "The burst of the event quotas: this long's worth of their rates at once.")
 	fs.BoolVar(&o.callbackAllowPrivate, "callback-allow-private-networks", false, "Let Bot callbacks reach private addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7): in-cluster receivers. Loopback and link-local stay refused.")
-	fs.StringVar(&o.callbackAllowedCIDRs, "callback-allowed-cidrs", "", "Comma-separated CIDR prefixes Bot callbacks may reach even though they are loopback, link-local or private, e.g. 10.20.0.0/16 for one receiver network.")
+	fs.StringVar(&o.callbackAllowedCIDRs, "callback-allowed-cidrs", "", "Comma-separated CIDR prefixes Bot callbacks and webhooks may reach even though they are loopback, link-local or private, e.g. 10.20.0.0/16 for one receiver network. "+
+		"Unsafe in production with loopback (127.0.0.0/8, ::1/128) or link-local: whoever may create a Bot could then make the manager POST to services of its own host or to the cloud metadata endpoint; "+
+		"loopback is for a receiver on a developer's machine (cmd/demo --webhook-url).")
 	fs.IntVar(&o.coolifyMaxInFlight, "coolify-max-in-flight", coolify.DefaultMaxInFlight, "Requests in flight at once to one Coolify instance (base URL), whatever the token; more calls fail fast and are requeued, so one slow instance cannot hold every reconcile.")
 	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", time.Minute, "Longest one reconcile may run; its context is cancelled then and the object retried.")
 	fs.BoolVar(&o.coolifyAllowPrivate, "coolify-allow-private-networks", false, "Let Coolify URLs reach private addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10): needed when Coolify runs in the cluster or on the LAN. Loopback and link-local (cloud metadata) stay refused.")
@@ -161,7 +165,8 @@ func parseFlags(args []string) (options, error) {
 	if err := errors.Join(o.validateComponents(), o.validate(), o.hardening.validate(o)); err != nil {
 		return o, err
 	}
-	o.egressAllowed, _ = egress.ParsePrefixes(o.egressAllowedCIDRs) // validated above
+	o.egressAllowed, _ = egress.ParsePrefixes(o.egressAllowedCIDRs)     // validated above
+	o.callbackAllowed, _ = egress.ParsePrefixes(o.callbackAllowedCIDRs) // likewise
 	return o, nil
 }
 
@@ -247,6 +252,13 @@ func clusterIdentity(ctx context.Context, r client.Reader, name string) (string,
 // egressPolicy is where the manager may connect at URLs users configure (Coolify URLs).
 func (o options) egressPolicy() egress.Policy {
 	return egress.Policy{Allowed: o.egressAllowed, AllowPrivate: o.coolifyAllowPrivate}
+}
+
+// callbackPolicy is where Bot callbacks and webhook messages may go: public addresses, private
+// ones with --callback-allow-private-networks, and the prefixes of --callback-allowed-cidrs,
+// whatever they are (loopback only on a developer's machine: see the flag).
+func (o options) callbackPolicy() egress.Policy {
+	return egress.Policy{Allowed: o.callbackAllowed, AllowPrivate: o.callbackAllowPrivate}
 }
 
 func newScheme() *runtime.Scheme {
@@ -344,10 +356,6 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 		coolify.WithMetrics(coolify.NewMetrics(o.registerer())), coolify.WithLogger(ctrl.Log.WithName("coolify")),
 		coolify.WithEgress(o.egressPolicy()),
 		coolify.WithInstanceLimits(coolify.InstanceLimits{MaxInFlight: o.coolifyMaxInFlight}))
-	allowed, err := egress.ParsePrefixes(o.callbackAllowedCIDRs) // validated by parseFlags
-	if err != nil {
-		return nil, fmt.Errorf("--callback-allowed-cidrs: %w", err)
-	}
 	c, err := controllers.Setup(ctx, mgr, controllers.Deps{
 		Connector: &controllers.SecretConnector{Reader: mgr.GetAPIReader(), Registry: registry, Clock: clk, RefreshAfter: time.Minute},
 		Store:     st,
@@ -357,7 +365,7 @@ func setupControllers(ctx context.Context, mgr ctrl.Manager, st store.Store, o o
 		BotAPIURL: o.botAPIURL, ClusterID: cluster, ScheduleLead: o.scheduleLead,
 		Callbacks: &callback.Options{
 			Logger: ctrl.Log.WithName("callback"), Registerer: o.registerer(),
-			Egress: egress.Policy{Allowed: allowed, AllowPrivate: o.callbackAllowPrivate},
+			Egress: o.callbackPolicy(),
 		},
 	})
 	if err != nil {

@@ -176,8 +176,9 @@ func (s *Server) refuseClaim(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolS
 }
 
 // authenticateBinding finds the bot whose binding credential the request carries, checks the
-// path names that bot and that its binding holds, and applies the slot's rate limit. The slot
-// token is refused here: it only claims. bot and slot are the cache's: read only.
+// path names that bot and that its binding holds, and applies the slot's rate limit. A binding
+// that ended is refused: 410 when the slot let go of a bot that ended (endedBinding), else 401.
+// The slot token is refused here: it only claims. bot and slot are the cache's: read only.
 func (s *Server) authenticateBinding(r *http.Request) (*v1.Bot, *v1.BotPoolSlot, error) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	switch {
@@ -204,6 +205,11 @@ func (s *Server) authenticateBinding(r *http.Request) (*v1.Bot, *v1.BotPoolSlot,
 		return nil, nil, err
 	}
 	if ref := slot.Spec.BotRef; err != nil || slot.UID != claim.SlotUID || ref == nil || ref.UID != bot.UID {
+		if err == nil && slot.UID == claim.SlotUID {
+			if err := endedBinding(bot, slot); err != nil {
+				return nil, nil, err // the slot let go of a bot that ended: 410, exit
+			}
+		}
 		return nil, nil, errorf(http.StatusUnauthorized, "the binding of this credential has ended (bot "+bot.Name+" no longer holds its slot): exit")
 	}
 	return bot, slot, nil

@@ -37,6 +37,9 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 		return 0, nil, err
 	}
 	s.recordAsk(r.Context(), slot)
+	if err := leavingSlot(slot); err != nil {
+		return 0, nil, err
+	}
 	if slot.Spec.BotRef == nil && wait > 0 {
 		if slot, err = s.awaitBinding(r, slot, wait); err != nil {
 			return 0, nil, err

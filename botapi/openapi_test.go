@@ -218,6 +218,19 @@ func (c *specCheck) uncovered() []string {
 	return out
 }
 
+// lists reports whether the document lists the response code of an operation. A case the
+// server answers with a code the document does not list yet runs only once it does (and is
+// then required, as every listed response): the server's 410 on heartbeats and events of a
+// bot that ended, which docs/botapi.md describes and botapi.openapi.yaml is to list.
+func (c *specCheck) lists(t *testing.T, method, path string, code int) bool {
+	t.Helper()
+	if c.doc.Paths.Value(path).GetOperation(method).Responses.Status(code) != nil {
+		return true
+	}
+	t.Logf("%s %s: the document does not list %d yet; its case is left out", method, path, code)
+	return false
+}
+
 // specHarness is a harness whose every request passes through c. Its limits are far away, so
 // only the requests meant to meet them do, and an unknown credential is refused at once (no
 // real-time wait for a cache to catch up).
@@ -439,6 +452,11 @@ func testSpecConfig(t *testing.T, c *specCheck) {
 
 	h.updateBotStatus(b, func(b *v1.Bot) { b.Status.Phase = v1.BotDone })
 	h.expect(request{method: "GET", path: path, token: s.token}, 410, "is Done")
+	// The slot let go of the ended bot and stops its container: 410 until the token is replaced.
+	h.setSlotStatus(s, func(st *v1.BotPoolSlotStatus) { st.Phase = v1.SlotBusy })
+	h.release(s)
+	h.expect(request{method: "GET", path: path, token: s.token}, 410, "ended and let go of it")
+	h.expect(request{method: "GET", path: path + "?wait=30s", token: s.token}, 410, "ended and let go of it")
 
 	// A bot whose start failed in this slot went back to the queue: not this container's.
 	retried := h.slot("pool-google-meet-003")
@@ -616,9 +634,20 @@ func testSpecHeartbeat(t *testing.T, c *specCheck) {
 	h.updateBotStatus(b, func(b *v1.Bot) { b.Status.Phase = v1.BotDone })
 	h.expect(request{method: "POST", path: path, token: s.cred}, 200, `"action":"exit"`)
 
-	// The binding ended (the slot released the bot): 401, with a credential of the right form.
+	// The slot let go of the Done bot: 410, exit.
 	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(s.slot), s.slot))
 	s.slot.Spec.BotRef = nil
+	must(t, env.Client.Update(ctx, s.slot))
+	if c.lists(t, "POST", "/v1/bots/{name}/heartbeat", http.StatusGone) {
+		h.eventually(func() error {
+			if _, err := cl.Heartbeat(ctx, "standup"); !errors.Is(err, botclient.ErrGone) {
+				return fmt.Errorf("the slot let go of the ended bot: %w, want 410", err)
+			}
+			return nil
+		})
+	}
+	// The binding ended with its slot gone: 401, with a credential of the right form.
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(s.slot), s.slot))
 	s.slot.Finalizers = nil
 	must(t, env.Client.Update(ctx, s.slot))
 	h.eventually(func() error {
@@ -682,6 +711,8 @@ func testSpecStatus(t *testing.T, c *specCheck) {
 	if _, err := cl.ReportStatus(ctx, "standup", botclient.StatusReport{Phase: "Fatal", Reason: "Kicked"}); !errors.Is(err, botclient.ErrConflict) {
 		t.Errorf("Fatal after Done: %v, want 409", err)
 	}
+	h.release(s) // the slot let go of the Done bot
+	h.expect(request{method: "POST", path: path, token: s.cred, body: `{"phase":"Done"}`}, 410, "bot standup is Done and slot pool-zoom-001 let go of it: exit")
 
 	_, _, cl2 := h.boundBot("pool-zoom-002", "kicked")
 	report := botclient.StatusReport{Phase: "Fatal", Reason: "RemovedFromMeeting", Message: "the host removed the bot"}
@@ -693,7 +724,7 @@ func testSpecStatus(t *testing.T, c *specCheck) {
 func testSpecEvents(t *testing.T, c *specCheck) {
 	h := c.harness(t)
 	ctx := t.Context()
-	s, _, cl := h.boundBot("pool-zoom-001", "standup")
+	s, b, cl := h.boundBot("pool-zoom-001", "standup")
 	path := "/v1/bots/standup/events"
 
 	resp, err := cl.SendEvents(ctx, "standup",
@@ -732,6 +763,12 @@ func testSpecEvents(t *testing.T, c *specCheck) {
 	h.bot("other")
 	h.expect(request{method: "POST", path: "/v1/bots/other/events", token: s.cred, body: `{"events":[{"type":"log"}]}`}, 403, "does not authorize")
 	h.expect(request{method: "POST", path: path, body: `{"events":[{"type":"log"}]}`, breaks: "no Authorization: Bearer header"}, 401, "missing bearer token")
+
+	if c.lists(t, "POST", "/v1/bots/{name}/events", http.StatusGone) {
+		h.updateBotStatus(b, func(b *v1.Bot) { b.Status.Phase = v1.BotDone })
+		h.release(s) // the slot let go of the Done bot
+		h.expect(request{method: "POST", path: path, token: s.cred, body: `{"events":[{"type":"log"}]}`}, 410, "let go of it: exit")
+	}
 }
 
 // testSpecLimits meets every 429: the slot's rate, the address's failed authentications, the

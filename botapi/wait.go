@@ -136,7 +136,7 @@ func newWaiters(max, perNamespace int, reg prometheus.Registerer) *waiters {
 		results: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "botpool_botapi_config_waits_total",
 			Help: "Ended config waits by result: bound (a binding woke it), timeout (404 at the deadline), replaced (a newer request of the slot), " +
-				"evicted (404 early: a namespace under its fair share took its place), gone (the slot or its token went), cancelled (the client left), " +
+				"evicted (404 early: a namespace under its fair share took its place), gone (410: the slot or its token went, or the slot stops its container), cancelled (the client left), " +
 				"refused (too many waiting).",
 		}, []string{"result"})),
 	}
@@ -255,8 +255,9 @@ func (ws *waiters) wake(slot types.UID) {
 }
 
 // awaitBinding parks a free slot's config request until the slot is bound, its token no longer
-// names it, or the wait is over; it returns the slot as the cache has it then. A client that
-// hangs up meanwhile is recorded as gone (recordLeft): its container died, most likely.
+// names it, the slot is to stop its container (leavingSlot), or the wait is over; it returns
+// the slot as the cache has it then. A client that hangs up meanwhile is recorded as gone
+// (recordLeft): its container died, most likely.
 func (s *Server) awaitBinding(r *http.Request, slot *v1.BotPoolSlot, wait time.Duration) (*v1.BotPoolSlot, error) {
 	since := s.cfg.Clock.Now()
 	w, err := s.waiters.add(slot.Namespace, slot.UID)
@@ -278,6 +279,10 @@ func (s *Server) awaitBinding(r *http.Request, slot *v1.BotPoolSlot, wait time.D
 		if err != nil || cur.UID != slot.UID {
 			result = "gone"
 			return nil, errorf(http.StatusGone, "this slot's token no longer names a slot (the slot was deleted, or its container replaced): exit")
+		}
+		if err := leavingSlot(cur); err != nil {
+			result = "gone"
+			return nil, err
 		}
 		if cur.Spec.BotRef != nil {
 			result = "bound"

@@ -21,10 +21,16 @@ import (
 var (
 	// ErrSlotFree (404 on config): no bot is bound to this slot yet; ask again shortly.
 	ErrSlotFree = errors.New("slot is free")
-	// ErrGone (410 on config): the bound bot is finished; the container should exit.
+	// ErrGone (410): exit, and do not restart. On config: the bound bot is finished, was
+	// deleted or went back to the queue, or the slot stops this container (its bot ended and
+	// let go of the slot, the slot failed or is being deleted). On a bot call: the bot ended
+	// (Done, Fatal, or deleted) and its slot let go of it; on a status report, also a Bot
+	// deleted meanwhile.
 	ErrGone = errors.New("bot is finished")
-	// ErrUnauthorized (401): the token is missing or wrong; on a bot call, also when the
-	// binding of the credential has ended (exit) or the slot token was sent instead of it.
+	// ErrUnauthorized (401): the token is missing or wrong (a slot token the operator replaced
+	// once it stopped the container included); on a bot call, also when the binding of the
+	// credential has ended otherwise (its slot was deleted: exit) or the slot token was sent
+	// instead of it.
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrForbidden (403): the token belongs to a slot not bound to this bot.
 	ErrForbidden = errors.New("forbidden")
@@ -150,7 +156,7 @@ func FromEnv() (*Client, error) {
 }
 
 // Config fetches the bound bot's configuration: ErrSlotFree while no bot is bound, ErrGone
-// once the bot is finished.
+// once the bot is finished or the slot stops this container (exit).
 func (c *Client) Config(ctx context.Context) (Config, error) {
 	var cfg Config
 	err := c.doWith(ctx, c.http, c.token, http.MethodGet, "/v1/slots/"+url.PathEscape(c.appUUID)+"/config", nil, &cfg)
@@ -248,7 +254,9 @@ func (c *Client) configWait(ctx context.Context, wait time.Duration) (Config, er
 	return cfg, err
 }
 
-// Heartbeat proves the bot is alive and returns what it should do next.
+// Heartbeat proves the bot is alive and returns what it should do next. Once the binding
+// ended it fails: ErrGone when the bot ended and its slot let go of it, ErrUnauthorized
+// otherwise; either way, exit.
 func (c *Client) Heartbeat(ctx context.Context, bot string) (HeartbeatResponse, error) {
 	var resp HeartbeatResponse
 	err := c.do(ctx, http.MethodPost, c.botPath(bot, "heartbeat"), struct{}{}, &resp)

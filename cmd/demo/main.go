@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -52,6 +53,10 @@ type options struct {
 	coldImage     bool
 	serverDownAt  time.Duration // after the burst, the last server goes unreachable; 0: never
 	serverDownFor time.Duration // and comes back this much later; 0: it stays down
+	// webhookURL receives every demo bot's phases (the pool's webhookDefaults), signed with
+	// webhookSecret when set; the operator may then reach loopback with them (managerArgs).
+	webhookURL    string
+	webhookSecret string
 }
 
 // Bounds of --servers: the demo seeds srv-1 … srv-3.
@@ -85,6 +90,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.coldImage, "cold-image", true, "The servers start without the bot image, so each one's first deployment pulls it (default true with one server, false with several).")
 	fs.DurationVar(&o.serverDownAt, "server-down-at", 0, "Take the last server down (unreachable in Coolify) this long after the burst; 0 never. Needs --servers 2 or 3.")
 	fs.DurationVar(&o.serverDownFor, "server-down-for", 0, "Bring the server taken down back after this long; 0 leaves it down. Needs --server-down-at.")
+	fs.StringVar(&o.webhookURL, "webhook-url", "", "POST every demo bot's phases to this URL (the pool's spec.webhookDefaults, events EveryPhase), e.g. a receiver on this machine at http://127.0.0.1:3000/hooks. "+
+		"The operator then runs with --callback-allowed-cidrs="+loopbackCIDRs+", so any Bot's callbacks and webhooks may reach this machine's loopback services: a demo setting, unsafe in production.")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "Sign the --webhook-url messages with this key (whsec_ followed by base64, or raw bytes), kept in the Secret demo-webhook; empty sends them unsigned.")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -120,7 +128,22 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.scheduleIn < 0 || o.scheduleLead < 0 {
 		errs = append(errs, errors.New("--schedule-in and --schedule-lead must not be negative"))
 	}
+	errs = append(errs, validateWebhook(o)...)
 	return o, errors.Join(errs...)
+}
+
+// validateWebhook checks --webhook-url and --webhook-secret.
+func validateWebhook(o options) []error {
+	var errs []error
+	if o.webhookURL != "" {
+		if u, err := url.Parse(o.webhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--webhook-url %q: want an http:// or https:// URL, e.g. http://127.0.0.1:3000/hooks", o.webhookURL))
+		}
+	}
+	if o.webhookSecret != "" && o.webhookURL == "" {
+		errs = append(errs, errors.New("--webhook-secret needs --webhook-url: it signs the messages sent there"))
+	}
+	return errs
 }
 
 // validateServers checks --servers and the outage flags.

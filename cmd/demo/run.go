@@ -89,6 +89,14 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	if o.servers > 1 {
 		out.f("Servers: %s\n", serversNote(o, servers))
 	}
+	if o.webhookURL != "" {
+		signed := "unsigned"
+		if o.webhookSecret != "" {
+			signed = "signed with the key of Secret demo-webhook"
+		}
+		out.f("Webhooks: every bot's phases to %s, %s; the operator may reach loopback with them (--callback-allowed-cidrs=%s: a demo setting, unsafe in production)\n",
+			o.webhookURL, signed, loopbackCIDRs)
+	}
 
 	kubectl := findKubectl(assets, o.buildKubectl, st)
 
@@ -135,7 +143,8 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 
 	pool := poolValues{CoolifyURL: coolify.URL, CoolifyToken: fixture.Token, ProjectUUID: fixture.ProjectUUID,
 		ServerUUID: fixture.ServerUUID, EnvironmentName: fixture.EnvironmentName, Image: botImage, ImageTag: botImageTag,
-		MaxSlots: o.maxSlots, MinIdle: o.minIdle, Standby: o.standby, Speed: o.speed}
+		MaxSlots: o.maxSlots, MinIdle: o.minIdle, Standby: o.standby, Speed: o.speed,
+		WebhookURL: o.webhookURL, WebhookSecret: o.webhookSecret}
 	if len(servers) > 1 {
 		pool.Servers = servers
 	}
@@ -151,7 +160,7 @@ func run(ctx context.Context, o options, stdout io.Writer, tty bool) (err error)
 	}
 	var ports managerPorts
 	if err := step("Starting the operator ("+o.manager+")", func() (err error) {
-		ports, err = st.startManager(ctx, o.manager, dsn, o.scheduleLead)
+		ports, err = st.startManager(ctx, dsn, o)
 		return err
 	}); err != nil {
 		return err

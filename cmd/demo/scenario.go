@@ -35,6 +35,9 @@ type poolValues struct {
 	MaxSlots, MinIdle int
 	Standby           string
 	Speed             float64
+	// WebhookURL, when set, receives every bot's phases (spec.webhookDefaults), signed with
+	// WebhookSecret (kept in the Secret demo-webhook) when that is set.
+	WebhookURL, WebhookSecret string
 }
 
 // botValues fill manifests/bot.yaml.

@@ -135,9 +135,35 @@ func freeAddrs(n int) ([]string, error) {
 	return addrs, nil
 }
 
-// startManager runs the real operator binary against the demo's control plane, its output
-// in manager.log, and waits until it is ready.
-func (s *stack) startManager(ctx context.Context, bin, dsn string, scheduleLead time.Duration) (managerPorts, error) {
+// loopbackCIDRs are this machine's loopback addresses, which the operator's egress policy
+// refuses by default.
+const loopbackCIDRs = "127.0.0.0/8,::1/128"
+
+// managerArgs are the operator's flags in the demo. The simulated Coolify listens on loopback,
+// which its egress policy refuses by default; so does a webhook receiver on this machine
+// (--webhook-url), which Bot callbacks and webhooks may reach only with the demo's exception:
+// one no production manager should have, as it lets whoever creates a Bot reach the manager's
+// own host.
+func managerArgs(p managerPorts, dsn string, o options) []string {
+	args := []string{
+		"--leader-elect=false",
+		"--database-url=" + dsn,
+		"--bot-api-bind-address=" + p.botAPI,
+		"--bot-api-url=http://" + p.botAPI,
+		"--metrics-bind-address=" + p.metrics,
+		"--health-probe-bind-address=" + p.probes,
+		"--schedule-lead=" + o.scheduleLead.String(),
+		"--egress-allowed-cidrs=" + loopbackCIDRs,
+	}
+	if o.webhookURL != "" {
+		args = append(args, "--callback-allowed-cidrs="+loopbackCIDRs)
+	}
+	return args
+}
+
+// startManager runs the real operator binary (o.manager) against the demo's control plane,
+// its output in manager.log, and waits until it is ready.
+func (s *stack) startManager(ctx context.Context, dsn string, o options) (managerPorts, error) {
 	addrs, err := freeAddrs(3)
 	if err != nil {
 		return managerPorts{}, err
@@ -151,17 +177,7 @@ func (s *stack) startManager(ctx context.Context, bin, dsn string, scheduleLead 
 	// Stopping is cancelling runCtx: SIGTERM, as Kubernetes would send, and a kill if the
 	// operator has not exited ten seconds later.
 	runCtx, stop := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(runCtx, bin,
-		"--leader-elect=false",
-		"--database-url="+dsn,
-		"--bot-api-bind-address="+p.botAPI,
-		"--bot-api-url=http://"+p.botAPI,
-		"--metrics-bind-address="+p.metrics,
-		"--health-probe-bind-address="+p.probes,
-		"--schedule-lead="+scheduleLead.String(),
-		// The simulated Coolify listens on loopback, which the egress policy refuses by default.
-		"--egress-allowed-cidrs=127.0.0.0/8,::1/128",
-	)
+	cmd := exec.CommandContext(runCtx, o.manager, managerArgs(p, dsn, o)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a Ctrl-C in the terminal reaches the demo, which stops the
@@ -172,7 +188,7 @@ func (s *stack) startManager(ctx context.Context, bin, dsn string, scheduleLead 
 	if err := cmd.Start(); err != nil {
 		stop()
 		_ = logFile.Close()
-		return p, fmt.Errorf("starting the operator %s: %w", bin, err)
+		return p, fmt.Errorf("starting the operator %s: %w", o.manager, err)
 	}
 	s.manager = cmd
 	s.exited = make(chan struct{})

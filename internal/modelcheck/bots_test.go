@@ -123,10 +123,12 @@ func (w *world) heartbeat(c *container) {
 		case botclient.ActionExit:
 			c.exited = true
 		}
-	case http.StatusForbidden, http.StatusGone:
+	case http.StatusForbidden:
 		c.bot = "" // no longer this slot's bot: ask again
-	case http.StatusUnauthorized:
-		c.exited = true // the binding ended: its credential is refused from then on
+	case http.StatusGone, http.StatusUnauthorized:
+		// The binding ended (410: its bot ended and the slot let go of it): its credential is
+		// refused from then on.
+		c.exited = true
 	}
 }
 

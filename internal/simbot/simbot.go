@@ -51,9 +51,9 @@ const (
 	Finished Outcome = "Finished"
 	// Left: a heartbeat answered "leave"; the bot reported Leaving, CallEnded and Done.
 	Left Outcome = "Left"
-	// Exited: the operator said the bot is over (config 410, heartbeat "exit", or a heartbeat
-	// refused with 401 once the binding ended); the container stopped without reporting
-	// anything more.
+	// Exited: the operator said the bot is over (410 on any call, heartbeat "exit", or a
+	// heartbeat refused with 401 once the binding ended); the container stopped without
+	// reporting anything more.
 	Exited Outcome = "Exited"
 	// PrePulled: the container is a pool's image pre-pull (BOTPOOL_PREPULL=1): it exited at once,
 	// without a call to the bot API, as a bot image should (docs/botapi.md).
@@ -91,6 +91,12 @@ func Run(ctx context.Context, c sim.Container, b Behaviour) (Result, error) {
 	}
 	r := &run{b: b, cl: botclient.New(c.Env["BOTPOOL_API_URL"], c.Env["POOL_SLOT_UUID"], c.Env["BOTPOOL_SLOT_TOKEN"], b.HTTPClient)}
 	err := r.play(ctx)
+	if errors.Is(err, botclient.ErrGone) {
+		// Whichever call it answered (the config, a heartbeat or report once the slot let go
+		// of the ended bot): exit, without reporting anything more.
+		r.res.Outcome = Exited
+		return r.res, nil
+	}
 	return r.res, err
 }
 
@@ -103,11 +109,7 @@ type run struct {
 func (r *run) play(ctx context.Context) error {
 	// A warm slot's container waits here, woken by its binding.
 	cfg, err := r.cl.WaitForBinding(ctx, r.b.Wait)
-	if errors.Is(err, botclient.ErrGone) {
-		r.res.Outcome = Exited
-		return nil
-	}
-	if err != nil {
+	if err != nil { // ErrGone (exit) is Run's
 		return fmt.Errorf("config: %w", err)
 	}
 	if r.b.OnConfig != nil {

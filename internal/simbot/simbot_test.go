@@ -179,6 +179,18 @@ func TestRun(t *testing.T) {
 		want:  Result{Bot: "standup", Outcome: Exited, Heartbeats: 1},
 		calls: []string{"config", "JoiningCall", "InCall", "heartbeat*"},
 	}, {
+		name:  "a heartbeat answered 410 (the slot let go of the ended bot) is an exit",
+		api:   &fakeAPI{beatCodes: []int{200, 410}},
+		b:     Behaviour{MeetingLength: time.Hour, HeartbeatEvery: 5 * time.Millisecond},
+		want:  Result{Bot: "standup", Outcome: Exited, Heartbeats: 1},
+		calls: []string{"config", "JoiningCall", "InCall", "heartbeat*"},
+	}, {
+		name:  "a report answered 410 is an exit, with nothing more reported",
+		api:   &fakeAPI{statusCodes: []int{200, 410}},
+		b:     fast,
+		want:  Result{Bot: "standup", Outcome: Exited},
+		calls: []string{"config", "JoiningCall", "InCall"},
+	}, {
 		name:  "a finished bot's container exits without reporting",
 		api:   &fakeAPI{configCodes: []int{410}},
 		b:     fast,
