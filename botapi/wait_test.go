@@ -74,7 +74,7 @@ func value(c prometheus.Metric) float64 {
 
 // receive waits for an answer; within is a liveness bound, raised to a minute: a busy
 // machine only waits longer.
-func receive(t *testing.T, ch <-chan answer, within time.Duration) answer {
+func receive(t testing.TB, ch <-chan answer, within time.Duration) answer {
 	t.Helper()
 	within = max(within, time.Minute)
 	select {

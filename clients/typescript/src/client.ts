@@ -99,7 +99,8 @@ export interface BeatingResult {
   action: "leave" | "exit" | "stopped";
   /**
    * Why: the heartbeat's answer ("leave", "exit"); "bindingEnded" when the operator refused the
-   * credential (401: the slot no longer serves this bot, exit); "stopped".
+   * credential (401: the slot no longer serves this bot; 410: the bot ended and its slot let go
+   * of it; either way, exit); "stopped".
    */
   reason: "leave" | "exit" | "bindingEnded" | "stopped";
   /** The heartbeats answered. */
@@ -320,7 +321,8 @@ export class BotClient {
         if (signal?.aborted) {
           return result("stopped", "stopped"); // whatever its reason, the abort is what ended the call
         }
-        if (err instanceof BotApiError && err.unauthorized) {
+        if (err instanceof BotApiError && (err.unauthorized || err.gone)) {
+          // 401: the binding ended; 410: the bot ended and its slot let go of it.
           return { ...result("exit", "bindingEnded"), error: err };
         }
         if (!isRetryable(err)) {

@@ -44,7 +44,7 @@ export class BotApiError extends Error {
   get slotFree(): boolean {
     return this.status === 404;
   }
-  /** 410 on config (or a status report): the bot is finished, gone, or no longer this slot's; exit. */
+  /** 410: the bot is finished, gone, or no longer this slot's (on any call once its slot let go of an ended bot); exit. */
   get gone(): boolean {
     return this.status === 410;
   }

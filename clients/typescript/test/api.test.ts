@@ -315,6 +315,15 @@ describe("keepBeating", () => {
     assert.equal(end.error?.status, 401);
   });
 
+  test("resolves exit (bindingEnded) when the bot ended and its slot let go of it (410)", T, async () => {
+    const { slot, bot, client } = await claimed();
+    await server.control("POST", "/finish-bot", { bot, phase: "Done" });
+    await server.control("POST", "/release", { slot: slot.slot });
+    const end = await client.keepBeating(bot);
+    assert.deepEqual([end.action, end.reason], ["exit", "bindingEnded"]);
+    assert.equal(end.error?.status, 410);
+  });
+
   test("stops with its signal", T, async () => {
     const { bot, client } = await claimed();
     const stop = new AbortController();
