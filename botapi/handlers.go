@@ -61,9 +61,14 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 	if err := r.Context().Err(); err != nil {
 		return 0, nil, &apiError{code: http.StatusServiceUnavailable, msg: "the request ended before the answer"}
 	}
-	params, secrets, err := s.parametersOf(r.Context(), slot, bot)
-	if err != nil {
-		return 0, nil, err
+	// A binding this slot's container was handed already is refused below (409) without its
+	// parameters read: a container asking in a loop costs no Secret reads.
+	var params json.RawMessage
+	var secrets map[string]string
+	if c := bot.Status.Binding; c == nil || c.SlotUID != slot.UID {
+		if params, secrets, err = s.parametersOf(r.Context(), slot, bot); err != nil {
+			return 0, nil, err
+		}
 	}
 	cred, err := s.claim(r.Context(), slot, bot)
 	if err != nil {

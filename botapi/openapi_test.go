@@ -475,6 +475,9 @@ func testSpecConfig(t *testing.T, c *specCheck) {
 		t.Errorf("Retry-After %q on parameters that cannot be read, want 5", header.Get("Retry-After"))
 	}
 	must(t, env.Client.Create(ctx, bt.ParameterSecret(h.ns, "deepgram", true, map[string]string{"apiKey": "dg_value"})))
+	// Asked again within the Retry-After: the same answer, without another Secret read.
+	h.expect(request{method: "GET", path: paramsPath, token: withParams.token}, 503, "ParameterSecretNotFound")
+	h.clock.Step(parametersRetry)
 	cfg, err = h.client(withParams).Config(ctx)
 	if err != nil || string(cfg.Parameters) != `{"transcription":{"provider":"deepgram"}}` || cfg.SecretParameters["transcriptionKey"] != "dg_value" {
 		t.Fatalf("the claim of a bot with parameters: %s, %d secret values, %v", cfg.Parameters, len(cfg.SecretParameters), err)

@@ -3,6 +3,7 @@ package botapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -24,7 +25,44 @@ const parametersRetry = 5 * time.Second
 // claimed, so a container refused here (503: a Secret went missing or changed since the bot
 // controller checked it) keeps its binding and asks again. The values go into this answer
 // alone: nothing here logs, records or keeps them.
+//
+// A refusal is remembered for parametersRetry: a container that asks again sooner (ignoring
+// Retry-After, or in a loop) gets the same answer without another read, so no container can
+// turn its rate limit into Secret reads that the API server's budget, shared by every
+// namespace, pays for.
 func (s *Server) parametersOf(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot) (json.RawMessage, map[string]string, error) {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	last, ok := s.refused[bot.UID]
+	s.mu.Unlock()
+	if ok && now.Sub(last.at) < parametersRetry {
+		return nil, nil, last.err
+	}
+	params, secrets, err := s.readParameters(ctx, slot, bot)
+	var ae *apiError
+	if errors.As(err, &ae) {
+		s.mu.Lock()
+		if len(s.refused) >= pruneAbove {
+			for uid, r := range s.refused {
+				if now.Sub(r.at) >= parametersRetry {
+					delete(s.refused, uid)
+				}
+			}
+		}
+		s.refused[bot.UID] = refusal{at: now, err: ae}
+		s.mu.Unlock()
+	}
+	return params, secrets, err
+}
+
+// refusal is a parameters refusal and when it was given.
+type refusal struct {
+	at  time.Time
+	err *apiError
+}
+
+// readParameters reads the bot's parameters and secret parameters (parametersOf).
+func (s *Server) readParameters(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot) (json.RawMessage, map[string]string, error) {
 	var defaults *apiextensionsv1.JSON
 	pool := &v1.BotPool{}
 	switch err := s.cfg.Cache.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); {

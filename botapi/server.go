@@ -121,7 +121,10 @@ type Server struct {
 	limiters map[types.UID]*rate.Limiter
 	asked    map[types.UID]askMark // the last ask recorded per slot (see recordAsk)
 	left     map[types.UID]askMark // the last hang-up recorded per slot (see recordLeft)
-	issued   map[string]issued     // binding credentials this replica issued, by hash
+	// refused holds, per bot, the parameters refusal given last (see parametersOf): a
+	// container asking again within parametersRetry gets it without another Secret read.
+	refused map[types.UID]refusal
+	issued  map[string]issued // binding credentials this replica issued, by hash
 
 	waiters *waiters
 
@@ -157,7 +160,7 @@ func New(cfg Config) *Server {
 		cfg.sleep = sleepReal
 	}
 	return &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), limiters: map[types.UID]*rate.Limiter{},
-		asked: map[types.UID]askMark{}, left: map[types.UID]askMark{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.MaxWaitersPerNamespace, cfg.Registerer),
+		asked: map[types.UID]askMark{}, left: map[types.UID]askMark{}, refused: map[types.UID]refusal{}, issued: map[string]issued{}, waiters: newWaiters(cfg.MaxWaiters, cfg.MaxWaitersPerNamespace, cfg.Registerer),
 		authFailures: newFailureLimiter(cfg.AuthFailureRate, cfg.AuthFailureBurst)}
 }
 

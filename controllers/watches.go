@@ -25,6 +25,9 @@ package controllers
 //	Bot, any change                         ──▶  bot controller (For)           the bot API writes its phases
 //	BotPoolSlot, any change                 ──▶  the bot bound to it, before    mirror the binding, see the
 //	                                             or after (slotToBot)           slot fail or release it
+//	BotPoolSlot bound to a bot              ──▶  the other bots of the bot's    a duplicate that queued in
+//	                                             deduplication key              the same instant ends
+//	                                             (sameKeyAsBound, slotBound)
 //	BotPool spec change                     ──▶  bots with no pool yet          a new pool may serve them
 //	                                             (poolToWaitingBots)
 //	the notifier finished a callback        ──▶  its bot (WakeOnCallback,       record the outcome now, not
@@ -159,6 +162,7 @@ func setupBotController(mgr ctrl.Manager, r *bot.Reconciler) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.Bot{}).
 		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(slotToBot)).
+		Watches(&v1.BotPoolSlot{}, handler.EnqueueRequestsFromMapFunc(sameKeyAsBound(r)), builder.WithPredicates(slotBound)).
 		// A new or changed pool may serve bots that found none; its status updates cannot,
 		// and each would list every bot of the namespace.
 		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(waitingBotsOf(r)), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -175,6 +179,47 @@ func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
+}
+
+// slotBound passes the slot events in which a bot is bound to the slot.
+var slotBound = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return e.Object.(*v1.BotPoolSlot).Spec.BotRef != nil },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*v1.BotPoolSlot), e.ObjectNew.(*v1.BotPoolSlot)
+		return n.Spec.BotRef != nil && (o.Spec.BotRef == nil || o.Spec.BotRef.UID != n.Spec.BotRef.UID)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// sameKeyAsBound maps a slot just bound to a bot to the other bots that share the bot's
+// deduplication key: a duplicate that joined the queue in the same instant as the bot, before
+// either saw the other, ends as soon as the one bound holds the key (the dispatcher never
+// binds it meanwhile).
+func sameKeyAsBound(r *bot.Reconciler) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		ref := o.(*v1.BotPoolSlot).Spec.BotRef
+		var bound v1.Bot
+		if ref == nil || r.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}, &bound) != nil {
+			return nil
+		}
+		key := policy.IndexedDeduplicationKey(&bound)
+		if key == "" {
+			return nil
+		}
+		var bots v1.BotList
+		if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.MatchingFields{index.BotDeduplication: key},
+			client.UnsafeDisableDeepCopy); err != nil {
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range bots.Items {
+			if b := &bots.Items[i]; b.UID != ref.UID {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+			}
+		}
+		return reqs
+	}
 }
 
 // waitingBotsOf maps a pool to the bots of its namespace that have no pool yet.

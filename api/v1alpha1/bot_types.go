@@ -48,6 +48,7 @@ func (p BotPhase) Terminal() bool { return p == BotDone || p == BotFatal }
 
 // BotSpec is one meeting to join.
 //
+// +kubebuilder:validation:XValidation:rule="has(self.deduplicationKey) == has(oldSelf.deduplicationKey)",message="deduplicationKey is immutable: it can be neither added nor removed"
 // +kubebuilder:validation:XValidation:rule="!has(self.platform) || ((self.platform == 'google-meet') == self.meetingUrl.matches('^(?i)https://meet[.]google[.]com([:/?#]|$)') && (self.platform == 'microsoft-teams') == self.meetingUrl.matches('^(?i)https://teams[.](microsoft|live)[.]com([:/?#]|$)') && (self.platform == 'zoom') == self.meetingUrl.matches('^(?i)https://([a-z0-9-]+[.])*zoom[.]us([:/?#]|$)'))",message="platform does not match the meetingUrl: meet.google.com is google-meet, teams.microsoft.com and teams.live.com are microsoft-teams, zoom.us is zoom"
 type BotSpec struct {
 	// MeetingURL is the https link of the meeting: Google Meet (meet.google.com), Microsoft
@@ -189,6 +190,7 @@ type SecretKeyReference struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
 	// Key of the value in the Secret's data.
 	// +required

@@ -23,6 +23,15 @@ func TestMeetingKeyTellsMeetingsApart(t *testing.T) {
 			"https://teams.microsoft.com/l/meetup-join/19%3Ameeting_NjQ1ZDFj%40thread.v2/0",
 			"https://Teams.Microsoft.com/l/meetup-join/19:meeting_NjQ1ZDFj@thread.v2/0/",
 		},
+		{ // Teams' launcher and web-app links wrap the meetup-join path
+			"https://teams.microsoft.com/l/meetup-join/19%3ameeting_ZmQ5%40thread.v2/0",
+			"https://teams.microsoft.com/dl/launcher/launcher.html?url=%2F_%23%2Fl%2Fmeetup-join%2F19%3Ameeting_ZmQ5%40thread.v2%2F0%3Fcontext%3Dx&type=meetup-join&directDl=true",
+			"https://teams.microsoft.com/_#/l/meetup-join/19:meeting_ZmQ5@thread.v2/0?context=y",
+		},
+		{ // Zoom's /join form
+			"https://zoom.us/j/93012345678",
+			"https://zoom.us/join?confno=93012345678&pwd=x",
+		},
 		{ // Teams' short links: the passcode is not the meeting
 			"https://teams.microsoft.com/meet/2345678901234?p=AbCdEfGh",
 			"https://teams.microsoft.com/meet/2345678901234",
@@ -60,7 +69,20 @@ func TestMeetingKeyTellsMeetingsApart(t *testing.T) {
 			t.Errorf("%q and %q share the key %q", d[0], d[1], a)
 		}
 	}
-	if k := MeetingKey("://nope"); k != "" {
-		t.Errorf("an unparsable URL has key %q", k)
+	// Links whose meeting cannot be told have no key: never a duplicate of one another.
+	for _, u := range []string{
+		"://nope",
+		"https://zoom.us/join",
+		"https://zoom.us/join?confno=abc",
+		"https://teams.microsoft.com/dl/launcher/launcher.html",
+		"https://teams.microsoft.com/_",
+		"https://teams.microsoft.com/l/channel/19%3aabc%40thread.skype/General",
+		"https://meet.google.com/",
+		"https://meet.google.com/landing",
+		"https://zoom.us.evil.com/j/85812345678",
+	} {
+		if k := MeetingKey(u); k != "" {
+			t.Errorf("MeetingKey(%q) = %q, want none", u, k)
+		}
 	}
 }

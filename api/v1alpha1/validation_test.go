@@ -169,6 +169,15 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{name: "changed deduplication key", obj: bot(func(b *v1.Bot) { b.Spec.DeduplicationKey = "standup" }), update: func(o client.Object) {
 			o.(*v1.Bot).Spec.DeduplicationKey = "retro"
 		}, want: "deduplicationKey is immutable"},
+		{name: "deduplication key added", obj: bot(), update: func(o client.Object) {
+			o.(*v1.Bot).Spec.DeduplicationKey = "standup"
+		}, want: "deduplicationKey is immutable: it can be neither added nor removed"},
+		{name: "deduplication key removed", obj: bot(func(b *v1.Bot) { b.Spec.DeduplicationKey = "standup" }), update: func(o client.Object) {
+			o.(*v1.Bot).Spec.DeduplicationKey = ""
+		}, want: "deduplicationKey is immutable: it can be neither added nor removed"},
+		{name: "secret parameter of a Secret that cannot exist", obj: bot(func(b *v1.Bot) {
+			b.Spec.SecretParameters = []v1.SecretParameter{{Name: "apiKey", SecretKeyRef: v1.SecretKeyReference{Name: "a/b", Key: "k"}}}
+		}), want: "spec.secretParameters[0].secretKeyRef.name: Invalid value: \"a/b\""},
 		{name: "unknown deduplication", obj: pool(func(p *v1.BotPool) { p.Spec.Deduplication = "Everything" }),
 			want: "spec.deduplication: Unsupported value: \"Everything\""},
 		{name: "changed meeting URL", obj: bot(), update: func(o client.Object) {

@@ -257,9 +257,6 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 			fmt.Sprintf("No BotPool serves this bot: create a %s pool in namespace %s, or name one in spec.poolRef", platformOf(bot), bot.Namespace))
 	}
 	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
-	if ended, err := r.endDuplicate(ctx, bot, pool); err != nil || ended {
-		return err
-	}
 	if err := r.checkParameters(ctx, s, pool); err != nil {
 		return err
 	}
@@ -293,6 +290,11 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 		// A status written by hand (or restored from a backup) says Queued without queuedAt:
 		// the wait starts now instead of the reconcile panicking on it, for good.
 		st.QueuedAt = &metav1.Time{Time: now}
+	}
+	// One bot per meeting, judged as the bot joins the queue (a scheduled bot holds no key
+	// until then): the dispatcher never binds a duplicate, and this ends it.
+	if ended, err := r.endDuplicate(ctx, bot, pool); err != nil || ended {
+		return err
 	}
 	if st.Phase == v1.BotQueued && st.Binding != nil {
 		if ended := r.claimedWhileQueued(s, now); ended {

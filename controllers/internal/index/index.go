@@ -17,8 +17,8 @@ const (
 	BotPool = "status.pool"
 	// SlotBotUID indexes BotPoolSlots by spec.botRef.uid: the slot a bot is bound to.
 	SlotBotUID = "spec.botRef.uid"
-	// BotDeduplication indexes Bots by policy.IndexedDeduplicationKey: the bots that may share
-	// a deduplication key.
+	// BotDeduplication indexes the Bots that have not ended by policy.IndexedDeduplicationKey:
+	// the bots that may share a deduplication key.
 	BotDeduplication = "deduplication"
 )
 
@@ -46,7 +46,11 @@ func Setup(ctx context.Context, indexer client.FieldIndexer) error {
 		return err
 	}
 	return indexer.IndexField(ctx, &v1.Bot{}, BotDeduplication, func(o client.Object) []string {
-		if key := policy.IndexedDeduplicationKey(o.(*v1.Bot)); key != "" {
+		b := o.(*v1.Bot)
+		if b.Status.Phase.Terminal() {
+			return nil // holds no key: a meeting's history need not be read for its next bot
+		}
+		if key := policy.IndexedDeduplicationKey(b); key != "" {
 			return []string{key}
 		}
 		return nil

@@ -30,8 +30,11 @@ func IndexedDeduplicationKey(bot *v1.Bot) string {
 
 // Holder is, of bots that share a deduplication key, the one that holds it and may be
 // bound: one bound already (bound says which are: a slot's botRef, or a wave's binding the
-// cache may not show yet), else the one created first (then by name). A bot that ended holds
-// nothing, nor does a deleted one that is not bound. Every other bot of the key ends Fatal,
+// cache may not show yet), else the one created first (then by name) of those in the queue.
+// Only a bot in the queue or past it holds a key: one that ended holds nothing, nor does one
+// still Pending or Scheduled (tomorrow's bot for a meeting that recurs under one link must not
+// end today's), nor one not bound that is deleted or waits for its parameters (a bot that
+// cannot start must not keep a corrected one out). Every other bot of the key ends Fatal,
 // Duplicate, and is never bound: the dispatcher and the bot controller, deciding from the
 // same cache, name the same holder, and while one of them does not see a bot yet the
 // dispatcher binds the bot it does see and the other one finds it bound. nil when none holds.
@@ -39,11 +42,11 @@ func Holder(bots []*v1.Bot, bound func(*v1.Bot) bool) *v1.Bot {
 	var holder *v1.Bot
 	holderBound := false
 	for _, b := range bots {
-		if b.Status.Phase.Terminal() {
+		if !HoldsKeys(b) {
 			continue
 		}
 		isBound := bound(b)
-		if !isBound && !b.DeletionTimestamp.IsZero() {
+		if !isBound && (!b.DeletionTimestamp.IsZero() || b.ParametersHeld()) {
 			continue
 		}
 		switch {
@@ -63,4 +66,14 @@ func createdBefore(a, b *v1.Bot) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Name < b.Name
+}
+
+// HoldsKeys reports whether the bot's phase lets it hold a deduplication key: it is in the
+// queue or past it, and has not ended.
+func HoldsKeys(b *v1.Bot) bool {
+	switch b.Status.Phase {
+	case "", v1.BotPending, v1.BotScheduled:
+		return false
+	}
+	return !b.Status.Phase.Terminal()
 }
