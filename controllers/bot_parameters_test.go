@@ -193,11 +193,11 @@ func parametersReachTheContainer(t *testing.T, mode v1.StandbyMode) {
 		t.Errorf("the metrics (%d bytes) hold the secret value, or there are none to look at", text.Len())
 	}
 	// ... the Events and the logs, at every level.
-	if events.found.Load() || events.seen.Load() == 0 {
-		t.Errorf("Events: the secret value in one of %d", events.seen.Load())
+	if events.Found() || events.Seen() == 0 {
+		t.Errorf("Events: the secret value in one of %d", events.Seen())
 	}
-	if logs.Found() || logs.Lines() == 0 {
-		t.Errorf("logs: the secret value in one of %d lines", logs.Lines())
+	if logs.Found() || logs.Seen() == 0 {
+		t.Errorf("logs: the secret value in one of %d lines", logs.Seen())
 	}
 }
 

@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,48 +235,14 @@ func (discardEvents) Eventf(regarding, related runtime.Object, _, reason, _, not
 	if related != nil {
 		related.GetObjectKind()
 	}
-	eventTap.see(reason + " " + fmt.Sprintf(note, args...))
+	eventTaps.See([]byte(reason + " " + fmt.Sprintf(note, args...)))
 }
 
-// eventTap hands every Event's reason and message to the watches of watchEvents.
-var eventTap eventWatches
-
-type eventWatches struct {
-	mu      sync.Mutex
-	watches []*eventWatch
-}
-
-// eventWatch looks for a string in every Event recorded while it is registered.
-type eventWatch struct {
-	needle string
-	found  atomic.Bool
-	seen   atomic.Int64 // Events seen: a watch that saw none proves nothing
-}
-
-func (e *eventWatches) see(text string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, w := range e.watches {
-		w.seen.Add(1)
-		if strings.Contains(text, w.needle) {
-			w.found.Store(true)
-		}
-	}
-}
+// eventTaps are shown every Event's reason and message (watchEvents).
+var eventTaps kubetest.Taps
 
 // watchEvents watches the Events of every manager of the suite for needle until t ends.
-func watchEvents(t testing.TB, needle string) *eventWatch {
-	w := &eventWatch{needle: needle}
-	eventTap.mu.Lock()
-	eventTap.watches = append(eventTap.watches, w)
-	eventTap.mu.Unlock()
-	t.Cleanup(func() {
-		eventTap.mu.Lock()
-		defer eventTap.mu.Unlock()
-		eventTap.watches = slices.DeleteFunc(eventTap.watches, func(x *eventWatch) bool { return x == w })
-	})
-	return w
-}
+func watchEvents(t testing.TB, needle string) *kubetest.Watch { return eventTaps.Watch(t, needle) }
 
 // Builders.
 
