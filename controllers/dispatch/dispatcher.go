@@ -332,7 +332,7 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 			delete(d.bound, uid) // the cache shows it now, or it never will
 		}
 	}
-	holders := d.holders(pool, bots.Items, held)
+	keys, holders := d.holders(pool, bots.Items, held)
 	for i := range bots.Items {
 		b := &bots.Items[i]
 		if w, ok := d.bound[b.UID]; ok {
@@ -350,8 +350,8 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 		if b.Status.Phase != v1.BotQueued || !b.DeletionTimestamp.IsZero() || held[b.UID] || b.Status.Binding != nil {
 			continue
 		}
-		switch key := policy.DeduplicationKey(b, pool); {
-		case key != "" && holders[key] != b.UID:
+		switch key, keyed := keys[b.UID]; {
+		case keyed && holders[key] != b.UID:
 			// Another bot holds its key: never bound, and ended by the bot controller.
 		case b.ParametersHeld():
 			waiting = append(waiting, b)
@@ -364,30 +364,35 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 	return queue, waiting, nil
 }
 
-// holders is, per deduplication key of the pool's bots, the bot that holds it (policy.Holder),
-// counting as bound the bots held by a slot (held) and by a wave of ours the cache does not
-// show yet. The caller holds d.mu.
-func (d *Dispatcher) holders(pool *v1.BotPool, bots []v1.Bot, held map[types.UID]bool) map[string]types.UID {
+// holders is the deduplication key of each of the pool's bots that has one (keys), and per key
+// the bot that holds it (policy.Holder), counting as bound the bots held by a slot (held) and
+// by a wave of ours the cache does not show yet. Each key is computed once a wave. The caller
+// holds d.mu.
+func (d *Dispatcher) holders(pool *v1.BotPool, bots []v1.Bot, held map[types.UID]bool) (keys map[types.UID]string, holders map[string]types.UID) {
 	byKey := map[string][]*v1.Bot{}
 	for i := range bots {
 		if key := policy.DeduplicationKey(&bots[i], pool); key != "" {
+			if keys == nil {
+				keys = map[types.UID]string{}
+			}
+			keys[bots[i].UID] = key
 			byKey[key] = append(byKey[key], &bots[i])
 		}
 	}
 	if len(byKey) == 0 {
-		return nil
+		return nil, nil
 	}
 	bound := func(b *v1.Bot) bool {
 		_, ours := d.bound[b.UID]
 		return held[b.UID] || ours
 	}
-	out := make(map[string]types.UID, len(byKey))
+	holders = make(map[string]types.UID, len(byKey))
 	for key, bots := range byKey {
 		if h := policy.Holder(bots, bound); h != nil {
-			out[key] = h.UID
+			holders[key] = h.UID
 		}
 	}
-	return out
+	return keys, holders
 }
 
 // pickSlots chooses the slot each bot at the head of the queue takes, from the free slots

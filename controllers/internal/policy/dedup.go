@@ -9,11 +9,10 @@ import (
 // key of its meeting URL (v1.MeetingKey); "" for none. IndexedDeduplicationKey is the same key
 // without the pool, as the cache indexes it.
 func DeduplicationKey(bot *v1.Bot, pool *v1.BotPool) string {
-	key := IndexedDeduplicationKey(bot)
 	if bot.Spec.DeduplicationKey == "" && (pool == nil || pool.Spec.Deduplication != v1.DeduplicationMeetingURL) {
-		return ""
+		return "" // no URL to parse: a wave asks this of every bot of its pool
 	}
-	return key
+	return IndexedDeduplicationKey(bot)
 }
 
 // IndexedDeduplicationKey is the key DeduplicationKey gives the bot in a pool that
