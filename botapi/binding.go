@@ -200,7 +200,9 @@ func (s *Server) authenticateBinding(r *http.Request) (*v1.Bot, *v1.BotPoolSlot,
 		return nil, nil, errorf(http.StatusForbidden, "this credential does not authorize bot "+name)
 	}
 	slot := &v1.BotPoolSlot{}
-	err = s.cfg.Cache.Get(r.Context(), client.ObjectKey{Namespace: bot.Namespace, Name: claim.SlotName}, slot, client.UnsafeDisableDeepCopy)
+	// The slot lives in its pool's namespace: another than the bot's when the pool is shared.
+	slotKey := client.ObjectKey{Namespace: bot.PoolKey().Namespace, Name: claim.SlotName}
+	err = s.cfg.Cache.Get(r.Context(), slotKey, slot, client.UnsafeDisableDeepCopy)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, nil, err
 	}

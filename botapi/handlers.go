@@ -49,7 +49,7 @@ func (s *Server) handleConfig(_ http.ResponseWriter, r *http.Request) (int, any,
 	if ref == nil {
 		return 0, nil, errorf(http.StatusNotFound, "no bot is bound to this slot yet")
 	}
-	bot, err := s.boundBotOf(r.Context(), slot.Namespace, ref)
+	bot, err := s.boundBotOf(r.Context(), slot)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -169,9 +169,10 @@ func (s *Server) recordLeft(ctx context.Context, slot *v1.BotPoolSlot, since tim
 // binding before the Bot (two informers; a waiting request is woken by the slot's): a bot the
 // cache lacks, or holds under another uid, is read from the API server before the container is
 // told that its bot is gone.
-func (s *Server) boundBotOf(ctx context.Context, namespace string, ref *v1.BotReference) (*v1.Bot, error) {
+func (s *Server) boundBotOf(ctx context.Context, slot *v1.BotPoolSlot) (*v1.Bot, error) {
+	ref := slot.Spec.BotRef
 	gone := errorf(http.StatusGone, "bot "+ref.Name+" no longer exists: exit")
-	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
+	key := slot.BotKey() // a bot of another namespace when the pool is shared
 	bot := &v1.Bot{}
 	err := s.cfg.Cache.Get(ctx, key, bot)
 	if err == nil && bot.UID == ref.UID {

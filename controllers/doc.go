@@ -52,5 +52,8 @@
 // slot's token Secret; a token is replaced, never updated).
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// Namespaces: get, list and watch, for their labels: a pool with allowedNamespaces from:
+// Selector admits the namespaces they match (controllers/internal/tenancy).
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 package controllers

@@ -109,7 +109,10 @@ func newOwnershipWorld(t *testing.T, slot *v1.BotPoolSlot, b *v1.Bot) *ownership
 			}
 			return nil
 		}).
-		WithIndex(&v1.Bot{}, index.BotPool, func(o client.Object) []string { return []string{o.(*v1.Bot).Status.Pool} }).
+		WithIndex(&v1.Bot{}, index.BotPool, func(o client.Object) []string {
+			pool := o.(*v1.Bot).PoolKey()
+			return []string{index.PoolKey(pool.Namespace, pool.Name)}
+		}).
 		Build()
 	w := &ownershipWorld{t: t, clk: clk, base: base, writes: map[string][]string{},
 		api:  &ownershipAPI{app: coolify.Application{UUID: slot.Status.ApplicationUUID, Name: slot.Name, Status: "running:healthy"}},

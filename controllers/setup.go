@@ -22,6 +22,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/deploygate"
 	"botpool.dev/botpool/controllers/internal/index"
 	"botpool.dev/botpool/controllers/internal/metrics"
+	"botpool.dev/botpool/controllers/internal/tenancy"
 	poolctrl "botpool.dev/botpool/controllers/pool"
 	slotctrl "botpool.dev/botpool/controllers/slot"
 	"botpool.dev/botpool/internal/cachelag"
@@ -159,8 +160,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, deps Deps, o Options) (*Contro
 		Bots: &bot.Reconciler{
 			Client: wc, Clock: clk, Recorder: deps.Recorder, Store: deps.Store, Metrics: deps.Metrics,
 			ScheduleLead: o.ScheduleLead, Writes: writes, Reservations: reservations, Secrets: deps.APIReader,
+			Admission: tenancy.Admission{Reader: wc},
 		},
-		Dispatcher: &dispatch.Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes, Reservations: reservations},
+		Dispatcher: &dispatch.Dispatcher{Client: wc, Clock: clk, Metrics: deps.Metrics, Writes: writes, Reservations: reservations,
+			Admission: tenancy.Admission{Reader: wc}},
 	}
 	// The gate wakes the slots it refused when a deployment ends; the slot controller watches
 	// the channel. A full channel skips wake-ups (the gate retry covers them).

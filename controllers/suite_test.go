@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -236,6 +237,47 @@ func (discardEvents) Eventf(regarding, related runtime.Object, _, reason, _, not
 		related.GetObjectKind()
 	}
 	eventTaps.See([]byte(reason + " " + fmt.Sprintf(note, args...)))
+	if o, ok := regarding.(metav1.Object); ok {
+		if log, ok := eventLogs.Load(o.GetNamespace()); ok {
+			log.(*eventLog).add(recordedEvent{Reason: reason, Note: fmt.Sprintf(note, args...), Related: related})
+		}
+	}
+}
+
+// eventLogs holds the eventLog of each namespace a test records the Events of.
+var eventLogs sync.Map
+
+// recordedEvent is an Event the manager emitted about an object of a recorded namespace.
+type recordedEvent struct {
+	Reason, Note string
+	Related      runtime.Object
+}
+
+// eventLog is the Events of one namespace's objects, as the recorder was given them.
+type eventLog struct {
+	mu     sync.Mutex
+	events []recordedEvent
+}
+
+func (l *eventLog) add(e recordedEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+// All is a copy of the Events recorded so far.
+func (l *eventLog) All() []recordedEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]recordedEvent(nil), l.events...)
+}
+
+// recordEvents records the Events about objects of namespace ns until t ends.
+func recordEvents(t testing.TB, ns string) *eventLog {
+	l := &eventLog{}
+	eventLogs.Store(ns, l)
+	t.Cleanup(func() { eventLogs.Delete(ns) })
+	return l
 }
 
 // eventTaps are shown every Event's reason and message (watchEvents).

@@ -28,8 +28,12 @@ package controllers
 //	BotPoolSlot bound to a bot              ──▶  the other bots of the bot's    a duplicate that queued in
 //	                                             deduplication key              the same instant ends
 //	                                             (sameKeyAsBound, slotBound)
-//	BotPool spec change                     ──▶  bots with no pool yet          a new pool may serve them
-//	                                             (poolToWaitingBots)
+//	BotPool spec change                     ──▶  bots with no pool yet, and     a new pool may serve them;
+//	                                             those of other namespaces      a shared one may admit
+//	                                             routed to it (waitingBotsOf)   their namespace no longer
+//	Namespace labels change                 ──▶  its bots that wait with no     a pool selecting namespaces
+//	                                             pool or in another namespace's by label admits it now, or
+//	                                             pool (botsOfNamespace)         no longer
 //	the notifier finished a callback        ──▶  its bot (WakeOnCallback,       record the outcome now, not
 //	                                             CallbackDone)                  on the recheck timer
 //
@@ -49,8 +53,10 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -87,11 +93,11 @@ func setupPoolController(mgr ctrl.Manager, r *poolctrl.Reconciler) error {
 }
 
 func botToPool(_ context.Context, o client.Object) []reconcile.Request {
-	bot := o.(*v1.Bot)
-	if bot.Status.Pool == "" {
+	pool := o.(*v1.Bot).PoolKey()
+	if pool.Name == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: bot.Namespace, Name: bot.Status.Pool}}}
+	return []reconcile.Request{{NamespacedName: pool}}
 }
 
 // botQueueChanged passes the bot events that can change a pool's demand: a bot that enters
@@ -101,7 +107,7 @@ func botToPool(_ context.Context, o client.Object) []reconcile.Request {
 var botQueueChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.Bot), e.ObjectNew.(*v1.Bot)
-		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.Status.Pool != n.Status.Pool ||
+		return (o.Status.Phase == v1.BotQueued) != (n.Status.Phase == v1.BotQueued) || o.PoolKey() != n.PoolKey() ||
 			policy.Reserved(o) != policy.Reserved(n) || o.ParametersHeld() != n.ParametersHeld()
 	},
 }
@@ -139,11 +145,12 @@ var botLetGo = predicate.Funcs{
 	DeleteFunc: func(event.DeleteEvent) bool { return true },
 }
 
-// slotsOfBot maps a bot to the slots bound to it (by the slot index on spec.botRef.uid).
+// slotsOfBot maps a bot to the slots bound to it (by the slot index on spec.botRef.uid), of
+// every namespace: a shared pool's slots live in the pool's.
 func slotsOfBot(r *slotctrl.Reconciler) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var slots v1.BotPoolSlotList
-		if err := r.Client.List(ctx, &slots, client.InNamespace(o.GetNamespace()), client.MatchingFields{index.SlotBotUID: string(o.GetUID())}); err != nil {
+		if err := r.Client.List(ctx, &slots, client.MatchingFields{index.SlotBotUID: string(o.GetUID())}); err != nil {
 			return nil
 		}
 		reqs := make([]reconcile.Request, 0, len(slots.Items))
@@ -166,6 +173,8 @@ func setupBotController(mgr ctrl.Manager, r *bot.Reconciler) error {
 		// A new or changed pool may serve bots that found none; its status updates cannot,
 		// and each would list every bot of the namespace.
 		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(waitingBotsOf(r)), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A pool that selects namespaces by label admits one, or no longer, as its labels change.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(botsOfNamespace(r)), builder.WithPredicates(labelsChanged)).
 		WithOptions(share.Options(mgr, errorBackoff()))
 	if r.CallbackDone != nil {
 		b = b.WatchesRawSource(source.Channel(r.CallbackDone, &handler.EnqueueRequestForObject{}))
@@ -174,11 +183,11 @@ func setupBotController(mgr ctrl.Manager, r *bot.Reconciler) error {
 }
 
 func slotToBot(_ context.Context, o client.Object) []reconcile.Request {
-	ref := o.(*v1.BotPoolSlot).Spec.BotRef
-	if ref == nil {
+	bot := o.(*v1.BotPoolSlot).BotKey()
+	if bot.Name == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
+	return []reconcile.Request{{NamespacedName: bot}}
 }
 
 // slotBound passes the slot events in which a bot is bound to the slot.
@@ -198,9 +207,10 @@ var slotBound = predicate.Funcs{
 // binds it meanwhile).
 func sameKeyAsBound(r *bot.Reconciler) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		ref := o.(*v1.BotPoolSlot).Spec.BotRef
+		slot := o.(*v1.BotPoolSlot)
+		ref := slot.Spec.BotRef
 		var bound v1.Bot
-		if ref == nil || r.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}, &bound) != nil {
+		if ref == nil || r.Client.Get(ctx, slot.BotKey(), &bound) != nil {
 			return nil
 		}
 		key := policy.IndexedDeduplicationKey(&bound)
@@ -208,7 +218,8 @@ func sameKeyAsBound(r *bot.Reconciler) handler.MapFunc {
 			return nil
 		}
 		var bots v1.BotList
-		if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.MatchingFields{index.BotDeduplication: key},
+		// Keys are a namespace's: two tenants' bots in one meeting are no duplicates.
+		if err := r.Client.List(ctx, &bots, client.InNamespace(bound.Namespace), client.MatchingFields{index.BotDeduplication: key},
 			client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
@@ -222,21 +233,67 @@ func sameKeyAsBound(r *bot.Reconciler) handler.MapFunc {
 	}
 }
 
-// waitingBotsOf maps a pool to the bots of its namespace that have no pool yet.
+// waitingBotsOf maps a pool to the bots it may now serve or refuse: those with no pool yet, of
+// its namespace (of every namespace when it is shared), and those of other namespaces routed
+// to it (it may admit their namespace no longer).
 func waitingBotsOf(r *bot.Reconciler) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		pool := o.(*v1.BotPool)
+		var reqs []reconcile.Request
 		var bots v1.BotList
-		if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+		opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+		if !policy.Shared(pool) {
+			opts = append(opts, client.InNamespace(pool.Namespace))
+		}
+		if err := r.Client.List(ctx, &bots, opts...); err != nil {
 			return nil
 		}
-		var reqs []reconcile.Request
 		for i := range bots.Items {
 			if b := &bots.Items[i]; b.Status.Pool == "" && !b.Status.Phase.Terminal() {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
 			}
 		}
+		if err := r.Client.List(ctx, &bots, index.BotsOf(pool), client.UnsafeDisableDeepCopy); err != nil {
+			return reqs
+		}
+		for i := range bots.Items {
+			if b := &bots.Items[i]; b.Namespace != pool.Namespace && !b.Status.Phase.Terminal() {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+			}
+		}
 		return reqs
 	}
+}
+
+// botsOfNamespace maps a namespace whose labels changed to its bots that wait, with no pool
+// or in a pool of another namespace: a pool that selects namespaces by label may admit it now,
+// or no longer.
+func botsOfNamespace(r *bot.Reconciler) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var bots v1.BotList
+		if err := r.Client.List(ctx, &bots, client.InNamespace(o.GetName()), client.UnsafeDisableDeepCopy); err != nil {
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range bots.Items {
+			b := &bots.Items[i]
+			if b.Status.Phase.Terminal() || b.Status.SlotName != "" || b.Status.Pool != "" && b.Status.PoolNamespace == "" {
+				continue
+			}
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+		}
+		return reqs
+	}
+}
+
+// labelsChanged passes the updates of an object whose labels changed.
+var labelsChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // setupDispatcher registers the dispatcher: a wave runs when a pool's slot turns free or a

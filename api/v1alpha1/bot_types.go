@@ -116,8 +116,10 @@ type BotSpec struct {
 	// +optional
 	Webhook *Webhook `json:"webhook,omitempty"`
 
-	// PoolRef picks a pool by name; without it the bot goes to a pool of its platform in its
-	// namespace.
+	// PoolRef picks a pool by name, in the bot's namespace or (with namespace) in another one
+	// that admits it (the pool's spec.allowedNamespaces). Without it the bot goes to a pool of
+	// its platform in its own namespace, else to a pool of another namespace shared with it;
+	// see docs/tenancy.md.
 	// +optional
 	PoolRef *PoolReference `json:"poolRef,omitempty"`
 
@@ -231,13 +233,20 @@ type AutomaticLeave struct {
 	InactivityTimeout Duration `json:"inactivityTimeout,omitempty"`
 }
 
-// PoolReference names a BotPool in the bot's namespace.
+// PoolReference names a BotPool, in the bot's namespace unless it says another.
 type PoolReference struct {
 	// Name of the BotPool.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+
+	// Namespace of the BotPool; the bot's own when empty. A pool of another namespace serves
+	// the bot only while its spec.allowedNamespaces admits the bot's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="namespace must be a namespace name (a DNS label such as team-a)"
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // BotReservation is the window a reservation holds a slot of a pool for.
@@ -268,6 +277,12 @@ type BotStatus struct {
 	// Pool is the BotPool serving the bot.
 	// +optional
 	Pool string `json:"pool,omitempty"`
+
+	// PoolNamespace is the namespace of Pool when it is not the bot's own (a pool shared with
+	// the bot's namespace); empty otherwise.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	PoolNamespace string `json:"poolNamespace,omitempty"`
 
 	// SlotName mirrors the BotPoolSlot whose spec.botRef names this bot; kept after release.
 	// +optional

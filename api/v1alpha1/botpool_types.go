@@ -187,12 +187,50 @@ type BotPoolSpec struct {
 	// +kubebuilder:validation:Enum=None;MeetingURL
 	Deduplication Deduplication `json:"deduplication,omitempty"`
 
+	// AllowedNamespaces says whose Bots the pool serves, as a Gateway's listeners say whose
+	// routes they take: Same (the default) its own namespace's only; Selector also those of the
+	// namespaces whose labels match selector; All every namespace's. A Bot of another namespace
+	// reaches the pool by spec.poolRef (with namespace) or, naming none, when no pool of its
+	// own namespace serves its platform. A namespace the pool stops admitting gets no new
+	// binding (its waiting bots go back to Pending, PoolNotAllowed); its running bots keep
+	// their slots to their end. See docs/tenancy.md.
+	// +optional
+	AllowedNamespaces *AllowedNamespaces `json:"allowedNamespaces,omitempty"`
+
 	// UpdateStrategy bounds how a rollout (a change of image, imageTag, resources, the
 	// slotEnvFrom Secret's content or the botpool.dev/restartedAt annotation) takes ready slots
 	// away and how many it may add. Set by the user; the defaults keep minIdle slots ready.
 	// +optional
 	// +kubebuilder:default={}
 	UpdateStrategy UpdateStrategy `json:"updateStrategy,omitempty"`
+}
+
+// NamespacesFrom says which namespaces a pool admits: Same, Selector or All.
+// +kubebuilder:validation:Enum=Same;Selector;All
+type NamespacesFrom string
+
+const (
+	// NamespacesSame admits the pool's own namespace only.
+	NamespacesSame NamespacesFrom = "Same"
+	// NamespacesSelector admits the pool's namespace and those whose labels match the selector.
+	NamespacesSelector NamespacesFrom = "Selector"
+	// NamespacesAll admits every namespace.
+	NamespacesAll NamespacesFrom = "All"
+)
+
+// AllowedNamespaces says whose Bots a pool serves.
+// +kubebuilder:validation:XValidation:rule="(self.from == 'Selector') == has(self.selector)",message="set selector with from: Selector, and only then"
+type AllowedNamespaces struct {
+	// From is Same, Selector or All.
+	// +optional
+	// +kubebuilder:default=Same
+	From NamespacesFrom `json:"from,omitempty"`
+
+	// Selector picks the admitted namespaces by their labels (with from: Selector). The
+	// kubernetes.io/metadata.name label, which the API server sets on every namespace, picks
+	// namespaces by name.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
 // Deduplication says which bots of a pool have a deduplication key: None (only those that set

@@ -70,11 +70,17 @@ type BotPoolSlotSpec struct {
 // BotReference identifies a Bot by name and uid, so a Bot deleted and re-created under the
 // same name is never mistaken for the one that was bound.
 type BotReference struct {
-	// Name of the Bot in the slot's namespace.
+	// Name of the Bot.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+
+	// Namespace of the Bot when it is not the slot's own: a bot of a namespace the pool is
+	// shared with (spec.allowedNamespaces of the pool).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
 
 	// UID of the Bot.
 	// +required

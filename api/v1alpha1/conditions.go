@@ -81,6 +81,10 @@ const (
 	// ReasonPoolNotFound: no BotPool serves the bot: its Ready reason while it waits for one,
 	// and the Stalled reason of a slot whose pool is gone.
 	ReasonPoolNotFound BotReason = "PoolNotFound"
+	// ReasonPoolNotAllowed: the pool the bot names (or the shared pool it was routed to)
+	// does not admit the bot's namespace (its spec.allowedNamespaces), or admits it no longer:
+	// the bot's Ready reason while it waits in Pending. A bot already bound keeps its slot.
+	ReasonPoolNotAllowed BotReason = "PoolNotAllowed"
 	// ReasonBotReported: the bot reported Fatal without a reason of its own.
 	ReasonBotReported BotReason = "BotReported"
 	// ReasonDuplicate: another Bot of the pool with the same deduplication key holds the

@@ -178,6 +178,20 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{name: "secret parameter of a Secret that cannot exist", obj: bot(func(b *v1.Bot) {
 			b.Spec.SecretParameters = []v1.SecretParameter{{Name: "apiKey", SecretKeyRef: v1.SecretKeyReference{Name: "a/b", Key: "k"}}}
 		}), want: "spec.secretParameters[0].secretKeyRef.name: Invalid value: \"a/b\""},
+		{name: "pool namespace that is no namespace name", obj: bot(func(b *v1.Bot) { b.Spec.PoolRef = &v1.PoolReference{Name: "p", Namespace: "Team_A"} }),
+			want: "namespace must be a namespace name"},
+		{name: "allowedNamespaces Selector without a selector", obj: pool(func(p *v1.BotPool) {
+			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: v1.NamespacesSelector}
+		}), want: "set selector with from: Selector, and only then"},
+		{name: "allowedNamespaces All with a selector", obj: pool(func(p *v1.BotPool) {
+			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: v1.NamespacesAll, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}
+		}), want: "set selector with from: Selector, and only then"},
+		{name: "allowedNamespaces selector without from", obj: pool(func(p *v1.BotPool) {
+			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}
+		}), want: "set selector with from: Selector, and only then"},
+		{name: "allowedNamespaces from Other", obj: pool(func(p *v1.BotPool) {
+			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: "Other"}
+		}), want: "spec.allowedNamespaces.from: Unsupported value: \"Other\""},
 		{name: "unknown deduplication", obj: pool(func(p *v1.BotPool) { p.Spec.Deduplication = "Everything" }),
 			want: "spec.deduplication: Unsupported value: \"Everything\""},
 		{name: "changed meeting URL", obj: bot(), update: func(o client.Object) {
@@ -364,6 +378,14 @@ func TestValidObjectsAreAccepted(t *testing.T) {
 		})},
 		{name: "queueTimeout exactly 10m", obj: bot(func(b *v1.Bot) { b.Spec.QueueTimeout = "10m" })},
 		{name: "start attempts at the bounds", obj: bot(func(b *v1.Bot) { b.Spec.MaxStartAttempts = 10 })},
+		{name: "a pool of another namespace", obj: bot(func(b *v1.Bot) { b.Spec.PoolRef = &v1.PoolReference{Name: "shared", Namespace: "platform"} })},
+		{name: "a pool shared by namespace labels", obj: pool(func(p *v1.BotPool) {
+			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: v1.NamespacesSelector, Selector: &metav1.LabelSelector{
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "botpool.dev/tenant", Operator: metav1.LabelSelectorOpExists}}}}
+		})},
+		{name: "a pool shared with every namespace", obj: pool(func(p *v1.BotPool) {
+			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: v1.NamespacesAll}
+		})},
 		{name: "a pool that never retries", obj: pool(func(p *v1.BotPool) { p.Spec.MaxStartAttempts = 1 })},
 		{name: "pool by environment uuid", obj: pool(func(p *v1.BotPool) {
 			p.Spec.Coolify.EnvironmentName = ""

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -27,6 +28,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
+	"botpool.dev/botpool/controllers/internal/tenancy"
 	"botpool.dev/botpool/internal/cachelag"
 	"botpool.dev/botpool/store"
 )
@@ -65,6 +67,8 @@ type Reconciler struct {
 	// CallbackDone wakes the bot whose callback the notifier finished (WakeOnCallback), so its
 	// outcome reaches status.callback at once; nil relies on the periodic recheck.
 	CallbackDone <-chan event.GenericEvent
+	// Admission says whether a pool admits the bot's namespace (spec.allowedNamespaces).
+	Admission tenancy.Admission
 	// Store holds heartbeats and the bots' projection.
 	Store Liveness
 	// Webhooks is the outbox of webhook messages (spec.webhook, the pool's webhookDefaults);
@@ -202,7 +206,7 @@ func (r *Reconciler) running(ctx context.Context, s *botScope, slot *v1.BotPoolS
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: slot.Namespace, Name: slot.Spec.Pool}, pool); client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	st.Pool = slot.Spec.Pool
+	bot.SetPool(&v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: slot.Namespace, Name: slot.Spec.Pool}})
 	if pool.Spec.Platform != "" {
 		st.Platform = pool.Spec.Platform
 	}
@@ -220,7 +224,7 @@ func (r *Reconciler) running(ctx context.Context, s *botScope, slot *v1.BotPoolS
 		// The slot failed under the bot: the bot ends with the slot's reason (saying which
 		// start it was, when it was a failed start), and its end lets the slot release it and
 		// recover.
-		msg := slot.Status.Message
+		msg := policy.SlotMessage(bot, slot)
 		if s.attempt != nil {
 			msg = startMessage(bot, pool, msg)
 		}
@@ -247,16 +251,23 @@ func (r *Reconciler) running(ctx context.Context, s *botScope, slot *v1.BotPoolS
 // until its queue time runs out; binding is the dispatcher's.
 func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) error {
 	bot, st := s.bot, &s.bot.Status
-	pool, err := r.resolvePool(ctx, bot)
+	pool, refused, err := r.resolvePool(ctx, bot)
 	if err != nil {
 		return err
 	}
 	if pool == nil {
-		st.Phase = v1.BotPending
+		// Out of the queue until a pool serves it: a bot its pool stopped admitting leaves
+		// its place, and takes a new one at the back when a pool admits it again.
+		st.Phase, st.QueuePosition, st.EstimatedWait = v1.BotPending, 0, nil
+		bot.ClearPool()
+		if refused != "" {
+			return pass.WaitFor(noPoolRetry, string(v1.ReasonPoolNotAllowed), refused)
+		}
 		return pass.WaitFor(noPoolRetry, string(v1.ReasonPoolNotFound),
 			fmt.Sprintf("No BotPool serves this bot: create a %s pool in namespace %s, or name one in spec.poolRef", platformOf(bot), bot.Namespace))
 	}
-	st.Pool, st.Platform = pool.Name, pool.Spec.Platform
+	bot.SetPool(pool)
+	st.Platform = pool.Spec.Platform
 	if err := r.checkParameters(ctx, s, pool); err != nil {
 		return err
 	}
@@ -333,6 +344,11 @@ func (r *Reconciler) lateReservation(s *botScope, pool *v1.BotPool, now time.Tim
 		parts := make([]string, len(troubles))
 		for i, c := range troubles {
 			parts[i] = fmt.Sprintf("%s %s, %s: %s", c.Type, c.Status, c.Reason, c.Message)
+			if s.bot.ForeignTo(pool.Namespace) {
+				// The messages quote the pool's Coolify, servers and Secrets: a tenant's
+				// bot says only what kind of trouble it is.
+				parts[i] = fmt.Sprintf("%s %s, %s", c.Type, c.Status, c.Reason)
+			}
 		}
 		why = strings.Join(parts, "; ")
 	}
@@ -365,7 +381,11 @@ func (r *Reconciler) finish(ctx context.Context, s *botScope, before *v1.Bot, o 
 				r.Metrics.BotFailed(bot.Status.Reason) // once: the write that made it Fatal
 			}
 			if s.newSlot != nil {
-				r.Recorder.Eventf(bot, s.newSlot, corev1.EventTypeNormal, v1.ReasonBound, "Bind", "Bound to slot %s", s.newSlot.Name)
+				var related runtime.Object = s.newSlot
+				if bot.ForeignTo(s.newSlot.Namespace) {
+					related = nil // an Event of the bot's namespace names nothing of the pool's
+				}
+				r.Recorder.Eventf(bot, related, corev1.EventTypeNormal, v1.ReasonBound, "Bind", "Bound to slot %s", s.newSlot.Name)
 			}
 			if s.callbackEvent != nil {
 				s.callbackEvent()
@@ -595,37 +615,83 @@ func platformOf(bot *v1.Bot) v1.Platform {
 	return p
 }
 
-// resolvePool finds the bot's pool: spec.poolRef, else the pool of its platform in its
-// namespace (with several, the one with the most free slots). A pool of another platform is
-// never chosen. nil when there is none.
-func (r *Reconciler) resolvePool(ctx context.Context, bot *v1.Bot) (*v1.BotPool, error) {
+// resolvePool finds the bot's pool: spec.poolRef (in its namespace, or the one it names),
+// else the pool it was routed to, else a pool of its platform in its own namespace (with
+// several, the one with the most free slots), else one of another namespace shared with its
+// namespace (the same rule among them). A pool of another platform, or being deleted, is never
+// chosen; nor is one that does not admit the bot's namespace (spec.allowedNamespaces): refused
+// then says why, for the bot's PoolNotAllowed. A bot routed to a shared pool that admits its
+// namespace no longer is routed again. nil when no pool serves the bot.
+func (r *Reconciler) resolvePool(ctx context.Context, bot *v1.Bot) (pool *v1.BotPool, refused string, err error) {
 	platform := platformOf(bot)
-	name := bot.Status.Pool
+	key := bot.PoolKey()
 	if ref := bot.Spec.PoolRef; ref != nil {
-		name = ref.Name
+		key = types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+		if key.Namespace == "" {
+			key.Namespace = bot.Namespace
+		}
 	}
-	if name != "" {
-		pool := &v1.BotPool{}
-		err := r.Client.Get(ctx, client.ObjectKey{Namespace: bot.Namespace, Name: name}, pool)
+	if key.Name != "" {
+		pool = &v1.BotPool{}
+		err := r.Client.Get(ctx, key, pool)
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, nil
+			return nil, "", nil
 		case err != nil:
-			return nil, err
+			return nil, "", err
 		case pool.Spec.Platform != platform || !pool.DeletionTimestamp.IsZero():
-			return nil, nil
+			return nil, "", nil
 		}
-		return pool, nil
+		ok, err := r.Admission.Admits(ctx, pool, bot.Namespace)
+		switch {
+		case err != nil:
+			return nil, "", err
+		case ok:
+			return pool, "", nil
+		case bot.Spec.PoolRef != nil:
+			return nil, policy.NotAllowedMessage(pool, bot.Namespace), nil
+		}
+		// Routed to a shared pool that admits its namespace no longer: routed again.
+		refused = policy.NotAllowedMessage(pool, bot.Namespace)
 	}
 	var pools v1.BotPoolList
 	if err := r.Client.List(ctx, &pools, client.InNamespace(bot.Namespace)); err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	if best := mostFree(pools.Items, platform, nil); best != nil {
+		return best, "", nil
+	}
+	// None of its own: the pools other namespaces share with the bot's.
+	if err := r.Client.List(ctx, &pools); err != nil {
+		return nil, "", err
+	}
+	var admitErr error
+	best := mostFree(pools.Items, platform, func(p *v1.BotPool) bool {
+		if p.Namespace == bot.Namespace || !policy.Shared(p) {
+			return false
+		}
+		ok, err := r.Admission.Admits(ctx, p, bot.Namespace)
+		admitErr = errors.Join(admitErr, err)
+		return ok
+	})
+	if admitErr != nil {
+		return nil, "", admitErr
+	}
+	if best != nil {
+		refused = ""
+	}
+	return best, refused, nil
+}
+
+// mostFree is, of pools, the one of the platform with the most free slots (then the first by
+// namespace and name) that is not being deleted and that eligible (when given) accepts; nil
+// when none is.
+func mostFree(pools []v1.BotPool, platform v1.Platform, eligible func(*v1.BotPool) bool) *v1.BotPool {
 	var best *v1.BotPool
 	bestFree := int32(-1)
-	for i := range pools.Items {
-		p := &pools.Items[i]
-		if p.Spec.Platform != platform || !p.DeletionTimestamp.IsZero() {
+	for i := range pools {
+		p := &pools[i]
+		if p.Spec.Platform != platform || !p.DeletionTimestamp.IsZero() || eligible != nil && !eligible(p) {
 			continue
 		}
 		free := int32(0)
@@ -636,17 +702,25 @@ func (r *Reconciler) resolvePool(ctx context.Context, bot *v1.Bot) (*v1.BotPool,
 		}
 		// free is negative while a pool holds more slots than a lowered maxSlots: still a
 		// candidate (its queue is served as its slots come free), the last one of all.
-		if best == nil || free > bestFree || free == bestFree && p.Name < best.Name {
+		if best == nil || free > bestFree || free == bestFree && poolBefore(p, best) {
 			best, bestFree = p, free
 		}
 	}
-	return best, nil
+	return best
+}
+
+func poolBefore(a, b *v1.BotPool) bool {
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
 }
 
 // boundSlot is the slot whose spec.botRef names this bot (the single source of truth).
 func (r *Reconciler) boundSlot(ctx context.Context, bot *v1.Bot) (*v1.BotPoolSlot, error) {
 	var slots v1.BotPoolSlotList
-	if err := r.Client.List(ctx, &slots, client.InNamespace(bot.Namespace), client.MatchingFields{index.SlotBotUID: string(bot.UID)}); err != nil {
+	// Of every namespace: a slot of a shared pool lives in the pool's.
+	if err := r.Client.List(ctx, &slots, client.MatchingFields{index.SlotBotUID: string(bot.UID)}); err != nil {
 		return nil, err
 	}
 	if len(slots.Items) == 0 {
@@ -660,7 +734,7 @@ func (r *Reconciler) boundSlot(ctx context.Context, bot *v1.Bot) (*v1.BotPoolSlo
 func (r *Reconciler) mirror(bot *v1.Bot, slot *v1.BotPoolSlot, now time.Time) {
 	st := &bot.Status
 	st.SlotName, st.QueuePosition, st.EstimatedWait = slot.Name, 0, nil
-	if slot.Status.ApplicationUUID != "" {
+	if slot.Status.ApplicationUUID != "" && !bot.ForeignTo(slot.Namespace) { // the pool's Coolify is not the tenant's to know
 		st.ApplicationUUID = slot.Status.ApplicationUUID
 	}
 	switch st.Phase {

@@ -64,7 +64,7 @@ func (r *Reconciler) sameKey(ctx context.Context, bot *v1.Bot, pool *v1.BotPool,
 	same := []v1.Bot{*bot}
 	for i := range list.Items {
 		c := &list.Items[i]
-		if c.UID != bot.UID && c.Status.Pool == pool.Name && policy.DeduplicationKey(c, pool) == key {
+		if c.UID != bot.UID && c.PoolKey() == bot.PoolKey() && policy.DeduplicationKey(c, pool) == key {
 			same = append(same, *c) // a shallow copy: read, never written
 		}
 	}

@@ -31,14 +31,14 @@ func (r *Reconciler) reserve(ctx context.Context, bot *v1.Bot, pool *v1.BotPool,
 		defer m.Unlock()
 	}
 	var bots v1.BotList
-	if err := r.Client.List(ctx, &bots, client.InNamespace(bot.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &bots, index.BotsOf(pool), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the pool's bots for a reservation: %w", err)
 	}
 	bound, err := r.Reservations.BoundIn(ctx, r.Client, pool, bots.Items, now)
 	if err != nil {
 		return err
 	}
-	others := r.Reservations.WithPending(ctx, r.Client, bots.Items, bot.Namespace, pool.Name, now)
+	others := r.Reservations.WithPending(ctx, r.Client, bots.Items, pool, now)
 	v := policy.DecideReservation(bot, pool, others, bound, now, pool.Spec.Reservations.Lead(), r.ScheduleLead)
 	if st := pool.Status.Reservations; v.Granted && st != nil && st.Lead.Duration > v.Window.From.Sub(now) {
 		v.Message += fmt.Sprintf("; the pool's lead is %s, more than the %s left: its slot may be late", st.Lead.Round(time.Second),

@@ -155,20 +155,25 @@ func (r *Reconciler) recordWebhook(s *botScope, st *v1.WebhookStatus, sum store.
 }
 
 // effectiveWebhook is the bot's webhook, or its pool's default (the pool it names or was
-// routed to); nil when there is none.
+// routed to) when that pool is of the bot's namespace; nil when there is none.
 func (r *Reconciler) effectiveWebhook(ctx context.Context, bot *v1.Bot) (*v1.Webhook, error) {
 	if bot.Spec.Webhook != nil {
 		return bot.Spec.Webhook, nil
 	}
-	name := bot.Status.Pool
+	key := bot.PoolKey()
 	if ref := bot.Spec.PoolRef; ref != nil {
-		name = ref.Name
+		key = ctrl.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
 	}
-	if name == "" {
+	if key.Namespace == "" {
+		key.Namespace = bot.Namespace
+	}
+	if key.Name == "" || key.Namespace != bot.Namespace {
+		// A shared pool's webhookDefaults are its own namespace's: its receiver is no
+		// tenant's to write to, and its signing key no tenant's to read.
 		return nil, nil
 	}
 	pool := &v1.BotPool{}
-	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: bot.Namespace, Name: name}, pool); err != nil {
+	if err := r.Client.Get(ctx, key, pool); err != nil {
 		return nil, ctrl.IgnoreNotFound(err)
 	}
 	return v1.EffectiveWebhook(bot, pool), nil

@@ -19,6 +19,7 @@ import (
 	"botpool.dev/botpool/controllers/internal/metrics"
 	"botpool.dev/botpool/controllers/internal/pass"
 	"botpool.dev/botpool/controllers/internal/policy"
+	"botpool.dev/botpool/controllers/internal/tenancy"
 	"botpool.dev/botpool/internal/cachelag"
 )
 
@@ -58,6 +59,10 @@ type Dispatcher struct {
 	taken map[types.UID]takenSlot
 	// Reservations is shared with the bot controller: a wave runs under its pool's lock.
 	Reservations *Ledger
+	// Admission says whether a pool still admits a waiting bot's namespace: a bot of a
+	// namespace the pool no longer admits is never bound (the bot controller sends it back to
+	// Pending, PoolNotAllowed).
+	Admission tenancy.Admission
 	// drain tracks, per pool, how fast its queue moves: the basis of estimatedWait.
 	drain map[types.NamespacedName]*drainRate
 	// positioned is when each pool's queue positions were last written.
@@ -301,7 +306,8 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 	return free, lagging, nil
 }
 
-// Queue lists the pool's waiting bots in service order, leaving out those bound already
+// Queue lists the pool's waiting bots, of every namespace it admits, in service order,
+// leaving out those of a namespace it no longer admits, those bound already
 // (by the cache's index, or by a wave of ours the cache does not show yet), those whose
 // deduplication key another bot holds (policy.Holder: the bot controller ends them), and
 // those that wait for their parameters (v1.Bot.ParametersHeld), which it returns apart as
@@ -311,7 +317,7 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 // copies it first.
 func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waiting []*v1.Bot, err error) {
 	var bots v1.BotList
-	if err := d.Client.List(ctx, &bots, client.InNamespace(pool.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := d.Client.List(ctx, &bots, index.BotsOf(pool), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	var bound v1.BotPoolSlotList
@@ -324,6 +330,10 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 			held[ref.UID] = true
 		}
 	}
+	admitted, err := d.admitted(ctx, pool, bots.Items)
+	if err != nil {
+		return nil, nil, err
+	}
 	now := d.Clock.Now()
 	slots := slotsByUID(bound.Items)
 	d.mu.Lock()
@@ -335,6 +345,9 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 	keys, holders := d.holders(pool, bots.Items, held)
 	for i := range bots.Items {
 		b := &bots.Items[i]
+		if !admitted[b.Namespace] {
+			continue
+		}
 		if w, ok := d.bound[b.UID]; ok {
 			// A binding of ours the cache never showed may have ended already: the bot is
 			// back in the queue. Held for the rest of bindingTTL, it waited beside the free
@@ -364,14 +377,33 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 	return queue, waiting, nil
 }
 
+// admitted says, of the namespaces of bots, which the pool admits (each read once a wave).
+func (d *Dispatcher) admitted(ctx context.Context, pool *v1.BotPool, bots []v1.Bot) (map[string]bool, error) {
+	out := map[string]bool{pool.Namespace: true}
+	for i := range bots {
+		ns := bots[i].Namespace
+		if _, seen := out[ns]; seen {
+			continue
+		}
+		ok, err := d.Admission.Admits(ctx, pool, ns)
+		if err != nil {
+			return nil, err
+		}
+		out[ns] = ok
+	}
+	return out, nil
+}
+
 // holders is the deduplication key of each of the pool's bots that has one (keys), and per key
 // the bot that holds it (policy.Holder), counting as bound the bots held by a slot (held) and
-// by a wave of ours the cache does not show yet. Each key is computed once a wave. The caller
-// holds d.mu.
+// by a wave of ours the cache does not show yet. Each key is computed once a wave, and is the
+// bot's namespace's: bots of two tenants sent to one meeting are no duplicates of each other,
+// and neither may learn of the other through its end. The caller holds d.mu.
 func (d *Dispatcher) holders(pool *v1.BotPool, bots []v1.Bot, held map[types.UID]bool) (keys map[types.UID]string, holders map[string]types.UID) {
 	byKey := map[string][]*v1.Bot{}
 	for i := range bots {
 		if key := policy.DeduplicationKey(&bots[i], pool); key != "" {
+			key = bots[i].Namespace + "/" + key
 			if keys == nil {
 				keys = map[types.UID]string{}
 			}
@@ -435,7 +467,7 @@ func pickSlots(head []*v1.Bot, free []*v1.BotPoolSlot, pool *v1.BotPool) []*v1.B
 // remembers the binding.
 func (d *Dispatcher) bind(ctx context.Context, slot *v1.BotPoolSlot, bot *v1.Bot) error {
 	patch := client.MergeFromWithOptions(slot.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	slot.Spec.BotRef = &v1.BotReference{Name: bot.Name, UID: bot.UID}
+	slot.Spec.BotRef = v1.ReferenceTo(bot, slot.Namespace)
 	return d.Client.Patch(ctx, slot, patch)
 }
 

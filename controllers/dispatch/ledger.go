@@ -106,10 +106,11 @@ func (l *Ledger) PoolLock(pool types.NamespacedName) *sync.Mutex {
 // pool's queue beside a free slot for a meeting that will never come (the model check, seed
 // 2295569671406997). c is the cache the grants were decided on; an error reading it keeps
 // the grant.
-func (l *Ledger) WithPending(ctx context.Context, c client.Reader, cached []v1.Bot, namespace, pool string, now time.Time) []v1.Bot {
+func (l *Ledger) WithPending(ctx context.Context, c client.Reader, cached []v1.Bot, pool *v1.BotPool, now time.Time) []v1.Bot {
 	if l == nil {
 		return cached
 	}
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
 	shown := map[types.UID]bool{}
 	for i := range cached {
 		if meta.FindStatusCondition(cached[i].Status.Conditions, v1.ConditionReserved) != nil {
@@ -122,7 +123,7 @@ func (l *Ledger) WithPending(ctx context.Context, c client.Reader, cached []v1.B
 		switch {
 		case shown[uid] || now.After(g.until):
 			delete(l.pending, uid)
-		case g.bot.Namespace == namespace && g.bot.Status.Pool == pool:
+		case g.bot.PoolKey() == key:
 			mine = append(mine, g)
 		}
 	}

@@ -27,11 +27,11 @@ import (
 // check found a queue held for a reserved bot bound a moment before, seed 3457702266237806).
 func (d *Dispatcher) unreserved(ctx context.Context, pool *v1.BotPool, head []*v1.Bot, free int) (int, error) {
 	var list v1.BotList
-	if err := d.Client.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{index.BotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := d.Client.List(ctx, &list, index.BotsOf(pool), client.UnsafeDisableDeepCopy); err != nil {
 		return 0, err
 	}
 	now := d.Clock.Now()
-	bots := d.Reservations.WithPending(ctx, d.Client, list.Items, pool.Namespace, pool.Name, now)
+	bots := d.Reservations.WithPending(ctx, d.Client, list.Items, pool, now)
 	waiting := func(b *v1.Bot) bool {
 		return policy.Reserved(b) && policy.WaitsForSlot(b.Status.Phase) && !b.Status.Phase.Terminal()
 	}

@@ -231,7 +231,7 @@ func (r *Reconciler) observe(ctx context.Context, s *poolScope) error {
 	}
 	s.slots = slots.Items
 	var bots v1.BotList // only counted: read from the cache without copying each bot
-	if err := r.Client.List(ctx, &bots, client.InNamespace(s.pool.Namespace), client.MatchingFields{index.BotPool: s.pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &bots, index.BotsOf(s.pool), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing bots: %w", err)
 	}
 	for i := range bots.Items {

@@ -366,7 +366,7 @@ func (r *Reconciler) releaseOrphan(ctx context.Context, s *slotScope) (bool, err
 		return false, nil
 	}
 	bot := &v1.Bot{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: ref.Name}, bot)
+	err := r.Client.Get(ctx, s.slot.BotKey(), bot)
 	why := "the bound bot is finished or gone"
 	switch {
 	case apierrors.IsNotFound(err):

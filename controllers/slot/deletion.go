@@ -120,7 +120,7 @@ func (r *Reconciler) drain(ctx context.Context, s *slotScope) (done bool, err er
 		return true, nil
 	}
 	bot := &v1.Bot{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.slot.Namespace, Name: ref.Name}, bot); err != nil {
+	if err := r.Client.Get(ctx, s.slot.BotKey(), bot); err != nil {
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	}
 	if bot.UID != ref.UID || bot.Status.Phase.Terminal() {

@@ -147,6 +147,16 @@ func (w *PoolWrapper) Deduplication(d v1.Deduplication) *PoolWrapper {
 }
 
 // SlotEnvFrom names the Secret whose keys every slot's containers get as env variables.
+// SharedWith admits the namespaces whose labels match (spec.allowedNamespaces from Selector);
+// with no labels, every namespace (from All).
+func (w *PoolWrapper) SharedWith(labels map[string]string) *PoolWrapper {
+	w.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: v1.NamespacesAll}
+	if len(labels) > 0 {
+		w.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: v1.NamespacesSelector, Selector: &metav1.LabelSelector{MatchLabels: labels}}
+	}
+	return w
+}
+
 func (w *PoolWrapper) SlotEnvFrom(secret string) *PoolWrapper {
 	w.Spec.SlotEnvFrom = &v1.SecretReference{Name: secret}
 	return w
@@ -180,6 +190,12 @@ func (w *BotWrapper) DisplayName(n string) *BotWrapper {
 // PoolRef asks for the named pool (spec.poolRef).
 func (w *BotWrapper) PoolRef(pool string) *BotWrapper {
 	w.Spec.PoolRef = &v1.PoolReference{Name: pool}
+	return w
+}
+
+// PoolIn asks for the named pool of another namespace (spec.poolRef with its namespace).
+func (w *BotWrapper) PoolIn(namespace, pool string) *BotWrapper {
+	w.Spec.PoolRef = &v1.PoolReference{Namespace: namespace, Name: pool}
 	return w
 }
 func (w *BotWrapper) Priority(p int32) *BotWrapper { w.Spec.Priority = p; return w }
@@ -217,6 +233,13 @@ func (w *BotWrapper) DeduplicationKey(k string) *BotWrapper { w.Spec.Deduplicati
 
 // InPool sets the pool the Bot controller resolved (status.pool).
 func (w *BotWrapper) InPool(pool string) *BotWrapper { w.Status.Pool = pool; return w }
+
+// InPoolOf sets the pool of another namespace the Bot controller resolved (status.pool and
+// status.poolNamespace).
+func (w *BotWrapper) InPoolOf(namespace, pool string) *BotWrapper {
+	w.Status.Pool, w.Status.PoolNamespace = pool, namespace
+	return w
+}
 
 // OnSlot sets the slot and application the bot runs in, as the Bot controller mirrors them.
 func (w *BotWrapper) OnSlot(slot, appUUID string) *BotWrapper {

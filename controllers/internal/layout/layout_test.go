@@ -37,10 +37,11 @@ var mayImport = map[string][]string{
 	"pass":        {"policy", "coolifyview"},
 	"deploygate":  {"policy", "coolifyview"},
 	"tenantshare": {"metrics"},
+	"tenancy":     {"policy"},
 	"fakeapi":     {"index"}, // imported by tests only
 	"layout":      nil,
-	"dispatch":    {"policy", "pass", "index", "metrics"},
-	"bot":         {"policy", "pass", "index", "metrics", "dispatch"},
+	"dispatch":    {"policy", "pass", "index", "metrics", "tenancy"},
+	"bot":         {"policy", "pass", "index", "metrics", "dispatch", "tenancy"},
 	"pool":        {"policy", "pass", "index", "metrics", "coolifyview", "deploygate"},
 	"slot":        {"policy", "pass", "index", "metrics", "coolifyview", "deploygate"},
 }

@@ -17,6 +17,7 @@
 //	images.go            the images each server may give a slot (ImagesOf, FreshCached, CachedOn, CreateImage, TemplateReady), the pull back-off
 //	server_state.go      a pool's servers as its spec and status say (SlotServer, ServerState, HealthOf, TakesBots, OutBecause), the Failing rule's constants
 //	reservation_math.go  reservations' arithmetic and decision (Hold, PeakHolds, RoomFor, HoldsOf, DecideReservation, KeepsReservations)
+//	admission.go         shared pools: whether a pool admits a namespace (Admits, Shared), what a bot of another namespace may say of its pool and slot (NotAllowedMessage, SlotMessage)
 //	liveness.go          what the store said of a bot's heartbeats (Liveness, BeatWithin)
 //	secretuse.go         the opt-in label a Secret needs before a pool may use it (AllowedForPools)
 //	stray.go             StrayAfter: how long a free slot's application may still read running after its container stopped
