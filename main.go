@@ -227,8 +227,8 @@ func (o options) validate() error {
 	return errors.Join(errs...)
 }
 
-// The manager reads the kube-system namespace once, for clusterIdentity.
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get,resourceNames=kube-system
+// The manager reads the kube-system namespace once, for clusterIdentity: the namespaces rule of
+// package controllers (get, list, watch, for shared pools' selectors) grants it.
 
 // clusterNamePattern is a DNS label: readable in logs, safe in any tag.
 var clusterNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)

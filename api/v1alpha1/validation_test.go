@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -559,6 +560,40 @@ func TestSamplesAreAcceptedAndDefaulted(t *testing.T) {
 	}
 }
 
+// TestTenancySampleIsAccepted applies config/samples/tenancy/shared-pool.yaml (namespaces
+// first, as kubectl does) and checks what it promises: the pool shares itself by the label its
+// tenants' namespaces carry, and the tenants' Bots name it or nothing.
+func TestTenancySampleIsAccepted(t *testing.T) {
+	ctx := context.Background()
+	objs := readSampleFile(t, filepath.Join(kubetest.RepoRoot(), "config", "samples", "tenancy", "shared-pool.yaml"))
+	kinds := map[string]int{}
+	for _, obj := range objs {
+		kinds[obj.GetKind()]++
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatalf("%s %s/%s refused: %v", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	if kinds["Namespace"] != 3 || kinds["BotPool"] != 1 || kinds["Bot"] != 2 || kinds["Role"] != 2 {
+		t.Fatalf("the sample holds %v", kinds)
+	}
+	var pool v1.BotPool
+	get(t, client.ObjectKey{Namespace: "platform", Name: "zoom"}, &pool)
+	a := pool.Spec.AllowedNamespaces
+	if a == nil || a.From != v1.NamespacesSelector || a.Selector.MatchLabels["botpool.dev/meeting-bots"] != "platform" {
+		t.Errorf("allowedNamespaces %+v", a)
+	}
+	for _, ns := range []string{"team-a", "team-b"} {
+		var n corev1.Namespace
+		get(t, client.ObjectKey{Name: ns}, &n)
+		if n.Labels["botpool.dev/meeting-bots"] != "platform" {
+			t.Errorf("namespace %s is not labelled for the pool: %v", ns, n.Labels)
+		}
+	}
+	var named v1.Bot
+	get(t, client.ObjectKey{Namespace: "team-a", Name: "weekly-sync"}, &named)
+	expect(t, "poolRef", *named.Spec.PoolRef, v1.PoolReference{Namespace: "platform", Name: "zoom"})
+}
+
 // withFields returns obj itself when fields is empty, else an unstructured copy with the fields
 // set.
 func withFields(t *testing.T, obj client.Object, fields map[string]any) client.Object {
@@ -592,24 +627,31 @@ func readSamples(t *testing.T) []*unstructured.Unstructured {
 	}
 	var objs []*unstructured.Unstructured
 	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
+		if filepath.Base(f) != "kustomization.yaml" {
+			objs = append(objs, readSampleFile(t, f)...)
 		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	}
+	return objs
+}
+
+// readSampleFile is the objects of one YAML file, in their order.
+func readSampleFile(t *testing.T, f string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", f, err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if len(u.Object) > 0 {
-				objs = append(objs, u)
-			}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
 		}
 	}
 	return objs

@@ -75,6 +75,18 @@ func TestWatchNamespacesRBAC(t *testing.T) {
 			t.Errorf("RoleBinding in %s: %+v", ns, rb)
 		}
 	}
+	// Namespaces are cluster-scoped: a ClusterRole grants them, and nothing else.
+	var nsRole rbacv1.ClusterRole
+	m.decode(t, "ClusterRole", "botpool-namespaces", &nsRole)
+	wantNS := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}}}
+	if !reflect.DeepEqual(nsRole.Rules, wantNS) {
+		t.Errorf("ClusterRole botpool-namespaces grants %v; want namespaces get, list, watch only", nsRole.Rules)
+	}
+	var nsBinding rbacv1.ClusterRoleBinding
+	m.decode(t, "ClusterRoleBinding", "botpool-namespaces", &nsBinding)
+	if nsBinding.RoleRef.Name != "botpool-namespaces" || len(nsBinding.Subjects) != 1 || nsBinding.Subjects[0].Name != "botpool" {
+		t.Errorf("ClusterRoleBinding botpool-namespaces: %+v", nsBinding)
+	}
 	// The Lease stays in the release namespace.
 	if _, ok := m["Role/botpool-leader-election"]; !ok {
 		t.Errorf("no leader-election Role; have %v", m.keys())
