@@ -203,3 +203,84 @@ func (sc *scenario) botIn(ns, name string) *v1.Bot {
 	}
 	return b
 }
+
+// TestTenantLimitByLabel (issue 33, part 2): a pool whose tenants are a label's values on its
+// own namespace's bots holds each tenant to its limit. A tenant at its limit waits Queued with
+// reason TenantLimit and its place among its own waiting bots, while another tenant's later bot
+// takes a free slot; the pool's status counts each tenant's bound and waiting bots (and the
+// tenant gauges say the same); when the tenant's bound bot ends, its next bot is bound.
+func TestTenantLimitByLabel(t *testing.T) {
+	const label = "example.com/customer"
+	sc := newScenario(t, "tenants", sim.Config{}, func(p *v1.BotPool) {
+		p.Spec.MaxSlots, p.Spec.MinIdle = 3, 3
+		p.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByLabel, Label: label, Tenants: []v1.TenantPolicy{
+			{Name: "acme", TenantShare: v1.TenantShare{Limit: ptrTo[int32](1)}}}}
+	})
+	sc.warm()
+	waitPhases(t, sc.ns, map[v1.SlotPhase]int{v1.SlotIdle: 3})
+	customer := func(name string) func(*v1.Bot) {
+		return func(b *v1.Bot) { b.Labels = map[string]string{label: name} }
+	}
+	first := newBot(t, sc.ns, "acme-1", sc.pool.Name, customer("acme"))
+	slotOf(t, first)
+	second := newBot(t, sc.ns, "acme-2", sc.pool.Name, customer("acme"))
+	third := newBot(t, sc.ns, "acme-3", sc.pool.Name, customer("acme"))
+	other := newBot(t, sc.ns, "globex-1", sc.pool.Name, customer("globex"))
+	slotOf(t, other) // a later bot of another tenant takes a free slot
+
+	limited := func(pos int32) func(*v1.Bot) bool {
+		return func(b *v1.Bot) bool {
+			c := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
+			return b.Status.Phase == v1.BotQueued && c != nil && c.Reason == v1.ReasonTenantLimit && b.Status.QueuePosition == pos &&
+				b.Status.EstimatedWait == nil && b.Status.Tenant == "acme"
+		}
+	}
+	waitBot(t, second, "Queued, TenantLimit, first of its tenant", limited(1))
+	waitBot(t, third, "Queued, TenantLimit, second of its tenant", limited(2))
+
+	pool := sc.waitPool("status.tenants counts acme and globex", 0, 1, func(p *v1.BotPool) bool {
+		want := []v1.TenantStatus{{Name: "acme", Bound: 1, Waiting: 2, Limit: 1}, {Name: "globex", Bound: 1, Limit: 3}}
+		return p.Status.TenantCount == 2 && fmt.Sprint(p.Status.Tenants) == fmt.Sprint(want)
+	})
+	kubetest.Eventually(t, 15*time.Second, func() error {
+		labels := map[string]string{"namespace": pool.Namespace, "pool": pool.Name, "tenant": "acme", "state": "waiting"}
+		if n, ok := gaugeValue(t, "botpool_tenant_bots", labels); !ok || n != 2 {
+			return fmt.Errorf("botpool_tenant_bots%v = %v (found: %v), want 2", labels, n, ok)
+		}
+		return nil
+	})
+
+	// acme's bot ends: its next one is bound, the last waits first of its tenant.
+	if err := env.Client.Delete(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	slotOf(t, second)
+	waitBot(t, third, "Queued, TenantLimit, first of its tenant", limited(1))
+}
+
+// gaugeValue is the value of the suite's gauge name with exactly these labels.
+func gaugeValue(t *testing.T, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	families, err := suiteRegistry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue series
+				}
+			}
+			return m.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}

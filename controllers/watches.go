@@ -31,6 +31,8 @@ package controllers
 //	BotPool spec change                     ──▶  bots with no pool yet, and     a new pool may serve them;
 //	                                             those of other namespaces      a shared one may admit
 //	                                             routed to it (waitingBotsOf)   their namespace no longer
+//	BotPool tenant reaches or leaves its    ──▶  that tenant's queued bots      they say TenantLimit while it
+//	limit (status.tenants)                       (tenantsHeldChanged)           holds its limit
 //	Namespace labels change                 ──▶  its bots that wait with no     a pool selecting namespaces
 //	                                             pool or in another namespace's by label admits it now, or
 //	                                             pool (botsOfNamespace)         no longer
@@ -173,6 +175,8 @@ func setupBotController(mgr ctrl.Manager, r *bot.Reconciler) error {
 		// A new or changed pool may serve bots that found none; its status updates cannot,
 		// and each would list every bot of the namespace.
 		Watches(&v1.BotPool{}, handler.EnqueueRequestsFromMapFunc(waitingBotsOf(r)), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A tenant that reaches its limit, or falls below it: its waiting bots say so.
+		Watches(&v1.BotPool{}, tenantsHeldChanged(r)).
 		// A pool that selects namespaces by label admits one, or no longer, as its labels change.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(botsOfNamespace(r)), builder.WithPredicates(labelsChanged)).
 		WithOptions(share.Options(mgr, errorBackoff()))
@@ -284,6 +288,37 @@ func botsOfNamespace(r *bot.Reconciler) handler.MapFunc {
 		}
 		return reqs
 	}
+}
+
+// tenantsHeldChanged maps a pool status update in which tenants reached their limit, or fell
+// below it (status.tenants), to those tenants' waiting bots: their Ready reason is
+// TenantLimit while their tenant holds its limit, and a pool status change wakes no bot else.
+func tenantsHeldChanged(r *bot.Reconciler) handler.EventHandler {
+	return handler.Funcs{UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		old, cur := e.ObjectOld.(*v1.BotPool), e.ObjectNew.(*v1.BotPool)
+		changed := map[string]bool{}
+		for _, p := range []*v1.BotPool{old, cur} {
+			for _, t := range p.Status.Tenants {
+				_, heldOld := policy.TenantHeld(old, t.Name)
+				_, heldCur := policy.TenantHeld(cur, t.Name)
+				if heldOld != heldCur {
+					changed[t.Name] = true
+				}
+			}
+		}
+		if len(changed) == 0 {
+			return
+		}
+		var bots v1.BotList
+		if err := r.Client.List(ctx, &bots, index.BotsOf(cur), client.UnsafeDisableDeepCopy); err != nil {
+			return
+		}
+		for i := range bots.Items {
+			if b := &bots.Items[i]; b.Status.Phase == v1.BotQueued && changed[b.Status.Tenant] {
+				q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+			}
+		}
+	}}
 }
 
 // labelsChanged passes the updates of an object whose labels changed.

@@ -284,6 +284,12 @@ type BotStatus struct {
 	// +kubebuilder:validation:MaxLength=63
 	PoolNamespace string `json:"poolNamespace,omitempty"`
 
+	// Tenant is the tenant the bot counts as in its pool's tenancy (its namespace, or the
+	// value of the pool's tenancy label); empty when the pool has none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Tenant string `json:"tenant,omitempty"`
+
 	// SlotName mirrors the BotPoolSlot whose spec.botRef names this bot; kept after release.
 	// +optional
 	SlotName string `json:"slotName,omitempty"`

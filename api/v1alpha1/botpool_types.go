@@ -47,6 +47,9 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="self.minIdle <= self.maxSlots",message="minIdle must not exceed maxSlots"
 // +kubebuilder:validation:XValidation:rule="!has(self.warmSchedule) || self.warmSchedule.all(w, w.minIdle <= self.maxSlots)",message="a warmSchedule window's minIdle must not exceed maxSlots"
+// +kubebuilder:validation:XValidation:rule="!has(self.tenancy) || !has(self.tenancy.tenants) || self.tenancy.tenants.all(t, !has(t.guaranteed) || t.guaranteed <= self.maxSlots)",message="a tenant's guaranteed share must not exceed maxSlots"
+// +kubebuilder:validation:XValidation:rule="!has(self.tenancy) || !has(self.tenancy.tenants) || self.tenancy.tenants.map(t, has(t.guaranteed) ? t.guaranteed : 0).sum() <= self.maxSlots",message="the tenants' guaranteed shares together must not exceed maxSlots"
+// +kubebuilder:validation:XValidation:rule="!has(self.tenancy) || !has(self.tenancy.defaults) || !has(self.tenancy.defaults.guaranteed) || self.tenancy.defaults.guaranteed <= self.maxSlots",message="the defaults' guaranteed share must not exceed maxSlots"
 type BotPoolSpec struct {
 	// Platform is the meeting platform every slot of this pool serves. Bots of another
 	// platform never land here. Immutable.
@@ -197,6 +200,14 @@ type BotPoolSpec struct {
 	// +optional
 	AllowedNamespaces *AllowedNamespaces `json:"allowedNamespaces,omitempty"`
 
+	// Tenancy divides the pool between tenants: each tenant (a namespace, or a value of a
+	// label on the Bots) gets at most its limit of the pool's slots, is guaranteed its share
+	// whenever it has bots waiting, and may borrow what nobody uses; when tenants wait, the
+	// next free slot goes to the one furthest below its share. Unset: one queue for all, by
+	// reservation, priority and arrival. See docs/tenancy.md.
+	// +optional
+	Tenancy *Tenancy `json:"tenancy,omitempty"`
+
 	// UpdateStrategy bounds how a rollout (a change of image, imageTag, resources, the
 	// slotEnvFrom Secret's content or the botpool.dev/restartedAt annotation) takes ready slots
 	// away and how many it may add. Set by the user; the defaults keep minIdle slots ready.
@@ -231,6 +242,94 @@ type AllowedNamespaces struct {
 	// namespaces by name.
 	// +optional
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// TenantKey says what makes a bot's tenant: its Namespace or a Label on it.
+// +kubebuilder:validation:Enum=Namespace;Label
+type TenantKey string
+
+const (
+	// TenantByNamespace: a bot's tenant is its namespace.
+	TenantByNamespace TenantKey = "Namespace"
+	// TenantByLabel: a bot of the pool's own namespace belongs to the tenant its label names
+	// (tenancy.label); a bot of another namespace to its namespace, whatever its labels say.
+	TenantByLabel TenantKey = "Label"
+)
+
+// MaxTenants is how many tenants a pool's tenancy may list.
+const MaxTenants = 64
+
+// Tenancy divides a pool between tenants.
+// +kubebuilder:validation:XValidation:rule="(self.key == 'Label') == has(self.label)",message="set label with key: Label, and only then"
+// +kubebuilder:validation:XValidation:rule="!has(self.tenants) || self.tenants.all(t, !has(t.limit) || t.limit >= (has(t.guaranteed) ? t.guaranteed : 0))",message="a tenant's limit must not be below its guaranteed share"
+// +kubebuilder:validation:XValidation:rule="!has(self.defaults) || !has(self.defaults.limit) || self.defaults.limit >= (has(self.defaults.guaranteed) ? self.defaults.guaranteed : 0)",message="the defaults' limit must not be below their guaranteed share"
+type Tenancy struct {
+	// Key is Namespace (the default: a bot's tenant is its namespace) or Label (a bot's tenant
+	// is the value of label on it, for the bots of the pool's own namespace: a SaaS that keeps
+	// every customer's bots in one namespace; a bot of another namespace counts as its
+	// namespace, so no namespace can spend another tenant's share by its labels).
+	// +optional
+	// +kubebuilder:default=Namespace
+	Key TenantKey `json:"key,omitempty"`
+
+	// Label is the label key whose value names a bot's tenant (key: Label), such as
+	// example.com/customer. A bot without it belongs to the tenant "" (the defaults).
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')",message="label must be a label key such as example.com/customer: an optional DNS subdomain prefix and '/', then 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+	Label string `json:"label,omitempty"`
+
+	// Tenants are the tenants with a policy of their own, by name (a namespace, or a label
+	// value), at most 64. Their guaranteed shares together may not exceed maxSlots.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Tenants []TenantPolicy `json:"tenants,omitempty"`
+
+	// Defaults is the policy of every tenant not listed: no limit but maxSlots, no guaranteed
+	// share, weight 1, unless it says otherwise.
+	// +optional
+	Defaults *TenantShare `json:"defaults,omitempty"`
+}
+
+// TenantPolicy is one tenant's share of a pool.
+type TenantPolicy struct {
+	// Name is the tenant: a namespace (key: Namespace) or a label value (key: Label).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	TenantShare `json:",inline"`
+}
+
+// TenantShare is how much of a pool a tenant may hold and is promised.
+type TenantShare struct {
+	// Limit is the most bots of the tenant that may be bound to the pool's slots at once
+	// (starting or running); its further bots wait Queued with reason TenantLimit. Unset: the
+	// pool's maxSlots.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Limit *int32 `json:"limit,omitempty"`
+
+	// Guaranteed is how many of the pool's slots are the tenant's whenever it has bots
+	// waiting: while it holds fewer, its bots are served before those of any tenant at or
+	// above its own guarantee. Running bots are never cut short for it: borrowed slots come
+	// back as meetings end.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Guaranteed int32 `json:"guaranteed,omitempty"`
+
+	// Weight divides what the tenants borrow beyond their guarantees: a tenant of weight 2
+	// borrows twice as many slots as one of weight 1 before the next slot goes to the other.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Weight int32 `json:"weight,omitempty"`
 }
 
 // Deduplication says which bots of a pool have a deduplication key: None (only those that set
@@ -466,6 +565,25 @@ type SlotResources struct {
 	Memory string `json:"memory,omitempty"`
 }
 
+// MaxTenantStatuses is how many tenants a pool's status lists.
+const MaxTenantStatuses = 32
+
+// TenantStatus is one tenant's bots in a pool.
+type TenantStatus struct {
+	// Name is the tenant: a namespace, or a label value ("" for bots without the label).
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Bound is how many of its bots hold a slot of the pool (starting or running).
+	Bound int32 `json:"bound"`
+	// Waiting is how many of its bots wait in the pool's queue.
+	Waiting int32 `json:"waiting"`
+	// Limit is the most it may hold (its own, the defaults', or maxSlots).
+	Limit int32 `json:"limit"`
+	// Guaranteed is its guaranteed share.
+	// +optional
+	Guaranteed int32 `json:"guaranteed,omitempty"`
+}
+
 // QueuePolicy bounds how long bots wait for a slot.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.defaultTimeout) || !has(self.maxTimeout) || duration(self.defaultTimeout) <= duration(self.maxTimeout)",message="defaultTimeout must not exceed maxTimeout"
@@ -555,6 +673,20 @@ type BotPoolStatus struct {
 	// Slots counts the pool's slots by phase.
 	// +optional
 	Slots *SlotCounts `json:"slots,omitempty"`
+
+	// Tenants is, for a pool with a tenancy, each tenant's bots in the pool: those bound to
+	// its slots and those waiting, with the tenant's limit and guaranteed share. At most 32
+	// tenants: those held at their limit with bots waiting first, then the busiest; tenantCount
+	// says how many there are in all.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Tenants []TenantStatus `json:"tenants,omitempty"`
+
+	// TenantCount is how many tenants have bots bound to the pool's slots or waiting for one.
+	// +optional
+	TenantCount int32 `json:"tenantCount,omitempty"`
 
 	// Queued is the number of bots of this pool waiting for a slot.
 	// +optional
@@ -926,6 +1058,7 @@ type SlotCounts struct {
 // +kubebuilder:printcolumn:name="Standby",type=integer,JSONPath=`.status.slots.ready`
 // +kubebuilder:printcolumn:name="MinIdle",type=integer,JSONPath=`.status.minIdle`
 // +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.queued`
+// +kubebuilder:printcolumn:name="Tenants",type=integer,JSONPath=`.status.tenantCount`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
 // +kubebuilder:printcolumn:name="Tag",type=string,JSONPath=`.spec.imageTag`,priority=1

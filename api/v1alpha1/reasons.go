@@ -202,6 +202,10 @@ const (
 	// ReasonPoolFull: the pool's maxSlots are promised or taken at some moment of the bot's
 	// meeting (Reserved False).
 	ReasonPoolFull = "PoolFull"
+	// ReasonTenantLimit: a queued bot's tenant holds as many of the pool's slots as its limit
+	// (spec.tenancy): the bot's Ready reason while it waits for one of its tenant's bots to
+	// end; its queuePosition is its place among its tenant's waiting bots.
+	ReasonTenantLimit = "TenantLimit"
 	// ReasonReservationLate: a reserved bot found no slot ready 30 seconds after its start
 	// (the bot's Ready False, and a Warning Event); the message repeats what the pool's
 	// conditions say went wrong. It is bound first as soon as a slot is.

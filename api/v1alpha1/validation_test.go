@@ -190,6 +190,41 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{name: "allowedNamespaces selector without from", obj: pool(func(p *v1.BotPool) {
 			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}
 		}), want: "set selector with from: Selector, and only then"},
+		{name: "tenancy Label without a label", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByLabel}
+		}), want: "set label with key: Label, and only then"},
+		{name: "tenancy label that is no label key", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByLabel, Label: "example.com/customer id"}
+		}), want: "label must be a label key such as example.com/customer"},
+		{name: "tenancy label with a prefix that is no DNS subdomain", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByLabel, Label: "Example.com/customer"}
+		}), want: "label must be a label key"},
+		{name: "a tenant's share above maxSlots", obj: pool(func(p *v1.BotPool) {
+			p.Spec.MaxSlots = 10
+			p.Spec.Tenancy = &v1.Tenancy{Tenants: []v1.TenantPolicy{{Name: "team-a", TenantShare: v1.TenantShare{Guaranteed: 11}}}}
+		}), want: "a tenant's guaranteed share must not exceed maxSlots"},
+		{name: "tenants' shares summing above maxSlots", obj: pool(func(p *v1.BotPool) {
+			p.Spec.MaxSlots = 10
+			p.Spec.Tenancy = &v1.Tenancy{Tenants: []v1.TenantPolicy{
+				{Name: "team-a", TenantShare: v1.TenantShare{Guaranteed: 6}}, {Name: "team-b", TenantShare: v1.TenantShare{Guaranteed: 5}}}}
+		}), want: "the tenants' guaranteed shares together must not exceed maxSlots"},
+		{name: "a tenant's limit below its share", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Tenants: []v1.TenantPolicy{{Name: "team-a", TenantShare: v1.TenantShare{Guaranteed: 3, Limit: ptr.To[int32](2)}}}}
+		}), want: "a tenant's limit must not be below its guaranteed share"},
+		{name: "the defaults' limit below their share", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Defaults: &v1.TenantShare{Guaranteed: 3, Limit: ptr.To[int32](2)}}
+		}), want: "the defaults' limit must not be below their guaranteed share"},
+		{name: "the defaults' share above maxSlots", obj: pool(func(p *v1.BotPool) {
+			p.Spec.MaxSlots = 10
+			p.Spec.Tenancy = &v1.Tenancy{Defaults: &v1.TenantShare{Guaranteed: 11}}
+		}), want: "the defaults' guaranteed share must not exceed maxSlots"},
+		{name: "a tenant listed twice", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Tenants: []v1.TenantPolicy{{Name: "team-a"}, {Name: "team-a"}}}
+		}), want: "spec.tenancy.tenants[1]: Duplicate value"},
+		{name: "a tenant's weight 0", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Tenants: []v1.TenantPolicy{{Name: "team-a"}}}
+		}), set: map[string]any{"spec.tenancy.tenants": []any{map[string]any{"name": "team-a", "weight": int64(0)}}},
+			want: "spec.tenancy.tenants[0].weight: Invalid value: 0"},
 		{name: "allowedNamespaces from Other", obj: pool(func(p *v1.BotPool) {
 			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: "Other"}
 		}), want: "spec.allowedNamespaces.from: Unsupported value: \"Other\""},
@@ -383,6 +418,17 @@ func TestValidObjectsAreAccepted(t *testing.T) {
 		{name: "a pool shared by namespace labels", obj: pool(func(p *v1.BotPool) {
 			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: v1.NamespacesSelector, Selector: &metav1.LabelSelector{
 				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "botpool.dev/tenant", Operator: metav1.LabelSelectorOpExists}}}}
+		})},
+		{name: "tenants with shares, limits and weights", obj: pool(func(p *v1.BotPool) {
+			p.Spec.MaxSlots = 60
+			p.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByLabel, Label: "example.com/customer", Tenants: []v1.TenantPolicy{
+				{Name: "acme", TenantShare: v1.TenantShare{Guaranteed: 15, Limit: ptr.To[int32](40), Weight: 2}},
+				{Name: "globex", TenantShare: v1.TenantShare{Guaranteed: 15}},
+				{Name: "initech", TenantShare: v1.TenantShare{Guaranteed: 30}}},
+				Defaults: &v1.TenantShare{Limit: ptr.To[int32](5)}}
+		})},
+		{name: "tenancy by a label without a prefix", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByLabel, Label: "customer"}
 		})},
 		{name: "a pool shared with every namespace", obj: pool(func(p *v1.BotPool) {
 			p.Spec.AllowedNamespaces = &v1.AllowedNamespaces{From: v1.NamespacesAll}

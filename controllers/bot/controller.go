@@ -127,7 +127,9 @@ type botScope struct {
 	attempt *v1.StartAttempt
 	retried bool
 	// late says why a reserved bot found no slot ready at its start (lateReservation), or "".
-	late    string
+	late string
+	// limited says why a queued bot's tenant gets no slot now (it holds its limit), or "".
+	limited string
 	requeue time.Duration
 }
 
@@ -267,7 +269,7 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 			fmt.Sprintf("No BotPool serves this bot: create a %s pool in namespace %s, or name one in spec.poolRef", platformOf(bot), bot.Namespace))
 	}
 	bot.SetPool(pool)
-	st.Platform = pool.Spec.Platform
+	st.Platform, st.Tenant = pool.Spec.Platform, policy.TenantOf(pool, bot)
 	if err := r.checkParameters(ctx, s, pool); err != nil {
 		return err
 	}
@@ -321,6 +323,12 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 		s.after(deadline.Sub(now))
 		if policy.Reserved(bot) && s.slot == nil {
 			s.late = r.lateReservation(s, pool, now)
+		}
+		if limit, held := policy.TenantHeld(pool, st.Tenant); held {
+			// No count of the place in it: the dispatcher writes that (queuePosition), and
+			// a message that moved with it would cost a second write for each.
+			s.limited = fmt.Sprintf("Tenant %q holds its limit of %d slot(s) of pool %s: the bot is bound when one of the tenant's bots ends (its queuePosition is its place among the tenant's waiting bots)",
+				st.Tenant, limit, pool.Name)
 		}
 	}
 	return nil
@@ -784,6 +792,8 @@ func (r *Reconciler) setConditions(s *botScope, wait *pass.Waiting) {
 		set(v1.ConditionReady, metav1.ConditionFalse, c.Reason, "Waiting for its parameters: "+c.Message)
 	case s.slot == nil && s.late != "":
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonReservationLate, s.late)
+	case s.slot == nil && s.limited != "":
+		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonTenantLimit, s.limited)
 	case s.slot == nil:
 		set(v1.ConditionReady, metav1.ConditionFalse, v1.ReasonWaiting, "Waiting for a free slot of pool "+st.Pool)
 	default:

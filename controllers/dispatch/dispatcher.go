@@ -137,10 +137,15 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	queue, waiting, err := d.Queue(ctx, pool)
+	v, err := d.view(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// The order the free slots go in: the queue's own, or, in a pool with a tenancy, each
+	// tenant's turn by its share (policy.FairOrder); limited are the bots whose tenant holds
+	// its limit, which no slot goes to now.
+	queue, limited := policy.FairOrder(pool, v.queue, v.usage)
+	waiting := v.waiting
 	if lagging && len(queue) > len(free) {
 		// A slot left out for a lagging cache may be free after all: look again once the
 		// cache caught up (its update from free to free wakes no wave).
@@ -159,7 +164,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	if n == 0 {
-		return d.updatePositions(ctx, key, queue, waiting, 0)
+		return d.updatePositions(ctx, pool, queue, limited, waiting, 0)
 	}
 	if bound > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("Bound bots", "count", bound, "queued", len(queue)-bound)
@@ -169,7 +174,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// Some slots were taken meanwhile: look again soon rather than wait for an event.
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
-	if len(queue) == bound {
+	if len(queue) == bound && len(limited) == 0 {
 		return ctrl.Result{}, nil
 	}
 	// The waiters' positions moved. While a queue drains, a wave per freed slot writing them
@@ -177,7 +182,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	// hold the pool's next wave: they are written at most every positionEvery, and by the
 	// wave that follows a busy one (which binds nothing unless a slot came free meanwhile).
 	if d.positionsDue(key) {
-		return d.updatePositions(ctx, key, queue[bound:], waiting, positionEvery)
+		return d.updatePositions(ctx, pool, queue[bound:], limited, waiting, positionEvery)
 	}
 	return ctrl.Result{RequeueAfter: positionEvery}, nil
 }
@@ -316,13 +321,27 @@ func (d *Dispatcher) freeSlots(ctx context.Context, pool *v1.BotPool) (free []*v
 // copying every bot each time dominated the operator's CPU and memory. Whoever writes one
 // copies it first.
 func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waiting []*v1.Bot, err error) {
+	v, err := d.view(ctx, pool)
+	return v.queue, v.waiting, err
+}
+
+// queueView is what a wave reads of a pool's bots: its queue and the bots that wait for their
+// parameters (see Queue), and how many slots each tenant holds (usage; for a pool with a
+// tenancy: the bots bound to its slots, by the cache or by a wave of ours the cache does not
+// show yet, that have not ended).
+type queueView struct {
+	queue, waiting []*v1.Bot
+	usage          map[string]int32
+}
+
+func (d *Dispatcher) view(ctx context.Context, pool *v1.BotPool) (v queueView, err error) {
 	var bots v1.BotList
 	if err := d.Client.List(ctx, &bots, index.BotsOf(pool), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, err
+		return v, err
 	}
 	var bound v1.BotPoolSlotList
 	if err := d.Client.List(ctx, &bound, client.InNamespace(pool.Namespace), client.MatchingFields{index.SlotPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, err
+		return v, err
 	}
 	held := map[types.UID]bool{}
 	for i := range bound.Items {
@@ -332,7 +351,10 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 	}
 	admitted, err := d.admitted(ctx, pool, bots.Items)
 	if err != nil {
-		return nil, nil, err
+		return v, err
+	}
+	if pool.Spec.Tenancy != nil {
+		v.usage = map[string]int32{}
 	}
 	now := d.Clock.Now()
 	slots := slotsByUID(bound.Items)
@@ -345,17 +367,23 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 	keys, holders := d.holders(pool, bots.Items, held)
 	for i := range bots.Items {
 		b := &bots.Items[i]
-		if !admitted[b.Namespace] {
-			continue
-		}
 		if w, ok := d.bound[b.UID]; ok {
 			// A binding of ours the cache never showed may have ended already: the bot is
 			// back in the queue. Held for the rest of bindingTTL, it waited beside the free
 			// slots (the model check, seeds 2061190406384971 and 1579723300654347).
 			if !w.ended(b, slots) {
+				if v.usage != nil && !b.Status.Phase.Terminal() {
+					v.usage[policy.TenantOf(pool, b)]++
+				}
 				continue
 			}
 			delete(d.bound, b.UID)
+		}
+		if held[b.UID] && v.usage != nil && !b.Status.Phase.Terminal() {
+			v.usage[policy.TenantOf(pool, b)]++ // a namespace dropped since holds its slots too
+		}
+		if !admitted[b.Namespace] {
+			continue
 		}
 		// A Queued bot whose binding was claimed went back to the queue and then had its
 		// binding taken by a container of the slot it left: the bot controller ends it, and it
@@ -367,14 +395,14 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 		case keyed && holders[key] != b.UID:
 			// Another bot holds its key: never bound, and ended by the bot controller.
 		case b.ParametersHeld():
-			waiting = append(waiting, b)
+			v.waiting = append(v.waiting, b)
 		default:
-			queue = append(queue, b)
+			v.queue = append(v.queue, b)
 		}
 	}
 	d.mu.Unlock()
-	policy.SortQueue(queue)
-	return queue, waiting, nil
+	policy.SortQueue(v.queue)
+	return v, nil
 }
 
 // admitted says, of the namespaces of bots, which the pool admits (each read once a wave).
@@ -478,14 +506,17 @@ func lostSlot(err error) bool {
 }
 
 // updatePositions writes the queue positions that moved materially (see PositionChanged),
-// with the wait the pool's observed drain rate predicts for each. The writes go out
+// with the wait the pool's observed drain rate predicts for each. A bot whose tenant holds its
+// limit (limited) gets its place among its tenant's waiting bots and no estimate: its turn
+// comes when one of its tenant's meetings ends, which no drain rate of the pool predicts. The writes go out
 // bindWorkers at a time: a wave holds its pool until they are done, and a slot freed
 // meanwhile waits for the next wave, so they must not take a round trip each.
 //
 // A write refused for a conflict (the bot changed since the cache showed it: its finalizer was
 // just added, say) is tried again by another wave soon; the result asks for it, else for a
 // wave after next (0: none).
-func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedName, queue, waiting []*v1.Bot, next time.Duration) (ctrl.Result, error) {
+func (d *Dispatcher) updatePositions(ctx context.Context, p *v1.BotPool, queue, limited, waiting []*v1.Bot, next time.Duration) (ctrl.Result, error) {
+	pool := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	d.mu.Lock()
 	if d.positioned == nil {
 		d.positioned = map[types.NamespacedName]time.Time{}
@@ -496,23 +527,34 @@ func (d *Dispatcher) updatePositions(ctx context.Context, pool types.NamespacedN
 	var g errgroup.Group
 	g.SetLimit(bindWorkers)
 	var conflicts atomic.Bool
-	// A bot that waits for its parameters has no place: position 0, no estimate.
-	for i, b := range append(queue[:len(queue):len(queue)], waiting...) {
-		pos := int32(i + 1)
-		if i >= len(queue) {
-			pos = 0
+	within := map[string]int32{} // places taken so far among each limited tenant's bots
+	all := append(append(queue[:len(queue):len(queue)], limited...), waiting...)
+	for i, b := range all {
+		pos, estimate := int32(i+1), per > 0 && i < len(queue)
+		switch {
+		case i >= len(queue)+len(limited):
+			pos = 0 // waits for its parameters: no place
+		case i >= len(queue):
+			tenant := policy.TenantOf(p, b)
+			within[tenant]++
+			pos = within[tenant]
 		}
-		if !policy.PositionChanged(b.Status.QueuePosition, pos) {
+		// No estimate for a bot that waits for its parameters or its tenant: one it still
+		// carries from its time in the queue goes.
+		unestimated := i >= len(queue)
+		stale := unestimated && b.Status.EstimatedWait != nil
+		if !policy.PositionChanged(b.Status.QueuePosition, pos) && !stale {
 			continue
 		}
 		g.Go(func() error {
 			patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 			b := b.DeepCopy() // b is the cache's: write a copy
 			b.Status.QueuePosition = pos
-			if pos == 0 {
-				b.Status.EstimatedWait = nil
-			} else if per > 0 {
+			switch {
+			case estimate:
 				b.Status.EstimatedWait = &metav1.Duration{Duration: (time.Duration(pos) * per).Round(time.Second)}
+			case unestimated:
+				b.Status.EstimatedWait = nil
 			}
 			err := d.Client.Status().Patch(ctx, b, patch)
 			if apierrors.IsConflict(err) {

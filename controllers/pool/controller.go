@@ -78,7 +78,10 @@ type poolScope struct {
 	api     coolifyview.CoolifyAPI
 	slots   []v1.BotPoolSlot // this pool's slots, from the cache
 	waiting int              // bots of this pool in Queued
-	created []string         // slots created in this pass
+	// tenants and tenantCount are status.tenants and status.tenantCount (a pool with a tenancy).
+	tenants     []v1.TenantStatus
+	tenantCount int32
+	created     []string // slots created in this pass
 
 	// connErr is a problem reaching Coolify: a person must fix it when stalled is set.
 	connErr error
@@ -240,6 +243,7 @@ func (r *Reconciler) observe(ctx context.Context, s *poolScope) error {
 		}
 	}
 	s.reservedStarts = pendingStarts(bots.Items)
+	s.tenants, s.tenantCount = tenantStatuses(s.pool, s.slots, bots.Items)
 	return nil
 }
 

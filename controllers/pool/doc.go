@@ -22,5 +22,6 @@
 //	template.go       the template the pool asks for now (readTemplate) and the env digests it hashes
 //	pull.go           the image pre-pull: a puller application per server (PullerPrefix, PrePullEnv), status.servers[].cached and .pull
 //	rollout.go        a rollout's bookkeeping (status.rollout, updatedSlots, SlotsUpdated) and a standby pool's admissions and surge
+//	tenants.go        status.tenants and tenantCount of a pool with a tenancy: each tenant's bound and waiting bots (tenantStatuses)
 //	status.go         the pool's status and conditions, computed from one pass, DeploymentsCapped among them (setServerCondition)
 package pool

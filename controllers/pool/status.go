@@ -21,6 +21,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	counts := countSlots(s.slots)
 	p.Status.Slots = &counts
 	p.Status.Queued = int32(s.waiting)
+	p.Status.Tenants, p.Status.TenantCount = s.tenants, s.tenantCount
 	p.Status.MinIdle, p.Status.WarmWindows = int32(s.warm.minIdle), s.warm.open
 	p.Status.Selector = v1.LabelPool + "=" + p.Name
 	p.Status.Reservations = reservationStatus(s)

@@ -23,6 +23,7 @@ type Metrics struct {
 	poolStandby     *prometheus.GaugeVec
 	poolMinIdle     *prometheus.GaugeVec
 	poolReserved    *prometheus.GaugeVec
+	poolTenants     *prometheus.GaugeVec
 	reservedLate    prometheus.Histogram
 	standbyLost     prometheus.Counter
 	// PoolStalled and botsFailed feed the chart's alerts (docs/runbooks.md).
@@ -98,6 +99,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "botpool_pool_stalled",
 		Help: "1 while a pool's Stalled condition is True (progress needs a human: its reason is on the condition), else 0.",
 	}, []string{"namespace", "pool"}))
+	m.poolTenants = promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "botpool_tenant_bots",
+		Help: "Bots of a tenant of a pool with a tenancy, bound to its slots (bound) or waiting (waiting): the tenants of the pool's status.tenants (at most 32).",
+	}, []string{"namespace", "pool", "tenant", "state"}))
 	m.BotsFailed = botfailures.Register(reg)
 	m.poolSlots = promreg.Register(reg, m.poolSlots)
 	m.poolQueued = promreg.Register(reg, m.poolQueued)
@@ -130,6 +135,13 @@ func (m *Metrics) ObservePool(p *v1.BotPool) {
 		stalled = 1
 	}
 	m.PoolStalled.WithLabelValues(p.Namespace, p.Name).Set(stalled)
+	// The tenants of the status only, so a pool's series stay bounded; one that left the list
+	// is gone.
+	m.poolTenants.DeletePartialMatch(prometheus.Labels{"namespace": p.Namespace, "pool": p.Name})
+	for _, t := range p.Status.Tenants {
+		m.poolTenants.WithLabelValues(p.Namespace, p.Name, t.Name, "bound").Set(float64(t.Bound))
+		m.poolTenants.WithLabelValues(p.Namespace, p.Name, t.Name, "waiting").Set(float64(t.Waiting))
+	}
 }
 
 func (m *Metrics) ForgetPool(namespace, name string) {
@@ -140,6 +152,7 @@ func (m *Metrics) ForgetPool(namespace, name string) {
 	m.poolMinIdle.DeletePartialMatch(labels)
 	m.poolReserved.DeletePartialMatch(labels)
 	m.PoolStalled.DeletePartialMatch(labels)
+	m.poolTenants.DeletePartialMatch(labels)
 }
 
 func (m *Metrics) SlotTransition(from, to, reason string) {

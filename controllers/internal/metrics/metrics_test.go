@@ -42,3 +42,28 @@ func TestPoolStalledGauge(t *testing.T) {
 		t.Errorf("the registry does not gather: %v", err)
 	}
 }
+
+// TestTenantGauges: botpool_tenant_bots follows the pool's status.tenants, drops a tenant
+// that left it, and goes with the pool.
+func TestTenantGauges(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := New(reg)
+	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "platform", Name: "zoom"}}
+	pool.Status.Tenants = []v1.TenantStatus{{Name: "team-a", Bound: 3, Waiting: 7, Limit: 3}, {Name: "team-b", Bound: 1, Limit: 10}}
+	m.ObservePool(pool)
+	if got := testutil.ToFloat64(m.poolTenants.WithLabelValues("platform", "zoom", "team-a", "waiting")); got != 7 {
+		t.Errorf("team-a waiting = %v, want 7", got)
+	}
+	if got := testutil.ToFloat64(m.poolTenants.WithLabelValues("platform", "zoom", "team-b", "bound")); got != 1 {
+		t.Errorf("team-b bound = %v, want 1", got)
+	}
+	pool.Status.Tenants = pool.Status.Tenants[:1]
+	m.ObservePool(pool)
+	if n := testutil.CollectAndCount(m.poolTenants); n != 2 {
+		t.Errorf("%d series after team-b left the status; want team-a's 2", n)
+	}
+	m.ForgetPool("platform", "zoom")
+	if n := testutil.CollectAndCount(m.poolTenants); n != 0 {
+		t.Errorf("%d series left after the pool went", n)
+	}
+}

@@ -18,6 +18,7 @@
 //	server_state.go      a pool's servers as its spec and status say (SlotServer, ServerState, HealthOf, TakesBots, OutBecause), the Failing rule's constants
 //	reservation_math.go  reservations' arithmetic and decision (Hold, PeakHolds, RoomFor, HoldsOf, DecideReservation, KeepsReservations)
 //	admission.go         shared pools: whether a pool admits a namespace (Admits, Shared), what a bot of another namespace may say of its pool and slot (NotAllowedMessage, SlotMessage)
+//	fair_share.go        tenants of a pool: a bot's tenant (TenantOf), its share (ShareOf), the order free slots go in (FairOrder), TenantHeld
 //	liveness.go          what the store said of a bot's heartbeats (Liveness, BeatWithin)
 //	secretuse.go         the opt-in label a Secret needs before a pool may use it (AllowedForPools)
 //	stray.go             StrayAfter: how long a free slot's application may still read running after its container stopped

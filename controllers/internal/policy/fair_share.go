@@ -1,0 +1,164 @@
+package policy
+
+import (
+	v1 "botpool.dev/botpool/api/v1alpha1"
+)
+
+// TenantOf is the tenant a bot counts as in the pool's tenancy: its namespace; with key Label,
+// the value of the tenancy's label for a bot of the pool's own namespace (a bot of another
+// namespace counts as its namespace whatever its labels say, so no namespace can spend another
+// tenant's share). "" when the pool has no tenancy.
+func TenantOf(pool *v1.BotPool, bot *v1.Bot) string {
+	t := pool.Spec.Tenancy
+	switch {
+	case t == nil:
+		return ""
+	case t.Key == v1.TenantByLabel && bot.Namespace == pool.Namespace:
+		return bot.Labels[t.Label]
+	}
+	return bot.Namespace
+}
+
+// Share is a tenant's share of a pool with its defaults filled in: a limit (at most maxSlots),
+// a guarantee and a weight of at least 1.
+type Share struct {
+	Limit, Guaranteed, Weight int32
+}
+
+// ShareOf is the tenant's share of the pool: its own policy, else the tenancy's defaults, else
+// no limit but maxSlots, no guarantee, weight 1.
+func ShareOf(pool *v1.BotPool, tenant string) Share {
+	s := Share{Limit: pool.Spec.MaxSlots, Weight: 1}
+	t := pool.Spec.Tenancy
+	if t == nil {
+		return s
+	}
+	policy := t.Defaults
+	for i := range t.Tenants {
+		if t.Tenants[i].Name == tenant {
+			policy = &t.Tenants[i].TenantShare
+			break
+		}
+	}
+	if policy == nil {
+		return s
+	}
+	if policy.Limit != nil && *policy.Limit < s.Limit {
+		s.Limit = *policy.Limit
+	}
+	s.Guaranteed = min(policy.Guaranteed, s.Limit)
+	if policy.Weight > 0 {
+		s.Weight = policy.Weight
+	}
+	return s
+}
+
+// FairOrder is the order in which the pool's free slots go to the bots of queue (sorted by
+// QueueLess), given how many slots each tenant holds (usage): served, every bot that can be
+// served before its tenant reaches its limit, in the order the next free slots go to them; and
+// limited, the rest, each tenant's in its own order. A pool without a tenancy serves its queue
+// as it is.
+//
+// The rule, slot by slot (the tenants' holdings grow as the order is built):
+//
+//  1. a bot with a granted reservation first, in queue order: its slot was promised;
+//  2. then the tenants holding fewer slots than their guaranteed share, the one holding the
+//     smallest fraction of it first;
+//  3. then every other tenant, the one that would borrow the least beyond its guarantee per
+//     unit of weight first: (held + 1 − guaranteed) / weight, Kueue's fair sharing of what
+//     the guarantees leave;
+//  4. ties go to the tenant whose next bot comes first in the queue's own order, and within a
+//     tenant the queue's order holds (reservation, priority, arrival).
+//
+// A tenant at its limit is served no more: its bots are limited. Nothing here takes a slot
+// from a running bot: the holdings only grow, so borrowed slots come back as meetings end.
+func FairOrder(pool *v1.BotPool, queue []*v1.Bot, usage map[string]int32) (served, limited []*v1.Bot) {
+	if pool.Spec.Tenancy == nil {
+		return queue, nil
+	}
+	type tenant struct {
+		share Share
+		held  int32
+		bots  []*v1.Bot // its waiting bots in queue order
+		next  int       // its next bot to serve
+	}
+	tenants := map[string]*tenant{}
+	var names []string // in the order their first bot comes in the queue
+	for _, b := range queue {
+		name := TenantOf(pool, b)
+		t := tenants[name]
+		if t == nil {
+			t = &tenant{share: ShareOf(pool, name), held: usage[name]}
+			tenants[name] = t
+			names = append(names, name)
+		}
+		t.bots = append(t.bots, b)
+	}
+	served = make([]*v1.Bot, 0, len(queue))
+	// A bot with a reservation first, in queue order (they sort to its front).
+	for _, b := range queue {
+		if !Reserved(b) {
+			break
+		}
+		t := tenants[TenantOf(pool, b)]
+		if t.held < t.share.Limit && t.bots[t.next] == b {
+			served = append(served, b)
+			t.held++
+			t.next++
+		}
+	}
+	for {
+		var best *tenant
+		for _, name := range names {
+			t := tenants[name]
+			if t.next >= len(t.bots) || t.held >= t.share.Limit {
+				continue
+			}
+			if best == nil || fairBefore(t.held, t.share, t.bots[t.next], best.held, best.share, best.bots[best.next]) {
+				best = t
+			}
+		}
+		if best == nil {
+			break
+		}
+		served = append(served, best.bots[best.next])
+		best.held++
+		best.next++
+	}
+	for _, name := range names {
+		t := tenants[name]
+		limited = append(limited, t.bots[t.next:]...)
+	}
+	return served, limited
+}
+
+// fairBefore reports whether tenant a (holding ha slots, its next bot ba) comes before tenant
+// b for the next free slot (FairOrder's rules 2 to 4). Fractions are compared by
+// cross-multiplying, in int64: no rounding decides a turn.
+func fairBefore(ha int32, sa Share, ba *v1.Bot, hb int32, sb Share, bb *v1.Bot) bool {
+	belowA, belowB := ha < sa.Guaranteed, hb < sb.Guaranteed
+	if belowA != belowB {
+		return belowA
+	}
+	var l, r int64
+	if belowA {
+		l, r = int64(ha)*int64(sb.Guaranteed), int64(hb)*int64(sa.Guaranteed) // ha/Ga against hb/Gb
+	} else {
+		l, r = int64(ha+1-sa.Guaranteed)*int64(sb.Weight), int64(hb+1-sb.Guaranteed)*int64(sa.Weight)
+	}
+	if l != r {
+		return l < r
+	}
+	return QueueLess(ba, bb)
+}
+
+// TenantHeld reports whether the pool's status says the tenant holds its limit: the reason a
+// bot of it waits (TenantLimit), and the limit.
+func TenantHeld(pool *v1.BotPool, tenant string) (int32, bool) {
+	for _, t := range pool.Status.Tenants {
+		if t.Name == tenant {
+			return t.Limit, t.Bound >= t.Limit
+		}
+	}
+	return 0, false
+}
