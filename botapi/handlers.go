@@ -358,7 +358,10 @@ func (s *Server) applyStatus(ctx context.Context, bot *v1.Bot, slot *v1.BotPoolS
 		if slot != nil && bot.Status.SlotName == "" {
 			// A short run can end before the controller mirrored its binding: the bot's
 			// record of where it ran must not depend on that.
-			bot.Status.SlotName, bot.Status.ApplicationUUID = slot.Name, slot.Status.ApplicationUUID
+			bot.Status.SlotName = slot.Name
+			if !bot.ForeignTo(slot.Namespace) { // a shared pool's Coolify is not the tenant's to know
+				bot.Status.ApplicationUUID = slot.Status.ApplicationUUID
+			}
 		}
 		if reported.Terminal() {
 			bot.Status.FinishedAt = &metav1.Time{Time: now}

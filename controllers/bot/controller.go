@@ -262,6 +262,10 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 		// its place, and takes a new one at the back when a pool admits it again.
 		st.Phase, st.QueuePosition, st.EstimatedWait = v1.BotPending, 0, nil
 		bot.ClearPool()
+		// A reservation is a pool's promise: without a pool the bot holds none (it is decided
+		// again when a pool serves it), and no pool keeps a slot for a bot it may not bind.
+		meta.RemoveStatusCondition(&st.Conditions, v1.ConditionReserved)
+		st.Reservation = nil
 		if refused != "" {
 			return pass.WaitFor(noPoolRetry, string(v1.ReasonPoolNotAllowed), refused)
 		}

@@ -76,6 +76,7 @@ func (w *world) randomStep() string {
 // afterStep lets the cache catch up with some of the writes (each written object with even
 // odds, or all of them), unless it would lag more than maxCacheLag.
 func (w *world) afterStep() {
+	w.toggleAdmission()
 	if w.rng.IntN(10) < 6 {
 		w.cache.syncAll()
 	} else {
@@ -142,7 +143,7 @@ func req(name string) ctrl.Request {
 func (w *world) reconcileBot(name string) {
 	w.detail = name
 	synced := w.cache.synced(botKey(name))
-	res, err := w.op.bots.Reconcile(w.ctx, req(name))
+	res, err := w.op.bots.Reconcile(w.ctx, ctrl.Request{NamespacedName: botKey(name).NamespacedName})
 	if err != nil {
 		w.counts["reconcile error: bot"]++
 		delete(w.botTimers, name) // controller-runtime retries with backoff
@@ -188,6 +189,10 @@ func (w *world) dispatch(pool string) {
 	must(w.cache.List(w.ctx, &bots))
 	must(w.cache.List(w.ctx, &slots))
 	waiting := queued(bots.Items, slots.Items, pool)
+	var held map[string]int32
+	if p := w.livePool(pool); p.Spec.Tenancy != nil {
+		held = heldBy(p, bots.Items, slots.Items)
+	}
 	// A slot the cache shows free that a person deleted meanwhile loses its bind, and a bot
 	// behind may win one in the same wave: the operator cannot know (docs/invariants.md, 4).
 	var byHand bool
@@ -204,6 +209,9 @@ func (w *world) dispatch(pool string) {
 		w.counts["reconcile error: dispatch"]++
 	}
 	w.counts[fmt.Sprintf("dispatch bound %d", min(len(binds), 3))]++
+	for _, e := range binds {
+		w.checkTenantBinding(e) // after the wave: the API server's lock is not held here
+	}
 	if byHand {
 		w.counts["dispatch beside a slot deleted by hand"]++
 	} else {
@@ -211,6 +219,9 @@ func (w *world) dispatch(pool string) {
 	}
 	if synced && err == nil {
 		w.checkQueueServed(pool, "after a binding wave on a synced cache")
+		if !byHand {
+			w.checkGuarantees(pool, waiting, held, binds)
+		}
 	}
 }
 

@@ -25,10 +25,11 @@ import (
 
 // Kinds the model stores.
 const (
-	kindBot    = "Bot"
-	kindSlot   = "BotPoolSlot"
-	kindPool   = "BotPool"
-	kindSecret = "Secret"
+	kindBot       = "Bot"
+	kindSlot      = "BotPoolSlot"
+	kindPool      = "BotPool"
+	kindSecret    = "Secret"
+	kindNamespace = "Namespace"
 )
 
 // objKey names one object of the API server.
@@ -89,6 +90,8 @@ func newObject(kind string) client.Object {
 		return &v1.BotPool{}
 	case kindSecret:
 		return &corev1.Secret{}
+	case kindNamespace:
+		return &corev1.Namespace{}
 	}
 	panic("unknown kind " + kind)
 }

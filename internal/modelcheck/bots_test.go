@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -307,8 +308,11 @@ func (w *world) createBot() bool {
 	}
 	s.AutomaticLeave = v1.AutomaticLeave{WaitingRoomTimeout: "10m", NoOneJoinedTimeout: "10m",
 		EveryoneLeftTimeout: "30s", InactivityTimeout: "30m"}
+	if w.tenant.shared && strings.HasPrefix(s.MeetingURL, "https://zoom.us/") && w.tenant.rng.IntN(3) == 0 {
+		w.tenantBot(b)
+	}
 	must(w.api.Create(w.ctx, b))
-	w.detail = name
+	w.detail = b.Name
 	return true
 }
 

@@ -159,6 +159,8 @@ func resourceOf(kind string) schema.GroupResource {
 	switch kind {
 	case kindSecret:
 		return corev1.Resource("secrets")
+	case kindNamespace:
+		return corev1.Resource("namespaces")
 	case kindBot:
 		return v1.GroupVersion.WithResource("bots").GroupResource()
 	case kindSlot:

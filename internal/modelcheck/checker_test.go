@@ -10,8 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/coolify"
@@ -162,6 +164,50 @@ func TestCheckerCatches(t *testing.T) {
 				sl.Spec.BotRef = &v1.BotReference{Name: low.Name, UID: low.UID}
 				return ctrl.Result{}, s.w.api.Patch(ctx, sl, patch)
 			})
+			s.dispatch("solo")
+		}},
+		{"a dispatcher that binds a tenant past its limit", "invariant 18", func(s *script) {
+			slots := s.ready()
+			p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool)
+			p.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByNamespace, Tenants: []v1.TenantPolicy{
+				{Name: namespace, TenantShare: v1.TenantShare{Limit: ptr.To[int32](1)}}}}
+			must(s.w.api.Update(s.w.ctx, p))
+			s.queued("a", 0)
+			s.queued("b", 0)
+			s.w.op.disp = bindEach(s, slots, "a", "b")
+			s.dispatch("solo")
+		}},
+		{"a dispatcher that binds a bot of a namespace the pool does not admit", "invariant 19", func(s *script) {
+			slots := s.ready()
+			s.w.tenant.droppedAt = s.w.clk.Now().Add(-time.Minute) // dropped a minute ago
+			b := bt.MakeBot(tenantNamespace, tenantBotPrefix+"x").MaxDuration("1h").Obj()
+			must(s.w.api.Create(s.w.ctx, b))
+			s.w.op.disp = bindEach(s, slots, b.Name)
+			s.dispatch("solo")
+		}},
+		{"a tenant's bot that shows the pool's application", "invariant 20", func(s *script) {
+			slots := s.ready()
+			b := bt.MakeBot(tenantNamespace, tenantBotPrefix+"x").MaxDuration("1h").Obj()
+			must(s.w.api.Create(s.w.ctx, b))
+			b = s.w.liveBot(b.Name)
+			s.write(b, true, func() { b.Status.ApplicationUUID = s.w.liveSlot(slots[0]).Status.ApplicationUUID })
+			s.w.checkState()
+		}},
+		{"a dispatcher that serves a tenant above its guarantee first", "invariant 21", func(s *script) {
+			slots := s.ready()
+			p := s.w.api.get(s.w.api.keyOf(s.w.pools[0])).(*v1.BotPool)
+			p.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByLabel, Label: "customer", Tenants: []v1.TenantPolicy{
+				{Name: "small", TenantShare: v1.TenantShare{Guaranteed: 1}}}}
+			must(s.w.api.Update(s.w.ctx, p))
+			for _, n := range []string{"big", "small"} {
+				b := bt.MakeBot(namespace, n).MaxDuration("1h").Obj()
+				b.Labels = map[string]string{"customer": n}
+				must(s.w.api.Create(s.w.ctx, b))
+				s.sync()
+				s.bot(n)
+				s.bot(n)
+			}
+			s.w.op.disp = bindEach(s, slots[:1], "big")
 			s.dispatch("solo")
 		}},
 		{"a slot controller that keeps a finished bot's slot", "invariant 6", func(s *script) {
@@ -422,4 +468,20 @@ func TestAPIServerRefusesRebinding(t *testing.T) {
 		return
 	}
 	t.Fatal("no slot was bound")
+}
+
+// bindEach is a dispatcher that binds the named bots to slots, one each, whatever the rules.
+func bindEach(s *script, slots []string, bots ...string) reconcile.Reconciler {
+	return reconcilerFunc(func(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+		for i, name := range bots {
+			b := s.w.liveBot(name)
+			sl := s.w.liveSlot(slots[i])
+			patch := client.MergeFromWithOptions(sl.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			sl.Spec.BotRef = v1.ReferenceTo(b, sl.Namespace)
+			if err := s.w.api.Patch(ctx, sl, patch); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		return ctrl.Result{}, nil
+	})
 }

@@ -63,6 +63,8 @@ func (w *world) violate(format string, args ...any) {
 func (w *world) checkState() {
 	bots, slots := w.liveBots(), w.liveSlots()
 
+	w.checkTenantViews(bots, slots)
+
 	// 1: no bot bound to two slots (a slot holds one botRef by construction).
 	byBot := map[types.UID][]string{}
 	byApp := map[string][]string{}
@@ -513,7 +515,7 @@ func isFreeSlot(s *v1.BotPoolSlot) bool {
 // checkQueueServed: invariant 3 in the API server.
 func (w *world) checkQueueServed(pool, when string) {
 	bots, slots := w.liveBots(), w.liveSlots()
-	q, free := queued(bots, slots, pool), w.freeSlots(slots, pool)
+	q, free := w.servable(queued(bots, slots, pool), bots, slots, pool), w.freeSlots(slots, pool)
 	if len(q) > 0 && len(free) > 0 && heldForReservations(bots, q, slots, free, w.livePool(pool), w.clk.Now()) {
 		// The free slots are kept for reservations that start within the head's meeting: the
 		// queue waits for them (issue 18). A reserved bot due now is never kept waiting.
@@ -608,6 +610,10 @@ func queuedAt(b *v1.Bot) time.Time {
 // checkQueueOrder: invariant 4 for the bindings one dispatch wrote. waiting is the pool's
 // queue as the dispatcher could see it (its cache) before the wave.
 func (w *world) checkQueueOrder(pool string, waiting []v1.Bot, binds []bindEvent) {
+	var tenancy *v1.BotPool // the pool, when it has a tenancy
+	if p := w.livePool(pool); p.Spec.Tenancy != nil {
+		tenancy = p
+	}
 	served := map[types.UID]bool{}
 	for _, e := range binds {
 		served[e.uid] = true
@@ -625,8 +631,11 @@ func (w *world) checkQueueOrder(pool string, waiting []v1.Bot, binds []bindEvent
 		}
 		for i := range waiting {
 			y := &waiting[i]
-			if served[y.UID] || !servedBefore(y, x) {
-				continue
+			if served[y.UID] || !servedBefore(y, x) || tenancy != nil && tenantOf(tenancy, y) != tenantOf(tenancy, x) {
+				continue // of another tenant: the tenants take turns by their shares (checkGuarantees)
+			}
+			if w.mayBeRefused(y.Namespace) {
+				continue // of a namespace the pool does not admit (invariant 19)
 			}
 			live := w.liveBot(y.Name)
 			if live == nil || live.UID != y.UID || live.Status.Phase != v1.BotQueued || !live.DeletionTimestamp.IsZero() || slotOf(slots, y.UID) != nil {
@@ -710,7 +719,8 @@ func (w *world) checkReservationsServed(bots []v1.Bot, slots []v1.BotPoolSlot, w
 	now := w.clk.Now()
 	for i := range bots {
 		b := &bots[i]
-		if !isReserved(b) || b.Status.Phase.Terminal() || !b.DeletionTimestamp.IsZero() || now.Sub(b.Status.Reservation.From.Time) < 30*time.Second {
+		if !isReserved(b) || b.Status.Phase.Terminal() || !b.DeletionTimestamp.IsZero() || now.Sub(b.Status.Reservation.From.Time) < 30*time.Second ||
+			w.mayBeRefused(b.Namespace) {
 			continue
 		}
 		if slotOf(slots, b.UID) != nil {

@@ -269,6 +269,9 @@ func (w *world) coolifyBusy() bool {
 func (w *world) drain() {
 	w.note("drain")
 	w.clearFaults()
+	if w.tenant.shared && !w.tenant.admitted {
+		w.setAdmitted(true) // its bots wait for admission, not for their end: let them in
+	}
 	w.revertBadTags()
 	limit := w.drainRounds()
 	for round := 0; ; round++ {

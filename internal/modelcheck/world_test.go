@@ -93,7 +93,8 @@ type world struct {
 	binds      []bindEvent          // bindings written since the last dispatch check
 	botTimers  map[string]time.Time // bot name → when its last reconcile asked to run again
 	faults     faults
-	lastLagged time.Time // when the cache was last fully in sync
+	tenant     tenancyState // the tenant namespace and pool alpha: invariants 18–20
+	lastLagged time.Time    // when the cache was last fully in sync
 
 	step       int
 	counts     map[string]int
@@ -191,6 +192,7 @@ func (w *world) createPools() {
 	}
 	w.standbyPools()
 	w.serverPools()
+	w.shareAlpha()
 }
 
 // addPool creates a pool as the API server stores it, defaults filled in.
@@ -322,8 +324,14 @@ func (w *world) liveSlot(name string) *v1.BotPoolSlot {
 	return nil
 }
 
+// botKey is the bot named name: a tenant's (tenantNamespace) when its name says so
+// (tenantBot), else of the pools' namespace. Bot names are never reused, in either.
 func botKey(name string) objKey {
-	return objKey{kind: kindBot, NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}
+	ns := namespace
+	if strings.HasPrefix(name, tenantBotPrefix) {
+		ns = tenantNamespace
+	}
+	return objKey{kind: kindBot, NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
 }
 
 func slotKey(name string) objKey {
