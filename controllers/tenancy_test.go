@@ -120,7 +120,7 @@ func TestSharedPoolAdmitsNamespacesByLabel(t *testing.T) {
 	// A namespace the pool does not admit: refused, with a message that says so, never bound.
 	refused := createBot(t, bt.MakeBot(stranger, "refused").PoolIn(sc.ns, sc.pool.Name).Obj())
 	got = waitBot(t, refused, "Pending, PoolNotAllowed", notAllowed)
-	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady); !strings.Contains(c.Message, "does not admit Bots of namespace "+stranger) {
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady); !strings.Contains(c.Message, "zoom Bots of namespace "+stranger) {
 		t.Errorf("the refusal says %q; want it to name the namespace", c.Message)
 	}
 	unrouted := createBot(t, bt.MakeBot(stranger, "unrouted").Obj())

@@ -395,7 +395,8 @@ type StartAttempt struct {
 	SlotName string `json:"slotName"`
 
 	// Server is the Coolify server of that slot (its spec.server); the next start prefers
-	// another one.
+	// another one. For a bot of another namespace than the slot's (a shared pool), a digest of
+	// it: "h-" and 12 hex digits.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Server string `json:"server,omitempty"`

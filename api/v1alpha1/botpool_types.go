@@ -49,7 +49,6 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.warmSchedule) || self.warmSchedule.all(w, w.minIdle <= self.maxSlots)",message="a warmSchedule window's minIdle must not exceed maxSlots"
 // +kubebuilder:validation:XValidation:rule="!has(self.tenancy) || !has(self.tenancy.tenants) || self.tenancy.tenants.all(t, !has(t.guaranteed) || t.guaranteed <= self.maxSlots)",message="a tenant's guaranteed share must not exceed maxSlots"
 // +kubebuilder:validation:XValidation:rule="!has(self.tenancy) || !has(self.tenancy.tenants) || self.tenancy.tenants.map(t, has(t.guaranteed) ? t.guaranteed : 0).sum() <= self.maxSlots",message="the tenants' guaranteed shares together must not exceed maxSlots"
-// +kubebuilder:validation:XValidation:rule="!has(self.tenancy) || !has(self.tenancy.defaults) || !has(self.tenancy.defaults.guaranteed) || self.tenancy.defaults.guaranteed <= self.maxSlots",message="the defaults' guaranteed share must not exceed maxSlots"
 type BotPoolSpec struct {
 	// Platform is the meeting platform every slot of this pool serves. Bots of another
 	// platform never land here. Immutable.
@@ -262,7 +261,7 @@ const MaxTenants = 64
 // Tenancy divides a pool between tenants.
 // +kubebuilder:validation:XValidation:rule="(self.key == 'Label') == has(self.label)",message="set label with key: Label, and only then"
 // +kubebuilder:validation:XValidation:rule="!has(self.tenants) || self.tenants.all(t, !has(t.limit) || t.limit >= (has(t.guaranteed) ? t.guaranteed : 0))",message="a tenant's limit must not be below its guaranteed share"
-// +kubebuilder:validation:XValidation:rule="!has(self.defaults) || !has(self.defaults.limit) || self.defaults.limit >= (has(self.defaults.guaranteed) ? self.defaults.guaranteed : 0)",message="the defaults' limit must not be below their guaranteed share"
+// +kubebuilder:validation:XValidation:rule="!has(self.defaults) || !has(self.defaults.guaranteed) || self.defaults.guaranteed == 0",message="defaults cannot guarantee a share: a guarantee is promised to a tenant by name (list it in tenants), so the guarantees can be counted against maxSlots"
 type Tenancy struct {
 	// Key is Namespace (the default: a bot's tenant is its namespace) or Label (a bot's tenant
 	// is the value of label on it, for the bots of the pool's own namespace: a SaaS that keeps
@@ -287,8 +286,8 @@ type Tenancy struct {
 	// +kubebuilder:validation:MaxItems=64
 	Tenants []TenantPolicy `json:"tenants,omitempty"`
 
-	// Defaults is the policy of every tenant not listed: no limit but maxSlots, no guaranteed
-	// share, weight 1, unless it says otherwise.
+	// Defaults is the policy of every tenant not listed: no limit but maxSlots and weight 1,
+	// unless it says otherwise. It guarantees no share: a guarantee is a tenant's by name.
 	// +optional
 	Defaults *TenantShare `json:"defaults,omitempty"`
 }

@@ -211,13 +211,9 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{name: "a tenant's limit below its share", obj: pool(func(p *v1.BotPool) {
 			p.Spec.Tenancy = &v1.Tenancy{Tenants: []v1.TenantPolicy{{Name: "team-a", TenantShare: v1.TenantShare{Guaranteed: 3, Limit: ptr.To[int32](2)}}}}
 		}), want: "a tenant's limit must not be below its guaranteed share"},
-		{name: "the defaults' limit below their share", obj: pool(func(p *v1.BotPool) {
-			p.Spec.Tenancy = &v1.Tenancy{Defaults: &v1.TenantShare{Guaranteed: 3, Limit: ptr.To[int32](2)}}
-		}), want: "the defaults' limit must not be below their guaranteed share"},
-		{name: "the defaults' share above maxSlots", obj: pool(func(p *v1.BotPool) {
-			p.Spec.MaxSlots = 10
-			p.Spec.Tenancy = &v1.Tenancy{Defaults: &v1.TenantShare{Guaranteed: 11}}
-		}), want: "the defaults' guaranteed share must not exceed maxSlots"},
+		{name: "defaults that guarantee a share", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Tenancy = &v1.Tenancy{Defaults: &v1.TenantShare{Guaranteed: 1}}
+		}), want: "defaults cannot guarantee a share"},
 		{name: "a tenant listed twice", obj: pool(func(p *v1.BotPool) {
 			p.Spec.Tenancy = &v1.Tenancy{Tenants: []v1.TenantPolicy{{Name: "team-a"}, {Name: "team-a"}}}
 		}), want: "spec.tenancy.tenants[1]: Duplicate value"},

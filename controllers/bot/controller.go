@@ -130,7 +130,10 @@ type botScope struct {
 	late string
 	// limited says why a queued bot's tenant gets no slot now (it holds its limit), or "".
 	limited string
-	requeue time.Duration
+	// leftSlot says the bot is back in the queue from a failed slot that still holds it
+	// (Bot.LeftSlot): it stays Queued until the slot lets go, whatever its pool says of it.
+	leftSlot bool
+	requeue  time.Duration
 }
 
 func (s *botScope) after(d time.Duration) { s.requeue = pass.Earliest(s.requeue, d) }
@@ -185,7 +188,7 @@ func (r *Reconciler) run(ctx context.Context, s *botScope) error {
 	if slot != nil && s.bot.LeftSlot(slot) {
 		// Back in the queue from this failed slot, which has not let go yet: waiting, and the
 		// dispatcher does not offer it until the slot let go.
-		slot = nil
+		slot, s.leftSlot = nil, true
 	}
 	if slot != nil {
 		return r.running(ctx, s, slot, now)
@@ -215,6 +218,7 @@ func (r *Reconciler) running(ctx context.Context, s *botScope, slot *v1.BotPoolS
 	if slot.Status.Phase == v1.SlotError && r.failedStart(s, slot, pool, now) {
 		// The slot failed the bot's start before it ran: back to the queue (its timer is the
 		// new deadline), and the slot lets go of it once it sees that.
+		s.leftSlot = true
 		return r.queue(ctx, s, now)
 	}
 	s.slot = slot
@@ -257,6 +261,15 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 	if err != nil {
 		return err
 	}
+	if pool == nil && s.leftSlot {
+		// Its failed slot still holds it, and lets go of a bot it left only while the bot is
+		// Queued (Bot.LeftSlot): it leaves the queue once the slot let go, which wakes it.
+		reason, msg := string(v1.ReasonPoolNotFound), "No BotPool serves this bot any more; it leaves the queue once its failed slot lets go of it"
+		if refused != "" {
+			reason, msg = string(v1.ReasonPoolNotAllowed), refused
+		}
+		return pass.WaitFor(noPoolRetry, reason, msg)
+	}
 	if pool == nil {
 		// Out of the queue until a pool serves it: a bot its pool stopped admitting leaves
 		// its place, and takes a new one at the back when a pool admits it again.
@@ -271,6 +284,11 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 		}
 		return pass.WaitFor(noPoolRetry, string(v1.ReasonPoolNotFound),
 			fmt.Sprintf("No BotPool serves this bot: create a %s pool in namespace %s, or name one in spec.poolRef", platformOf(bot), bot.Namespace))
+	}
+	if prev := bot.PoolKey(); prev.Name != "" && (prev.Namespace != pool.Namespace || prev.Name != pool.Name) {
+		// Routed to another pool: the old one's reservation promises nothing here.
+		meta.RemoveStatusCondition(&st.Conditions, v1.ConditionReserved)
+		st.Reservation = nil
 	}
 	bot.SetPool(pool)
 	st.Platform, st.Tenant = pool.Spec.Platform, policy.TenantOf(pool, bot)
@@ -331,8 +349,8 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 		if limit, held := policy.TenantHeld(pool, st.Tenant); held {
 			// No count of the place in it: the dispatcher writes that (queuePosition), and
 			// a message that moved with it would cost a second write for each.
-			s.limited = fmt.Sprintf("Tenant %q holds its limit of %d slot(s) of pool %s: the bot is bound when one of the tenant's bots ends (its queuePosition is its place among the tenant's waiting bots)",
-				st.Tenant, limit, pool.Name)
+			s.limited = fmt.Sprintf("Tenant %q has more bots in pool %s than its limit of %d slot(s) lets run at once: they are bound as its meetings end, in its own order (queuePosition is the bot's place among the tenant's waiting bots)",
+				st.Tenant, pool.Name, limit)
 		}
 	}
 	return nil
@@ -646,25 +664,29 @@ func (r *Reconciler) resolvePool(ctx context.Context, bot *v1.Bot) (pool *v1.Bot
 	if key.Name != "" {
 		pool = &v1.BotPool{}
 		err := r.Client.Get(ctx, key, pool)
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, "", nil
-		case err != nil:
+		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, "", err
-		case pool.Spec.Platform != platform || !pool.DeletionTimestamp.IsZero():
-			return nil, "", nil
 		}
-		ok, err := r.Admission.Admits(ctx, pool, bot.Namespace)
+		usable := err == nil && pool.Spec.Platform == platform && pool.DeletionTimestamp.IsZero()
+		ok := false
+		if usable {
+			if ok, err = r.Admission.Admits(ctx, pool, bot.Namespace); err != nil {
+				return nil, "", err
+			}
+		}
 		switch {
-		case err != nil:
-			return nil, "", err
 		case ok:
 			return pool, "", nil
-		case bot.Spec.PoolRef != nil:
-			return nil, policy.NotAllowedMessage(pool, bot.Namespace), nil
+		case bot.Spec.PoolRef != nil && key.Namespace != bot.Namespace:
+			// Named in another namespace: one answer whatever the cause (NotAllowedMessage).
+			return nil, policy.NotAllowedMessage(key, bot.Namespace, platform), nil
+		case key.Namespace == bot.Namespace:
+			return nil, "", nil // its own namespace's pool is gone or of another platform: PoolNotFound
 		}
-		// Routed to a shared pool that admits its namespace no longer: routed again.
-		refused = policy.NotAllowedMessage(pool, bot.Namespace)
+		// Routed to a shared pool that is gone or admits its namespace no longer: routed again.
+		if usable {
+			refused = policy.NotAllowedMessage(key, bot.Namespace, platform)
+		}
 	}
 	var pools v1.BotPoolList
 	if err := r.Client.List(ctx, &pools, client.InNamespace(bot.Namespace)); err != nil {

@@ -89,7 +89,7 @@ func (r *Reconciler) failedStart(s *botScope, slot *v1.BotPoolSlot, pool *v1.Bot
 	if verdict == startRan {
 		return false
 	}
-	attempt := v1.StartAttempt{SlotName: slot.Name, Server: policy.SlotServer(slot, pool), Reason: v1.BotReason(slot.Status.Reason),
+	attempt := v1.StartAttempt{SlotName: slot.Name, Server: policy.AttemptServer(bot, slot, pool), Reason: v1.BotReason(slot.Status.Reason),
 		Message: v1.Truncate(policy.SlotMessage(bot, slot), v1.MaxMessageLength), At: metav1.NewTime(now)}
 	st.StartAttempts = append(st.StartAttempts, attempt)
 	if n := len(st.StartAttempts); n > v1.MaxStartAttempts { // a status edited by hand

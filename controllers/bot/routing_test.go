@@ -2,9 +2,13 @@ package bot
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -50,6 +54,11 @@ func TestResolvePoolAcrossNamespaces(t *testing.T) {
 		{name: "named with its namespace", bot: bt.MakeBot("team-a", "b").PoolIn("platform", "zoom").Obj(), wantPool: "platform/zoom"},
 		{name: "named, its namespace not admitted", bot: bt.MakeBot("team-b", "b").PoolIn("platform", "zoom").Obj(), wantRefus: true},
 		{name: "named, not shared", bot: bt.MakeBot("team-a", "b").PoolIn("private", "zoom").Obj(), wantRefus: true},
+		// The same answer for a pool that does not exist or is of another platform: naming
+		// pools is no way to learn what other namespaces hold.
+		{name: "named in another namespace, no such pool", bot: bt.MakeBot("team-a", "b").PoolIn("private", "teams").Obj(), wantRefus: true},
+		{name: "named in another namespace, another platform", bot: bt.MakeBot("team-a", "b").MeetingURL("https://meet.google.com/abc-defg-hij").PoolIn("platform", "zoom").Obj(), wantRefus: true},
+		{name: "named in its own namespace, no such pool", bot: bt.MakeBot("team-a", "b").PoolRef("nope").Obj()},
 		{name: "no poolRef, not admitted anywhere", bot: bt.MakeBot("team-b", "b").Obj()},
 		{name: "routed before, admitted no longer, another pool admits it", bot: bt.MakeBot("team-a", "b").InPoolOf("private", "zoom").Obj(),
 			wantPool: "platform-2/zoom"},
@@ -69,5 +78,57 @@ func TestResolvePoolAcrossNamespaces(t *testing.T) {
 				t.Fatalf("pool %q, refused %q; want pool %q, a refusal: %v", got, refused, tt.wantPool, tt.wantRefus)
 			}
 		})
+	}
+}
+
+// TestRefusedBotStaysQueuedWhileItsFailedSlotHoldsIt: a tenant's bot whose start failed goes
+// back to the queue while the failed slot still names it, and its namespace is dropped from the
+// pool meanwhile. It stays Queued (saying PoolNotAllowed) until the slot lets go: a Pending bot
+// is no longer one the slot has let go of (Bot.LeftSlot), and the slot would keep it, and its
+// next pass take the old failure for a new one (the model check, seed 1795973968309153). Once
+// the slot let go, it leaves the queue for Pending, its pool forgotten.
+func TestRefusedBotStaysQueuedWhileItsFailedSlotHoldsIt(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	pool := bt.MakePool("platform", "zoom").MaxSlots(2).SharedWith(map[string]string{"tenant": "yes"}).Obj()
+	failedAt := metav1.NewTime(clk.Now().Add(-time.Second))
+	bot := bt.MakeBot("team-a", "b").UID("bot-uid").PoolIn("platform", "zoom").InPoolOf("platform", "zoom").Phase(v1.BotQueued).Obj()
+	bot.Status.QueuedAt = &failedAt
+	bot.Status.StartAttempts = []v1.StartAttempt{{SlotName: "pool-zoom-001", Reason: v1.ReasonDeploymentFailed, At: failedAt}}
+	slot := bt.MakeSlot("platform", "pool-zoom-001", "zoom").BoundTo("b", "bot-uid").Obj()
+	slot.Spec.BotRef.Namespace = "team-a"
+	slot.Status.Phase, slot.Status.Reason = v1.SlotError, string(v1.ReasonDeploymentFailed)
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, slot,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}) // not labelled: dropped
+	r := &Reconciler{Client: c, Clock: clk, Recorder: bt.DiscardEvents{}, Store: bt.NopLiveness{}, Admission: tenancy.Admission{Reader: c}}
+	pass := func() *v1.Bot {
+		t.Helper()
+		if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(bot)}); err != nil {
+			t.Fatal(err)
+		}
+		got := &v1.Bot{}
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(bot), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	got := pass()
+	ready := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady)
+	if got.Status.Phase != v1.BotQueued || got.Status.Pool != "zoom" || len(got.Status.StartAttempts) != 1 ||
+		ready == nil || ready.Reason != string(v1.ReasonPoolNotAllowed) || !got.LeftSlot(slot) {
+		t.Fatalf("phase %s, pool %q, %d attempts, Ready %+v; want Queued in its pool, one attempt, PoolNotAllowed, left the slot",
+			got.Status.Phase, got.Status.Pool, len(got.Status.StartAttempts), ready)
+	}
+
+	// The slot lets go: the bot leaves the queue.
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(slot), slot); err != nil {
+		t.Fatal(err)
+	}
+	slot.Spec.BotRef = nil
+	if err := c.Update(t.Context(), slot); err != nil {
+		t.Fatal(err)
+	}
+	got = pass()
+	if got.Status.Phase != v1.BotPending || got.Status.Pool != "" || got.Status.PoolNamespace != "" {
+		t.Fatalf("phase %s, pool %s/%s; want Pending with no pool", got.Status.Phase, got.Status.PoolNamespace, got.Status.Pool)
 	}
 }

@@ -344,16 +344,17 @@ func (d *Dispatcher) view(ctx context.Context, pool *v1.BotPool) (v queueView, e
 		return v, err
 	}
 	held := map[types.UID]bool{}
+	holder := map[types.UID]*v1.BotPoolSlot{} // the slot whose botRef names each held bot
 	for i := range bound.Items {
 		if ref := bound.Items[i].Spec.BotRef; ref != nil {
-			held[ref.UID] = true
+			held[ref.UID], holder[ref.UID] = true, &bound.Items[i]
 		}
 	}
 	admitted, err := d.admitted(ctx, pool, bots.Items)
 	if err != nil {
 		return v, err
 	}
-	if pool.Spec.Tenancy != nil {
+	if policy.Tenancy(pool) != nil {
 		v.usage = map[string]int32{}
 	}
 	now := d.Clock.Now()
@@ -379,8 +380,10 @@ func (d *Dispatcher) view(ctx context.Context, pool *v1.BotPool) (v queueView, e
 			}
 			delete(d.bound, b.UID)
 		}
-		if held[b.UID] && v.usage != nil && !b.Status.Phase.Terminal() {
-			v.usage[policy.TenantOf(pool, b)]++ // a namespace dropped since holds its slots too
+		if held[b.UID] && v.usage != nil && !b.Status.Phase.Terminal() && !b.LeftSlot(holder[b.UID]) {
+			// A namespace dropped since holds its slots too; a bot back in the queue from a
+			// failed slot that has not let go yet holds nothing.
+			v.usage[policy.TenantOf(pool, b)]++
 		}
 		if !admitted[b.Namespace] {
 			continue
@@ -472,7 +475,7 @@ func pickSlots(head []*v1.Bot, free []*v1.BotPoolSlot, pool *v1.BotPool) []*v1.B
 			failed[a.Server] = true
 		}
 		for j, sl := range free {
-			if !used[j] && !failed[policy.SlotServer(sl, pool)] {
+			if !used[j] && !failed[policy.AttemptServer(b, sl, pool)] {
 				picked[i], used[j] = sl, true
 				break
 			}
@@ -507,8 +510,9 @@ func lostSlot(err error) bool {
 
 // updatePositions writes the queue positions that moved materially (see PositionChanged),
 // with the wait the pool's observed drain rate predicts for each. A bot whose tenant holds its
-// limit (limited) gets its place among its tenant's waiting bots and no estimate: its turn
-// comes when one of its tenant's meetings ends, which no drain rate of the pool predicts. The writes go out
+// limit (limited) gets its place among its tenant's waiting bots (those still in the served
+// order first) and no estimate: its turn comes when one of its tenant's meetings ends, which
+// no drain rate of the pool predicts. The writes go out
 // bindWorkers at a time: a wave holds its pool until they are done, and a slot freed
 // meanwhile waits for the next wave, so they must not take a round trip each.
 //
@@ -527,7 +531,14 @@ func (d *Dispatcher) updatePositions(ctx context.Context, p *v1.BotPool, queue, 
 	var g errgroup.Group
 	g.SetLimit(bindWorkers)
 	var conflicts atomic.Bool
-	within := map[string]int32{} // places taken so far among each limited tenant's bots
+	// A limited bot's place among its tenant's waiting bots: after those of its tenant still in
+	// the served order, which go first.
+	within := map[string]int32{}
+	if len(limited) > 0 {
+		for _, b := range queue {
+			within[policy.TenantOf(p, b)]++
+		}
+	}
 	all := append(append(queue[:len(queue):len(queue)], limited...), waiting...)
 	for i, b := range all {
 		pos, estimate := int32(i+1), per > 0 && i < len(queue)

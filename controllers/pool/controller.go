@@ -74,10 +74,14 @@ func (r *Reconciler) tag(pool *v1.BotPool) string {
 
 // poolScope is what one reconcile of a pool observed and did; status is computed from it.
 type poolScope struct {
-	pool    *v1.BotPool
-	api     coolifyview.CoolifyAPI
-	slots   []v1.BotPoolSlot // this pool's slots, from the cache
-	waiting int              // bots of this pool in Queued
+	pool  *v1.BotPool
+	api   coolifyview.CoolifyAPI
+	slots []v1.BotPoolSlot // this pool's slots, from the cache
+	// waiting counts the bots of this pool in Queued that a slot could serve: in a pool with
+	// tenants, those a tenant at its limit keeps waiting are left out, so a tenant that queues a
+	// thousand bots beyond its limit warms no slot for them (status.queued counts them all).
+	waiting int
+	queued  int // every bot of this pool in Queued: status.queued
 	// tenants and tenantCount are status.tenants and status.tenantCount (a pool with a tenancy).
 	tenants     []v1.TenantStatus
 	tenantCount int32
@@ -239,11 +243,14 @@ func (r *Reconciler) observe(ctx context.Context, s *poolScope) error {
 	}
 	for i := range bots.Items {
 		if bots.Items[i].Status.Phase == v1.BotQueued {
-			s.waiting++
+			s.queued++
 		}
 	}
 	s.reservedStarts = pendingStarts(bots.Items)
-	s.tenants, s.tenantCount = tenantStatuses(s.pool, s.slots, bots.Items)
+	s.waiting = s.queued
+	if policy.Tenancy(s.pool) != nil {
+		s.tenants, s.tenantCount, s.waiting = tenantStatuses(s.pool, s.slots, bots.Items)
+	}
 	return nil
 }
 

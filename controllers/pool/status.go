@@ -20,7 +20,7 @@ func setPoolStatus(s *poolScope, now time.Time, handled bool) {
 	p := s.pool
 	counts := countSlots(s.slots)
 	p.Status.Slots = &counts
-	p.Status.Queued = int32(s.waiting)
+	p.Status.Queued = int32(s.queued)
 	p.Status.Tenants, p.Status.TenantCount = s.tenants, s.tenantCount
 	p.Status.MinIdle, p.Status.WarmWindows = int32(s.warm.minIdle), s.warm.open
 	p.Status.Selector = v1.LabelPool + "=" + p.Name
@@ -130,7 +130,7 @@ func setDrainingStatus(s *poolScope, now time.Time) {
 	p := s.pool
 	counts := countSlots(s.slots)
 	p.Status.Slots = &counts
-	p.Status.Queued = int32(s.waiting)
+	p.Status.Queued = int32(s.queued)
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		v1.SetCondition(&p.Status.Conditions, metav1.Condition{
 			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,

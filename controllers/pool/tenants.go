@@ -9,14 +9,15 @@ import (
 	"botpool.dev/botpool/controllers/internal/policy"
 )
 
-// tenantStatuses is status.tenants and status.tenantCount of a pool with a tenancy: per
-// tenant, its bots bound to the pool's slots (the slots' botRefs, of bots that have not ended)
-// and those waiting in its queue, with its limit and guarantee. The list keeps at most
-// v1.MaxTenantStatuses tenants: those held at their limit with bots waiting first (their bots
-// read their TenantLimit reason here), then the busiest, then by name. nil without a tenancy.
-func tenantStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, bots []v1.Bot) ([]v1.TenantStatus, int32) {
-	if pool.Spec.Tenancy == nil {
-		return nil, 0
+// tenantStatuses is status.tenants and status.tenantCount of a pool with tenants
+// (policy.Tenancy): per tenant, its bots bound to the pool's slots (the slots' botRefs, of
+// bots that have not ended) and those waiting in its queue, with its limit and guarantee. The
+// list keeps at most v1.MaxTenantStatuses tenants: those held at their limit first (their bots
+// read their TenantLimit reason here), then the busiest, then by name. servable is how many of
+// the waiting bots a slot could serve: each tenant's up to the room its limit leaves.
+func tenantStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, bots []v1.Bot) (list []v1.TenantStatus, count int32, servable int) {
+	if policy.Tenancy(pool) == nil {
+		return nil, 0, 0
 	}
 	byUID := make(map[types.UID]*v1.Bot, len(bots))
 	for i := range bots {
@@ -34,7 +35,7 @@ func tenantStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, bots []v1.Bot) ([]
 	}
 	for i := range slots {
 		if ref := slots[i].Spec.BotRef; ref != nil {
-			if b := byUID[ref.UID]; b != nil && !b.Status.Phase.Terminal() {
+			if b := byUID[ref.UID]; b != nil && !b.Status.Phase.Terminal() && !b.LeftSlot(&slots[i]) {
 				of(policy.TenantOf(pool, b)).Bound++
 			}
 		}
@@ -47,8 +48,9 @@ func tenantStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, bots []v1.Bot) ([]
 	out := make([]v1.TenantStatus, 0, len(counts))
 	for _, t := range counts {
 		out = append(out, *t)
+		servable += int(min(t.Waiting, max(0, t.Limit-t.Bound)))
 	}
-	held := func(t *v1.TenantStatus) bool { return t.Waiting > 0 && t.Bound >= t.Limit }
+	held := func(t *v1.TenantStatus) bool { return policy.Held(*t) }
 	sort.Slice(out, func(i, j int) bool {
 		a, b := &out[i], &out[j]
 		if held(a) != held(b) {
@@ -63,5 +65,5 @@ func tenantStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, bots []v1.Bot) ([]
 	if len(out) > v1.MaxTenantStatuses {
 		out = out[:v1.MaxTenantStatuses]
 	}
-	return out, n
+	return out, n, servable
 }

@@ -610,8 +610,8 @@ func queuedAt(b *v1.Bot) time.Time {
 // checkQueueOrder: invariant 4 for the bindings one dispatch wrote. waiting is the pool's
 // queue as the dispatcher could see it (its cache) before the wave.
 func (w *world) checkQueueOrder(pool string, waiting []v1.Bot, binds []bindEvent) {
-	var tenancy *v1.BotPool // the pool, when it has a tenancy
-	if p := w.livePool(pool); p.Spec.Tenancy != nil {
+	var tenancy *v1.BotPool // the pool, when it serves tenants: a tenancy, or shared without one
+	if p := w.livePool(pool); p.Spec.Tenancy != nil || p.Spec.AllowedNamespaces != nil && p.Spec.AllowedNamespaces.From != v1.NamespacesSame {
 		tenancy = p
 	}
 	served := map[types.UID]bool{}

@@ -182,7 +182,8 @@ func limitOf(pool *v1.BotPool, tenant string) int32 {
 	return limit
 }
 
-// heldBy counts, per tenant, the bots bound to the pool's slots that have not ended.
+// heldBy counts, per tenant, the bots bound to the pool's slots that have not ended nor gone
+// back to the queue from a failed slot that still names them (Bot.LeftSlot).
 func heldBy(pool *v1.BotPool, bots []v1.Bot, slots []v1.BotPoolSlot) map[string]int32 {
 	byUID := map[types.UID]*v1.Bot{}
 	for i := range bots {
@@ -191,7 +192,7 @@ func heldBy(pool *v1.BotPool, bots []v1.Bot, slots []v1.BotPoolSlot) map[string]
 	out := map[string]int32{}
 	for i := range slots {
 		if s := &slots[i]; s.Spec.Pool == pool.Name && s.Spec.BotRef != nil {
-			if b := byUID[s.Spec.BotRef.UID]; b != nil && !b.Status.Phase.Terminal() {
+			if b := byUID[s.Spec.BotRef.UID]; b != nil && !b.Status.Phase.Terminal() && !b.LeftSlot(s) {
 				out[tenantOf(pool, b)]++
 			}
 		}
@@ -240,8 +241,8 @@ func (w *world) checkGuarantees(pool string, waiting []v1.Bot, held map[string]i
 				share = &t.Tenants[i].TenantShare
 			}
 		}
-		if share == nil {
-			return 0
+		if share == nil || share == t.Defaults {
+			return 0 // the defaults guarantee nothing
 		}
 		return min(share.Guaranteed, limitOf(p, tenant))
 	}

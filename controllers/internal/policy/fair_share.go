@@ -4,12 +4,29 @@ import (
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
-// TenantOf is the tenant a bot counts as in the pool's tenancy: its namespace; with key Label,
-// the value of the tenancy's label for a bot of the pool's own namespace (a bot of another
-// namespace counts as its namespace whatever its labels say, so no namespace can spend another
-// tenant's share). "" when the pool has no tenancy.
+// Tenancy is the tenancy the pool's queue is served by: its spec.tenancy; for a pool shared
+// with other namespaces without one, each namespace a tenant with no limit but maxSlots, no
+// guarantee and weight 1, so the namespaces take turns by what they hold and no tenant's
+// spec.priority (its own to set) puts its bots ahead of another's; nil for a pool of its own
+// namespace's bots alone.
+func Tenancy(pool *v1.BotPool) *v1.Tenancy {
+	if t := pool.Spec.Tenancy; t != nil {
+		return t
+	}
+	if Shared(pool) {
+		return &sharedTenancy
+	}
+	return nil
+}
+
+var sharedTenancy = v1.Tenancy{Key: v1.TenantByNamespace}
+
+// TenantOf is the tenant a bot counts as in the pool's tenancy (Tenancy): its namespace; with
+// key Label, the value of the tenancy's label for a bot of the pool's own namespace (a bot of
+// another namespace counts as its namespace whatever its labels say, so no namespace can
+// spend another tenant's share). "" when the pool has no tenancy.
 func TenantOf(pool *v1.BotPool, bot *v1.Bot) string {
-	t := pool.Spec.Tenancy
+	t := Tenancy(pool)
 	switch {
 	case t == nil:
 		return ""
@@ -29,7 +46,7 @@ type Share struct {
 // no limit but maxSlots, no guarantee, weight 1.
 func ShareOf(pool *v1.BotPool, tenant string) Share {
 	s := Share{Limit: pool.Spec.MaxSlots, Weight: 1}
-	t := pool.Spec.Tenancy
+	t := Tenancy(pool)
 	if t == nil {
 		return s
 	}
@@ -46,7 +63,9 @@ func ShareOf(pool *v1.BotPool, tenant string) Share {
 	if policy.Limit != nil && *policy.Limit < s.Limit {
 		s.Limit = *policy.Limit
 	}
-	s.Guaranteed = min(policy.Guaranteed, s.Limit)
+	if policy != t.Defaults { // the defaults guarantee nothing (the API server refuses it)
+		s.Guaranteed = min(policy.Guaranteed, s.Limit)
+	}
 	if policy.Weight > 0 {
 		s.Weight = policy.Weight
 	}
@@ -57,7 +76,7 @@ func ShareOf(pool *v1.BotPool, tenant string) Share {
 // QueueLess), given how many slots each tenant holds (usage): served, every bot that can be
 // served before its tenant reaches its limit, in the order the next free slots go to them; and
 // limited, the rest, each tenant's in its own order. A pool without a tenancy serves its queue
-// as it is.
+// as it is (its own namespace's alone: Tenancy).
 //
 // The rule, slot by slot (the tenants' holdings grow as the order is built):
 //
@@ -67,13 +86,14 @@ func ShareOf(pool *v1.BotPool, tenant string) Share {
 //  3. then every other tenant, the one that would borrow the least beyond its guarantee per
 //     unit of weight first: (held + 1 − guaranteed) / weight, Kueue's fair sharing of what
 //     the guarantees leave;
-//  4. ties go to the tenant whose next bot comes first in the queue's own order, and within a
-//     tenant the queue's order holds (reservation, priority, arrival).
+//  4. ties go to the tenant whose next bot arrived first (its queue time, then creation and
+//     name: not its priority, which each tenant sets for its own bots), and within a tenant
+//     the queue's order holds (reservation, priority, arrival).
 //
 // A tenant at its limit is served no more: its bots are limited. Nothing here takes a slot
 // from a running bot: the holdings only grow, so borrowed slots come back as meetings end.
 func FairOrder(pool *v1.BotPool, queue []*v1.Bot, usage map[string]int32) (served, limited []*v1.Bot) {
-	if pool.Spec.Tenancy == nil {
+	if Tenancy(pool) == nil {
 		return queue, nil
 	}
 	type tenant struct {
@@ -149,15 +169,33 @@ func fairBefore(ha int32, sa Share, ba *v1.Bot, hb int32, sb Share, bb *v1.Bot) 
 	if l != r {
 		return l < r
 	}
-	return QueueLess(ba, bb)
+	return arrivedBefore(ba, bb)
 }
 
-// TenantHeld reports whether the pool's status says the tenant holds its limit: the reason a
-// bot of it waits (TenantLimit), and the limit.
+// arrivedBefore orders two bots by arrival alone: queue time, then creation and name.
+func arrivedBefore(a, b *v1.Bot) bool {
+	ta, tb := QueuedAt(a), QueuedAt(b)
+	if !ta.Equal(tb) {
+		return ta.Before(tb)
+	}
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// Held reports whether a tenant has more bots in the pool than its limit lets hold a slot:
+// some of its waiting bots wait for its own meetings to end (TenantLimit). It stays so while a
+// meeting ends and the next bot takes its slot, so a tenant queueing far past its limit does
+// not flip its waiting bots' reason, a status write each, at every meeting's end.
+func Held(t v1.TenantStatus) bool { return t.Waiting > 0 && t.Bound+t.Waiting > t.Limit }
+
+// TenantHeld reports whether the pool's status says the tenant is held (Held): the reason a
+// bot of it waits (TenantLimit), and its limit.
 func TenantHeld(pool *v1.BotPool, tenant string) (int32, bool) {
 	for _, t := range pool.Status.Tenants {
 		if t.Name == tenant {
-			return t.Limit, t.Bound >= t.Limit
+			return t.Limit, Held(t)
 		}
 	}
 	return 0, false

@@ -49,6 +49,17 @@ func TestFairOrder(t *testing.T) {
 			t.Fatalf("served %q, limited %q", names(served), names(limited))
 		}
 	})
+	t.Run("a shared pool without a tenancy: namespaces take turns, priority only within one", func(t *testing.T) {
+		pool := bt.MakePool("platform", "pool").MaxSlots(10).SharedWith(nil).Obj()
+		q := []*v1.Bot{waiting("a", 1, 0), waiting("a", 2, 0), waiting("b", 3, 1000), waiting("b", 4, 1000), waiting("a", 5, 50)}
+		SortQueue(q)
+		served, limited := FairOrder(pool, q, map[string]int32{"b": 1})
+		// a holds none, b one: a first (its priority-50 bot heads its own order); then, holding
+		// as many, the one whose next bot arrived first; b's priority buys no turn.
+		if got := names(served); got != "a-005 a-001 b-003 a-002 b-004" || len(limited) != 0 {
+			t.Fatalf("served %q, limited %q", got, names(limited))
+		}
+	})
 	t.Run("below their guarantee first, the smallest fraction first", func(t *testing.T) {
 		// a flooded first and holds 10 slots, b holds 1 of its 3, c 0 of its 2.
 		var q []*v1.Bot
