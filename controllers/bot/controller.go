@@ -279,6 +279,7 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 		// again when a pool serves it), and no pool keeps a slot for a bot it may not bind.
 		meta.RemoveStatusCondition(&st.Conditions, v1.ConditionReserved)
 		st.Reservation = nil
+		r.Reservations.Drop(bot.UID) // a grant the cache does not show yet holds nothing either
 		if refused != "" {
 			return pass.WaitFor(noPoolRetry, string(v1.ReasonPoolNotAllowed), refused)
 		}
@@ -289,6 +290,7 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 		// Routed to another pool: the old one's reservation promises nothing here.
 		meta.RemoveStatusCondition(&st.Conditions, v1.ConditionReserved)
 		st.Reservation = nil
+		r.Reservations.Drop(bot.UID)
 	}
 	bot.SetPool(pool)
 	st.Platform, st.Tenant = pool.Spec.Platform, policy.TenantOf(pool, bot)

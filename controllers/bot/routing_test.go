@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
+	"botpool.dev/botpool/controllers/dispatch"
 	"botpool.dev/botpool/controllers/internal/fakeapi"
 	"botpool.dev/botpool/controllers/internal/tenancy"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -130,5 +131,35 @@ func TestRefusedBotStaysQueuedWhileItsFailedSlotHoldsIt(t *testing.T) {
 	got = pass()
 	if got.Status.Phase != v1.BotPending || got.Status.Pool != "" || got.Status.PoolNamespace != "" {
 		t.Fatalf("phase %s, pool %s/%s; want Pending with no pool", got.Status.Phase, got.Status.PoolNamespace, got.Status.Pool)
+	}
+}
+
+// TestARefusedBotDropsItsGrant: a reserved bot its pool refuses (its namespace dropped) loses
+// its reservation, and the grant its pool's ledger holds until the cache shows it goes too: it
+// kept the pool's queue off a slot for a bot that may not be bound (the model check, seed
+// 1795973968309153 on b3193b6).
+func TestARefusedBotDropsItsGrant(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 15, 9, 0, 0, 0, time.UTC))
+	pool := bt.MakePool("platform", "zoom").MaxSlots(2).SharedWith(map[string]string{"tenant": "yes"}).Obj()
+	bot := bt.MakeBot("team-a", "b").UID("bot-uid").PoolIn("platform", "zoom").InPoolOf("platform", "zoom").Phase(v1.BotScheduled).Obj()
+	bt.Grant(bot, clk.Now().Add(time.Hour))
+	bot.Status.Reservation.Pool = "zoom"
+	c := fakeapi.New(t, interceptor.Funcs{}, pool, bot, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	ledger := &dispatch.Ledger{}
+	ledger.Remember(bot, clk.Now())
+	r := &Reconciler{Client: c, Clock: clk, Recorder: bt.DiscardEvents{}, Store: bt.NopLiveness{}, Admission: tenancy.Admission{Reader: c},
+		Reservations: ledger}
+	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(bot)}); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1.Bot{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(bot), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Reservation != nil || meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReserved) != nil {
+		t.Errorf("the refused bot keeps its reservation: %+v", got.Status.Reservation)
+	}
+	if pending := ledger.WithPending(t.Context(), c, nil, pool, clk.Now()); len(pending) != 0 {
+		t.Errorf("the pool's ledger still counts %d grant(s) of the refused bot", len(pending))
 	}
 }

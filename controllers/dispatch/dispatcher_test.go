@@ -179,6 +179,19 @@ func TestAWaveForgetsTheGrantOfABotDeletedBeforeItShowed(t *testing.T) {
 		{name: "created again", inCache: func(g *v1.Bot) *v1.Bot {
 			return bt.MakeBot(g.Namespace, g.Name).UID("uid-again").PoolRef("pool").Obj()
 		}},
+		// Routed to another pool before the cache showed the grant: no longer the pool's,
+		// its grant holds nothing (a refused one's the bot controller drops: Ledger.Drop).
+		{name: "routed to another pool", inCache: func(g *v1.Bot) *v1.Bot {
+			b := g.DeepCopy()
+			b.Status = v1.BotStatus{Phase: v1.BotQueued, Pool: "other"}
+			return b
+		}},
+		// Routed and granted in one pass, the cache showing neither yet: the grant holds.
+		{name: "routed and granted, not shown yet", wantHeld: true, inCache: func(g *v1.Bot) *v1.Bot {
+			b := g.DeepCopy()
+			b.Status = v1.BotStatus{}
+			return b
+		}},
 		{name: "grant not shown yet", wantHeld: true, inCache: func(g *v1.Bot) *v1.Bot {
 			b := g.DeepCopy()
 			b.Status = v1.BotStatus{Phase: v1.BotScheduled, Pool: "pool"}

@@ -100,8 +100,8 @@ func (l *Ledger) PoolLock(pool types.NamespacedName) *sync.Mutex {
 
 // WithPending adds to the cached bots of a pool the grants decided but not shown yet.
 //
-// A grant whose bot the cache no longer holds, or holds as another object of that name, is
-// dropped: the grant was decided on a bot the cache showed, and the cache never goes back, so
+// A grant whose bot the cache no longer holds, holds as another object of that name, or holds
+// in another pool, is dropped: the grant was decided on a bot the cache showed, and the cache never goes back, so
 // that bot was deleted before its grant showed. Counted until pendingGrantTTL, it held the
 // pool's queue beside a free slot for a meeting that will never come (the model check, seed
 // 2295569671406997). c is the cache the grants were decided on; an error reading it keeps
@@ -130,7 +130,7 @@ func (l *Ledger) WithPending(ctx context.Context, c client.Reader, cached []v1.B
 	l.mu.Unlock()
 	out := cached
 	for _, g := range mine {
-		if botGone(ctx, c, &g.bot) {
+		if grantVoid(ctx, c, &g.bot) {
 			l.forget(g.bot.UID)
 			continue
 		}
@@ -139,11 +139,26 @@ func (l *Ledger) WithPending(ctx context.Context, c client.Reader, cached []v1.B
 	return out
 }
 
-// botGone reports whether the cache holds no bot of b's name, or another one.
-func botGone(ctx context.Context, c client.Reader, b *v1.Bot) bool {
+// grantVoid reports whether a grant decided on bot b holds nothing: the cache holds no bot of
+// b's name, or another one, or b routed to another pool since (which drops its reservation).
+// A bot the cache shows in no pool may be one routed and granted in the same pass whose status
+// the cache does not show yet: its grant holds. The bot controller drops the grant of a bot its
+// pool refuses (Drop).
+func grantVoid(ctx context.Context, c client.Reader, b *v1.Bot) bool {
 	live := &v1.Bot{}
 	err := c.Get(ctx, client.ObjectKeyFromObject(b), live)
-	return apierrors.IsNotFound(err) || err == nil && live.UID != b.UID
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	return err == nil && (live.UID != b.UID || live.PoolKey().Name != "" && live.PoolKey() != b.PoolKey())
+}
+
+// Drop forgets the grant of a bot not shown yet: the bot controller's, for a bot whose pool no
+// longer serves it (refused, or routed to another): it holds no slot of that pool.
+func (l *Ledger) Drop(uid types.UID) {
+	if l != nil {
+		l.forget(uid)
+	}
 }
 
 // forget drops a grant not shown yet.
