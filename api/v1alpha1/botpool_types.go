@@ -794,6 +794,25 @@ type ReservationPolicy struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('1m') && duration(self) <= duration('168h'))",message="minLead must be from 1m to 168h"
 	MinLead Duration `json:"minLead,omitempty"`
+	// MaxHorizon is how far ahead a reservation may be decided (7 days unset): a bot whose
+	// startTime is further away says Reserved False, BeyondHorizon, and its reservation is
+	// decided when its start comes within the horizon. No tenant can hold the pool's slots
+	// for next year's meetings today.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('1h') && duration(self) <= duration('8760h'))",message="maxHorizon must be from 1h to 8760h (a year)"
+	MaxHorizon Duration `json:"maxHorizon,omitempty"`
+}
+
+// DefaultReservationMaxHorizon is how far ahead a reservation may be decided when the pool
+// does not say (spec.reservations.maxHorizon).
+const DefaultReservationMaxHorizon = 7 * 24 * time.Hour
+
+// Horizon is the policy's maxHorizon, or the default.
+func (p *ReservationPolicy) Horizon() time.Duration {
+	if p == nil {
+		return DefaultReservationMaxHorizon
+	}
+	return p.MaxHorizon.OrDefault(DefaultReservationMaxHorizon)
 }
 
 // Reserves reports whether the pool's scheduled bots reserve slots (a nil policy does).

@@ -196,6 +196,9 @@ const (
 const (
 	// ReasonCapacityReserved: a slot of the pool is held for the bot's start (Reserved True).
 	ReasonCapacityReserved = "CapacityReserved"
+	// ReasonBeyondHorizon: the bot's startTime is further ahead than the pool's
+	// reservations.maxHorizon: its reservation is decided once its start comes within it.
+	ReasonBeyondHorizon = "BeyondHorizon"
 	// ReasonTooLate: the bot was created less than the reservation lead before its start; it is
 	// served like an ad-hoc bot (Reserved False).
 	ReasonTooLate = "TooLate"

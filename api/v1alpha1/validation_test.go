@@ -211,6 +211,12 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{name: "a tenant's limit below its share", obj: pool(func(p *v1.BotPool) {
 			p.Spec.Tenancy = &v1.Tenancy{Tenants: []v1.TenantPolicy{{Name: "team-a", TenantShare: v1.TenantShare{Guaranteed: 3, Limit: ptr.To[int32](2)}}}}
 		}), want: "a tenant's limit must not be below its guaranteed share"},
+		{name: "a reservation horizon under an hour", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Reservations = &v1.ReservationPolicy{MaxHorizon: "30m"}
+		}), want: "maxHorizon must be from 1h to 8760h (a year)"},
+		{name: "a reservation horizon over a year", obj: pool(func(p *v1.BotPool) {
+			p.Spec.Reservations = &v1.ReservationPolicy{MaxHorizon: "8761h"}
+		}), want: "maxHorizon must be from 1h to 8760h (a year)"},
 		{name: "defaults that guarantee a share", obj: pool(func(p *v1.BotPool) {
 			p.Spec.Tenancy = &v1.Tenancy{Defaults: &v1.TenantShare{Guaranteed: 1}}
 		}), want: "defaults cannot guarantee a share"},

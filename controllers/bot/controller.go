@@ -304,10 +304,15 @@ func (r *Reconciler) queue(ctx context.Context, s *botScope, now time.Time) erro
 				meta.RemoveStatusCondition(&st.Conditions, v1.ConditionReserved) // decided again
 				st.Reservation = nil
 			}
-			if meta.FindStatusCondition(st.Conditions, v1.ConditionReserved) == nil {
+			decideAt := start.Add(-pool.Spec.Reservations.Horizon()) // within the horizon from then
+			c := meta.FindStatusCondition(st.Conditions, v1.ConditionReserved)
+			if c == nil || c.Reason == v1.ReasonBeyondHorizon && !now.Before(decideAt) {
 				if err := r.reserve(ctx, bot, pool, now); err != nil {
 					return err
 				}
+			}
+			if c := meta.FindStatusCondition(st.Conditions, v1.ConditionReserved); c != nil && c.Reason == v1.ReasonBeyondHorizon {
+				s.after(decideAt.Sub(now)) // decided then
 			}
 		}
 		joins := start.Add(-r.ScheduleLead)
@@ -431,7 +436,7 @@ func (r *Reconciler) finish(ctx context.Context, s *botScope, before *v1.Bot, o 
 			if c := meta.FindStatusCondition(bot.Status.Conditions, v1.ConditionReserved); c != nil &&
 				meta.FindStatusCondition(before.Status.Conditions, v1.ConditionReserved) == nil {
 				typ := corev1.EventTypeNormal
-				if c.Reason == v1.ReasonPoolFull {
+				if c.Reason == v1.ReasonPoolFull || c.Reason == v1.ReasonTenantLimit {
 					typ = corev1.EventTypeWarning // asked for and refused: the caller must act
 				}
 				r.Recorder.Eventf(bot, nil, typ, c.Reason, "Reserve", "%s", c.Message)

@@ -144,7 +144,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	// The order the free slots go in: the queue's own, or, in a pool with a tenancy, each
 	// tenant's turn by its share (policy.FairOrder); limited are the bots whose tenant holds
 	// its limit, which no slot goes to now.
-	queue, limited := policy.FairOrder(pool, v.queue, v.usage)
+	queue, limited := policy.FairOrder(pool, v.queue, v.usage, v.promises)
 	waiting := v.waiting
 	if lagging && len(queue) > len(free) {
 		// A slot left out for a lagging cache may be free after all: look again once the
@@ -332,6 +332,9 @@ func (d *Dispatcher) Queue(ctx context.Context, pool *v1.BotPool) (queue, waitin
 type queueView struct {
 	queue, waiting []*v1.Bot
 	usage          map[string]int32
+	// promises is what the tenants' pending reservations ask of their limits (a pool with a
+	// tenancy; nil when none has one).
+	promises *policy.TenantPromises
 }
 
 func (d *Dispatcher) view(ctx context.Context, pool *v1.BotPool) (v queueView, err error) {
@@ -356,6 +359,11 @@ func (d *Dispatcher) view(ctx context.Context, pool *v1.BotPool) (v queueView, e
 	}
 	if policy.Tenancy(pool) != nil {
 		v.usage = map[string]int32{}
+	}
+	if pool.Spec.Tenancy != nil {
+		if v.promises, err = d.tenantPromises(ctx, pool, bots.Items, holder); err != nil {
+			return v, err
+		}
 	}
 	now := d.Clock.Now()
 	slots := slotsByUID(bound.Items)
@@ -406,6 +414,54 @@ func (d *Dispatcher) view(ctx context.Context, pool *v1.BotPool) (v queueView, e
 	d.mu.Unlock()
 	policy.SortQueue(v.queue)
 	return v, nil
+}
+
+// tenantPromises is what each tenant's granted reservations not yet bound (the cache's, and
+// the ledger's not shown yet) ask of its limit: its bots' holds and its pending windows; nil
+// when no tenant has one. A bot back in the queue from a failed slot that still names it
+// (holder: the slot naming each bot) holds nothing of its tenant's, as in the usage.
+func (d *Dispatcher) tenantPromises(ctx context.Context, pool *v1.BotPool, cached []v1.Bot, holder map[types.UID]*v1.BotPoolSlot) (*policy.TenantPromises, error) {
+	now := d.Clock.Now()
+	bots := d.Reservations.WithPending(ctx, d.Client, cached, pool, now)
+	bound, err := d.Reservations.BoundIn(ctx, d.Client, pool, cached, now)
+	if err != nil {
+		return nil, err
+	}
+	for i := range bots {
+		if s := holder[bots[i].UID]; s != nil && bots[i].LeftSlot(s) {
+			delete(bound, bots[i].UID)
+		}
+	}
+	leave := pool.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
+	var p *policy.TenantPromises
+	for i := range bots {
+		b := &bots[i]
+		if !policy.Reserved(b) || !policy.WaitsForSlot(b.Status.Phase) || b.Status.Phase.Terminal() || bound[b.UID] {
+			continue
+		}
+		if p == nil {
+			p = &policy.TenantPromises{Holds: map[string][]policy.Hold{}, Pending: map[string]map[types.UID]policy.Hold{}, Now: now, Leave: leave}
+		}
+		t := policy.TenantOf(pool, b)
+		if p.Pending[t] == nil {
+			p.Pending[t] = map[types.UID]policy.Hold{}
+		}
+		w := b.Status.Reservation
+		p.Pending[t][b.UID] = policy.Hold{From: w.From.Time, Until: w.Until.Add(leave)}
+	}
+	if p == nil {
+		return nil, nil
+	}
+	byTenant := map[string][]v1.Bot{}
+	for i := range bots {
+		if t := policy.TenantOf(pool, &bots[i]); p.Pending[t] != nil {
+			byTenant[t] = append(byTenant[t], bots[i])
+		}
+	}
+	for t, mine := range byTenant {
+		p.Holds[t] = policy.HoldsOf(mine, bound, "", now, leave)
+	}
+	return p, nil
 }
 
 // admitted says, of the namespaces of bots, which the pool admits (each read once a wave).

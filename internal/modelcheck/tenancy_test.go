@@ -202,12 +202,13 @@ func heldBy(pool *v1.BotPool, bots []v1.Bot, slots []v1.BotPoolSlot) map[string]
 
 // servable leaves out of a pool's queued bots those that may wait beside a free slot: a
 // tenant's whose namespace the pool does not admit (the bot controller sends them back to
-// Pending), and, in a pool with a tenancy, those whose tenant holds its limit.
+// Pending), and, in a pool with a tenancy, those whose tenant holds its limit, or would with
+// its granted reservations not bound yet.
 func (w *world) servable(q, bots []v1.Bot, slots []v1.BotPoolSlot, pool string) []v1.Bot {
 	p := w.livePool(pool)
-	var held map[string]int32
+	var held, promised map[string]int32
 	if p.Spec.Tenancy != nil {
-		held = heldBy(p, bots, slots)
+		held, promised = heldBy(p, bots, slots), promisedBy(p, bots, slots)
 	}
 	out := q[:0:0]
 	for i := range q {
@@ -217,8 +218,22 @@ func (w *world) servable(q, bots []v1.Bot, slots []v1.BotPoolSlot, pool string) 
 			w.counts["tenancy: queued while dropped"]++
 		case held != nil && held[tenantOf(p, b)] >= limitOf(p, tenantOf(p, b)):
 			w.counts["tenancy: queued at its limit"]++
+		case held != nil && !isReserved(b) && held[tenantOf(p, b)]+promised[tenantOf(p, b)] >= limitOf(p, tenantOf(p, b)):
+			// Its tenant's granted reservations need the room it would take (TenantPromises).
+			w.counts["tenancy: queued for its tenant's reservations"]++
 		default:
 			out = append(out, *b)
+		}
+	}
+	return out
+}
+
+// promisedBy counts, per tenant, its granted reservations in the pool not bound yet.
+func promisedBy(pool *v1.BotPool, bots []v1.Bot, slots []v1.BotPoolSlot) map[string]int32 {
+	out := map[string]int32{}
+	for i := range bots {
+		if b := &bots[i]; b.Status.Pool == pool.Name && isReserved(b) && !b.Status.Phase.Terminal() && slotOf(slots, b.UID) == nil {
+			out[tenantOf(pool, b)]++
 		}
 	}
 	return out
@@ -227,7 +242,8 @@ func (w *world) servable(q, bots []v1.Bot, slots []v1.BotPoolSlot, pool string) 
 // checkGuarantees: invariant 21 for the bindings one dispatch wrote on a synced cache (so the
 // dispatcher's count of each tenant's slots was the model's, held): no binding went to a
 // tenant at or above its guaranteed share (unless it had a reservation) while a bot of a
-// tenant below its own, with room under its limit, was left waiting.
+// tenant below its own, with room under its limit beside its own reservations not bound yet,
+// was left waiting.
 func (w *world) checkGuarantees(pool string, waiting []v1.Bot, held map[string]int32, binds []bindEvent) {
 	p := w.livePool(pool)
 	if p.Spec.Tenancy == nil || len(binds) == 0 {
@@ -246,6 +262,7 @@ func (w *world) checkGuarantees(pool string, waiting []v1.Bot, held map[string]i
 		}
 		return min(share.Guaranteed, limitOf(p, tenant))
 	}
+	promised := promisedBy(p, w.liveBots(), w.liveSlots())
 	served := map[types.UID]bool{}
 	got := map[string]int32{}
 	byUID := map[types.UID]*v1.Bot{}
@@ -272,6 +289,9 @@ func (w *world) checkGuarantees(pool string, waiting []v1.Bot, held map[string]i
 			ty := tenantOf(p, y)
 			if served[y.UID] || ty == tx || w.mayBeRefused(y.Namespace) {
 				continue
+			}
+			if !isReserved(y) && held[ty]+got[ty]+promised[ty] >= limitOf(p, ty) {
+				continue // its tenant's own reservations need the room it would take
 			}
 			if h := held[ty] + got[ty]; h < guaranteed(ty) && h < limitOf(p, ty) {
 				w.violate("invariant 21: in pool %s tenant %q (holding %d, guaranteed %d) got slot %s for bot %s while bot %s of tenant %q, below its guarantee (%d of %d), waited",

@@ -1,6 +1,10 @@
 package policy
 
 import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
 	v1 "botpool.dev/botpool/api/v1alpha1"
 )
 
@@ -90,17 +94,22 @@ func ShareOf(pool *v1.BotPool, tenant string) Share {
 //     name: not its priority, which each tenant sets for its own bots), and within a tenant
 //     the queue's order holds (reservation, priority, arrival).
 //
-// A tenant at its limit is served no more: its bots are limited. Nothing here takes a slot
+// A tenant at its limit is served no more, nor one whose next bot would take room its own
+// granted reservations need (promises): their bots are limited. Nothing here takes a slot
 // from a running bot: the holdings only grow, so borrowed slots come back as meetings end.
-func FairOrder(pool *v1.BotPool, queue []*v1.Bot, usage map[string]int32) (served, limited []*v1.Bot) {
+func FairOrder(pool *v1.BotPool, queue []*v1.Bot, usage map[string]int32, promises *TenantPromises) (served, limited []*v1.Bot) {
 	if Tenancy(pool) == nil {
 		return queue, nil
 	}
 	type tenant struct {
+		name  string
 		share Share
 		held  int32
 		bots  []*v1.Bot // its waiting bots in queue order
 		next  int       // its next bot to serve
+		// kept says its next bot would take room its own granted reservations need (promises):
+		// it gets no slot in this order, and its later bots wait behind it.
+		kept bool
 	}
 	tenants := map[string]*tenant{}
 	var names []string // in the order their first bot comes in the queue
@@ -108,7 +117,7 @@ func FairOrder(pool *v1.BotPool, queue []*v1.Bot, usage map[string]int32) (serve
 		name := TenantOf(pool, b)
 		t := tenants[name]
 		if t == nil {
-			t = &tenant{share: ShareOf(pool, name), held: usage[name]}
+			t = &tenant{name: name, share: ShareOf(pool, name), held: usage[name]}
 			tenants[name] = t
 			names = append(names, name)
 		}
@@ -120,18 +129,24 @@ func FairOrder(pool *v1.BotPool, queue []*v1.Bot, usage map[string]int32) (serve
 		if !Reserved(b) {
 			break
 		}
-		t := tenants[TenantOf(pool, b)]
+		name := TenantOf(pool, b)
+		t := tenants[name]
 		if t.held < t.share.Limit && t.bots[t.next] == b {
 			served = append(served, b)
 			t.held++
 			t.next++
+			promises.take(name, b)
 		}
 	}
 	for {
 		var best *tenant
 		for _, name := range names {
 			t := tenants[name]
-			if t.next >= len(t.bots) || t.held >= t.share.Limit {
+			if t.next >= len(t.bots) || t.held >= t.share.Limit || t.kept {
+				continue
+			}
+			if b := t.bots[t.next]; !Reserved(b) && !promises.keeps(name, b, t.share.Limit) {
+				t.kept = true
 				continue
 			}
 			if best == nil || fairBefore(t.held, t.share, t.bots[t.next], best.held, best.share, best.bots[best.next]) {
@@ -142,6 +157,7 @@ func FairOrder(pool *v1.BotPool, queue []*v1.Bot, usage map[string]int32) (serve
 			break
 		}
 		served = append(served, best.bots[best.next])
+		promises.take(best.name, best.bots[best.next])
 		best.held++
 		best.next++
 	}
@@ -199,4 +215,38 @@ func TenantHeld(pool *v1.BotPool, tenant string) (int32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// TenantPromises is what the tenants' granted reservations not yet bound ask of their limits:
+// per tenant, what its bots hold (HoldsOf) and its pending reservations' windows. A bot of a
+// tenant is served only if, as long as its meeting may last, each of the tenant's pending
+// reservations still finds room within the tenant's limit (KeepsReservations): a reservation
+// granted within the limit is served at its start. nil: no tenant has one.
+type TenantPromises struct {
+	Holds   map[string][]Hold
+	Pending map[string]map[types.UID]Hold
+	Now     time.Time
+	Leave   time.Duration
+}
+
+// keeps reports whether binding b now leaves its tenant's pending reservations their room.
+func (p *TenantPromises) keeps(tenant string, b *v1.Bot, limit int32) bool {
+	if p == nil || len(p.Pending[tenant]) == 0 {
+		return true
+	}
+	until := p.Now.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + p.Leave)
+	return KeepsReservations(p.Holds[tenant], p.Pending[tenant], p.Now, until, int(limit))
+}
+
+// take records b bound now: its meeting holds from now, and a reservation of its own promises
+// nothing more.
+func (p *TenantPromises) take(tenant string, b *v1.Bot) {
+	if p == nil || len(p.Pending[tenant]) == 0 {
+		return
+	}
+	if _, promised := p.Pending[tenant][b.UID]; promised {
+		delete(p.Pending[tenant], b.UID)
+		return // its window is among the holds already
+	}
+	p.Holds[tenant] = append(p.Holds[tenant], Hold{From: p.Now, Until: p.Now.Add(b.Spec.MaxDuration.OrDefault(v1.DefaultMaxDuration) + p.Leave)})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
@@ -44,7 +45,7 @@ func share(name string, guaranteed int32, limit *int32, weight int32) v1.TenantP
 func TestFairOrder(t *testing.T) {
 	t.Run("no tenancy: the queue as it is", func(t *testing.T) {
 		q := []*v1.Bot{waiting("a", 1, 0), waiting("b", 2, 0)}
-		served, limited := FairOrder(bt.MakePool("platform", "pool").Obj(), q, nil)
+		served, limited := FairOrder(bt.MakePool("platform", "pool").Obj(), q, nil, nil)
 		if names(served) != "a-001 b-002" || len(limited) != 0 {
 			t.Fatalf("served %q, limited %q", names(served), names(limited))
 		}
@@ -53,7 +54,7 @@ func TestFairOrder(t *testing.T) {
 		pool := bt.MakePool("platform", "pool").MaxSlots(10).SharedWith(nil).Obj()
 		q := []*v1.Bot{waiting("a", 1, 0), waiting("a", 2, 0), waiting("b", 3, 1000), waiting("b", 4, 1000), waiting("a", 5, 50)}
 		SortQueue(q)
-		served, limited := FairOrder(pool, q, map[string]int32{"b": 1})
+		served, limited := FairOrder(pool, q, map[string]int32{"b": 1}, nil)
 		// a holds none, b one: a first (its priority-50 bot heads its own order); then, holding
 		// as many, the one whose next bot arrived first; b's priority buys no turn.
 		if got := names(served); got != "a-005 a-001 b-003 a-002 b-004" || len(limited) != 0 {
@@ -69,7 +70,7 @@ func TestFairOrder(t *testing.T) {
 		q = append(q, waiting("b", 10, 0), waiting("b", 11, 0), waiting("b", 12, 0), waiting("c", 20, 0), waiting("c", 21, 0))
 		SortQueue(q)
 		pool := tenantPool(20, share("b", 3, nil, 1), share("c", 2, nil, 1))
-		served, _ := FairOrder(pool, q, map[string]int32{"a": 10, "b": 1})
+		served, _ := FairOrder(pool, q, map[string]int32{"a": 10, "b": 1}, nil)
 		// c 0/2 first; then b 1/3 against c 1/2: b; b 2/3 against c 1/2: c; b's last to its
 		// guarantee; then borrowing: a (10+1)/1, b (3+1-3)/1, c (2+1-2)/1: b (queue order), c, b…
 		want := "c-020 b-010 c-021 b-011 b-012 a-000 a-001 a-002 a-003"
@@ -80,7 +81,7 @@ func TestFairOrder(t *testing.T) {
 	t.Run("a tenant at its limit waits, in its own order", func(t *testing.T) {
 		q := []*v1.Bot{waiting("a", 1, 0), waiting("a", 2, 0), waiting("a", 3, 0), waiting("b", 4, 0)}
 		pool := tenantPool(10, share("a", 0, ptr.To[int32](3), 1))
-		served, limited := FairOrder(pool, q, map[string]int32{"a": 2})
+		served, limited := FairOrder(pool, q, map[string]int32{"a": 2}, nil)
 		if names(served) != "b-004 a-001" || names(limited) != "a-002 a-003" { // b holds less
 			t.Fatalf("served %q, limited %q", names(served), names(limited))
 		}
@@ -88,7 +89,7 @@ func TestFairOrder(t *testing.T) {
 	t.Run("the defaults limit tenants not listed", func(t *testing.T) {
 		pool := tenantPool(10)
 		pool.Spec.Tenancy.Defaults = &v1.TenantShare{Limit: ptr.To[int32](1)}
-		served, limited := FairOrder(pool, []*v1.Bot{waiting("a", 1, 0), waiting("a", 2, 0)}, nil)
+		served, limited := FairOrder(pool, []*v1.Bot{waiting("a", 1, 0), waiting("a", 2, 0)}, nil, nil)
 		if names(served) != "a-001" || names(limited) != "a-002" {
 			t.Fatalf("served %q, limited %q", names(served), names(limited))
 		}
@@ -100,7 +101,7 @@ func TestFairOrder(t *testing.T) {
 		}
 		SortQueue(q)
 		pool := tenantPool(60, share("a", 0, nil, 2))
-		served, _ := FairOrder(pool, q, nil)
+		served, _ := FairOrder(pool, q, nil, nil)
 		count := map[string]int{}
 		for _, b := range served[:30] {
 			count[b.Namespace]++
@@ -117,9 +118,31 @@ func TestFairOrder(t *testing.T) {
 		q := []*v1.Bot{waiting("b", 1, 0), reserved, blocked}
 		SortQueue(q)
 		pool := tenantPool(10, share("b", 5, nil, 1), share("c", 0, ptr.To[int32](1), 1))
-		served, limited := FairOrder(pool, q, map[string]int32{"c": 1})
+		served, limited := FairOrder(pool, q, map[string]int32{"c": 1}, nil)
 		if names(served) != "a-005 b-001" || names(limited) != "c-006" {
 			t.Fatalf("served %q, limited %q", names(served), names(limited))
+		}
+	})
+	t.Run("a tenant's reservations keep their room within its limit", func(t *testing.T) {
+		pool := tenantPool(10, share("a", 0, ptr.To[int32](2), 1))
+		adhoc := waiting("a", 1, 0) // maxDuration 1h: it would still run at the reservation's start
+		other := waiting("b", 2, 0)
+		leave := 15 * time.Second
+		promises := &TenantPromises{Now: fairEpoch, Leave: leave,
+			// One bound now, and the reservation's own window (HoldsOf counts both).
+			Holds: map[string][]Hold{"a": {{From: fairEpoch.Add(-time.Minute), Until: fairEpoch.Add(time.Hour)},
+				{From: fairEpoch.Add(30 * time.Minute), Until: fairEpoch.Add(90 * time.Minute)}}},
+			Pending: map[string]map[types.UID]Hold{"a": {"r": {From: fairEpoch.Add(30 * time.Minute), Until: fairEpoch.Add(90 * time.Minute)}}}}
+		served, limited := FairOrder(pool, []*v1.Bot{adhoc, other}, map[string]int32{"a": 1}, promises)
+		if names(served) != "b-002" || names(limited) != "a-001" {
+			t.Fatalf("served %q, limited %q; want a's ad-hoc bot kept off the room its reservation needs", names(served), names(limited))
+		}
+		// A meeting short enough to end before the reservation's start fits.
+		adhoc.Spec.MaxDuration = "10m"
+		promises.Holds["a"] = promises.Holds["a"][:2]
+		served, _ = FairOrder(pool, []*v1.Bot{adhoc, other}, map[string]int32{"a": 1}, promises)
+		if !strings.Contains(names(served), "a-001") {
+			t.Fatalf("served %q; want a's 10-minute bot served", names(served))
 		}
 	})
 	t.Run("a label names the tenant of the pool's own bots, the namespace any other's", func(t *testing.T) {
@@ -135,7 +158,7 @@ func TestFairOrder(t *testing.T) {
 		if got := TenantOf(pool, foreign); got != "team-a" {
 			t.Errorf("foreign bot's tenant %q; want its namespace, not the label it claims", got)
 		}
-		served, _ := FairOrder(pool, []*v1.Bot{own, foreign}, map[string]int32{"acme": 0})
+		served, _ := FairOrder(pool, []*v1.Bot{own, foreign}, map[string]int32{"acme": 0}, nil)
 		if names(served) != "platform-001 team-a-002" {
 			t.Fatalf("served %q: the foreign bot must not count against acme's limit", names(served))
 		}
@@ -170,7 +193,7 @@ func TestFairOrderRules(t *testing.T) {
 			q = append(q, waiting(fmt.Sprintf("t%d", rng.IntN(nt)), i, int32(rng.IntN(3))))
 		}
 		SortQueue(q)
-		served, limited := FairOrder(pool, q, usage)
+		served, limited := FairOrder(pool, q, usage, nil)
 		if len(served)+len(limited) != len(q) {
 			t.Fatalf("run %d: %d served and %d limited of %d", run, len(served), len(limited), len(q))
 		}

@@ -86,7 +86,7 @@ func WaitsForSlot(p v1.BotPhase) bool {
 // reservationVerdict is what DecideReservation says of a scheduled bot.
 type reservationVerdict struct {
 	Granted bool
-	Reason  string // CapacityReserved, TooLate or PoolFull
+	Reason  string // CapacityReserved, BeyondHorizon, TooLate, PoolFull or TenantLimit
 	Message string
 	Window  v1.BotReservation
 }
@@ -140,11 +140,18 @@ func HoldsOf(bots []v1.Bot, bound map[types.UID]bool, except types.UID, now time
 }
 
 // DecideReservation grants a scheduled bot a reservation when it is decided at least lead
-// before its start and its window (ReservationWindow), with the pool's leaveGracePeriod,
-// fits beside what the pool's other bots hold or were promised (HoldsOf) within maxSlots.
+// before its start and within the pool's horizon (reservations.maxHorizon), and its window
+// (ReservationWindow), with the pool's leaveGracePeriod, fits beside what the pool's other bots
+// hold or were promised (HoldsOf) within maxSlots, and beside what its own tenant's hold within
+// the tenant's limit (a pool with tenants).
 func DecideReservation(bot *v1.Bot, pool *v1.BotPool, others []v1.Bot, bound map[types.UID]bool, now time.Time, lead, scheduleLead time.Duration) reservationVerdict {
 	// Decided at the bot's first pass (or when its spec moved its window): now is then.
 	start := bot.Spec.StartTime.Time
+	if horizon := pool.Spec.Reservations.Horizon(); start.Sub(now) > horizon {
+		return reservationVerdict{Reason: v1.ReasonBeyondHorizon, Message: fmt.Sprintf(
+			"startTime is more than pool %s's reservation horizon of %s away: the reservation is decided at %s",
+			pool.Name, horizon, start.Add(-horizon).UTC().Format(time.RFC3339))}
+	}
 	if ahead := start.Sub(now); ahead < lead {
 		return reservationVerdict{Reason: v1.ReasonTooLate, Message: fmt.Sprintf(
 			"startTime is %s away, less than the %s a reservation needs: the bot joins the queue shortly before its start like an ad-hoc bot",
@@ -157,6 +164,21 @@ func DecideReservation(bot *v1.Bot, pool *v1.BotPool, others []v1.Bot, bound map
 		return reservationVerdict{Reason: v1.ReasonPoolFull, Message: fmt.Sprintf(
 			"Pool %s's %d slots are all promised or taken at some moment between %s and %s: no slot is reserved; the bot joins the queue shortly before its start",
 			pool.Name, pool.Spec.MaxSlots, w.From.UTC().Format(time.RFC3339), w.Until.Add(leave).UTC().Format(time.RFC3339))}
+	}
+	if Tenancy(pool) != nil {
+		tenant := TenantOf(pool, bot)
+		var mine []v1.Bot
+		for i := range others {
+			if TenantOf(pool, &others[i]) == tenant {
+				mine = append(mine, others[i])
+			}
+		}
+		limit := ShareOf(pool, tenant).Limit
+		if !RoomFor(HoldsOf(mine, bound, bot.UID, now, leave), w.From.Time, w.Until.Add(leave), int(limit)) {
+			return reservationVerdict{Reason: v1.ReasonTenantLimit, Message: fmt.Sprintf(
+				"Tenant %q holds or was promised its limit of %d slot(s) of pool %s at some moment between %s and %s: no slot is reserved; the bot joins the queue shortly before its start",
+				tenant, limit, pool.Name, w.From.UTC().Format(time.RFC3339), w.Until.Add(leave).UTC().Format(time.RFC3339))}
+		}
 	}
 	return reservationVerdict{Granted: true, Reason: v1.ReasonCapacityReserved, Window: w, Message: fmt.Sprintf(
 		"A slot of pool %s is held for this bot from %s", pool.Name, w.From.UTC().Format(time.RFC3339))}

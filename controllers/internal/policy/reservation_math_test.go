@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	bt "botpool.dev/botpool/internal/botpooltest"
@@ -99,6 +100,54 @@ func TestDecideReservation(t *testing.T) {
 				t.Errorf("verdict %+v, want %s", v, tt.want)
 			}
 		})
+	}
+}
+
+// TestDecideReservationWithinHorizonAndTenantLimit: a reservation further ahead than the
+// pool's horizon is not decided yet; one that would let a tenant hold more than its limit at
+// some moment is refused (another tenant's reservations do not count against it).
+func TestDecideReservationWithinHorizonAndTenantLimit(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 30, 0, 0, time.UTC)
+	start := now.Add(30 * time.Minute)
+	pool := bt.MakePool("platform", "pool").MaxSlots(10).Obj()
+	pool.Spec.Tenancy = &v1.Tenancy{Key: v1.TenantByNamespace, Tenants: []v1.TenantPolicy{
+		{Name: "team-a", TenantShare: v1.TenantShare{Limit: ptr.To[int32](2)}}}}
+	bot := func(ns, name string, at time.Time, granted bool) v1.Bot {
+		b := v1.Bot{}
+		b.Namespace, b.Name, b.UID, b.CreationTimestamp = ns, name, types.UID("uid-"+ns+name), metav1.NewTime(now)
+		b.Spec.StartTime = &metav1.Time{Time: at}
+		if granted {
+			bt.Grant(&b, at)
+		}
+		return b
+	}
+	tests := []struct {
+		name   string
+		bot    v1.Bot
+		others []v1.Bot
+		want   string
+	}{
+		{"beyond the default horizon of 7 days", bot("team-a", "b", now.Add(8*24*time.Hour), false), nil, v1.ReasonBeyondHorizon},
+		{"within it", bot("team-a", "b", now.Add(6*24*time.Hour), false), nil, v1.ReasonCapacityReserved},
+		{"the tenant's limit promised at that time", bot("team-a", "b", start, false),
+			[]v1.Bot{bot("team-a", "r1", start, true), bot("team-a", "r2", start.Add(30*time.Minute), true)}, v1.ReasonTenantLimit},
+		{"its limit promised at another time", bot("team-a", "b", start, false),
+			[]v1.Bot{bot("team-a", "r1", start, true), bot("team-a", "r2", start.Add(3*time.Hour), true)}, v1.ReasonCapacityReserved},
+		{"another tenant's promises are not its", bot("team-a", "b", start, false),
+			[]v1.Bot{bot("team-b", "r1", start, true), bot("team-b", "r2", start, true), bot("team-a", "r3", start, true)}, v1.ReasonCapacityReserved},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := DecideReservation(&tt.bot, pool, tt.others, nil, now, v1.DefaultReservationMinLead, 0)
+			if v.Reason != tt.want || v.Granted != (tt.want == v1.ReasonCapacityReserved) || v.Message == "" {
+				t.Errorf("verdict %+v, want %s", v, tt.want)
+			}
+		})
+	}
+	// A horizon of its own.
+	pool.Spec.Reservations = &v1.ReservationPolicy{MaxHorizon: "24h"}
+	if v := DecideReservation(ptr.To(bot("team-a", "b", now.Add(25*time.Hour), false)), pool, nil, nil, now, v1.DefaultReservationMinLead, 0); v.Reason != v1.ReasonBeyondHorizon {
+		t.Errorf("25h ahead with a 24h horizon: %+v", v)
 	}
 }
 
