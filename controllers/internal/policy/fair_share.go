@@ -188,18 +188,6 @@ func fairBefore(ha int32, sa Share, ba *v1.Bot, hb int32, sb Share, bb *v1.Bot) 
 	return arrivedBefore(ba, bb)
 }
 
-// arrivedBefore orders two bots by arrival alone: queue time, then creation and name.
-func arrivedBefore(a, b *v1.Bot) bool {
-	ta, tb := QueuedAt(a), QueuedAt(b)
-	if !ta.Equal(tb) {
-		return ta.Before(tb)
-	}
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
-	}
-	return a.Name < b.Name
-}
-
 // Held reports whether a tenant has more bots in the pool than its limit lets hold a slot:
 // some of its waiting bots wait for its own meetings to end (TenantLimit). It stays so while a
 // meeting ends and the next bot takes its slot, so a tenant queueing far past its limit does

@@ -20,6 +20,11 @@ func QueueLess(a, b *v1.Bot) bool {
 	if a.Spec.Priority != b.Spec.Priority {
 		return a.Spec.Priority > b.Spec.Priority
 	}
+	return arrivedBefore(a, b)
+}
+
+// arrivedBefore orders two bots by arrival alone: queue time, then creation and name.
+func arrivedBefore(a, b *v1.Bot) bool {
 	ta, tb := QueuedAt(a), QueuedAt(b)
 	if !ta.Equal(tb) {
 		return ta.Before(tb)
