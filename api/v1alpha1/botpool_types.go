@@ -286,7 +286,7 @@ type Tenancy struct {
 	// +kubebuilder:validation:MaxItems=64
 	Tenants []TenantPolicy `json:"tenants,omitempty"`
 
-	// Defaults is the policy of every tenant not listed: no limit but maxSlots and weight 1,
+	// Defaults is the policy of every tenant not listed: no limit of its own and weight 1,
 	// unless it says otherwise. It guarantees no share: a guarantee is a tenant's by name.
 	// +optional
 	Defaults *TenantShare `json:"defaults,omitempty"`
@@ -576,8 +576,9 @@ type TenantStatus struct {
 	Bound int32 `json:"bound"`
 	// Waiting is how many of its bots wait in the pool's queue.
 	Waiting int32 `json:"waiting"`
-	// Limit is the most it may hold (its own, the defaults', or maxSlots).
-	Limit int32 `json:"limit"`
+	// Limit is the most it may hold (its own, or the defaults'); unset when it has none.
+	// +optional
+	Limit *int32 `json:"limit,omitempty"`
 	// Guaranteed is its guaranteed share.
 	// +optional
 	Guaranteed int32 `json:"guaranteed,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	v1 "botpool.dev/botpool/api/v1alpha1"
 	"botpool.dev/botpool/controllers/internal/policy"
@@ -28,7 +29,10 @@ func tenantStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, bots []v1.Bot) (li
 		t := counts[name]
 		if t == nil {
 			share := policy.ShareOf(pool, name)
-			t = &v1.TenantStatus{Name: name, Limit: share.Limit, Guaranteed: share.Guaranteed}
+			t = &v1.TenantStatus{Name: name, Guaranteed: share.Guaranteed}
+			if share.Limited {
+				t.Limit = ptr.To(share.Limit)
+			}
 			counts[name] = t
 		}
 		return t
@@ -48,7 +52,11 @@ func tenantStatuses(pool *v1.BotPool, slots []v1.BotPoolSlot, bots []v1.Bot) (li
 	out := make([]v1.TenantStatus, 0, len(counts))
 	for _, t := range counts {
 		out = append(out, *t)
-		servable += int(min(t.Waiting, max(0, t.Limit-t.Bound)))
+		room := t.Waiting
+		if t.Limit != nil {
+			room = min(room, max(0, *t.Limit-t.Bound))
+		}
+		servable += int(room)
 	}
 	held := func(t *v1.TenantStatus) bool { return policy.Held(*t) }
 	sort.Slice(out, func(i, j int) bool {

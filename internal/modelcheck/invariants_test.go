@@ -516,7 +516,7 @@ func isFreeSlot(s *v1.BotPoolSlot) bool {
 func (w *world) checkQueueServed(pool, when string) {
 	bots, slots := w.liveBots(), w.liveSlots()
 	q, free := w.servable(queued(bots, slots, pool), bots, slots, pool), w.freeSlots(slots, pool)
-	if len(q) > 0 && len(free) > 0 && heldForReservations(bots, q, slots, free, w.livePool(pool), w.clk.Now()) {
+	if len(q) > 0 && len(free) > 0 && w.heldForReservationsAnyHead(bots, q, slots, free, w.livePool(pool)) {
 		// The free slots are kept for reservations that start within the head's meeting: the
 		// queue waits for them (issue 18). A reserved bot due now is never kept waiting.
 		w.counts["queue kept off slots held for reservations"]++
@@ -538,15 +538,37 @@ func (w *world) checkQueueServed(pool, when string) {
 // room within maxSlots, or the free slots are no more than those the pool warms for
 // reservations (status.reservations.warming).
 func heldForReservations(bots, q []v1.Bot, slots []v1.BotPoolSlot, free []string, p *v1.BotPool, now time.Time) bool {
-	for i := range q {
-		if isReserved(&q[i]) {
-			return false
-		}
-	}
 	head := &q[0] // the dispatcher's head: the first in service order
 	for i := range q {
 		if servedBefore(&q[i], head) {
 			head = &q[i]
+		}
+	}
+	return heldForReservationsOf(head, bots, q, slots, free, p, now)
+}
+
+// heldForReservationsAnyHead is heldForReservations in a pool whose tenants take turns (a
+// tenancy, or shared): the dispatcher's head is the first of the tenants' fair order
+// (policy.FairOrder, tested on its own), which the model does not compute; the queue may wait
+// when the reservations hold it for any of its bots as the head.
+func (w *world) heldForReservationsAnyHead(bots, q []v1.Bot, slots []v1.BotPoolSlot, free []string, p *v1.BotPool) bool {
+	now := w.clk.Now()
+	if p.Spec.Tenancy == nil && (p.Spec.AllowedNamespaces == nil || p.Spec.AllowedNamespaces.From == v1.NamespacesSame) {
+		return heldForReservations(bots, q, slots, free, p, now)
+	}
+	for i := range q {
+		if heldForReservationsOf(&q[i], bots, q, slots, free, p, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// heldForReservationsOf is heldForReservations with head as the queue's head.
+func heldForReservationsOf(head *v1.Bot, bots, q []v1.Bot, slots []v1.BotPoolSlot, free []string, p *v1.BotPool, now time.Time) bool {
+	for i := range q {
+		if isReserved(&q[i]) {
+			return false
 		}
 	}
 	leave := p.Spec.Timing.LeaveGracePeriod.OrDefault(v1.DefaultLeaveGracePeriod)
@@ -952,9 +974,28 @@ func (w *world) surplus(pool *v1.BotPool, without string) bool {
 			}
 		}
 	}
+	perTenant := map[string]int32{}
 	for _, o := range w.api.truth.list(kindBot) {
 		if b := o.(*v1.Bot); b.Status.Pool == pool.Name && b.Status.Phase == v1.BotQueued {
 			waiting++
+			perTenant[tenantOf(pool, b)]++
+		}
+	}
+	if pool.Spec.Tenancy != nil {
+		// The pool warms no slot for a bot its tenant's limit keeps waiting (docs/tenancy.md).
+		// The API server's lock is held here (a write's check): its truth is read directly.
+		var bots []v1.Bot
+		var slots []v1.BotPoolSlot
+		for _, o := range w.api.truth.list(kindBot) {
+			bots = append(bots, *o.(*v1.Bot))
+		}
+		for _, o := range w.api.truth.list(kindSlot) {
+			slots = append(slots, *o.(*v1.BotPoolSlot))
+		}
+		held := heldBy(pool, bots, slots)
+		waiting = 0
+		for t, n := range perTenant {
+			waiting += int(min(n, max(0, limitOf(pool, t)-held[t])))
 		}
 	}
 	return free >= max(int(pool.Spec.MinIdle), waiting)

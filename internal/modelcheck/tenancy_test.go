@@ -2,6 +2,7 @@ package modelcheck
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -166,10 +167,13 @@ func tenantOf(pool *v1.BotPool, b *v1.Bot) string {
 }
 
 // limitOf is the model's own reading of a tenant's limit: its policy's, else the defaults',
-// never more than maxSlots.
+// else none (math.MaxInt32).
 func limitOf(pool *v1.BotPool, tenant string) int32 {
-	limit := pool.Spec.MaxSlots
+	limit := int32(math.MaxInt32)
 	t := pool.Spec.Tenancy
+	if t == nil {
+		return limit
+	}
 	share := t.Defaults
 	for i := range t.Tenants {
 		if t.Tenants[i].Name == tenant {
@@ -177,7 +181,7 @@ func limitOf(pool *v1.BotPool, tenant string) int32 {
 		}
 	}
 	if share != nil && share.Limit != nil {
-		limit = min(limit, *share.Limit)
+		limit = *share.Limit
 	}
 	return limit
 }

@@ -49,7 +49,8 @@ func TestTenantGauges(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg)
 	pool := &v1.BotPool{ObjectMeta: metav1.ObjectMeta{Namespace: "platform", Name: "zoom"}}
-	pool.Status.Tenants = []v1.TenantStatus{{Name: "team-a", Bound: 3, Waiting: 7, Limit: 3}, {Name: "team-b", Bound: 1, Limit: 10}}
+	three := int32(3)
+	pool.Status.Tenants = []v1.TenantStatus{{Name: "team-a", Bound: 3, Waiting: 7, Limit: &three}, {Name: "team-b", Bound: 1}}
 	m.ObservePool(pool)
 	if got := testutil.ToFloat64(m.poolTenants.WithLabelValues("platform", "zoom", "team-a", "waiting")); got != 7 {
 		t.Errorf("team-a waiting = %v, want 7", got)

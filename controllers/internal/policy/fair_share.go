@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -40,16 +41,23 @@ func TenantOf(pool *v1.BotPool, bot *v1.Bot) string {
 	return bot.Namespace
 }
 
-// Share is a tenant's share of a pool with its defaults filled in: a limit (at most maxSlots),
-// a guarantee and a weight of at least 1.
+// Share is a tenant's share of a pool with its defaults filled in: a limit (NoLimit when it has
+// none of its own: the pool's maxSlots bounds it, and a pool whose maxSlots was lowered below
+// its slots serves from those it still has, tenant or not), a guarantee (at most the limit)
+// and a weight of at least 1.
 type Share struct {
 	Limit, Guaranteed, Weight int32
+	// Limited says the limit is the tenant's own (or the defaults'), not NoLimit.
+	Limited bool
 }
 
+// NoLimit is the limit of a tenant that has none of its own.
+const NoLimit = math.MaxInt32
+
 // ShareOf is the tenant's share of the pool: its own policy, else the tenancy's defaults, else
-// no limit but maxSlots, no guarantee, weight 1.
+// no limit, no guarantee, weight 1.
 func ShareOf(pool *v1.BotPool, tenant string) Share {
-	s := Share{Limit: pool.Spec.MaxSlots, Weight: 1}
+	s := Share{Limit: NoLimit, Weight: 1}
 	t := Tenancy(pool)
 	if t == nil {
 		return s
@@ -64,8 +72,8 @@ func ShareOf(pool *v1.BotPool, tenant string) Share {
 	if policy == nil {
 		return s
 	}
-	if policy.Limit != nil && *policy.Limit < s.Limit {
-		s.Limit = *policy.Limit
+	if policy.Limit != nil {
+		s.Limit, s.Limited = *policy.Limit, true
 	}
 	if policy != t.Defaults { // the defaults guarantee nothing (the API server refuses it)
 		s.Guaranteed = min(policy.Guaranteed, s.Limit)
@@ -192,14 +200,16 @@ func fairBefore(ha int32, sa Share, ba *v1.Bot, hb int32, sb Share, bb *v1.Bot) 
 // some of its waiting bots wait for its own meetings to end (TenantLimit). It stays so while a
 // meeting ends and the next bot takes its slot, so a tenant queueing far past its limit does
 // not flip its waiting bots' reason, a status write each, at every meeting's end.
-func Held(t v1.TenantStatus) bool { return t.Waiting > 0 && t.Bound+t.Waiting > t.Limit }
+func Held(t v1.TenantStatus) bool {
+	return t.Limit != nil && t.Waiting > 0 && t.Bound+t.Waiting > *t.Limit
+}
 
 // TenantHeld reports whether the pool's status says the tenant is held (Held): the reason a
 // bot of it waits (TenantLimit), and its limit.
 func TenantHeld(pool *v1.BotPool, tenant string) (int32, bool) {
 	for _, t := range pool.Status.Tenants {
-		if t.Name == tenant {
-			return t.Limit, Held(t)
+		if t.Name == tenant && Held(t) {
+			return *t.Limit, true
 		}
 	}
 	return 0, false
