@@ -232,11 +232,16 @@ func (w *world) servable(q, bots []v1.Bot, slots []v1.BotPoolSlot, pool string) 
 	return out
 }
 
-// promisedBy counts, per tenant, its granted reservations in the pool not bound yet.
+// promisedBy counts, per tenant, its granted reservations in the pool not bound yet (one back
+// in the queue from a failed slot that still names it among them: Bot.LeftSlot).
 func promisedBy(pool *v1.BotPool, bots []v1.Bot, slots []v1.BotPoolSlot) map[string]int32 {
 	out := map[string]int32{}
 	for i := range bots {
-		if b := &bots[i]; b.Status.Pool == pool.Name && isReserved(b) && !b.Status.Phase.Terminal() && slotOf(slots, b.UID) == nil {
+		b := &bots[i]
+		if b.Status.Pool != pool.Name || !isReserved(b) || b.Status.Phase.Terminal() {
+			continue
+		}
+		if s := slotOf(slots, b.UID); s == nil || b.LeftSlot(s) {
 			out[tenantOf(pool, b)]++
 		}
 	}
